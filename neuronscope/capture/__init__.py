@@ -1,0 +1,55 @@
+"""Backends behind one small interface: ``cpu``, ``cuda`` and ``neuron``.
+
+``resolve_backend`` turns the ``backend`` option into a :class:`~.base.Backend`: ``"auto"``
+prefers Neuron, then CUDA, then CPU. torch-neuronx is imported only when the Neuron backend is
+chosen or detected.
+"""
+
+from __future__ import annotations
+
+from ..config import Options
+from ..errors import BackendUnavailableError
+from .base import Backend, Capture
+from .cpu import CpuBackend
+from .cuda import CudaBackend, cuda_available
+
+__all__ = ["Backend", "Capture", "resolve_backend", "check_backend_available"]
+
+
+def _neuron_available() -> bool:
+    from .neuron import neuron_available
+
+    return neuron_available()
+
+
+def check_backend_available(backend: str) -> None:
+    """Raise :class:`BackendUnavailableError` with the fix when ``backend`` cannot run here."""
+    if backend == "cuda" and not cuda_available():
+        raise BackendUnavailableError(
+            "backend 'cuda' needs a CUDA build of torch and a visible GPU, and none is present "
+            "here; pass backend='cpu' or backend='auto'"
+        )
+    if backend == "neuron":
+        from .neuron import require_neuron
+
+        require_neuron()
+
+
+def resolve_backend(options: Options) -> Backend:
+    """The backend object for ``options.backend`` (``"auto"`` picks the best present)."""
+    name = options.backend
+    if name == "auto":
+        if _neuron_available():
+            name = "neuron"
+        elif cuda_available():
+            name = "cuda"
+        else:
+            name = "cpu"
+    check_backend_available(name)
+    if name == "neuron":
+        from .neuron import NeuronBackend
+
+        return NeuronBackend(options)
+    if name == "cuda":
+        return CudaBackend(options)
+    return CpuBackend(options)

@@ -1,0 +1,140 @@
+"""The small interface every backend implements, and the capture that drives torch.profiler.
+
+A backend says which profiler activities to record, what extra arguments ``torch.profiler``
+needs (Neuron's ``experimental_config`` and trace exporter), how to synchronise the device
+before the capture ends, and which files the capture left behind. :class:`Capture` runs one
+``torch.profiler.profile`` with them; it is the only place that starts or stops the profiler.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+from ..config import Options
+
+__all__ = ["Backend", "Capture", "quiet_native_stderr"]
+
+
+class Backend:
+    """A profiling backend. Subclasses override what differs; the defaults are CPU's."""
+
+    #: The name stored in results: "cpu", "cuda" or "neuron".
+    name = "cpu"
+
+    def __init__(self, options: Options) -> None:
+        self.options = options
+
+    def activities(self) -> list[Any]:
+        from torch.profiler import ProfilerActivity
+
+        return [ProfilerActivity.CPU]
+
+    def profiler_kwargs(self, scratch_dir: Path | None) -> dict[str, Any]:
+        """Extra keyword arguments for ``torch.profiler.profile``."""
+        return {}
+
+    def environment_warnings(self) -> list[str]:
+        """Mistakes in the environment worth a warning before the capture starts."""
+        return []
+
+    def synchronize(self) -> None:
+        """Wait for queued device work, so that it lands inside the capture."""
+
+    def device_name(self) -> str | None:
+        return None
+
+    def collect_artifacts(self, prof: Any, scratch_dir: Path | None) -> dict[str, Any]:
+        """Files the capture left behind (Neuron session files), to record in the result."""
+        return {}
+
+    def saved_trace(self) -> Path | None:
+        """A Chrome trace the profiler already saved (Neuron's ``export_trace``), if any.
+
+        torch.profiler saves a capture's trace once; a second save raises, so a backend whose
+        ``on_trace_ready`` saved it reports the file here and the run directory gets a copy.
+        """
+        return None
+
+    def extra_notes(self, table_has_device: bool) -> list[str]:
+        """Notes for the result (e.g. why device time is missing)."""
+        return []
+
+
+_USDT_MARKER = b"USDT:"
+
+
+@contextlib.contextmanager
+def quiet_native_stderr() -> Iterator[None]:
+    """Drop the two ``USDT: ... profiler_start/stop`` lines that torch's CPU build prints.
+
+    They come from C++ straight to file descriptor 2, so no Python-level redirect or
+    environment variable silences them. For the short moment of the profiler's start or stop,
+    fd 2 goes to a temporary file; afterwards every line except the USDT ones is written back,
+    so nothing else printed in that moment is lost (only delayed).
+    """
+    try:
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    try:
+        sys.stderr.flush()
+    except (AttributeError, ValueError, OSError):
+        pass
+    with tempfile.TemporaryFile() as tmp:
+        try:
+            os.dup2(tmp.fileno(), 2)
+        except OSError:
+            os.close(saved)
+            yield
+            return
+        try:
+            yield
+        finally:
+            try:
+                sys.stderr.flush()
+            except (AttributeError, ValueError, OSError):
+                pass
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            kept = [line for line in tmp.read().splitlines(keepends=True) if _USDT_MARKER not in line]
+            if kept:
+                os.write(2, b"".join(kept))
+
+
+class Capture:
+    """One ``torch.profiler.profile`` session, driven by a :class:`Backend`."""
+
+    def __init__(self, backend: Backend, scratch_dir: Path | None = None) -> None:
+        self.backend = backend
+        self.scratch_dir = scratch_dir
+        self.prof: Any = None
+
+    def start(self) -> None:
+        import torch.profiler
+
+        opts = self.backend.options
+        self.prof = torch.profiler.profile(
+            activities=self.backend.activities(),
+            record_shapes=opts.record_shapes,
+            with_stack=opts.with_stack,
+            profile_memory=opts.profile_memory,
+            **self.backend.profiler_kwargs(self.scratch_dir),
+        )
+        with quiet_native_stderr():
+            self.prof.start()
+
+    def stop(self) -> Any:
+        """Synchronise the device, stop the profiler and return the finished profile object."""
+        try:
+            self.backend.synchronize()
+        finally:
+            with quiet_native_stderr():
+                self.prof.stop()
+        return self.prof

@@ -1,0 +1,208 @@
+"""The options of a capture, as one frozen dataclass, validated when a wrapper is built.
+
+A bad option fails when the decorator or region is built (usually at import time of the
+user's script), not an hour into training. The environment variables ``NEURONSCOPE_DISABLE``
+and ``NEURONSCOPE_OUTPUT_DIR`` are read here too.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any, Iterable
+
+from .errors import ConfigError
+
+__all__ = [
+    "Options",
+    "BACKENDS",
+    "NEURON_MODES",
+    "DEFAULT_OUTPUT_DIR",
+    "build_options",
+    "disabled_by_env",
+    "parse_cores",
+    "parse_modes",
+]
+
+BACKENDS = ("auto", "neuron", "cuda", "cpu")
+#: TorchNeuron's ProfileMode members, by the lower-case names users pass.
+NEURON_MODES = ("runtime", "device", "cpu_util", "host_memory")
+#: Where runs go when neither ``output_dir`` nor ``NEURONSCOPE_OUTPUT_DIR`` says otherwise.
+DEFAULT_OUTPUT_DIR = "neuronscope-runs"
+#: The decorator's default call window. One warm-up call keeps compilation (torch.compile,
+#: Neuron's per-op NEFF builds, cuDNN autotuning) and first-touch allocation out of the
+#: measurement; one active call is what a look at "where does the time go" needs, and keeps a
+#: decorated ``forward`` in a 10,000-step training loop from profiling 10,000 steps.
+DEFAULT_WARMUP = 1
+DEFAULT_ACTIVE = 1
+
+_TRUE = {"1", "true", "yes", "on"}
+
+
+def disabled_by_env() -> bool:
+    """True when ``NEURONSCOPE_DISABLE`` is set to a true value (1, true, yes, on)."""
+    return os.environ.get("NEURONSCOPE_DISABLE", "").strip().lower() in _TRUE
+
+
+def default_output_root() -> Path:
+    return Path(os.environ.get("NEURONSCOPE_OUTPUT_DIR") or DEFAULT_OUTPUT_DIR)
+
+
+@dataclass(frozen=True)
+class Options:
+    """What the user asked for. Built and validated by :func:`build_options`.
+
+    ``warmup`` calls run unprofiled, then ``active`` calls are captured (each one its own
+    capture), then the wrapper is a pass-through. ``active=None`` captures every call (the
+    default for ``neuron_region``, whose block the user placed by hand).
+    """
+
+    name: str | None = None
+    backend: str = "auto"
+    output_dir: str | None = None
+    export: bool = True
+    record_shapes: bool = True
+    with_stack: bool = False
+    profile_memory: bool = False
+    enabled: bool = True
+    modes: tuple[str, ...] = ("runtime",)
+    cores: tuple[int, ...] | None = None
+    warmup: int = 0
+    active: int | None = None
+    hints: bool = True
+    print_summary: bool = False
+    trace_format: str = "auto"
+
+    @property
+    def output_root(self) -> Path:
+        """The export root: ``output_dir``, else ``NEURONSCOPE_OUTPUT_DIR``, else the default."""
+        return Path(self.output_dir) if self.output_dir else default_output_root()
+
+    def with_name(self, name: str) -> Options:
+        return replace(self, name=name)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["modes"] = list(self.modes)
+        d["cores"] = None if self.cores is None else list(self.cores)
+        return d
+
+
+_KNOWN = {f for f in Options.__dataclass_fields__}
+
+
+def _check_bool(key: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{key} must be True or False, got {value!r}")
+    return value
+
+
+def _check_count(key: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{key} must be an integer >= {minimum}, got {value!r}")
+    if value < minimum:
+        raise ConfigError(f"{key} must be >= {minimum}, got {value}; pass {key}={minimum} or more")
+    return value
+
+
+def parse_modes(value: Any) -> tuple[str, ...]:
+    """Normalise ``modes``: names in any case, or TorchNeuron ``ProfileMode`` members."""
+    if value is None:
+        return ("runtime",)
+    items: Iterable[Any] = [value] if isinstance(value, str) or hasattr(value, "name") else value
+    out: list[str] = []
+    try:
+        for item in items:
+            raw = getattr(item, "name", item)  # ProfileMode.DEVICE -> "DEVICE"
+            if not isinstance(raw, str):
+                raise ConfigError(f"modes must be names or ProfileMode members, got {item!r}")
+            key = raw.strip().lower().replace("-", "_")
+            if key not in NEURON_MODES:
+                raise ConfigError(
+                    f"unknown Neuron profile mode {raw!r}; use one of {', '.join(NEURON_MODES)}"
+                )
+            if key not in out:
+                out.append(key)
+    except TypeError as exc:
+        raise ConfigError(f"modes must be a name or a list of names, got {value!r}") from exc
+    if not out:
+        raise ConfigError("modes is empty; pass modes=['runtime'] (the default) or more")
+    return tuple(out)
+
+
+_CORE_RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
+
+
+def parse_cores(value: Any) -> tuple[int, ...] | None:
+    """Normalise ``cores``: an int, a list of ints, or a string such as ``"0,1,4-7"``."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise ConfigError(f"cores must be an int, a list of ints or a string like '0,1,4-7', got {value!r}")
+    if isinstance(value, int):
+        cores = [value]
+    elif isinstance(value, str):
+        cores = []
+        for part in value.split(","):
+            m = _CORE_RANGE.match(part)
+            if not m:
+                raise ConfigError(f"cannot read cores={value!r}: {part!r} is not N or N-M; write e.g. '0,1,4-7'")
+            lo = int(m.group(1))
+            hi = int(m.group(2)) if m.group(2) is not None else lo
+            if hi < lo:
+                raise ConfigError(f"cores range {part.strip()!r} runs backwards; write {hi}-{lo}")
+            cores.extend(range(lo, hi + 1))
+    else:
+        try:
+            cores = list(value)
+        except TypeError as exc:
+            raise ConfigError(f"cores must be an int, a list of ints or a string, got {value!r}") from exc
+        for c in cores:
+            if isinstance(c, bool) or not isinstance(c, int):
+                raise ConfigError(f"cores must hold ints, got {c!r}")
+    if any(c < 0 for c in cores):
+        raise ConfigError(f"cores must be >= 0, got {value!r}")
+    if not cores:
+        raise ConfigError("cores is empty; leave it out to capture every NeuronCore")
+    return tuple(sorted(set(cores)))
+
+
+def build_options(defaults: dict[str, Any] | None = None, **given: Any) -> Options:
+    """Validate ``given`` over ``defaults`` and return frozen :class:`Options`.
+
+    Raises :class:`ConfigError` (a ``NeuronscopeError``) naming the option and the fix.
+    """
+    unknown = sorted(set(given) - _KNOWN)
+    if unknown:
+        raise ConfigError(
+            f"unknown option(s) {', '.join(unknown)}; known options are {', '.join(sorted(_KNOWN))}"
+        )
+    merged: dict[str, Any] = dict(defaults or {})
+    merged.update(given)
+    name = merged.get("name")
+    if name is not None and (not isinstance(name, str) or not name.strip()):
+        raise ConfigError(f"name must be a non-empty string, got {name!r}")
+    backend = merged.get("backend", "auto")
+    if not isinstance(backend, str) or backend.lower() not in BACKENDS:
+        raise ConfigError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
+    merged["backend"] = backend.lower()
+    out_dir = merged.get("output_dir")
+    if out_dir is not None:
+        if not isinstance(out_dir, (str, os.PathLike)) or not str(out_dir):
+            raise ConfigError(f"output_dir must be a path, got {out_dir!r}")
+        merged["output_dir"] = os.fspath(out_dir)
+    for key in ("export", "record_shapes", "with_stack", "profile_memory", "enabled", "hints", "print_summary"):
+        if key in merged:
+            _check_bool(key, merged[key])
+    if "warmup" in merged:
+        _check_count("warmup", merged["warmup"], 0)
+    if merged.get("active") is not None:
+        _check_count("active", merged["active"], 1)
+    merged["modes"] = parse_modes(merged.get("modes"))
+    merged["cores"] = parse_cores(merged.get("cores"))
+    fmt = merged.get("trace_format", "auto")
+    if fmt not in ("auto", "json", "gz", "none"):
+        raise ConfigError(f"trace_format must be 'auto', 'json', 'gz' or 'none', got {fmt!r}")
+    return Options(**merged)

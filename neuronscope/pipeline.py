@@ -1,0 +1,104 @@
+"""capture -> result -> analysis: turn an event table into a :class:`ProfileResult`.
+
+Shared by live captures (:mod:`neuronscope.region`), :func:`from_profiler` and
+:func:`from_trace`, so a trace file and a live capture give the same tables and hints.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import socket
+from typing import Any
+
+from .analysis import AnalysisContext, analyze
+from .errors import NeuronscopeError
+from .events import EventTable, summarize, table_from_profiler
+from .result import ProfileResult
+
+__all__ = ["build_result", "from_profiler", "now_iso"]
+
+
+def now_iso() -> str:
+    return _dt.datetime.now().astimezone().isoformat(timespec="microseconds")
+
+
+def _torch_version() -> str | None:
+    try:
+        import torch
+
+        return str(torch.__version__)
+    except ImportError:  # pragma: no cover - torch is a dependency
+        return None
+
+
+def build_result(
+    table: EventTable,
+    *,
+    name: str,
+    backend: str,
+    status: str = "ok",
+    wall_time_us: float | None = None,
+    profiler: Any | None = None,
+    source: str = "live",
+    hints: bool = True,
+    extra: dict[str, Any] | None = None,
+) -> ProfileResult:
+    """Summarise ``table``, run the hint rules, and return the result.
+
+    ``wall_time_us`` defaults to the span of the recorded events (for trace files and
+    captures the user ran themselves, where no clock ran around the work).
+    """
+    summary = summarize(table)
+    result = ProfileResult(
+        name=name,
+        backend=backend,
+        status=status,
+        wall_time_us=summary.span_us if wall_time_us is None else wall_time_us,
+        ops=summary.ops,
+        regions=summary.regions,
+        started_at=now_iso(),
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        torch_version=_torch_version(),
+        event_count=table.raw_event_count or len(table),
+        device_unattributed_us=(table.unattributed_device_ns / 1e3) if table.has_device else None,
+    )
+    if hints:
+        ctx = AnalysisContext(
+            table=table, summary=summary, backend=backend, profiler=profiler, source=source, extra=extra or {}
+        )
+        result.hints = analyze(ctx)
+    return result
+
+
+def _backend_of(prof: Any) -> str:
+    """'cuda', 'neuron' or 'cpu', from the activities a user's profiler recorded."""
+    activities = {str(a).rsplit(".", 1)[-1].lower() for a in getattr(prof, "activities", ()) or ()}
+    if "privateuse1" in activities:
+        return "neuron"
+    if "cuda" in activities:
+        return "cuda"
+    return "cpu"
+
+
+def from_profiler(prof: Any, name: str | None = None) -> ProfileResult:
+    """Build a :class:`ProfileResult` from a finished ``torch.profiler.profile`` the user ran.
+
+    Reads the profiler's raw events (not ``key_averages()``), so it is fast on large captures.
+    Raises :class:`NeuronscopeError` when ``prof`` is not a finished profiler.
+    """
+    kineto = getattr(getattr(prof, "profiler", None), "kineto_results", None)
+    if kineto is None:
+        raise NeuronscopeError(
+            f"from_profiler needs a finished torch.profiler.profile object (leave its 'with' "
+            f"block, or call prof.stop(), first); got {type(prof).__name__}"
+        )
+    record_shapes = bool(getattr(prof, "record_shapes", False))
+    table = table_from_profiler(prof, record_shapes=record_shapes)
+    return build_result(
+        table,
+        name=name or "profile",
+        backend=_backend_of(prof),
+        profiler=prof,
+    )

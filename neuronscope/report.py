@@ -1,0 +1,213 @@
+"""Text tables of results and comparisons. Every function returns a string; none prints."""
+
+from __future__ import annotations
+
+import html
+from dataclasses import fields
+from typing import Any, Iterable
+
+from tabulate import tabulate
+
+from .result import Comparison, ComparisonRow, Hint, OpStat, ProfileResult, RegionStat, _fmt_us
+
+__all__ = [
+    "render_result",
+    "render_ops",
+    "render_regions",
+    "render_hints",
+    "render_ranks",
+    "render_comparison",
+    "result_html_table",
+    "comparison_html_table",
+    "ops_dataframe",
+    "comparison_dataframe",
+    "fmt_us",
+]
+
+fmt_us = _fmt_us
+
+
+def _pct(part: float, whole: float) -> str:
+    return f"{100.0 * part / whole:.1f}%" if whole > 0 else "-"
+
+
+def _shape(op: OpStat) -> str:
+    if not op.input_shapes:
+        return ""
+    text = str(op.input_shapes[0])
+    more = len(op.input_shapes) - 1
+    if more:
+        text += f" (+{more})"
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def render_ops(ops: list[OpStat], row_limit: int = 15, device_label: str = "device") -> str:
+    """The op table, costliest first: calls, self/total CPU, device times where present, and
+    each op's share of the total."""
+    has_device = any(o.self_device_us is not None for o in ops)
+    total = sum(o.time_us for o in ops)
+    headers = ["Op", "Calls", "Self CPU", "CPU total"]
+    if has_device:
+        headers += [f"Self {device_label}", f"{device_label} total"]
+    headers += ["Share", "Input shapes"]
+    rows = []
+    for op in ops[:row_limit]:
+        row: list[Any] = [op.name, op.calls, _fmt_us(op.self_cpu_us), _fmt_us(op.cpu_total_us)]
+        if has_device:
+            row += [_fmt_us(op.self_device_us), _fmt_us(op.device_total_us)]
+        row += [_pct(op.time_us, total), _shape(op)]
+        rows.append(row)
+    text = tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
+    if len(ops) > row_limit:
+        rest = ops[row_limit:]
+        text += f"\n... {len(rest)} more ops, {_fmt_us(sum(o.time_us for o in rest))} together"
+    return text
+
+
+def render_regions(regions: dict[str, RegionStat]) -> str:
+    if not regions:
+        return ""
+    rows = []
+    for name, reg in sorted(regions.items(), key=lambda kv: kv[1].time_us, reverse=True):
+        top = reg.ops[0].name if reg.ops else "-"
+        rows.append([name, reg.calls, _fmt_us(reg.time_us), _fmt_us(reg.device_time_us), len(reg.ops), top])
+    return tabulate(
+        rows,
+        headers=["Region", "Calls", "Time (incl.)", "Device time", "Ops", "Top op"],
+        tablefmt="simple",
+        disable_numparse=True,
+    )
+
+
+def render_hints(hints: Iterable[Hint]) -> str:
+    """One line per hint, costliest first."""
+    lines = [f"  {i}. {h.message}" for i, h in enumerate(hints, 1)]
+    return "\n".join(lines)
+
+
+def render_ranks(ranks: list[dict[str, Any]]) -> str:
+    rows = [
+        [
+            r.get("rank"),
+            _fmt_us(r.get("wall_time_us")),
+            _fmt_us(r.get("total_op_us")),
+            r.get("top_op") or "-",
+        ]
+        for r in ranks
+    ]
+    return tabulate(rows, headers=["Rank", "Wall", "Op time", "Top op"], tablefmt="simple", disable_numparse=True)
+
+
+def render_result(result: ProfileResult, row_limit: int = 15) -> str:
+    """Header, op table, regions, per-rank table and hints of one result."""
+    device_label = "NEURON" if result.backend == "neuron" else ("CUDA" if result.backend == "cuda" else "device")
+    head = f"neuronscope: {result.name} [{result.backend}] {result.status}, wall {_fmt_us(result.wall_time_us)}"
+    if result.rank is not None:
+        head += f", rank {result.rank}/{result.world_size}"
+    parts = [head]
+    if result.error:
+        parts.append(f"error: {result.error}")
+    if result.ops:
+        parts.append(render_ops(result.ops, row_limit=row_limit, device_label=device_label))
+    else:
+        parts.append("(no ops recorded)")
+    if result.device_unattributed_us:
+        parts.append(f"device time launched outside any op: {_fmt_us(result.device_unattributed_us)}")
+    nested = {k: v for k, v in result.regions.items() if k != result.name}
+    if nested:
+        parts.append("Regions:\n" + render_regions(nested))
+    if result.ranks:
+        parts.append("Ranks:\n" + render_ranks(result.ranks))
+    if result.hints:
+        parts.append("Hints (largest saving first):\n" + render_hints(result.hints))
+    for note in result.notes:
+        parts.append(f"note: {note}")
+    if result.skipped_calls:
+        parts.append(f"note: {result.skipped_calls} call(s) ran uncaptured while another capture was running")
+    return "\n\n".join(parts) + "\n"
+
+
+def render_comparison(cmp: Comparison) -> str:
+    """The comparison table: variant, time, spread, ops, top op, speedup, top hint."""
+    rows = []
+    for r in cmp.rows:
+        spread = "" if r.spread_us is None else f"±{_fmt_us(r.spread_us)}"
+        match = "" if r.outputs_match is None else ("yes" if r.outputs_match else "NO")
+        rows.append(
+            [r.label, _fmt_us(r.time_us), spread, r.op_count, r.top_op or "-", f"{r.speedup:.2f}x", match, r.top_hint or ""]
+        )
+    text = tabulate(
+        rows,
+        headers=["Variant", "Time", "Spread", "Ops", "Top op", "Speedup", "Outputs agree", "Top hint"],
+        tablefmt="simple",
+        disable_numparse=True,
+    )
+    head = f"neuronscope compare: {cmp.name}" + (f" [{cmp.backend}]" if cmp.backend else "")
+    notes = "".join(f"\nnote: {n}" for n in cmp.notes)
+    return f"{head}\n{text}{notes}\n"
+
+
+def _html_table(headers: list[str], rows: list[list[Any]]) -> str:
+    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def result_html_table(result: ProfileResult, row_limit: int = 15) -> str:
+    """An HTML table of the top ops (for Jupyter's ``_repr_html_``)."""
+    total = sum(o.time_us for o in result.ops)
+    rows = [
+        [o.name, o.calls, _fmt_us(o.self_cpu_us), _fmt_us(o.self_device_us), _pct(o.time_us, total)]
+        for o in result.ops[:row_limit]
+    ]
+    caption = html.escape(f"{result.name} [{result.backend}] wall {_fmt_us(result.wall_time_us)}")
+    hints = "".join(f"<li>{html.escape(h.message)}</li>" for h in result.hints)
+    return (
+        f"<div><b>{caption}</b>"
+        + _html_table(["Op", "Calls", "Self CPU", "Self device", "Share"], rows)
+        + (f"<ul>{hints}</ul>" if hints else "")
+        + "</div>"
+    )
+
+
+def comparison_html_table(cmp: Comparison) -> str:
+    """An HTML table of the comparison, the same columns as :func:`render_comparison`."""
+    rows = [
+        [
+            r.label,
+            _fmt_us(r.time_us),
+            "" if r.spread_us is None else f"±{_fmt_us(r.spread_us)}",
+            r.op_count,
+            r.top_op or "-",
+            f"{r.speedup:.2f}x",
+            "" if r.outputs_match is None else ("yes" if r.outputs_match else "NO"),
+            r.top_hint or "",
+        ]
+        for r in cmp.rows
+    ]
+    headers = ["Variant", "Time", "Spread", "Ops", "Top op", "Speedup", "Outputs agree", "Top hint"]
+    caption = html.escape(cmp.name + (f" [{cmp.backend}]" if cmp.backend else ""))
+    notes = "".join(f"<li>{html.escape(n)}</li>" for n in cmp.notes)
+    return f"<div><b>{caption}</b>" + _html_table(headers, rows) + (f"<ul>{notes}</ul>" if notes else "") + "</div>"
+
+
+def comparison_dataframe(cmp: Comparison) -> Any:
+    """The comparison rows as a pandas DataFrame indexed by variant label."""
+    columns = [f.name for f in fields(ComparisonRow)]
+    return _dataframe([r.to_dict() for r in cmp.rows], columns=columns).set_index("label")
+
+
+def ops_dataframe(ops: list[OpStat]) -> Any:
+    """The op table as a pandas DataFrame (pandas is an optional extra, imported here)."""
+    columns = [f.name for f in fields(OpStat)]
+    return _dataframe([o.to_dict() for o in ops], columns=columns)
+
+
+def _dataframe(records: list[dict[str, Any]], columns: list[str] | None = None) -> Any:
+    try:
+        import pandas as pd
+    except ImportError as exc:
+        from .errors import NeuronscopeError
+
+        raise NeuronscopeError("to_dataframe() needs pandas; pip install 'neuronscope[pandas]'") from exc
+    return pd.DataFrame(records, columns=columns)

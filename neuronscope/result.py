@@ -1,0 +1,526 @@
+"""What a capture measured, as plain data: ``ProfileResult``, ``OpStat``, ``Hint``, ``Comparison``.
+
+Results are dataclasses with derived properties and ``to_dict`` / ``from_dict`` that still load
+files written by older schema versions. Rendering lives in :mod:`neuronscope.report`; the
+``table()`` methods import it lazily so this module stays free of tabulate.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Iterator, Mapping
+
+from .errors import RunLoadError
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "OpStat",
+    "Hint",
+    "RegionStat",
+    "ProfileResult",
+    "ComparisonRow",
+    "Comparison",
+]
+
+#: Version of the ``result.json`` layout. Bump it when a field changes meaning; ``from_dict``
+#: keeps loading every older version and refuses newer ones with a clear message.
+SCHEMA_VERSION = 1
+
+Shape = list[int]
+
+
+def _fmt_us(us: float | None) -> str:
+    """A duration in readable units: '812 us', '3.41 ms', '2.05 s'."""
+    if us is None:
+        return "n/a"
+    if us >= 1e6:
+        return f"{us / 1e6:.2f} s"
+    if us >= 1e3:
+        return f"{us / 1e3:.2f} ms"
+    return f"{us:.1f} us"
+
+
+def _known(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
+    """The keys of ``data`` that ``cls`` has as fields: newer writers may add keys we ignore."""
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in data.items() if k in names}
+
+
+def _opt_float(value: Any) -> float | None:
+    if value is None:
+        return None
+    out = float(value)
+    if math.isnan(out):
+        return None
+    return out
+
+
+@dataclass
+class OpStat:
+    """One operator's totals over a capture, as ``key_averages()`` would give them.
+
+    Device fields are ``None`` where the backend recorded no device time at all (a CPU capture,
+    or a Neuron build that does not correlate device time), never a silent 0.
+    """
+
+    name: str
+    calls: int
+    self_cpu_us: float
+    cpu_total_us: float
+    self_device_us: float | None = None
+    device_total_us: float | None = None
+    input_shapes: list[list[Shape]] = field(default_factory=list)
+
+    @property
+    def time_us(self) -> float:
+        """The time that ranks this op: self device time where there is one, else self CPU."""
+        if self.self_device_us is not None:
+            return self.self_device_us
+        return self.self_cpu_us
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> OpStat:
+        d = _known(cls, data)
+        return cls(
+            name=str(d["name"]),
+            calls=int(d.get("calls", 0)),
+            self_cpu_us=float(d.get("self_cpu_us", 0.0)),
+            cpu_total_us=float(d.get("cpu_total_us", 0.0)),
+            self_device_us=_opt_float(d.get("self_device_us")),
+            device_total_us=_opt_float(d.get("device_total_us")),
+            input_shapes=[list(map(list, s)) for s in d.get("input_shapes") or []],
+        )
+
+    def __repr__(self) -> str:
+        dev = "" if self.self_device_us is None else f", self device {_fmt_us(self.self_device_us)}"
+        return f"OpStat({self.name!r}, calls={self.calls}, self CPU {_fmt_us(self.self_cpu_us)}{dev})"
+
+
+@dataclass
+class Hint:
+    """One finding about the capture: a fusion candidate, compile trouble, a slow rank...
+
+    Hints are data: ``pattern`` names the idiom (see CONTRACT.md), ``ops`` / ``calls`` /
+    ``time_us`` are the evidence, ``est_saving_us`` the estimate, and ``suggestion`` names the
+    replacement API. ``confidence`` says how the evidence was found: ``"dataflow"`` (producer and
+    consumer linked through tensor identities), ``"sequence"`` (op order and shapes only, as in a
+    trace file), or ``"measured"`` (counters, timings).
+    """
+
+    kind: str
+    pattern: str
+    ops: list[str] = field(default_factory=list)
+    calls: int = 1
+    time_us: float = 0.0
+    est_saving_us: float = 0.0
+    suggestion: str = ""
+    location: str | None = None
+    confidence: str = "dataflow"
+    verified_saving_us: float | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def message(self) -> str:
+        """One line for people: pattern, evidence and suggestion."""
+        where = f" at {self.location}" if self.location else ""
+        ops = " -> ".join(self.ops)
+        times = f"x{self.calls}" if self.calls > 1 else ""
+        return (
+            f"[{self.kind}:{self.pattern}]{where} {ops} {times} costs {_fmt_us(self.time_us)}, "
+            f"save ~{_fmt_us(self.est_saving_us)}: {self.suggestion}"
+        ).replace("  ", " ")
+
+    def verify(self, **options: Any) -> Any:
+        """Measure the saving: time the hand-written chain against the suggested replacement.
+
+        Builds inputs of the recorded shapes and dtypes, times both forms and stores the
+        measured saving in ``verified_saving_us``. See :mod:`neuronscope.analysis.verify`.
+        """
+        from .analysis.verify import verify_hint
+
+        return verify_hint(self, **options)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Hint:
+        d = _known(cls, data)
+        return cls(
+            kind=str(d["kind"]),
+            pattern=str(d.get("pattern", "")),
+            ops=[str(o) for o in d.get("ops") or []],
+            calls=int(d.get("calls", 1)),
+            time_us=float(d.get("time_us", 0.0)),
+            est_saving_us=float(d.get("est_saving_us", 0.0)),
+            suggestion=str(d.get("suggestion", "")),
+            location=d.get("location"),
+            confidence=str(d.get("confidence", "dataflow")),
+            verified_saving_us=_opt_float(d.get("verified_saving_us")),
+            details=dict(d.get("details") or {}),
+        )
+
+    def __repr__(self) -> str:
+        return f"Hint({self.message})"
+
+
+@dataclass
+class RegionStat:
+    """A labelled range inside a capture: a nested ``neuron_region``, a decorated call, or any
+    ``record_function`` range. ``time_us`` is inclusive (children included), summed over
+    ``calls``; ``ops`` are the operators that ran inside it.
+
+    It also reads like a mapping (``region["time_us"]``), for code that treats ``regions`` as
+    plain JSON.
+    """
+
+    name: str
+    calls: int
+    time_us: float
+    device_time_us: float | None = None
+    ops: list[OpStat] = field(default_factory=list)
+
+    def __getitem__(self, key: str) -> Any:
+        if key in self.keys():
+            return getattr(self, key)
+        raise KeyError(key)
+
+    def keys(self) -> list[str]:
+        return [f.name for f in fields(self)]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.keys()
+
+    @property
+    def op_names(self) -> list[str]:
+        return [o.name for o in self.ops]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "calls": self.calls,
+            "time_us": self.time_us,
+            "device_time_us": self.device_time_us,
+            "ops": [o.to_dict() for o in self.ops],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RegionStat:
+        return cls(
+            name=str(data.get("name", "")),
+            calls=int(data.get("calls", 1)),
+            time_us=float(data.get("time_us", 0.0)),
+            device_time_us=_opt_float(data.get("device_time_us")),
+            ops=[OpStat.from_dict(o) for o in data.get("ops") or []],
+        )
+
+
+@dataclass
+class ProfileResult:
+    """Everything one capture measured, plus a pointer back to what was asked.
+
+    ``ops`` is sorted costliest first (device time where the backend has it, else self CPU).
+    ``run_dir`` is where the capture was exported, or ``None`` (``export=False``, or the export
+    failed and a warning said why). In a multi-process run ``rank`` / ``world_size`` are set, and
+    rank 0's result has ``ranks``: one entry per rank with its wall time and top op.
+    """
+
+    name: str
+    backend: str
+    status: str = "ok"
+    wall_time_us: float = 0.0
+    ops: list[OpStat] = field(default_factory=list)
+    hints: list[Hint] = field(default_factory=list)
+    regions: dict[str, RegionStat] = field(default_factory=dict)
+    run_dir: str | None = None
+    rank: int | None = None
+    world_size: int | None = None
+    ranks: list[dict[str, Any]] | None = None
+    # What was asked, and the context of the measurement.
+    target: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    started_at: str | None = None
+    host: str | None = None
+    pid: int | None = None
+    torch_version: str | None = None
+    device_name: str | None = None
+    event_count: int = 0
+    device_unattributed_us: float | None = None
+    skipped_calls: int = 0
+    artifacts: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    # ---- derived -------------------------------------------------------------------------
+    @property
+    def has_device_time(self) -> bool:
+        return any(o.self_device_us is not None for o in self.ops)
+
+    @property
+    def total_cpu_us(self) -> float:
+        """Sum of self CPU time over all ops."""
+        return sum(o.self_cpu_us for o in self.ops)
+
+    @property
+    def total_device_us(self) -> float | None:
+        """Sum of self device time over all ops, or None where there is no device time."""
+        if not self.has_device_time:
+            return None
+        return sum(o.self_device_us or 0.0 for o in self.ops)
+
+    @property
+    def total_op_us(self) -> float:
+        """The total that comparisons rank by: device time where there is one, else CPU."""
+        dev = self.total_device_us
+        return dev if dev is not None else self.total_cpu_us
+
+    @property
+    def top_op(self) -> OpStat | None:
+        return self.ops[0] if self.ops else None
+
+    def op(self, name: str) -> OpStat | None:
+        """The ``OpStat`` named ``name`` (e.g. ``"aten::mul"``), or None."""
+        for o in self.ops:
+            if o.name == name:
+                return o
+        return None
+
+    @property
+    def fusion_hints(self) -> list[Hint]:
+        return [h for h in self.hints if h.kind == "fusion"]
+
+    # ---- rendering -----------------------------------------------------------------------
+    def table(self, row_limit: int = 15) -> str:
+        """The op table, regions and hints as text, as printed after a capture."""
+        from .report import render_result
+
+        return render_result(self, row_limit=row_limit)
+
+    def _repr_html_(self) -> str:
+        from .report import result_html_table
+
+        return result_html_table(self)
+
+    def to_dataframe(self) -> Any:
+        """The op table as a pandas DataFrame (needs pandas, an optional extra)."""
+        from .report import ops_dataframe
+
+        return ops_dataframe(self.ops)
+
+    def __repr__(self) -> str:
+        top = self.top_op
+        lines = [
+            f"ProfileResult({self.name!r}, backend={self.backend!r}, status={self.status!r})",
+            f"  wall {_fmt_us(self.wall_time_us)}, {len(self.ops)} ops, {len(self.hints)} hints",
+        ]
+        if top is not None:
+            lines.append(f"  top op {top.name} ({_fmt_us(top.time_us)})")
+        if self.run_dir:
+            lines.append(f"  run_dir {self.run_dir}")
+        return "\n".join(lines)
+
+    # ---- serialisation -------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "type": "ProfileResult",
+            "name": self.name,
+            "backend": self.backend,
+            "status": self.status,
+            "wall_time_us": self.wall_time_us,
+            "ops": [o.to_dict() for o in self.ops],
+            "hints": [h.to_dict() for h in self.hints],
+            "regions": {k: r.to_dict() for k, r in self.regions.items()},
+            "run_dir": self.run_dir,
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "ranks": self.ranks,
+            "target": self.target,
+            "options": self.options,
+            "error": self.error,
+            "started_at": self.started_at,
+            "host": self.host,
+            "pid": self.pid,
+            "torch_version": self.torch_version,
+            "device_name": self.device_name,
+            "event_count": self.event_count,
+            "device_unattributed_us": self.device_unattributed_us,
+            "skipped_calls": self.skipped_calls,
+            "artifacts": self.artifacts,
+            "notes": self.notes,
+        }
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, default=str)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ProfileResult:
+        """Build a result from ``to_dict()`` output of this or any older schema version."""
+        _check_schema(data, "ProfileResult")
+        try:
+            d = _known(cls, data)
+            regions_raw = d.get("regions") or {}
+            return cls(
+                name=str(d["name"]),
+                backend=str(d.get("backend", "unknown")),
+                status=str(d.get("status", "ok")),
+                wall_time_us=float(d.get("wall_time_us") or 0.0),
+                ops=[OpStat.from_dict(o) for o in d.get("ops") or []],
+                hints=[Hint.from_dict(h) for h in d.get("hints") or []],
+                regions={str(k): RegionStat.from_dict({"name": k, **v}) for k, v in regions_raw.items()},
+                run_dir=d.get("run_dir"),
+                rank=None if d.get("rank") is None else int(d["rank"]),
+                world_size=None if d.get("world_size") is None else int(d["world_size"]),
+                ranks=d.get("ranks"),
+                target=d.get("target"),
+                options=dict(d.get("options") or {}),
+                error=d.get("error"),
+                started_at=d.get("started_at"),
+                host=d.get("host"),
+                pid=None if d.get("pid") is None else int(d["pid"]),
+                torch_version=d.get("torch_version"),
+                device_name=d.get("device_name"),
+                event_count=int(d.get("event_count") or 0),
+                device_unattributed_us=_opt_float(d.get("device_unattributed_us")),
+                skipped_calls=int(d.get("skipped_calls") or 0),
+                artifacts=dict(d.get("artifacts") or {}),
+                notes=[str(n) for n in d.get("notes") or []],
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise RunLoadError(f"result data is malformed: {type(exc).__name__}: {exc}") from exc
+
+
+def _check_schema(data: Any, expected_type: str) -> None:
+    if not isinstance(data, Mapping):
+        raise RunLoadError(f"expected a JSON object for a {expected_type}, got {type(data).__name__}")
+    version = data.get("schema_version", 1)
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise RunLoadError(f"schema_version must be an integer, got {version!r}")
+    if version > SCHEMA_VERSION:
+        raise RunLoadError(
+            f"written by a newer neuronscope (schema {version}, this one reads up to "
+            f"{SCHEMA_VERSION}); upgrade neuronscope to read it"
+        )
+    kind = data.get("type", expected_type)
+    if kind != expected_type:
+        raise RunLoadError(f"holds a {kind}, not a {expected_type}")
+
+
+@dataclass
+class ComparisonRow:
+    """One variant of a comparison: its time, op count, top op and speedup over the first."""
+
+    label: str
+    time_us: float
+    op_count: int
+    top_op: str | None
+    speedup: float
+    top_hint: str | None = None
+    spread_us: float | None = None
+    repeats: int = 1
+    outputs_match: bool | None = None
+    #: Seconds the unprofiled warm-up calls took (compilation shows here, not in ``time_us``).
+    warmup_s: float | None = None
+
+    def __getitem__(self, key: str) -> Any:
+        return getattr(self, key)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ComparisonRow:
+        d = _known(cls, data)
+        return cls(
+            label=str(d["label"]),
+            time_us=float(d.get("time_us", 0.0)),
+            op_count=int(d.get("op_count", 0)),
+            top_op=d.get("top_op"),
+            speedup=float(d.get("speedup", 1.0)),
+            top_hint=d.get("top_hint"),
+            spread_us=_opt_float(d.get("spread_us")),
+            repeats=int(d.get("repeats", 1)),
+            outputs_match=d.get("outputs_match"),
+            warmup_s=_opt_float(d.get("warmup_s")),
+        )
+
+
+@dataclass
+class Comparison:
+    """Variants run on the same arguments, side by side. ``rows`` keep the order given;
+    ``speedup`` is against the first variant."""
+
+    name: str
+    rows: list[ComparisonRow] = field(default_factory=list)
+    results: dict[str, ProfileResult] = field(default_factory=dict)
+    run_dir: str | None = None
+    backend: str | None = None
+    notes: list[str] = field(default_factory=list)
+    started_at: str | None = None
+
+    def __iter__(self) -> Iterator[ComparisonRow]:
+        return iter(self.rows)
+
+    def row(self, label: str) -> ComparisonRow:
+        for r in self.rows:
+            if r.label == label:
+                return r
+        raise KeyError(label)
+
+    def table(self) -> str:
+        """The comparison as text, like the motivating study's table."""
+        from .report import render_comparison
+
+        return render_comparison(self)
+
+    def _repr_html_(self) -> str:
+        from .report import comparison_html_table
+
+        return comparison_html_table(self)
+
+    def to_dataframe(self) -> Any:
+        """The comparison table as a pandas DataFrame indexed by variant (needs pandas)."""
+        from .report import comparison_dataframe
+
+        return comparison_dataframe(self)
+
+    def __repr__(self) -> str:
+        parts = ", ".join(f"{r.label}={_fmt_us(r.time_us)} ({r.speedup:.2f}x)" for r in self.rows)
+        return f"Comparison({self.name!r}: {parts})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "type": "Comparison",
+            "name": self.name,
+            "rows": [r.to_dict() for r in self.rows],
+            "results": {k: v.to_dict() for k, v in self.results.items()},
+            "run_dir": self.run_dir,
+            "backend": self.backend,
+            "notes": self.notes,
+            "started_at": self.started_at,
+        }
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, default=str)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Comparison:
+        _check_schema(data, "Comparison")
+        try:
+            return cls(
+                name=str(data["name"]),
+                rows=[ComparisonRow.from_dict(r) for r in data.get("rows") or []],
+                results={str(k): ProfileResult.from_dict(v) for k, v in (data.get("results") or {}).items()},
+                run_dir=data.get("run_dir"),
+                backend=data.get("backend"),
+                notes=[str(n) for n in data.get("notes") or []],
+                started_at=data.get("started_at"),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise RunLoadError(f"comparison data is malformed: {type(exc).__name__}: {exc}") from exc

@@ -1,0 +1,38 @@
+"""Shared fixtures. The autouse fixture proves that no test leaves a profiler or region active."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+import torch
+
+from neuronscope.region import ensure_no_capture_running
+
+SHARED_TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
+
+
+@pytest.fixture(autouse=True)
+def _no_capture_left_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every test starts and ends with no capture running, and writes runs under tmp_path."""
+    monkeypatch.setenv("NEURONSCOPE_OUTPUT_DIR", str(tmp_path / "runs"))
+    monkeypatch.delenv("NEURONSCOPE_DISABLE", raising=False)
+    assert ensure_no_capture_running(), "a capture was left running before this test"
+    yield
+    assert ensure_no_capture_running(), "this test left a neuronscope capture or region active"
+    assert not torch.autograd.profiler._is_profiler_enabled, "this test left torch.profiler running"
+
+
+@pytest.fixture
+def runs_dir(tmp_path: Path) -> Path:
+    """The export root of this test (what NEURONSCOPE_OUTPUT_DIR points at)."""
+    return Path(os.environ["NEURONSCOPE_OUTPUT_DIR"])
+
+
+@pytest.fixture
+def shared_traces() -> Path:
+    if not SHARED_TRACES.is_dir():
+        pytest.skip(f"the shared A100 traces are not at {SHARED_TRACES}")
+    return SHARED_TRACES

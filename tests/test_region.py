@@ -1,0 +1,168 @@
+"""neuron_region: outermost capture, nested labelled ranges, per-thread counting, windows."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+
+import neuronscope
+from neuronscope import NeuronscopeError, neuron_region, profile_on_neuron
+from neuronscope.region import ensure_no_capture_running
+
+
+def test_region_captures_the_block_and_nested_regions() -> None:
+    x = torch.randn(32, 32)
+    with neuron_region("step", export=False) as outer:
+        with neuron_region("attn") as attn:
+            y = torch.softmax(x @ x.T, dim=-1)
+        with neuron_region("mlp"):
+            z = torch.relu(y @ x)
+            with neuron_region("inner"):
+                z = z.exp()
+    result = outer.result
+    assert result is not None and result.name == "step" and result.status == "ok"
+    assert attn.result is result  # inner regions report the capture that holds them
+    assert {"step", "attn", "mlp", "inner"} <= set(result.regions)
+    assert "aten::softmax" in result.regions["attn"].op_names
+    assert "aten::exp" in result.regions["mlp"].op_names  # inclusive of nested regions
+    assert "aten::exp" not in result.regions["attn"].op_names
+    assert result.regions["mlp"].time_us >= result.regions["inner"].time_us
+    assert result.regions["mlp"]["time_us"] == result.regions["mlp"].time_us
+    assert result.regions["step"].time_us >= result.regions["attn"].time_us + result.regions["mlp"].time_us
+    assert ensure_no_capture_running()
+
+
+def test_region_result_is_none_until_the_outer_capture_ends() -> None:
+    with neuron_region("outer", export=False) as outer:
+        with neuron_region("inner") as inner:
+            torch.ones(2).add_(1)
+        assert inner.result is None
+    assert inner.result is outer.result is not None
+
+
+def test_region_as_decorator_captures_each_call() -> None:
+    @neuron_region("decorated", export=False)
+    def f(x: torch.Tensor) -> torch.Tensor:
+        """Doc."""
+        return x.sin()
+
+    assert f.__name__ == "f" and f.__doc__ == "Doc."
+    f(torch.ones(3))
+    f(torch.ones(3))
+    assert len(f.results) == 2
+    assert f.last_result is not None and f.last_result.name == "decorated"
+    assert f.last_result.op("aten::sin") is not None
+
+
+def test_bare_region_decorator_uses_the_function_name() -> None:
+    @neuron_region
+    def helper(x: torch.Tensor) -> torch.Tensor:
+        return x.cos()
+
+    helper(torch.ones(2))
+    assert helper.last_result is not None and helper.last_result.name == "helper"
+
+
+def test_region_window_counted_by_name_in_a_loop() -> None:
+    results = []
+    for _ in range(6):
+        with neuron_region("loop-step", warmup=2, active=1, export=False) as r:
+            torch.ones(4).mul_(2)
+        results.append(r.result)
+    assert [res is not None for res in results] == [False, False, True, False, False, False]
+
+
+def test_exception_resets_the_nesting_count_and_exports_an_error_result(runs_dir: Path) -> None:
+    error = ValueError("nope")
+    with pytest.raises(ValueError) as info:
+        with neuron_region("failing") as r:
+            with neuron_region("deeper"):
+                torch.ones(2).add_(1)
+                raise error
+    assert info.value is error
+    assert ensure_no_capture_running()
+    assert r.result is not None and r.result.status == "error"
+    assert "deeper" in r.result.regions
+    assert r.result.run_dir is not None and Path(r.result.run_dir).is_relative_to(runs_dir)
+    assert neuronscope.load(r.result.run_dir).status == "error"
+    with neuron_region("after", export=False) as again:  # the next capture works
+        torch.ones(2).add_(1)
+    assert again.result is not None and again.result.status == "ok"
+
+
+def test_keyboard_interrupt_stops_the_profiler() -> None:
+    with pytest.raises(KeyboardInterrupt):
+        with neuron_region("interrupted", export=False) as r:
+            torch.ones(2).add_(1)
+            raise KeyboardInterrupt
+    assert ensure_no_capture_running()
+    assert not torch.autograd.profiler._is_profiler_enabled
+    assert r.result is not None and r.result.status == "error"
+    assert r.result.error is not None and r.result.error.startswith("KeyboardInterrupt")
+
+
+def test_region_inside_the_users_own_profiler_runs_uncaptured() -> None:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        with neuron_region("mine", export=False) as r:
+            torch.ones(2).add_(1)
+    assert r.result is None
+    names = {e.name for e in prof.events()}
+    assert "aten::add_" in names
+
+
+def test_second_thread_runs_uncaptured_and_is_counted() -> None:
+    started = threading.Event()
+    release = threading.Event()
+    seen: dict[str, object] = {}
+
+    @profile_on_neuron(warmup=0, active=None, export=False)
+    def other(x: torch.Tensor) -> torch.Tensor:
+        return x + 1
+
+    def hold_capture() -> None:
+        with neuron_region("holder", export=False) as r:
+            started.set()
+            release.wait(10)
+        seen["holder"] = r.result
+
+    t = threading.Thread(target=hold_capture)
+    t.start()
+    assert started.wait(10)
+    try:
+        out = other(torch.zeros(2))  # the profiler is busy on the other thread
+    finally:
+        release.set()
+        t.join()
+    assert torch.equal(out, torch.ones(2))
+    assert other.results == [] and other.skipped_calls == 1
+    assert seen["holder"] is not None
+    other(torch.zeros(2))
+    assert other.last_result is not None and other.last_result.skipped_calls == 1
+
+
+def test_disabled_region_is_a_pass_through(monkeypatch: pytest.MonkeyPatch) -> None:
+    with neuron_region("off", enabled=False) as r:
+        torch.ones(1)
+    assert r.result is None
+    monkeypatch.setenv("NEURONSCOPE_DISABLE", "true")
+    with neuron_region("env-off") as r2:
+        assert not torch.autograd.profiler._is_profiler_enabled
+    assert r2.result is None
+
+
+def test_bad_region_options_raise_when_built() -> None:
+    with pytest.raises(NeuronscopeError, match="unknown backend"):
+        neuron_region("x", backend="gpu")
+    with pytest.raises(NeuronscopeError, match="name must be a non-empty string"):
+        neuron_region("")
+
+
+def test_record_shapes_and_with_stack_reach_the_profiler() -> None:
+    with neuron_region("shapes", export=False, record_shapes=True) as r:
+        torch.ones(3, 5).sum()
+    assert r.result is not None
+    op = r.result.op("aten::sum")
+    assert op is not None and [3, 5] in op.input_shapes[0]

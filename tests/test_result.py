@@ -1,0 +1,177 @@
+"""Result types, serialisation, from_profiler and the run directory."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function
+
+import neuronscope
+from neuronscope import Comparison, Hint, NeuronscopeError, OpStat, ProfileResult, from_profiler
+from neuronscope.export import INCOMPLETE_MARKER, atomic_write_text, find_runs, new_run_dir
+from neuronscope.result import SCHEMA_VERSION, ComparisonRow, RegionStat
+
+
+def _sample_result() -> ProfileResult:
+    return ProfileResult(
+        name="sample",
+        backend="cuda",
+        wall_time_us=1234.5,
+        ops=[
+            OpStat("aten::mm", 2, 10.0, 20.0, 300.0, 300.0, [[[4, 4], [4, 4]]]),
+            OpStat("aten::add", 1, 5.0, 5.0, None, None),
+        ],
+        hints=[
+            Hint(
+                kind="fusion",
+                pattern="rms_norm",
+                ops=["aten::pow", "aten::mean", "aten::add", "aten::rsqrt", "aten::mul", "aten::mul"],
+                calls=12,
+                time_us=2355.0,
+                est_saving_us=1950.0,
+                suggestion="use torch.rms_norm",
+                location="model.py:42",
+                details={"shape": [8, 1024]},
+            )
+        ],
+        regions={"attn": RegionStat("attn", 2, 100.0, 50.0, [OpStat("aten::mm", 2, 10.0, 20.0, 300.0, 300.0)])},
+        run_dir=None,
+        rank=1,
+        world_size=2,
+        ranks=[{"rank": 0, "wall_time_us": 10.0, "top_op": "aten::mm"}],
+        artifacts={"neuron": {"files": ["ntrace.pb"]}},
+        notes=["hello"],
+    )
+
+
+def test_every_field_survives_to_dict_and_from_dict() -> None:
+    original = _sample_result()
+    data = json.loads(original.to_json())
+    assert data["schema_version"] == SCHEMA_VERSION
+    again = ProfileResult.from_dict(data)
+    assert again.to_dict() == original.to_dict()
+    assert again.hints[0].ops[0] == "aten::pow" and again.hints[0].location == "model.py:42"
+    assert again.regions["attn"].ops[0].self_device_us == 300.0
+    assert again.ops[1].self_device_us is None  # None stays None, never a silent 0
+
+
+def test_derived_properties_and_repr() -> None:
+    r = _sample_result()
+    assert r.top_op is not None and r.top_op.name == "aten::mm"
+    assert r.has_device_time and r.total_device_us == 300.0
+    assert r.total_cpu_us == 15.0
+    assert r.op("aten::add") is r.ops[1] and r.op("nope") is None
+    assert r.fusion_hints == r.hints
+    text = repr(r)
+    assert "sample" in text and "1.23 ms" in text
+    assert "rms_norm" in r.hints[0].message and "x12" in r.hints[0].message
+
+
+def test_comparison_round_trip() -> None:
+    cmp = Comparison(
+        name="study",
+        rows=[ComparisonRow("naive", 2355.0, 6, "aten::mul", 1.0), ComparisonRow("fused", 403.3, 1, "aten::_fused_rms_norm", 5.84)],
+        results={"naive": _sample_result()},
+        backend="neuron",
+    )
+    again = Comparison.from_dict(json.loads(cmp.to_json()))
+    assert again.to_dict() == cmp.to_dict()
+    assert again.row("fused").speedup == pytest.approx(5.84)
+    assert "fused" in again.table() and "5.84x" in again.table()
+
+
+def test_newer_schema_and_foreign_data_are_refused() -> None:
+    data = _sample_result().to_dict()
+    data["schema_version"] = SCHEMA_VERSION + 1
+    with pytest.raises(NeuronscopeError, match="newer neuronscope"):
+        ProfileResult.from_dict(data)
+    with pytest.raises(NeuronscopeError):
+        ProfileResult.from_dict({"schema_version": 1, "type": "ProfileResult"})
+    with pytest.raises(NeuronscopeError):
+        ProfileResult.from_dict([1, 2])  # type: ignore[arg-type]
+
+
+def test_from_profiler_on_a_capture_the_user_ran() -> None:
+    x = torch.randn(16, 16)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        with record_function("block"):
+            for _ in range(3):
+                x = torch.tanh(x @ x)
+    result = from_profiler(prof, name="mine")
+    assert result.name == "mine" and result.backend == "cpu"
+    assert result.op("aten::tanh") is not None and result.op("aten::tanh").calls == 3
+    assert result.regions["block"].calls == 1
+    ka = {e.key: e for e in prof.key_averages()}
+    ours = result.op("aten::mm")
+    assert ours is not None and ours.calls == ka["aten::mm"].count
+    assert ours.self_cpu_us == pytest.approx(ka["aten::mm"].self_cpu_time_total, rel=0.01)
+
+
+def test_from_profiler_refuses_a_profiler_that_did_not_run() -> None:
+    with pytest.raises(NeuronscopeError, match="finished torch.profiler"):
+        from_profiler(object())
+
+
+def test_run_directories_never_collide(tmp_path: Path) -> None:
+    when = dt.datetime(2026, 1, 2, 3, 4, 5, 6)
+    a = new_run_dir(tmp_path, "x", when=when)
+    b = new_run_dir(tmp_path, "x", when=when)
+    c = new_run_dir(tmp_path, "x", rank=3, when=when)
+    assert a != b and len({a, b, c}) == 3
+    assert a.name.startswith("20260102-030405-000006_") and f"_pid{os.getpid()}" in a.name
+    assert b.name.startswith("20260102-030405-000007_")
+    assert c.name.endswith("_rank3")
+    assert sorted([b, a]) == [a, b]
+    assert (a / INCOMPLETE_MARKER).exists()
+    assert find_runs(tmp_path)[0] == b
+
+
+def test_atomic_write_leaves_no_temporary_file(tmp_path: Path) -> None:
+    target = tmp_path / "result.json"
+    atomic_write_text(target, "{}")
+    assert target.read_text() == "{}"
+    assert [p.name for p in tmp_path.iterdir()] == ["result.json"]
+
+
+def test_load_reopens_an_exported_run_and_names_bad_paths(tmp_path: Path, runs_dir: Path) -> None:
+    with neuronscope.neuron_region("saved") as r:
+        torch.ones(4).add_(1)
+    assert r.result is not None and r.result.run_dir is not None
+    loaded = neuronscope.load(r.result.run_dir)
+    assert isinstance(loaded, ProfileResult)
+    assert loaded.to_dict() == r.result.to_dict()
+    assert neuronscope.load(Path(r.result.run_dir) / "result.json").name == "saved"
+    summary = (Path(r.result.run_dir) / "summary.txt").read_text()
+    assert "aten::add_" in summary
+    with pytest.raises(NeuronscopeError, match="no such file"):
+        neuronscope.load(tmp_path / "missing")
+    with pytest.raises(NeuronscopeError, match="not a neuronscope run"):
+        neuronscope.load(tmp_path)
+
+
+def test_trace_json_is_a_chrome_trace(runs_dir: Path) -> None:
+    with neuronscope.neuron_region("traced") as r:
+        torch.ones(4).add_(1)
+    assert r.result is not None and r.result.run_dir is not None
+    trace = json.loads((Path(r.result.run_dir) / "trace.json").read_text())
+    names = {e.get("name") for e in trace["traceEvents"]}
+    assert "aten::add_" in names and "traced" in names
+    assert r.result.artifacts["trace"] == "trace.json"
+
+
+def test_table_lists_ops_regions_and_hints() -> None:
+    text = _sample_result().table()
+    assert "aten::mm" in text and "Self CUDA" in text and "rms_norm" in text and "attn" in text
+
+
+def test_dataframe_and_html() -> None:
+    pd = pytest.importorskip("pandas")
+    df = _sample_result().to_dataframe()
+    assert isinstance(df, pd.DataFrame) and list(df["name"]) == ["aten::mm", "aten::add"]
+    html = _sample_result()._repr_html_()
+    assert "<table>" in html and "aten::mm" in html

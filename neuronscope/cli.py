@@ -1,13 +1,16 @@
 """The ``neuronscope`` command: show, ls, diff, report and demo.
 
 ``main(argv)`` returns the exit status: 0 on success, 2 for a bad argument or an unreadable
-run, with a one-line message and no traceback.
+run, with a one-line message and no traceback. Only ``demo`` starts the profiler; the other
+commands read exported runs and trace files.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as _dt
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -16,22 +19,15 @@ from .errors import NeuronscopeError
 
 __all__ = ["main", "build_parser"]
 
-
-def _open(path_text: str) -> Any:
-    """A run directory, a result.json, or a trace file, as a result object."""
-    from .export import load
-
-    path = Path(path_text)
-    if path.is_file() and (path.name.endswith((".json.gz", ".pt.trace.json")) or _looks_like_trace(path)):
-        from .trace import from_trace
-
-        return from_trace(path)
-    return load(path)
+#: Separates a comparison's run directory from one of its variants: ``RUN_DIR#fused``.
+VARIANT_SEP = "#"
 
 
 def _looks_like_trace(path: Path) -> bool:
     if path.name == "result.json":
         return False
+    if path.name.endswith((".json.gz", ".pt.trace.json")):
+        return True
     try:
         with open(path, "rb") as fh:
             head = fh.read(4096)
@@ -40,29 +36,91 @@ def _looks_like_trace(path: Path) -> bool:
     return b"traceEvents" in head
 
 
+def _read_trace(path: Path) -> Any:
+    from .trace import from_trace
+
+    try:
+        return from_trace(path)
+    except NotImplementedError as exc:
+        raise NeuronscopeError(f"{path}: this neuronscope cannot read trace files yet") from exc
+
+
+def _open(path_text: str) -> Any:
+    """A run directory, a result.json, a trace file, or ``RUN_DIR#LABEL`` (one variant of a
+    comparison), as a result object."""
+    from .export import load
+    from .result import Comparison
+
+    path = Path(path_text)
+    if not path.exists() and VARIANT_SEP in path_text:
+        run_text, label = path_text.rsplit(VARIANT_SEP, 1)
+        if Path(run_text).exists():
+            obj = load(run_text)
+            if not isinstance(obj, Comparison):
+                raise NeuronscopeError(f"{run_text}: not a comparison, so it has no variant {label!r}")
+            if label not in obj.results:
+                known = ", ".join(obj.results) or "none"
+                raise NeuronscopeError(f"{run_text}: no variant {label!r} (variants: {known})")
+            return obj.results[label]
+    if path.is_file() and _looks_like_trace(path):
+        return _read_trace(path)
+    return load(path)
+
+
+def _stamp(run: Path) -> str:
+    """'2026-12-02 17:49:21' from a run directory's name, or the name's first part."""
+    head = run.name.split("_", 1)[0]
+    try:
+        return _dt.datetime.strptime(head, "%Y%m%d-%H%M%S-%f").strftime("%Y-%m-%d %H:%M:%S")
+    except ValueError:
+        return head
+
+
+def _top_hint_text(obj: Any) -> str | None:
+    from .report import fmt_us
+
+    if not obj.hints:
+        return None
+    hint = obj.hints[0]
+    return f"{hint.pattern} (~{fmt_us(hint.est_saving_us)})"
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     from .result import Comparison
 
     obj = _open(args.run)
+    rows = {} if args.rows is None else {"row_limit": args.rows}
     if args.json:
         print(obj.to_json())
     elif isinstance(obj, Comparison):
         print(obj.table())
         for result in obj.results.values():
-            print(result.table(row_limit=args.rows))
+            print(result.table(**rows))
     else:
-        print(obj.table(row_limit=args.rows))
+        print(obj.table(**rows))
+    if not args.json and getattr(obj, "run_dir", None):
+        print(f"run: {obj.run_dir}")
     return 0
 
 
 def _run_rows(root: Path) -> list[dict[str, Any]]:
-    from .export import INCOMPLETE_MARKER, find_runs, load
+    from .export import INCOMPLETE_MARKER, RESULT_FILE, find_runs, load
+    from .result import Comparison
 
     rows = []
     for run in find_runs(root):
-        row: dict[str, Any] = {"run_dir": str(run), "name": run.parent.name, "time": run.name.split("_", 1)[0]}
-        if (run / INCOMPLETE_MARKER).exists() and not (run / "result.json").exists():
-            row.update(status="incomplete")
+        row: dict[str, Any] = {
+            "run_dir": str(run),
+            "name": run.parent.name,
+            "time": _stamp(run),
+            "kind": None,
+            "backend": None,
+            "status": None,
+            "total_us": None,
+            "top_hint": None,
+        }
+        if (run / INCOMPLETE_MARKER).exists() and not (run / RESULT_FILE).exists():
+            row["status"] = "incomplete"
             rows.append(row)
             continue
         try:
@@ -71,11 +129,10 @@ def _run_rows(root: Path) -> list[dict[str, Any]]:
             row.update(status="unreadable", error=str(exc))
             rows.append(row)
             continue
-        from .result import Comparison
-
         if isinstance(obj, Comparison):
             best = max(obj.rows, key=lambda r: r.speedup, default=None)
             row.update(
+                name=obj.name,
                 kind="comparison",
                 backend=obj.backend,
                 status="ok",
@@ -84,12 +141,12 @@ def _run_rows(root: Path) -> list[dict[str, Any]]:
             )
         else:
             row.update(
-                kind="result",
                 name=obj.name,
+                kind="result",
                 backend=obj.backend,
                 status=obj.status,
                 total_us=obj.wall_time_us,
-                top_hint=obj.hints[0].pattern if obj.hints else None,
+                top_hint=_top_hint_text(obj),
             )
         rows.append(row)
     return rows
@@ -102,8 +159,10 @@ def cmd_ls(args: argparse.Namespace) -> int:
     from .report import fmt_us
 
     root = Path(args.root) if args.root else default_output_root()
-    if not root.is_dir():
+    if not root.exists():
         raise NeuronscopeError(f"{root}: no such directory (pass the output root that holds your runs)")
+    if not root.is_dir():
+        raise NeuronscopeError(f"{root}: not a directory (pass the output root that holds your runs)")
     rows = _run_rows(root)
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -112,10 +171,19 @@ def cmd_ls(args: argparse.Namespace) -> int:
         print(f"no runs under {root}")
         return 0
     table = [
-        [r["name"], r["time"], r.get("backend") or "-", r["status"], fmt_us(r.get("total_us")), r.get("top_hint") or "", r["run_dir"]]
+        [
+            r["name"],
+            r["time"],
+            r["backend"] or "-",
+            r["status"],
+            fmt_us(r["total_us"]) if r["total_us"] is not None else "-",
+            r["top_hint"] or "",
+            r["run_dir"],
+        ]
         for r in rows
     ]
-    print(tabulate(table, headers=["Name", "Time", "Backend", "Status", "Total", "Top hint", "Run"], tablefmt="simple", disable_numparse=True))
+    headers = ["Name", "Time", "Backend", "Status", "Total", "Top hint", "Run"]
+    print(tabulate(table, headers=headers, tablefmt="simple", disable_numparse=True))
     return 0
 
 
@@ -126,9 +194,13 @@ def cmd_diff(args: argparse.Namespace) -> int:
     a, b = _open(args.run_a), _open(args.run_b)
     for obj, label in ((a, args.run_a), (b, args.run_b)):
         if isinstance(obj, Comparison):
-            raise NeuronscopeError(f"{label}: is a comparison; diff takes two single runs (show it instead)")
+            first = next(iter(obj.results), "LABEL")
+            raise NeuronscopeError(
+                f"{label}: is a comparison; diff takes two single runs, or one variant of it "
+                f"as {label}{VARIANT_SEP}{first}"
+            )
     d = diff_results(a, b)
-    print(json.dumps(d, indent=2) if args.json else render_diff(d))
+    print(json.dumps(d, indent=2) if args.json else render_diff(d, row_limit=args.rows).rstrip("\n"))
     return 0
 
 
@@ -143,44 +215,89 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
-    cmp = run_demo(backend=args.backend, output_dir=args.output_dir, export=not args.no_export, compile=not args.no_compile)
+    cmp = run_demo(
+        backend=args.backend,
+        output_dir=args.output_dir,
+        export=not args.no_export,
+        compile=not args.no_compile,
+    )
     print(cmp.table())
     for result in cmp.results.values():
         print(result.table(row_limit=8))
     if cmp.run_dir:
-        print(f"written to {cmp.run_dir}\nreopen with: neuronscope show {cmp.run_dir}")
+        print(f"written to {cmp.run_dir}")
+        if args.report:
+            from .html_report import write_report
+
+            print(f"report: {write_report(cmp.run_dir)}")
+        else:
+            print(f"reopen with: neuronscope show {cmp.run_dir}\nreport with: neuronscope report {cmp.run_dir}")
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     parser = argparse.ArgumentParser(
         prog="neuronscope",
-        description="Show, list and compare neuronscope runs and torch.profiler traces.",
+        description="Show, list, diff and report neuronscope runs and torch.profiler traces.",
+        epilog="Exit status: 0 on success, 2 for a bad argument or an unreadable run.",
     )
+    parser.add_argument("--version", action="version", version=f"neuronscope {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    p = sub.add_parser("show", help="print a run's tables and hints (a run directory or a trace file)")
-    p.add_argument("run", help="run directory, result.json, or a torch.profiler trace (.json / .json.gz)")
-    p.add_argument("--rows", type=int, default=20, help="ops to show (default 20)")
+    p = sub.add_parser(
+        "show",
+        help="print a run's tables and hints (a run directory or a trace file)",
+        description="Print the op table, regions and hints of a run, as the capture printed them.",
+    )
+    p.add_argument(
+        "run",
+        help="run directory, its result.json, a torch.profiler trace (.json / .json.gz), "
+        f"or RUN_DIR{VARIANT_SEP}LABEL for one variant of a comparison",
+    )
+    p.add_argument("--rows", type=int, default=None, help="ops to show per table (default: as many as the capture printed)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_show)
-    p = sub.add_parser("ls", help="list runs, newest first")
+    p = sub.add_parser(
+        "ls",
+        help="list runs, newest first",
+        description="List the runs under an output root, newest first: name, time, backend, "
+        "status, total time and top hint.",
+    )
     p.add_argument("root", nargs="?", help="output root (default: $NEURONSCOPE_OUTPUT_DIR or ./neuronscope-runs)")
     p.add_argument("--json", action="store_true", help="print the list as JSON")
     p.set_defaults(func=cmd_ls)
-    p = sub.add_parser("diff", help="compare two runs op by op")
-    p.add_argument("run_a", help="the baseline run (directory or trace file)")
+    p = sub.add_parser(
+        "diff",
+        help="compare two runs op by op",
+        description="Per-op time and calls of two runs side by side, the ops that appeared and "
+        "disappeared, and the change in total.",
+    )
+    p.add_argument("run_a", help=f"the baseline run (directory, trace file, or RUN_DIR{VARIANT_SEP}LABEL)")
     p.add_argument("run_b", help="the run to compare with it")
+    p.add_argument("--rows", type=int, default=25, help="ops to show (default 25)")
     p.add_argument("--json", action="store_true", help="print the diff as JSON")
     p.set_defaults(func=cmd_diff)
-    p = sub.add_parser("report", help="write a self-contained report.html into a run directory")
-    p.add_argument("run", help="run directory")
+    p = sub.add_parser(
+        "report",
+        help="write a self-contained report.html into a run directory",
+        description="Write report.html (charts, hints, regions, ranks, speedups; opens offline) "
+        "into the run directory and print its path. Needs matplotlib: pip install 'neuronscope[report]'.",
+    )
+    p.add_argument("run", help="run directory (or its result.json)")
     p.set_defaults(func=cmd_report)
-    p = sub.add_parser("demo", help="hand-written RMSNorm vs torch.rms_norm vs torch.compile")
+    p = sub.add_parser(
+        "demo",
+        help="hand-written RMSNorm vs torch.rms_norm vs torch.compile",
+        description="Run the study that motivated neuronscope on this machine's backend and "
+        "export it as one comparison run.",
+    )
     p.add_argument("--backend", default="auto", choices=["auto", "neuron", "cuda", "cpu"], help="backend (default auto)")
-    p.add_argument("--output-dir", default=None, help="where runs go (default ./neuronscope-runs)")
+    p.add_argument("--output-dir", default=None, help="where runs go (default: $NEURONSCOPE_OUTPUT_DIR or ./neuronscope-runs)")
     p.add_argument("--no-export", action="store_true", help="keep the results in memory only")
-    p.add_argument("--no-compile", action="store_true", help="skip the torch.compile variant")
+    p.add_argument("--no-compile", action="store_true", help="skip the torch.compile variant (it compiles for seconds on a CPU)")
+    p.add_argument("--report", action="store_true", help="also write report.html into the run")
     p.set_defaults(func=cmd_demo)
     return parser
 
@@ -190,13 +307,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-    except SystemExit as exc:  # argparse exits 2 on bad usage, 0 on --help
-        return int(exc.code or 0)
+    except SystemExit as exc:  # argparse exits 2 on bad usage, 0 on --help / --version
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
     try:
         return int(args.func(args))
     except NeuronscopeError as exc:
         print(f"neuronscope: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # a path that cannot be read or written
+        if isinstance(exc, BrokenPipeError):  # `neuronscope ls | head`
+            _silence_stdout()
+            return 0
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"neuronscope: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("neuronscope: interrupted", file=sys.stderr)
         return 130
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's final flush does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass

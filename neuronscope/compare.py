@@ -14,6 +14,7 @@ import gzip
 import json
 import logging
 import math
+import shutil
 import statistics
 import time
 import warnings
@@ -34,9 +35,17 @@ from .region import (
     enter,
     leave,
 )
-from .result import Comparison, ComparisonRow, ProfileResult, _fmt_us
+from .result import Comparison, ComparisonRow, Hint, ProfileResult, _fmt_us
 
-__all__ = ["compare", "outputs_agree", "COMPARE_WARMUP", "COMPARE_REPEATS", "NOT_WORK_OPS"]
+__all__ = [
+    "compare",
+    "outputs_agree",
+    "top_level_ops",
+    "adopt_session_files",
+    "COMPARE_WARMUP",
+    "COMPARE_REPEATS",
+    "NOT_WORK_OPS",
+]
 
 log = logging.getLogger("neuronscope")
 
@@ -239,17 +248,33 @@ def _run_variant(
         log.info("neuronscope compare: [%d/%d] %s raised %s", index, total, label, type(exc).__name__)
         raise
     with _without_capture_line():
-        result = leave(entry, None)
-    assert result is not None and entry.session is not None and entry.session.capture is not None
-    prof = entry.session.capture.prof
+        captured = leave(entry, None)
+    assert captured is not None and entry.session is not None and entry.session.capture is not None
+    result, prof = captured, entry.session.capture.prof
     times = _repeat_times(result, label, repeats)
     ops = _ops_per_call(prof, result, label, repeats)
     if times:
         log.info(
-            "neuronscope compare: [%d/%d] %s: %s per call (median of %d), %d ops per call",
-            index, total, label, _fmt_us(statistics.median(times)), len(times), ops,
+            "neuronscope compare: [%d/%d] %s: %s per call (median of %d), %d op%s per call",
+            index, total, label, _fmt_us(statistics.median(times)), len(times), ops, "" if ops == 1 else "s",
         )
     return result, output, times, ops, warm_s, prof
+
+
+def _hint_text(hint: Hint, repeats: int) -> str:
+    """The row's top hint, its saving per call like the row's time (a hint's saving is summed
+    over every call in the capture)."""
+    return f"{hint.pattern} (~{_fmt_us(hint.est_saving_us / max(repeats, 1))} per call)"
+
+
+def _spread(times: list[float]) -> float | None:
+    """Half the interquartile range: the ``±`` around the median. Robust, as the median is,
+    to the one call that the scheduler or the profiler's first event made slow, which would
+    dominate a standard deviation of five samples (torch.utils.benchmark reports the IQR too)."""
+    if len(times) < 2:
+        return None
+    q1, _, q3 = statistics.quantiles(times, n=4, method="inclusive")
+    return (q3 - q1) / 2
 
 
 # ---- the run directory -------------------------------------------------------------------------
@@ -289,6 +314,28 @@ def _merged_trace(traces: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def adopt_session_files(result: ProfileResult, run_dir: Path, label: str) -> None:
+    """Move a variant's Neuron session files (ntff, neff, ntrace.pb), which its unexported
+    capture left in a temporary directory, into ``run_dir/neuron/<label>`` so that they belong
+    to the comparison's run, and point the result's record and notes at their new place."""
+    info = result.artifacts.get("neuron")
+    if not isinstance(info, dict):
+        return
+    src_text = info.get("output_dir")
+    if not isinstance(src_text, str) or not Path(src_text).is_absolute() or not Path(src_text).is_dir():
+        return
+    dest = run_dir / "neuron" / _export.safe_name(label)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(src_text, dest)
+    info["output_dir"] = dest.relative_to(run_dir).as_posix()
+    for key, value in list(info.items()):
+        if isinstance(value, str) and src_text in value:
+            info[key] = value.replace(src_text, str(dest))
+    result.notes = [
+        n.replace(src_text, str(dest)) for n in result.notes if not (n.startswith("export=False") and src_text in n)
+    ]
+
+
 def _export_comparison(cmp: Comparison, profs: dict[str, Any], options: Options) -> None:
     """One run directory for the whole comparison: result.json (the Comparison with each
     variant's result), summary.txt, one trace per variant and ``trace.json.gz`` holding all
@@ -298,17 +345,18 @@ def _export_comparison(cmp: Comparison, profs: dict[str, Any], options: Options)
         traces: dict[str, dict[str, Any]] = {}
         for label, prof in profs.items():
             cmp.results[label].run_dir = str(run_dir)
-            if prof is None:
-                continue
-            fname = f"trace_{_export.safe_name(label)}.json.gz"
-            raw = run_dir / f".trace_{_export.safe_name(label)}.json"
-            try:
-                prof.export_chrome_trace(str(raw))
-                traces[label] = json.loads(raw.read_text())
-                _export.gzip_file(raw, run_dir / fname)
-            finally:
-                raw.unlink(missing_ok=True)
-            cmp.results[label].artifacts["trace"] = fname
+            if prof is not None:
+                # Before the session files move: the Neuron backend's saved trace is among them.
+                fname = f"trace_{_export.safe_name(label)}.json.gz"
+                raw = run_dir / f".trace_{_export.safe_name(label)}.json"
+                try:
+                    _export.save_chrome_trace(prof, raw)
+                    traces[label] = json.loads(raw.read_text())
+                    _export.gzip_file(raw, run_dir / fname)
+                finally:
+                    raw.unlink(missing_ok=True)
+                cmp.results[label].artifacts["trace"] = fname
+            adopt_session_files(cmp.results[label], run_dir, label)
         if traces:
             payload = json.dumps(_merged_trace(traces)).encode()
 
@@ -320,9 +368,8 @@ def _export_comparison(cmp: Comparison, profs: dict[str, Any], options: Options)
         summary = cmp.table() + "\n" + "\n".join(r.table() for r in cmp.results.values())
         _export.write_run(run_dir, cmp, summary)
     except Exception:
-        import shutil
-
-        shutil.rmtree(run_dir, ignore_errors=True)
+        if not (run_dir / "neuron").is_dir():  # never delete measurements moved in already
+            shutil.rmtree(run_dir, ignore_errors=True)
         raise
 
 
@@ -341,8 +388,9 @@ def compare(variants: Mapping[str, Callable[..., Any]], *args: Any, **options: A
     Each variant gets ``warmup`` unprofiled calls (default 3, so ``torch.compile`` compiles
     before the measurement), then one capture of ``active`` calls (default 5), each call its own
     labelled range ``label#i``. A variant's time is the median over those calls (device time
-    where the backend has it, else the call's inclusive time on the CPU) and its spread the
-    standard deviation; ``op_count`` is the ops it dispatched per call.
+    where the backend has it, else the call's inclusive time on the CPU) and its spread half
+    the interquartile range; ``op_count`` is the ops it dispatched per call (six for a
+    hand-written RMSNorm, one for ``torch.rms_norm`` or a compiled region).
 
     Keyword arguments that are options (``name``, ``backend``, ``output_dir``, ``export``,
     ``warmup``, ``active``, ``record_shapes``, ..., plus ``check_outputs``, ``rtol``, ``atol``)
@@ -396,7 +444,7 @@ def compare(variants: Mapping[str, Callable[..., Any]], *args: Any, **options: A
         outputs[label] = output
         profs[label] = prof
         median = statistics.median(times) if times else result.wall_time_us
-        spread = statistics.stdev(times) if len(times) > 1 else None
+        spread = _spread(times)
         measured[label] = (median, spread, len(times), ops, warm_s)
     if not opts.enabled:
         cmp.notes.append("profiler disabled (enabled=False or NEURONSCOPE_DISABLE=1): wall-clock times only")
@@ -422,7 +470,7 @@ def compare(variants: Mapping[str, Callable[..., Any]], *args: Any, **options: A
                 op_count=ops,
                 top_op=result.top_op.name if result.top_op else None,
                 speedup=(base_time / median) if median > 0 else math.inf,
-                top_hint=f"{top_hint.pattern} (~{_fmt_us(top_hint.est_saving_us)})" if top_hint else None,
+                top_hint=_hint_text(top_hint, repeats) if top_hint else None,
                 spread_us=spread,
                 repeats=repeats,
                 outputs_match=match,

@@ -132,7 +132,10 @@ def parse_modes(value: Any) -> tuple[str, ...]:
     return tuple(out)
 
 
-_CORE_RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
+_CORE_RANGE = re.compile(r"^\s*([0-9]{1,9})\s*(?:-\s*([0-9]{1,9})\s*)?$")
+#: Highest NeuronCore index accepted. A trn2.48xlarge has 128 NeuronCores (16 devices x 8);
+#: the bound leaves ample room and keeps "0-999999999" from building a billion-entry list.
+MAX_CORE_INDEX = 4095
 
 
 def parse_cores(value: Any) -> tuple[int, ...] | None:
@@ -153,6 +156,8 @@ def parse_cores(value: Any) -> tuple[int, ...] | None:
             hi = int(m.group(2)) if m.group(2) is not None else lo
             if hi < lo:
                 raise ConfigError(f"cores range {part.strip()!r} runs backwards; write {hi}-{lo}")
+            if hi > MAX_CORE_INDEX:
+                raise ConfigError(f"cores={value!r}: core {hi} is above {MAX_CORE_INDEX}, the highest index accepted")
             cores.extend(range(lo, hi + 1))
     else:
         try:
@@ -162,6 +167,8 @@ def parse_cores(value: Any) -> tuple[int, ...] | None:
         for c in cores:
             if isinstance(c, bool) or not isinstance(c, int):
                 raise ConfigError(f"cores must hold ints, got {c!r}")
+    if any(c > MAX_CORE_INDEX for c in cores):
+        raise ConfigError(f"cores={value!r}: indices must be at most {MAX_CORE_INDEX}")
     if any(c < 0 for c in cores):
         raise ConfigError(f"cores must be >= 0, got {value!r}")
     if not cores:
@@ -193,6 +200,8 @@ def build_options(defaults: dict[str, Any] | None = None, **given: Any) -> Optio
         if not isinstance(out_dir, (str, os.PathLike)) or not str(out_dir):
             raise ConfigError(f"output_dir must be a path, got {out_dir!r}")
         merged["output_dir"] = os.fspath(out_dir)
+        if not isinstance(merged["output_dir"], str) or "\x00" in merged["output_dir"]:
+            raise ConfigError(f"output_dir must be a text path without NUL characters, got {out_dir!r}")
     for key in ("export", "record_shapes", "with_stack", "profile_memory", "enabled", "hints", "print_summary"):
         if key in merged:
             _check_bool(key, merged[key])

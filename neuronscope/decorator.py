@@ -54,22 +54,30 @@ class _DecoratedState:
         self.results: list[ProfileResult] = []
         self.wrapper: Any = None
         self.skipped = 0
+        self._lock = threading.Lock()  # calls from several threads count skips and results
+
+    def skipped_so_far(self) -> int:
+        """Calls in the window that ran uncaptured until now; each result records this count
+        (as ``skipped_calls``) before it is exported."""
+        return self.skipped
 
     def on_result(self, result: ProfileResult) -> None:
-        result.skipped_calls = self.skipped
-        self.results.append(result)
-        del self.results[:-MAX_KEPT_RESULTS]
-        if self.wrapper is not None:
-            self.wrapper.last_result = result
+        with self._lock:
+            self.results.append(result)
+            del self.results[:-MAX_KEPT_RESULTS]
+            if self.wrapper is not None:
+                self.wrapper.last_result = result
 
     def on_skip(self) -> None:
         """A call in the window ran uncaptured because another capture held the profiler."""
         from .region import on_skipped
 
-        self.skipped += 1
-        if self.wrapper is not None:
-            self.wrapper.skipped_calls = self.skipped
-        on_skipped(self.name)
+        with self._lock:
+            self.skipped += 1
+            count = self.skipped
+            if self.wrapper is not None:
+                self.wrapper.skipped_calls = count
+        on_skipped(self.name, count)
 
 
 _states: list[_DecoratedState] = []
@@ -133,6 +141,7 @@ def _disabled_wrapper(func: F) -> F:
         wrapper = passthrough
     wrapper.results = []
     wrapper.last_result = None
+    wrapper.skipped_calls = 0
     return wrapper  # type: ignore[no-any-return]
 
 
@@ -169,7 +178,9 @@ def wrap_callable(func: F, options: Options) -> F:
             # Fast path first: outside any capture and past the window, one attribute read.
             if not tls.depth and (window.closed or not captured()):
                 return func(*args, **kwargs)
-            return run_captured(options, name, target, state.on_result, func, args, kwargs, state.on_skip)
+            return run_captured(
+                options, name, target, state.on_result, func, args, kwargs, state.on_skip, state.skipped_so_far
+            )
 
         wrapper = sync_wrapper
     wrapper.results = state.results
@@ -183,20 +194,18 @@ def wrap_callable(func: F, options: Options) -> F:
 
 
 async def _run_async(state: _DecoratedState, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    from .region import enter, leave
+    from .region import enter, leave_and_deliver
 
     entry = enter(state.options, state.name, state.target)
+    if entry.kind == "outer" and entry.session is not None:
+        entry.session.skipped = state.skipped_so_far
     try:
         value = await func(*args, **kwargs)
     except BaseException as exc:
-        result = leave(entry, exc)
-        if result is not None:
-            state.on_result(result)
+        leave_and_deliver(entry, exc, state.on_result)
         raise
-    result = leave(entry, None)
-    if result is not None:
-        state.on_result(result)
-    elif entry.kind == "skip":
+    result = leave_and_deliver(entry, None, state.on_result)
+    if result is None and entry.kind == "skip":
         state.on_skip()
     return value
 
@@ -221,6 +230,10 @@ class ProfiledModule(wrapt.ObjectProxy):  # type: ignore[misc]
     @property
     def last_result(self) -> ProfileResult | None:
         return self._self_call.last_result  # type: ignore[no-any-return]
+
+    @property
+    def skipped_calls(self) -> int:
+        return int(getattr(self._self_call, "skipped_calls", 0))
 
 
 def _is_module_instance(obj: Any) -> bool:

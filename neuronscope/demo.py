@@ -7,11 +7,15 @@ hand-written form cost about six times the device time of either fused form.
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any
 
 from .result import Comparison
 
-__all__ = ["rms_norm_naive", "run_demo", "DEMO_SHAPE"]
+__all__ = ["rms_norm_naive", "rms_norm_fused", "run_demo", "DEMO_SHAPE"]
+
+log = logging.getLogger("neuronscope")
 
 #: Small enough that the whole demo (three variants, warm-up, one compile) finishes in well
 #: under a minute on a 2-core CPU, large enough that the per-op costs stand out of the noise.
@@ -34,20 +38,46 @@ def rms_norm_fused(x: Any, weight: Any, eps: float = EPS) -> Any:
     return torch.rms_norm(x, (x.shape[-1],), weight, eps)
 
 
-def run_demo(backend: str = "auto", output_dir: str | None = None, export: bool = True, compile: bool = True) -> Comparison:
-    """Compare naive, fused and compiled RMSNorm; return the :class:`Comparison`."""
+def run_demo(
+    backend: str = "auto",
+    output_dir: str | None = None,
+    export: bool = True,
+    compile: bool = True,
+    shape: tuple[int, ...] | None = None,
+) -> Comparison:
+    """Compare naive, fused and compiled RMSNorm on ``shape`` (default :data:`DEMO_SHAPE`);
+    return the :class:`Comparison`.
+
+    Where ``torch.compile`` cannot compile here (no C++ compiler for inductor on a CPU, for
+    instance), the compiled variant is left out with a warning rather than failing the demo.
+    """
     import torch
 
     from .capture import resolve_backend
     from .compare import compare
     from .config import build_options
+    from .region import _ensure_log_handler
 
     name = resolve_backend(build_options(None, backend=backend)).name
     device = {"cuda": "cuda", "neuron": "neuron"}.get(name, "cpu")
     torch.manual_seed(0)
-    x = torch.randn(*DEMO_SHAPE, device=device)
-    weight = torch.randn(DEMO_SHAPE[-1], device=device)
-    variants = {"naive": rms_norm_naive, "fused": rms_norm_fused}
+    shape = tuple(shape or DEMO_SHAPE)
+    x = torch.randn(*shape, device=device)
+    weight = torch.randn(shape[-1], device=device)
+    variants: dict[str, Any] = {"naive": rms_norm_naive, "fused": rms_norm_fused}
     if compile:
-        variants["compiled"] = torch.compile(rms_norm_naive, backend="neuron" if name == "neuron" else "inductor")
+        compiled = torch.compile(rms_norm_naive, backend="neuron" if name == "neuron" else "inductor")
+        t0 = time.perf_counter()
+        try:
+            compiled(x, weight)  # the first compile, here, so a failure can be reported plainly
+        except Exception as err:
+            log.warning(
+                "neuronscope demo: torch.compile does not work here (%s: %s); the compiled variant is left out",
+                type(err).__name__,
+                str(err).splitlines()[0] if str(err) else "",
+            )
+        else:
+            _ensure_log_handler()
+            log.info("neuronscope demo: torch.compile took %.1f s to compile (not measured)", time.perf_counter() - t0)
+            variants["compiled"] = compiled
     return compare(variants, x, weight, name="rms_norm_demo", backend=name, output_dir=output_dir, export=export)

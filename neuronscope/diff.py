@@ -1,5 +1,9 @@
 """Two results op by op: time and calls side by side, ops that appeared or disappeared, and
-the change in total."""
+the change in total.
+
+Times are each op's ranking time (self device time where the run has it, else self CPU time),
+summed over the capture, as in the op tables; the total is the sum over all ops.
+"""
 
 from __future__ import annotations
 
@@ -12,11 +16,27 @@ from .result import ProfileResult, _fmt_us
 __all__ = ["diff_results", "render_diff"]
 
 
+def _side(r: ProfileResult) -> dict[str, Any]:
+    return {
+        "name": r.name,
+        "run_dir": r.run_dir,
+        "backend": r.backend,
+        "status": r.status,
+        "total_us": r.total_op_us,
+        "wall_time_us": r.wall_time_us,
+        "time_kind": "device" if r.has_device_time else "cpu",
+    }
+
+
 def diff_results(a: ProfileResult, b: ProfileResult) -> dict[str, Any]:
-    """A JSON-ready diff of ``b`` against the baseline ``a``."""
+    """A JSON-ready diff of ``b`` against the baseline ``a``.
+
+    ``ops`` holds one row per op name in either run (status ``common``, ``added`` in ``b`` or
+    ``removed`` from it), largest absolute change first; ``added`` / ``removed`` list the names.
+    """
     ops_a = {o.name: o for o in a.ops}
     ops_b = {o.name: o for o in b.ops}
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in list(ops_a) + [n for n in ops_b if n not in ops_a]:
         oa, ob = ops_a.get(name), ops_b.get(name)
         ta = oa.time_us if oa else 0.0
@@ -32,42 +52,58 @@ def diff_results(a: ProfileResult, b: ProfileResult) -> dict[str, Any]:
                 "calls_b": ob.calls if ob else 0,
             }
         )
-    rows.sort(key=lambda r: abs(r["delta_us"]), reverse=True)
+    rows.sort(key=lambda r: (abs(r["delta_us"]), r["time_a_us"] + r["time_b_us"]), reverse=True)
     total_a, total_b = a.total_op_us, b.total_op_us
+    notes = []
+    if a.has_device_time != b.has_device_time:
+        notes.append("one run has device time and the other not: times compare device with CPU time")
     return {
-        "a": {"name": a.name, "run_dir": a.run_dir, "backend": a.backend, "total_us": total_a, "wall_time_us": a.wall_time_us},
-        "b": {"name": b.name, "run_dir": b.run_dir, "backend": b.backend, "total_us": total_b, "wall_time_us": b.wall_time_us},
+        "a": _side(a),
+        "b": _side(b),
         "total_delta_us": total_b - total_a,
         "total_ratio": (total_b / total_a) if total_a else None,
         "ops": rows,
         "added": [r["op"] for r in rows if r["status"] == "added"],
         "removed": [r["op"] for r in rows if r["status"] == "removed"],
+        "notes": notes,
     }
 
 
+def _signed(us: float) -> str:
+    return ("+" if us >= 0 else "-") + _fmt_us(abs(us))
+
+
 def render_diff(d: dict[str, Any], row_limit: int = 25) -> str:
+    """The diff as text: the two totals and the change, then the op table."""
     table = [
         [
             r["op"],
             r["status"],
-            _fmt_us(r["time_a_us"]),
-            _fmt_us(r["time_b_us"]),
-            ("+" if r["delta_us"] >= 0 else "-") + _fmt_us(abs(r["delta_us"])),
+            _fmt_us(r["time_a_us"]) if r["status"] != "added" else "-",
+            _fmt_us(r["time_b_us"]) if r["status"] != "removed" else "-",
+            _signed(r["delta_us"]),
             f"{r['calls_a']} -> {r['calls_b']}",
         ]
-        for r in d["ops"][:row_limit]
+        for r in d["ops"][: max(row_limit, 0)]
     ]
     ratio = d["total_ratio"]
-    head = (
-        f"A: {d['a']['name']} ({d['a']['backend']}) total {_fmt_us(d['a']['total_us'])}\n"
-        f"B: {d['b']['name']} ({d['b']['backend']}) total {_fmt_us(d['b']['total_us'])}\n"
-        f"change: {'+' if d['total_delta_us'] >= 0 else '-'}{_fmt_us(abs(d['total_delta_us']))}"
-        + (f" ({ratio:.2f}x)" if ratio is not None else "")
+    head = "\n".join(
+        f"{key.upper()}: {side['name']} ({side['backend']}) total {_fmt_us(side['total_us'])}"
+        f" (wall {_fmt_us(side['wall_time_us'])})" + (f"  {side['run_dir']}" if side.get("run_dir") else "")
+        for key, side in (("a", d["a"]), ("b", d["b"]))
     )
-    body = tabulate(table, headers=["Op", "Status", "A", "B", "Change", "Calls"], tablefmt="simple", disable_numparse=True)
+    head += f"\nchange in total: {_signed(d['total_delta_us'])}" + (
+        f" (B takes {ratio:.2f}x of A)" if ratio is not None else ""
+    )
+    body = tabulate(table, headers=["Op", "Status", "A", "B", "Change", "Calls A -> B"], tablefmt="simple", disable_numparse=True)
     extra = ""
+    hidden = len(d["ops"]) - len(table)
+    if hidden > 0:
+        extra += f"\n... {hidden} more ops"
     if d["added"]:
         extra += "\nappeared in B: " + ", ".join(d["added"])
     if d["removed"]:
         extra += "\ngone in B: " + ", ".join(d["removed"])
+    for note in d.get("notes") or []:
+        extra += f"\nnote: {note}"
     return f"{head}\n\n{body}{extra}\n"

@@ -17,6 +17,7 @@ half-way leaves a directory that says so instead of a half-written ``result.json
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import gzip
 import json
 import os
@@ -83,7 +84,11 @@ def new_run_dir(
         except FileExistsError:
             stamp += _dt.timedelta(microseconds=1)
             continue
-        (path / INCOMPLETE_MARKER).write_text("export in progress\n")
+        try:
+            (path / INCOMPLETE_MARKER).write_text("export in progress\n")
+        except BaseException:  # disk full: leave no unmarked directory behind
+            shutil.rmtree(path, ignore_errors=True)
+            raise
         return path
     raise OSError(f"could not create a new run directory under {parent}")  # pragma: no cover
 
@@ -105,6 +110,27 @@ def atomic_write_with(path: Path, write: Callable[[Path], None]) -> None:
         except OSError:
             pass
         raise
+
+
+def save_chrome_trace(prof: Any, path: Path) -> None:
+    """``prof.export_chrome_trace(path)``, raising when no trace came out.
+
+    On a write error (a full disk) torch's trace writer only logs "Failed to write to log
+    file!" on stderr and returns: no file at ``path``, a partial ``<path>.tmp`` of its own
+    beside it. Without this check the export failed later with a misleading "No such file".
+    """
+    prof.export_chrome_trace(str(path))
+    if path.is_file():
+        return
+    leftover = path.with_name(path.name + ".tmp")
+    leftover.unlink(missing_ok=True)
+    try:
+        full = os.statvfs(path.parent).f_bavail == 0
+    except OSError:
+        full = False
+    if full:
+        raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} (torch.profiler could not write {path.name})")
+    raise OSError(f"torch.profiler wrote no trace to {path} (it reports write errors only on stderr)")
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -164,7 +190,7 @@ def load_json(path: Path) -> dict[str, Any]:
         raise RunLoadError(f"{path}: the file is empty (the export was interrupted?)")
     try:
         data = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
+    except (ValueError, RecursionError) as exc:  # ValueError: JSONDecodeError, or an int too long
         raise RunLoadError(f"{path}: not valid JSON ({exc}); the file is corrupt or truncated") from exc
     if not isinstance(data, dict):
         raise RunLoadError(f"{path}: expected a JSON object, found {type(data).__name__}")
@@ -176,7 +202,11 @@ def load(run_dir: str | os.PathLike[str]) -> ProfileResult | Comparison:
     or ``Comparison``. Raises :class:`RunLoadError` for a missing path, a directory that is
     not a run, or a corrupt, foreign or newer-schema ``result.json``."""
     path = Path(run_dir)
-    if not path.exists():
+    try:
+        exists = path.exists()
+    except (OSError, ValueError) as exc:  # a name too long, a NUL byte
+        raise RunLoadError(f"{str(path)[:200]!r}: not a usable path ({type(exc).__name__}: {exc})") from exc
+    if not exists:
         raise RunLoadError(f"{path}: no such file or directory")
     if path.is_dir():
         result_file = path / RESULT_FILE
@@ -187,8 +217,13 @@ def load(run_dir: str | os.PathLike[str]) -> ProfileResult | Comparison:
     else:
         result_file = path
     data = load_json(result_file)
-    if "schema_version" not in data or "type" not in data:
-        raise RunLoadError(f"{result_file}: not a neuronscope result (no schema_version/type)")
+    if "traceEvents" in data and "schema_version" not in data:
+        raise RunLoadError(
+            f"{result_file}: is a Chrome trace, not a neuronscope run; open it with "
+            f"neuronscope.from_trace() or `neuronscope show {result_file}`"
+        )
+    if "schema_version" not in data:
+        raise RunLoadError(f"{result_file}: not a neuronscope result (no schema_version)")
     try:
         if data.get("type") == "Comparison":
             loaded: ProfileResult | Comparison = Comparison.from_dict(data)
@@ -197,6 +232,9 @@ def load(run_dir: str | os.PathLike[str]) -> ProfileResult | Comparison:
     except RunLoadError as exc:
         raise RunLoadError(f"{result_file}: {exc}") from exc
     loaded.run_dir = str(result_file.parent)
+    if isinstance(loaded, Comparison):  # the variants live in the comparison's directory
+        for variant in loaded.results.values():
+            variant.run_dir = loaded.run_dir
     return loaded
 
 

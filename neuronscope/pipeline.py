@@ -12,6 +12,7 @@ import socket
 from typing import Any
 
 from .analysis import AnalysisContext, analyze
+from .analysis.compile import label_compiled_ops, promote_compiled_events
 from .errors import NeuronscopeError
 from .events import EventTable, summarize, table_from_profiler
 from .result import ProfileResult
@@ -49,6 +50,7 @@ def build_result(
     ``wall_time_us`` defaults to the span of the recorded events (for trace files and
     captures the user ran themselves, where no clock ran around the work).
     """
+    promote_compiled_events(table)  # compiled code recorded as a range is an op (torch 2.13)
     summary = summarize(table)
     result = ProfileResult(
         name=name,
@@ -69,13 +71,17 @@ def build_result(
             table=table, summary=summary, backend=backend, profiler=profiler, source=source, extra=extra or {}
         )
         result.hints = analyze(ctx)
+    # After the rules, which see torch's own names: compiled code gets readable op names.
+    label_compiled_ops(result, table, (extra or {}).get("compile"))
     return result
 
 
 def _backend_of(prof: Any) -> str:
     """'cuda', 'neuron' or 'cpu', from the activities a user's profiler recorded."""
     activities = {str(a).rsplit(".", 1)[-1].lower() for a in getattr(prof, "activities", ()) or ()}
-    if "privateuse1" in activities:
+    # TorchNeuron renames PrivateUse1 to "neuron" (rename_privateuse1_backend), and then
+    # str(ProfilerActivity.PrivateUse1) reads "ProfilerActivity.NEURON".
+    if "privateuse1" in activities or "neuron" in activities:
         return "neuron"
     if "cuda" in activities:
         return "cuda"

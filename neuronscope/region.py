@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import os
 import shutil
 import sys
 import threading
@@ -22,7 +23,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Callable, TypeVar
 
+from . import distributed as _distributed
 from . import export as _export
+from .analysis import compile as _compile
 from .capture import Backend, Capture, check_backend_available, resolve_backend
 from .config import Options, build_options, disabled_by_env
 from .errors import NeuronscopeError
@@ -51,6 +54,32 @@ class _ThreadState(threading.local):
 
 _tls = _ThreadState()
 _capture_lock = threading.Lock()
+
+# os.environ.get costs about 1 us when the variable is unset (os.environ raises and catches a
+# KeyError), and a region checks NEURONSCOPE_DISABLE on every entry: look in os.environ's own
+# dict first (kept in step by os.environ's setters), and parse only when the variable is there.
+_ENV_DATA: Any = getattr(os.environ, "_data", None)
+try:
+    _ENV_KEY: Any = os.environ.encodekey("NEURONSCOPE_DISABLE")  # type: ignore[attr-defined]
+except Exception:  # pragma: no cover - another Python's os.environ
+    _ENV_DATA = None
+
+
+_env_seen: list[Any] = [None, False]  # the raw value last parsed, and what it said
+
+
+def _disabled_now() -> bool:
+    """``disabled_by_env()`` in about 0.1 us: parsed again only when the value changes."""
+    if _ENV_DATA is None:  # pragma: no cover - another Python's os.environ
+        return disabled_by_env()
+    raw = _ENV_DATA.get(_ENV_KEY)
+    if raw is None:
+        return False
+    seen = _env_seen
+    if raw is not seen[0]:
+        seen[1] = disabled_by_env()
+        seen[0] = raw
+    return bool(seen[1])
 
 
 def current_capture() -> _Session | None:
@@ -109,20 +138,35 @@ class _Session:
     result: ProfileResult | None = None
     labels: list[Any] = field(default_factory=list)
     export_error: BaseException | None = None
+    dist: _distributed.DistCapture | None = None  # the multi-process part (None: one process)
+    compile_before: dict[str, Any] = field(default_factory=dict)  # Dynamo's counters at start
+    # How many calls of the caller ran uncaptured so far; read before the export, so that the
+    # result on disk and in memory say the same.
+    skipped: Callable[[], int] | None = None
 
     def start(self) -> None:
-        self.backend = resolve_backend(self.options)
+        # The name goes with the options: a backend may warn once per capture name (Neuron: the
+        # first capture of a name without warm-up holds NEFF compilation).
+        self.backend = resolve_backend(self.options.with_name(self.name))
         for message in self.backend.environment_warnings():
             warnings.warn(message, NeuronscopeWarning, stacklevel=4)
+        # Before the run directory: rank 0's start time names every rank's directory.
+        self.dist = _distributed.begin(self.name, exchange_stamp=self.options.export)
         if self.options.export:
             # Made before the capture starts: the Neuron profiler writes its session files into
             # it, and a process killed mid-capture leaves a directory marked incomplete.
             try:
-                self.run_dir = _export.new_run_dir(self.options.output_root, self.name, rank=_distributed_rank()[0])
-            except OSError as err:
+                self.run_dir = _export.new_run_dir(
+                    self.options.output_root,
+                    self.name,
+                    rank=None if self.dist is None else self.dist.rank,
+                    when=None if self.dist is None else self.dist.started,  # one timestamp for all ranks
+                )
+            except Exception as err:  # OSError, or ValueError for a path the OS cannot name
                 self.export_error = err
         scratch = None if self.run_dir is None else self.run_dir / "neuron"
         self.capture = Capture(self.backend, scratch_dir=scratch)
+        self.compile_before = _compile.snapshot()
         self.capture.start()
         self.started_ns = time.perf_counter_ns()
 
@@ -135,6 +179,7 @@ class _Session:
             stop_error = err
             prof = self.capture.prof
         wall_us = (time.perf_counter_ns() - self.started_ns) / 1e3
+        compile_facts = _compile.facts(self.compile_before)
         status = "ok" if exc is None and stop_error is None else "error"
         try:
             table = table_from_profiler(prof, record_shapes=self.options.record_shapes)
@@ -152,6 +197,7 @@ class _Session:
             wall_time_us=wall_us,
             profiler=prof,
             hints=self.options.hints,
+            extra={"compile": compile_facts},
         )
         result.target = self.target
         result.options = self.options.to_dict()
@@ -166,6 +212,10 @@ class _Session:
             result.error = f"{type(exc).__name__}: {exc}"
         elif stop_error is not None:
             result.error = f"profiler failed: {type(stop_error).__name__}: {stop_error}"
+        if self.skipped is not None:
+            result.skipped_calls = self.skipped()
+        # Every rank calls this: rank 0 gathers the per-rank table (with a timeout).
+        _distributed.finish(self.dist, result, self.run_dir, hints=self.options.hints)
         self.result = result
         if self.options.export:
             self._export(result, prof)
@@ -191,12 +241,12 @@ class _Session:
             if fmt == "gz":
                 tmp = run_dir / ".trace.json.raw"
                 try:
-                    prof.export_chrome_trace(str(tmp))
+                    _export.save_chrome_trace(prof, tmp)
                     _export.gzip_file(tmp, run_dir / "trace.json.gz")
                 finally:
                     tmp.unlink(missing_ok=True)
                 return run_dir / "trace.json.gz"
-            _export.atomic_write_with(plain, lambda tmp: prof.export_chrome_trace(str(tmp)))
+            _export.atomic_write_with(plain, lambda tmp: _export.save_chrome_trace(prof, tmp))
             return plain
 
         return write
@@ -219,14 +269,43 @@ class _Session:
         except Exception as err:
             result.run_dir = None
             self.run_dir = None
-            warnings.warn(
-                f"neuronscope: could not export capture {self.name!r} to {self.options.output_root} "
-                f"({type(err).__name__}: {err}); the result stays in memory (run_dir=None)",
-                NeuronscopeWarning,
-                stacklevel=4,
-            )
+            cause = f"{type(err).__name__}: {err}"
+            result.notes.append(f"not exported: {cause}")
+            if _first_export_failure(self.options.output_root, err):
+                warnings.warn(
+                    f"neuronscope: could not export capture {self.name!r} to {self.options.output_root} "
+                    f"({cause}); the result stays in memory (run_dir=None). Later captures that fail "
+                    f"the same way are not warned about again; their results' notes say so",
+                    NeuronscopeWarning,
+                    stacklevel=4,
+                )
+            else:
+                log.debug("neuronscope: capture %r not exported: %s", self.name, cause)
             if run_dir is not None:
                 _discard_partial_run(run_dir)
+        except BaseException as err:  # Ctrl-C during the export: the result stays in memory
+            result.run_dir = None
+            self.run_dir = None
+            result.notes.append(f"not exported: interrupted ({type(err).__name__})")
+            if run_dir is not None:
+                _discard_partial_run(run_dir)
+            raise
+
+
+_export_failures_seen: set[tuple[str, str, int | None]] = set()
+
+
+def _first_export_failure(root: Path, err: BaseException) -> bool:
+    """True the first time exports to ``root`` fail this way (same error type and errno).
+
+    A region in every step of a training loop, with a full disk, would otherwise warn at every
+    step: the user is told once, and each result's ``notes`` keep the cause.
+    """
+    key = (str(root), type(err).__name__, getattr(err, "errno", None))
+    if key in _export_failures_seen:
+        return False
+    _export_failures_seen.add(key)
+    return True
 
 
 def _discard_partial_run(run_dir: Path) -> None:
@@ -246,6 +325,9 @@ def _announce(result: ProfileResult, options: Options) -> None:
         where = f"-> {result.run_dir}  (neuronscope show {result.run_dir})"
     else:
         where = "(kept in memory, not exported)"
+    view = (result.artifacts.get("neuron") or {}).get("view_command")
+    if view:  # the Neuron session files open in Neuron Explorer, not in neuronscope
+        where += f"; device trace: {view}"
     top = result.top_op
     top_text = f", top op {top.name}" if top is not None else ""
     log.info(
@@ -285,6 +367,9 @@ class _Entry:
     label: _Label | None = None
 
 
+_OFF = _Entry("off")  # shared by every uncaptured entry: it holds nothing
+
+
 def enter(options: Options, name: str, target: str | None) -> _Entry:
     """Start a capture, or a labelled range inside the one running on this thread."""
     if _tls.depth > 0:
@@ -304,12 +389,42 @@ def enter(options: Options, name: str, target: str | None) -> _Entry:
         _tls.session = session
         session.start()
         session.labels.append(_Label(name))
-    except BaseException:
+    except BaseException as err:
         _tls.depth = 0
         _tls.session = None
-        _capture_lock.release()
-        raise
+        try:
+            _abandon_capture(session)
+        finally:
+            _capture_lock.release()
+        if not isinstance(err, Exception):  # KeyboardInterrupt, SystemExit: the user's own
+            raise
+        # The profiler failing to start must not stop the user's program.
+        warnings.warn(
+            f"neuronscope: could not start capture {name!r} ({type(err).__name__}: {err}); "
+            f"this call runs unprofiled",
+            NeuronscopeWarning,
+            stacklevel=4,
+        )
+        return _Entry("off")
     return _Entry("outer", session=session)
+
+
+def _abandon_capture(session: _Session) -> None:
+    """Undo a start that failed half-way. torch's profiler is process-wide: one left running
+    would make every later capture in the process skip."""
+    for label in reversed(session.labels):
+        try:
+            label.close()
+        except Exception:
+            pass
+    capture = session.capture
+    if capture is not None and capture.prof is not None and _torch_profiler_running():
+        try:
+            capture.stop()
+        except Exception:
+            pass
+    if session.run_dir is not None:
+        _discard_partial_run(session.run_dir)
 
 
 def leave(entry: _Entry, exc: BaseException | None) -> ProfileResult | None:
@@ -318,7 +433,10 @@ def leave(entry: _Entry, exc: BaseException | None) -> ProfileResult | None:
     Always restores the nesting count, whatever happened inside.
     """
     if entry.kind == "inner":
-        _tls.depth -= 1
+        if entry.session is _tls.session and _tls.depth > 1:
+            # Otherwise the capture holding this range ended first (asyncio tasks interleave
+            # on one thread) and the count now belongs to another capture, or to none.
+            _tls.depth -= 1
         if entry.label is not None:
             entry.label.close()
         return None
@@ -367,6 +485,22 @@ class CallWindow:
             return self.active is None or index < self.warmup + self.active
 
 
+def leave_and_deliver(
+    entry: _Entry, exc: BaseException | None, on_result: Callable[[ProfileResult], None]
+) -> ProfileResult | None:
+    """``leave``, then hand the result to ``on_result``. An interrupt (Ctrl-C) that lands
+    during the export still goes on, but the result measured before it is handed over first."""
+    try:
+        result = leave(entry, exc)
+    except BaseException:
+        if entry.session is not None and entry.session.result is not None:
+            on_result(entry.session.result)
+        raise
+    if result is not None:
+        on_result(result)
+    return result
+
+
 def run_captured(
     options: Options,
     name: str,
@@ -376,24 +510,24 @@ def run_captured(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     on_skip: Callable[[], None] | None = None,
+    skipped: Callable[[], int] | None = None,
 ) -> Any:
     """Run ``fn(*args, **kwargs)`` inside a capture (or a label, when nested).
 
     The user's exception passes through unchanged; the capture up to it is still exported,
-    with ``status="error"``.
+    with ``status="error"``. ``skipped`` says how many calls of the caller ran uncaptured so
+    far; the result records it as ``skipped_calls``.
     """
     entry = enter(options, name, target)
+    if entry.kind == "outer" and entry.session is not None:
+        entry.session.skipped = skipped
     try:
         value = fn(*args, **kwargs)
     except BaseException as exc:
-        result = leave(entry, exc)
-        if result is not None:
-            on_result(result)
+        leave_and_deliver(entry, exc, on_result)
         raise
-    result = leave(entry, None)
-    if result is not None:
-        on_result(result)
-    elif entry.kind == "skip":
+    result = leave_and_deliver(entry, None, on_result)
+    if result is None and entry.kind == "skip":
         (on_skip or functools.partial(on_skipped, name))()
     return value
 
@@ -401,16 +535,21 @@ def run_captured(
 _skip_warned: set[str] = set()
 
 
-def on_skipped(name: str) -> None:
-    """Log once per name that a call ran uncaptured because another capture was running."""
-    if name in _skip_warned:
+def on_skipped(name: str, count: int | None = None) -> None:
+    """Log that a call ran uncaptured because another capture was running: the first time per
+    name, then (when the caller counts) at 10, 100, 1000... calls, with the count."""
+    if count is None or count <= 1:
+        if name in _skip_warned:
+            return
+        _skip_warned.add(name)
+    elif str(count).rstrip("0") != "1":  # not 10, 100, 1000...
         return
-    _skip_warned.add(name)
     _ensure_log_handler()
     log.warning(
-        "neuronscope: %s ran uncaptured: another capture (or the user's own torch.profiler) "
+        "neuronscope: %s ran uncaptured%s: another capture (or the user's own torch.profiler) "
         "was running; torch's profiler runs one capture per process at a time",
         name,
+        "" if count is None else f" ({count} call(s) so far; see .skipped_calls)",
     )
 
 
@@ -455,10 +594,13 @@ class neuron_region:  # noqa: N801 - a context manager used like a function, as 
         self._explicit_window = "warmup" in options or "active" in options
         self._local = threading.local()  # this object's open entries, per thread
         self._last_session: _Session | None = None
+        #: Entries that ran uncaptured because another capture held the profiler.
+        self.skipped_calls = 0
+        self._skip_lock = threading.Lock()
 
     @property
     def enabled(self) -> bool:
-        return self.options.enabled and not disabled_by_env()
+        return self.options.enabled and not _disabled_now()
 
     @property
     def result(self) -> ProfileResult | None:
@@ -467,29 +609,49 @@ class neuron_region:  # noqa: N801 - a context manager used like a function, as 
         return None if session is None else session.result
 
     def _entries(self) -> list[_Entry]:
-        entries: list[_Entry] | None = getattr(self._local, "entries", None)
-        if entries is None:
-            entries = self._local.entries = []
-        return entries
+        try:
+            return self._local.entries  # type: ignore[no-any-return]
+        except AttributeError:
+            entries: list[_Entry] = []
+            self._local.entries = entries
+            return entries
 
     def _window(self) -> CallWindow | None:
         if not self._explicit_window:
             return None
+        window = self.__dict__.get("_win")  # this object's, while it is still the registered one
+        if window is not None and self._windows.get(self.name) is window:
+            return window
         with self._windows_lock:
             window = self._windows.get(self.name)
             if window is None:
                 window = self._windows[self.name] = CallWindow(self.options.warmup, self.options.active)
+            self._win = window
             return window
 
     def __enter__(self) -> neuron_region:
-        if not self.enabled:
-            entry = _Entry("off")
-        elif _tls.depth == 0 and (w := self._window()) is not None and not w.next_call_captured():
-            entry = _Entry("off")
+        if not self.options.enabled:  # fixed for this object: __exit__ knows it too
+            return self
+        if _disabled_now():
+            entry = _OFF
+        elif (
+            (w := self.__dict__.get("_win")) is not None
+            and w.closed
+            and not _tls.depth
+            and self._windows.get(self.name) is w
+        ):
+            entry = _OFF  # past its window, the common case in a loop: no lock, no lookup
+        elif _tls.depth == 0 and (w := self._window()) is not None and (w.closed or not w.next_call_captured()):
+            entry = _OFF
         else:
             entry = enter(self.options, self.name, None)
-            if entry.kind == "skip":
-                on_skipped(self.name)
+            if entry.kind == "outer" and entry.session is not None:
+                entry.session.skipped = lambda: self.skipped_calls
+            elif entry.kind == "skip":
+                with self._skip_lock:
+                    self.skipped_calls += 1
+                    count = self.skipped_calls
+                on_skipped(self.name, count)
         self._entries().append(entry)
         return self
 
@@ -499,11 +661,17 @@ class neuron_region:  # noqa: N801 - a context manager used like a function, as 
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if not self.options.enabled:
+            return None
         entries = self._entries()
-        entry = entries.pop() if entries else _Entry("off")
-        leave(entry, exc)
-        if entry.session is not None:
-            self._last_session = entry.session
+        entry = entries.pop() if entries else _OFF
+        if entry is _OFF:  # uncaptured: nothing to undo (the fast path when disabled)
+            return None
+        try:
+            leave(entry, exc)
+        finally:  # an interrupt during the export keeps r.result
+            if entry.session is not None:
+                self._last_session = entry.session
         return None  # never swallow the user's exception
 
     def __call__(self, func: F) -> F:

@@ -86,16 +86,16 @@ def render_hints(hints: Iterable[Hint]) -> str:
 
 
 def render_ranks(ranks: list[dict[str, Any]]) -> str:
-    rows = [
-        [
-            r.get("rank"),
-            _fmt_us(r.get("wall_time_us")),
-            _fmt_us(r.get("total_op_us")),
-            r.get("top_op") or "-",
-        ]
-        for r in ranks
-    ]
-    return tabulate(rows, headers=["Rank", "Wall", "Op time", "Top op"], tablefmt="simple", disable_numparse=True)
+    """One row per rank; the run directory by its last part (the ranks share the parent)."""
+    with_dirs = any(r.get("run_dir") for r in ranks)
+    rows = []
+    for r in ranks:
+        row = [r.get("rank"), _fmt_us(r.get("wall_time_us")), _fmt_us(r.get("total_op_us")), r.get("top_op") or "-"]
+        if with_dirs:
+            row.append(str(r.get("run_dir") or "-").replace("\\", "/").rstrip("/").rsplit("/", 1)[-1])
+        rows.append(row)
+    headers = ["Rank", "Wall", "Op time", "Top op"] + (["Run dir"] if with_dirs else [])
+    return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
 
 
 def render_result(result: ProfileResult, row_limit: int = 15) -> str:

@@ -57,6 +57,31 @@ def _opt_float(value: Any) -> float | None:
     return out
 
 
+def _opt_str(value: Any) -> str | None:
+    """A text field that may be absent: None stays None, anything else becomes its text (a
+    hand-edited or foreign file may hold a number where a name belongs)."""
+    return None if value is None else str(value)
+
+
+_RANK_NUMBERS = ("wall_time_us", "total_op_us")
+
+
+def _ranks(value: Any) -> list[dict[str, Any]] | None:
+    """``ranks`` as the renderers expect it: None, or a list of objects whose times are numbers."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(r, Mapping) for r in value):
+        raise TypeError(f"ranks must be a list of objects, got {value!r:.60}")
+    out = []
+    for r in value:
+        entry = dict(r)
+        for key in _RANK_NUMBERS:
+            if key in entry:
+                entry[key] = _opt_float(entry[key])
+        out.append(entry)
+    return out
+
+
 @dataclass
 class OpStat:
     """One operator's totals over a capture, as ``key_averages()`` would give them.
@@ -159,7 +184,7 @@ class Hint:
             time_us=float(d.get("time_us", 0.0)),
             est_saving_us=float(d.get("est_saving_us", 0.0)),
             suggestion=str(d.get("suggestion", "")),
-            location=d.get("location"),
+            location=_opt_str(d.get("location")),
             confidence=str(d.get("confidence", "dataflow")),
             verified_saving_us=_opt_float(d.get("verified_saving_us")),
             details=dict(d.get("details") or {}),
@@ -373,25 +398,25 @@ class ProfileResult:
                 ops=[OpStat.from_dict(o) for o in d.get("ops") or []],
                 hints=[Hint.from_dict(h) for h in d.get("hints") or []],
                 regions={str(k): RegionStat.from_dict({"name": k, **v}) for k, v in regions_raw.items()},
-                run_dir=d.get("run_dir"),
+                run_dir=_opt_str(d.get("run_dir")),
                 rank=None if d.get("rank") is None else int(d["rank"]),
                 world_size=None if d.get("world_size") is None else int(d["world_size"]),
-                ranks=d.get("ranks"),
-                target=d.get("target"),
+                ranks=_ranks(d.get("ranks")),
+                target=_opt_str(d.get("target")),
                 options=dict(d.get("options") or {}),
-                error=d.get("error"),
-                started_at=d.get("started_at"),
-                host=d.get("host"),
+                error=_opt_str(d.get("error")),
+                started_at=_opt_str(d.get("started_at")),
+                host=_opt_str(d.get("host")),
                 pid=None if d.get("pid") is None else int(d["pid"]),
-                torch_version=d.get("torch_version"),
-                device_name=d.get("device_name"),
+                torch_version=_opt_str(d.get("torch_version")),
+                device_name=_opt_str(d.get("device_name")),
                 event_count=int(d.get("event_count") or 0),
                 device_unattributed_us=_opt_float(d.get("device_unattributed_us")),
                 skipped_calls=int(d.get("skipped_calls") or 0),
                 artifacts=dict(d.get("artifacts") or {}),
                 notes=[str(n) for n in d.get("notes") or []],
             )
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
             raise RunLoadError(f"result data is malformed: {type(exc).__name__}: {exc}") from exc
 
 
@@ -440,9 +465,9 @@ class ComparisonRow:
             label=str(d["label"]),
             time_us=float(d.get("time_us", 0.0)),
             op_count=int(d.get("op_count", 0)),
-            top_op=d.get("top_op"),
+            top_op=_opt_str(d.get("top_op")),
             speedup=float(d.get("speedup", 1.0)),
-            top_hint=d.get("top_hint"),
+            top_hint=_opt_str(d.get("top_hint")),
             spread_us=_opt_float(d.get("spread_us")),
             repeats=int(d.get("repeats", 1)),
             outputs_match=d.get("outputs_match"),
@@ -522,5 +547,5 @@ class Comparison:
                 notes=[str(n) for n in data.get("notes") or []],
                 started_at=data.get("started_at"),
             )
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
             raise RunLoadError(f"comparison data is malformed: {type(exc).__name__}: {exc}") from exc

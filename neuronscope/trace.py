@@ -10,8 +10,10 @@ What is read, by event category:
 
 - ``cpu_op`` (ops) and ``user_annotation`` (``record_function`` ranges, which become regions);
   their GPU-side copies, ``gpu_user_annotation``, are skipped so nothing is counted twice.
-- ``python_function`` frames (``with_stack=True``) never count as ops; the innermost user
-  frame around each op is kept as its location, for the hints.
+- ``python_function`` frames (``with_stack=True``) and runtime calls (``cudaLaunchKernel`` ...)
+  go to :attr:`EventTable.others`: children in the nesting, as in ``key_averages()`` (runtime
+  calls are listed as ops there, Python frames are not). The innermost user frame around each
+  op is kept as its location (``file:line``), for the hints.
 - Device work: ``kernel``, ``gpu_memcpy``, ``gpu_memset`` (CUDA and ROCm) and ``privateuse1*``
   events (Neuron). Each is linked through its ``correlation`` argument to the runtime call that
   launched it (``cuda_runtime``, ``cuda_driver``, HIP, ``privateuse1_runtime`` ...), and its
@@ -28,7 +30,9 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import itertools
 import json
+import operator
 import os
 import re
 import sys
@@ -36,8 +40,10 @@ import zlib
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence, Union
 
+from .analysis.compile import promote_compiled_events
+from .distributed import rank_entry, straggler_hints
 from .errors import TraceFormatError
-from .events import IGNORED_NAMES, KIND_ANNOTATION, KIND_OP, EventTable, summarize
+from .events import IGNORED_NAMES, KIND_ANNOTATION, KIND_OP, KIND_PYTHON, KIND_RUNTIME, EventTable
 from .pipeline import build_result
 from .result import ProfileResult
 
@@ -55,7 +61,7 @@ _loads: Callable[[Any], Any] = _orjson.loads if _orjson is not None else json.lo
 #: Bytes of decompressed JSON read and parsed at once. Big enough that per-parse overhead
 #: vanishes, small enough that one chunk's Python objects (about 8x the text) stay a few tens
 #: of megabytes whatever the file's size.
-CHUNK_BYTES = 2 << 20
+CHUNK_BYTES = 1 << 20
 #: How far back from a chunk's end to look for an event boundary; events are far smaller.
 _BOUNDARY_WINDOW = 1 << 16
 #: Candidate boundaries tried per chunk before giving up on the streaming path. A candidate fails
@@ -105,33 +111,41 @@ def _classify(cat: Any) -> int:
 _FRAME_NAME = re.compile(r"^(.+?)\((\d+)\): ")
 _STDLIB = frozenset(getattr(sys, "stdlib_module_names", ()))
 _LIBRARY_ROOTS = frozenset({"torch", "neuronscope", "torchgen", "functorch", "torch_neuronx", "wrapt"})
+_STDLIB_DIR = re.compile(r"/lib/python3\.\d+/(?!site-packages/|dist-packages/)")
 
 
 def _user_location(name: str) -> str | None:
     """'file:line' of a ``python_function`` frame in user code, None for library frames.
 
-    torch writes frames as ``path/file.py(LINE): func`` with site-packages and stdlib prefixes
-    cut, so the first path component tells torch, neuronscope and the stdlib apart.
+    torch writes frames as ``path/file.py(LINE): func``, with the site-packages and stdlib
+    directories cut from the path, so the first component tells torch, neuronscope and the
+    stdlib from the user's code (a script named like a stdlib module, ``test.py``, is missed).
     """
     if name.startswith(("<built-in", "<frozen", "nn.Module:", "<string>")):
         return None
     m = _FRAME_NAME.match(name)
     if m is None:
         return None
-    path = m.group(1)
-    first = path.replace("\\", "/").lstrip("/").split("/", 1)[0]
-    root = first[:-3] if first.endswith(".py") else first
-    if root in _LIBRARY_ROOTS or root in _STDLIB or "/site-packages/torch/" in path:
+    path = m.group(1).replace("\\", "/")
+    if _STDLIB_DIR.search(path):  # an absolute path into the stdlib
         return None
-    return f"{path}:{m.group(2)}"
+    for marker in ("/site-packages/", "/dist-packages/"):
+        if marker in path:
+            path = path.rsplit(marker, 1)[1]  # as torch shortens it
+            break
+    first = path.lstrip("/").split("/", 1)[0]
+    root = first[:-3] if first.endswith(".py") else first
+    if root in _LIBRARY_ROOTS or (root in _STDLIB and not path.startswith("/")):
+        return None
+    return f"{m.group(1)}:{m.group(2)}"
+
+
+_UNSET = object()
+_NO_ARGS: dict[str, Any] = {}
 
 
 class _Fallback(Exception):
     """The streaming reader met a layout it does not handle; parse the whole file instead."""
-
-
-def _ns(ts: Any) -> int:
-    return ts * 1000 if ts.__class__ is int else round(ts * 1000)
 
 
 def _blocks(path: Path) -> Iterator[bytes]:
@@ -176,12 +190,17 @@ class _Reader:
 
     def __init__(self) -> None:
         self.table = EventTable()
+        # Python frames and runtime calls: children in the nesting (they lower the self time
+        # of the op around them, as in key_averages), never ops of their own.
+        self.others = EventTable()
         self.exts: list[Any] = []  # "External id" per row (ops only), for the fallback link
         self.shapes: list[Any] = []
         self.locations: list[str | None] | None = None
         self.thread_ids: dict[tuple[Any, Any], int] = {}
         self.cat_codes: dict[Any, int] = {}
-        self.shape_cache: dict[Any, Any] = {}
+        self.location_cache: dict[str, str | None] = {}  # python_function name -> location
+        self.name_cache: dict[str, str] = {}
+        self.last_dims: dict[str, Any] = {}  # op name -> "Input Dims" of its last call
         self.files: list[str] = []
         self.metas: list[dict[str, Any]] = []
         self.wall_ns = 0
@@ -206,22 +225,24 @@ class _Reader:
         self.dev_first: int | None = None
         self.dev_last: int | None = None
 
-    def _truncate(self, n: int) -> None:
-        t = self.table
+    def _truncate(self, n: int, n_others: int) -> None:
+        t, o = self.table, self.others
         for lst in (t.names, t.kinds, t.tids, t.starts, t.ends, t.device_ns, self.exts, self.shapes):
             del lst[n:]
+        for lst in (o.names, o.kinds, o.tids, o.starts, o.ends, o.device_ns):
+            del lst[n_others:]
         if self.locations is not None:
             del self.locations[n:]
 
     def read(self, path: Path) -> dict[str, Any]:
         """Add one file's events to the table; returns the file's top-level metadata."""
         name = str(path)
-        base = len(self.table)
+        base, base_others = len(self.table), len(self.others)
         self._reset_file()
         try:
             meta = self._stream(path, name)
         except _Fallback:
-            self._truncate(base)
+            self._truncate(base, base_others)
             self._reset_file()
             meta = self._whole(path, name)
         if self.recognised == 0 and not self.saw_span and "schemaVersion" not in meta:
@@ -332,22 +353,30 @@ class _Reader:
 
     # ---- the hot loop ----------------------------------------------------------------------
     def _ingest(self, events: list[Any], name: str) -> None:
+        # The one loop that sees every event: locals only, one dict lookup per field, and the
+        # rarer categories after the common ones.
         table = self.table
-        names, kinds, tids, starts, ends, device = (
-            table.names,
-            table.kinds,
-            table.tids,
-            table.starts,
-            table.ends,
-            table.device_ns,
-        )
-        exts, shapes = self.exts, self.shapes
+        names_append = table.names.append
+        kinds_append = table.kinds.append
+        tids_append = table.tids.append
+        starts_append = table.starts.append
+        ends_append = table.ends.append
+        device_append = table.device_ns.append
+        exts_append = self.exts.append
+        others = self.others
+        o_names, o_kinds, o_tids = others.names.append, others.kinds.append, others.tids.append
+        o_starts, o_ends, o_device = others.starts.append, others.ends.append, others.device_ns.append
+        shapes_append = self.shapes.append
         codes, thread_ids, runtime = self.cat_codes, self.thread_ids, self.runtime
         dev_corr, dev_ext, dev_dur, frames = self.dev_corr, self.dev_ext, self.dev_dur, self.frames
         ignored = IGNORED_NAMES
-        locations = _LOCATION_CACHE
-        shape_cache = self.shape_cache
+        locations = self.location_cache
+        last_dims = self.last_dims
+        intern_name = self.name_cache.setdefault
         dev_first, dev_last = self.dev_first, self.dev_last
+        last_pid: Any = _UNSET
+        last_tid: Any = _UNSET
+        thread = -1
         recognised = 0
         e: Any = None
         try:
@@ -368,10 +397,11 @@ class _Reader:
                     continue
                 recognised += 1
                 ts = e["ts"]
-                start = ts * 1000 if ts.__class__ is int else round(ts * 1000)
-                dur_ns = dur * 1000 if dur.__class__ is int else round(dur * 1000)
+                # Microseconds, as int or as float with nanosecond decimals, to integer ns.
+                start = ts * 1000 if ts.__class__ is int else int(ts * 1000 + 0.5)
+                dur_ns = dur * 1000 if dur.__class__ is int else int(dur * 1000 + 0.5)
                 if code == _DEVICE:
-                    args = e.get("args") or {}
+                    args = e.get("args") or _NO_ARGS
                     dev_corr.append(args.get("correlation"))
                     dev_ext.append(args.get("External id"))
                     dev_dur.append(dur_ns)
@@ -380,51 +410,70 @@ class _Reader:
                     if dev_last is None or start + dur_ns > dev_last:
                         dev_last = start + dur_ns
                     continue
-                key = (e.get("pid"), e.get("tid"))
-                tid = thread_ids.get(key)
-                if tid is None:
-                    tid = thread_ids[key] = len(thread_ids)
-                if code == _RUNTIME:
+                pid = e.get("pid")
+                tid = e.get("tid")
+                if tid != last_tid or pid != last_pid:
+                    last_pid, last_tid = pid, tid
+                    thread = thread_ids.get((pid, tid), -1)
+                    if thread < 0:
+                        thread = thread_ids[(pid, tid)] = len(thread_ids)
+                ev_name = e["name"]
+                if code <= _ANN:  # cpu_op, user_annotation
+                    if ev_name in ignored:
+                        continue
+                    ev_name = intern_name(ev_name, ev_name)  # one str per distinct name
+                    names_append(ev_name)
+                    tids_append(thread)
+                    starts_append(start)
+                    ends_append(start + dur_ns)
+                    device_append(0)
                     args = e.get("args")
                     if args:
-                        corr = args.get("correlation")
-                        if corr is not None:
-                            runtime[corr] = (tid, start)
-                    if e["name"].startswith("hip"):
-                        self.saw_hip = True
-                    continue
-                ev_name = e["name"]
-                if code == _PY:
-                    loc = locations.get(ev_name, False)
-                    if loc is False:
-                        loc = locations[ev_name] = _user_location(ev_name)
-                    if loc is not None:
-                        frames.append((tid, start, start + dur_ns, loc))
-                    continue
-                if ev_name in ignored:
-                    continue
-                args = e.get("args")
-                names.append(ev_name)
-                kinds.append(KIND_OP if code == _OP else KIND_ANNOTATION)
-                tids.append(tid)
-                starts.append(start)
-                ends.append(start + dur_ns)
-                device.append(0)
-                if args:
-                    exts.append(args.get("External id") if code == _OP else None)
-                    dims = args.get("Input Dims")
-                    if dims is not None:
-                        # One shared list per distinct signature: ops repeat a handful of
-                        # shapes, and fewer live containers keep the garbage collector idle.
-                        try:
-                            key = tuple([tuple(d) if d.__class__ is list else d for d in dims])
-                            dims = shape_cache.setdefault(key, dims)
-                        except TypeError:  # deeper nesting (tensor lists): keep as it is
-                            pass
-                    shapes.append(dims)
-                else:
-                    exts.append(None)
-                    shapes.append(None)
+                        if code == _OP:
+                            kinds_append(KIND_OP)
+                            exts_append(args.get("External id"))
+                        else:
+                            kinds_append(KIND_ANNOTATION)
+                            exts_append(None)
+                        dims = args.get("Input Dims")
+                        if dims is not None:
+                            # Share one list between calls of an op with the shapes of its last
+                            # call: loops repeat them, and shared lists keep memory low.
+                            prev = last_dims.get(ev_name)
+                            if prev is not None and prev == dims:
+                                dims = prev
+                            else:
+                                last_dims[ev_name] = dims
+                        shapes_append(dims)
+                    else:
+                        kinds_append(KIND_OP if code == _OP else KIND_ANNOTATION)
+                        exts_append(None)
+                        shapes_append(None)
+                else:  # runtime call or Python frame: a child in the nesting, not an op
+                    if code == _RUNTIME:
+                        args = e.get("args")
+                        if args:
+                            corr = args.get("correlation")
+                            if corr is not None:
+                                runtime[corr] = (thread, start)
+                        if ev_name.startswith("hip"):
+                            self.saw_hip = True
+                        kind = KIND_RUNTIME
+                    else:
+                        loc = locations.get(ev_name, False)
+                        if loc is False:
+                            loc = locations[ev_name] = _user_location(ev_name)
+                        if loc is not None:
+                            frames.append((thread, start, start + dur_ns, loc))
+                        kind = KIND_PYTHON
+                    if ev_name in ignored:
+                        continue
+                    o_names(intern_name(ev_name, ev_name))
+                    o_kinds(kind)
+                    o_tids(thread)
+                    o_starts(start)
+                    o_ends(start + dur_ns)
+                    o_device(0)
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             what = repr(e)
             if len(what) > 200:
@@ -454,6 +503,9 @@ class _Reader:
         if firsts and lasts:
             self.wall_ns += max(lasts) - min(firsts)
 
+        # Compiled code recorded as a range is an op (the pipeline makes it one too): the
+        # kernels it launches are its own.
+        promote_compiled_events(table)
         # Device events -> launches (by correlation), grouped by the launching thread.
         launches: dict[int, list[tuple[int, int]]] = {}
         orphans: list[int] = []  # device events whose launch found no op
@@ -478,7 +530,7 @@ class _Reader:
                         lst.append(i)
             for t, items in launches.items():
                 ops = per_thread[t]
-                ops.sort(key=lambda i: (starts[i], -ends[i]))
+                ops.sort(key=lambda i: (starts[i] << 64) - ends[i])
                 items.sort()
                 stack: list[int] = []
                 j, nops = 0, len(ops)
@@ -566,15 +618,13 @@ class _Reader:
     def finish(self) -> EventTable:
         """Order rows by start (parents first), as a live capture has them; fill shapes."""
         table = self.table
-        starts, ends = table.starts, table.ends
-        if any(s is not None for s in self.shapes):
-            table.shapes = self.shapes
-        else:
-            table.shapes = []
+        n = len(table)
+        table.shapes = self.shapes if self.shapes.count(None) != n else []
         if self.locations is not None:
-            self.locations.extend([None] * (len(table) - len(self.locations)))
-        if not _in_order(starts, ends):
-            order = sorted(range(len(table)), key=lambda i: (starts[i], -ends[i]))
+            self.locations.extend([None] * (n - len(self.locations)))
+        keys = _order_keys(table.starts, table.ends)
+        if any(map(operator.gt, keys, itertools.islice(keys, 1, None))):
+            order = sorted(range(n), key=keys.__getitem__)
             for attr in ("names", "kinds", "tids", "starts", "ends", "device_ns"):
                 lst = getattr(table, attr)
                 lst[:] = [lst[i] for i in order]
@@ -584,20 +634,14 @@ class _Reader:
                 self.locations = [self.locations[i] for i in order]
         self.exts = []
         self.shapes = []
+        table.others = self.others if len(self.others) else None
         return table
 
 
-_LOCATION_CACHE: dict[str, str | None] = {}
-
-
-def _in_order(starts: list[int], ends: list[int]) -> bool:
-    """True when rows already run by start, and a parent comes before a child that starts with it."""
-    prev_s, prev_e = None, None
-    for s, e in zip(starts, ends):
-        if prev_s is not None and (s < prev_s or (s == prev_s and e > prev_e)):
-            return False
-        prev_s, prev_e = s, e
-    return True
+def _order_keys(starts: list[int], ends: list[int]) -> list[int]:
+    """One integer per row that sorts by start, and for equal starts the longer (the parent)
+    first: cheaper to build and compare than (start, -end) tuples."""
+    return [(s << 64) - e for s, e in zip(starts, ends)]
 
 
 def _guard_io(path: Path, name: str) -> Iterator[bytes]:
@@ -679,18 +723,21 @@ def _peek_rank(path: Path) -> tuple[int | None, int | None]:
 
 
 def _group_by_rank(files: Sequence[Path]) -> list[tuple[int, list[Path]]]:
-    """Files grouped by rank: ``distributedInfo.rank``, else ``rank<N>`` in the name, else one
-    rank per worker (``tensorboard_trace_handler`` names files ``<worker>.<ms>.pt.trace.json``),
+    """Files grouped by rank: ``distributedInfo.rank``, else ``rank<N>`` in the file's or its
+    directory's name (``neuron_framework_trace_rank_3.json``, neuronscope's ``..._rank3/``),
+    else one rank per worker (``tensorboard_trace_handler`` names files
+    ``<worker>.<ms>.pt.trace.json``; a fixed name such as ``trace.json`` is its directory's),
     numbered in name order after the known ranks."""
     known: dict[int, list[Path]] = {}
     unknown: dict[str, list[Path]] = {}
     for p in files:
         rank, _ = _peek_rank(p)
         if rank is None:
-            m = _RANK_IN_NAME.search(p.name)
+            m = _RANK_IN_NAME.search(p.name) or _RANK_IN_NAME.search(p.parent.name)
             rank = int(m.group(1)) if m else None
         if rank is None:
-            unknown.setdefault(p.name.split(".", 1)[0], []).append(p)
+            worker = str(p.parent) if p.name in _NAMED_TRACES else p.name.split(".", 1)[0]
+            unknown.setdefault(worker, []).append(p)
         else:
             known.setdefault(rank, []).append(p)
     nxt = max(known, default=-1) + 1
@@ -822,16 +869,6 @@ def table_from_trace(path: TracePath | Sequence[TracePath]) -> tuple[EventTable,
     return _read(files)
 
 
-def _rank_entry(rank: int, result: ProfileResult) -> dict[str, Any]:
-    top = result.top_op
-    return {
-        "rank": rank,
-        "wall_time_us": result.wall_time_us,
-        "total_op_us": result.total_op_us,
-        "top_op": top.name if top is not None else None,
-    }
-
-
 def _result(table: EventTable, meta: dict[str, Any], name: str, hints: bool = True) -> ProfileResult:
     locations = meta.get("locations")
     result = build_result(
@@ -901,30 +938,17 @@ def _from_files(files: list[Path], label: str) -> ProfileResult:
     entries: list[dict[str, Any]] = []
     main: ProfileResult | None = None
     worlds: set[int] = set()
-    for rank, group in groups:
+    for rank, group in groups:  # one rank in memory at a time
         table, meta = _read(group)
         if meta["world_size"] is not None:
             worlds.add(meta["world_size"])
-        if rank == main_rank:
-            main = _result(table, meta, label)
-            entries.append(_rank_entry(rank, main))
-        else:
-            summary = summarize(table)
-            top = summary.ops[0] if summary.ops else None
-            total = (
-                sum(o.self_device_us or 0.0 for o in summary.ops)
-                if table.has_device
-                else sum(o.self_cpu_us for o in summary.ops)
-            )
-            entries.append(
-                {
-                    "rank": rank,
-                    "wall_time_us": meta["wall_ns"] / 1e3,
-                    "total_op_us": total,
-                    "top_op": top.name if top is not None else None,
-                }
-            )
+        # The other ranks need their totals only: no hint rules.
+        res = _result(table, meta, label, hints=rank == main_rank)
         del table
+        # "run_dir" names the rank's trace: `neuronscope show` opens it as it opens a run.
+        entries.append(rank_entry(rank, res, run_dir=group[0]))
+        if rank == main_rank:
+            main = res
     assert main is not None
     main.rank = main_rank
     main.world_size = worlds.pop() if len(worlds) == 1 else len(groups)
@@ -932,4 +956,8 @@ def _from_files(files: list[Path], label: str) -> ProfileResult:
     if main.world_size > len(groups):
         main.notes.append(f"traces of {len(groups)} of {main.world_size} ranks found")
     main.artifacts["trace_files"] = [str(p) for _, g in groups for p in g]
+    found = straggler_hints(entries)
+    if found:
+        main.hints.extend(found)
+        main.hints.sort(key=lambda h: h.est_saving_us, reverse=True)
     return main

@@ -48,6 +48,12 @@ def _rules() -> list[Rule]:
         rules.append(fusion_hints)
     except ImportError:  # pragma: no cover - the module ships with the package
         pass
+    try:
+        from .compile import compile_hints
+
+        rules.append(compile_hints)
+    except ImportError:  # pragma: no cover - the module ships with the package
+        pass
     return rules
 
 

@@ -38,6 +38,17 @@ class Backend:
         """Extra keyword arguments for ``torch.profiler.profile``."""
         return {}
 
+    def make_profiler(self, kwargs: dict[str, Any]) -> Any:
+        """The object :class:`Capture` starts and stops: ``torch.profiler.profile(**kwargs)``.
+
+        A backend whose vendor profiler wraps torch's (an early TorchNeuron ``NeuronProfiler``)
+        returns an object with ``start()`` / ``stop()`` and a ``torch_profiler`` attribute that
+        holds the ``torch.profiler.profile`` it runs.
+        """
+        import torch.profiler
+
+        return torch.profiler.profile(**kwargs)
+
     def environment_warnings(self) -> list[str]:
         """Mistakes in the environment worth a warning before the capture starts."""
         return []
@@ -115,20 +126,22 @@ class Capture:
         self.backend = backend
         self.scratch_dir = scratch_dir
         self.prof: Any = None
+        self.runner: Any = None  # what start()/stop() drive; usually the profile itself
 
     def start(self) -> None:
-        import torch.profiler
-
         opts = self.backend.options
-        self.prof = torch.profiler.profile(
-            activities=self.backend.activities(),
-            record_shapes=opts.record_shapes,
-            with_stack=opts.with_stack,
-            profile_memory=opts.profile_memory,
-            **self.backend.profiler_kwargs(self.scratch_dir),
+        self.runner = self.backend.make_profiler(
+            dict(
+                activities=self.backend.activities(),
+                record_shapes=opts.record_shapes,
+                with_stack=opts.with_stack,
+                profile_memory=opts.profile_memory,
+                **self.backend.profiler_kwargs(self.scratch_dir),
+            )
         )
         with quiet_native_stderr():
-            self.prof.start()
+            self.runner.start()
+        self.prof = getattr(self.runner, "torch_profiler", self.runner)
 
     def stop(self) -> Any:
         """Synchronise the device, stop the profiler and return the finished profile object."""
@@ -136,5 +149,6 @@ class Capture:
             self.backend.synchronize()
         finally:
             with quiet_native_stderr():
-                self.prof.stop()
+                self.runner.stop()
+            self.prof = getattr(self.runner, "torch_profiler", self.runner)
         return self.prof

@@ -1,0 +1,248 @@
+"""How fast, and how lean, is the analysis of a capture, against ``key_averages()``?
+
+Three sections, each printing medians and the ratio to its target:
+
+1. ``from_profiler`` on one capture of ``--events`` raw events (default 100,000): reading the
+   table, ``summarize``, the analysis (hint rules), and the whole call, against
+   ``key_averages()`` on the same capture (target: at least 20x faster), against
+   ``kineto_results.events()`` alone and against reading the raw events' fields (target:
+   within 3x); and a check that the numbers are the same as ``key_averages()``'s.
+2. Scaling: ``from_profiler`` at ``--events`` and ``--big`` events (default 1,000,000), each
+   in a fresh process, with its time per event and its peak resident memory over the capture
+   it reads; ``key_averages()`` the same way (``--skip-big-key-averages`` leaves out the
+   slow one at ``--big``).
+3. The trace: ``trace.json`` and ``trace.json.gz`` written as a capture exports them, size
+   and time, for a capture of ``--events``.
+
+    python benchmarks/bench_analysis.py [--quick] [--events N] [--big N] [--runs R]
+                                        [--ka-runs K] [--skip-big-key-averages]
+                                        [--section 1,2,3]
+
+``--quick`` (a CI smoke run): 5,000 and 20,000 events, one run each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import (  # noqa: E402
+    capture,
+    environment,
+    fmt_s,
+    median_of,
+    peak_rss_mb,
+    reset_key_averages,
+    reset_peak_rss,
+    rss_mb,
+    timed,
+)
+
+import torch  # noqa: E402
+
+
+def _read_raw(prof: Any) -> int:
+    """The least any analysis must do: get the raw events and read what each one is."""
+    raw = prof.profiler.kineto_results.events()
+    ev = type(raw[0])
+    for getter in (ev.activity_type, ev.name, ev.start_ns, ev.end_ns, ev.start_thread_id):
+        list(map(getter, raw))
+    return len(raw)
+
+
+def _analysis_only(prof: Any, table: Any, summary: Any) -> Any:
+    from neuronscope.analysis import AnalysisContext, analyze
+
+    return analyze(AnalysisContext(table=table, summary=summary, backend="cpu", profiler=prof))
+
+
+def _check_against_key_averages(prof: Any, result: Any) -> str:
+    frames = {e.name() for e in prof.profiler.kineto_results.events() if e.activity_type() == "python_function"}
+    ka = {e.key: e for e in prof.key_averages() if not e.is_user_annotation and e.key not in frames and e.key != "[memory]"}
+    ours = {o.name: o for o in result.ops}
+    names_ok = set(ka) == set(ours)
+    worst = 0.0
+    calls_ok = True
+    for name in set(ka) & set(ours):
+        e, o = ka[name], ours[name]
+        calls_ok &= e.count == o.calls
+        for a, b in ((o.self_cpu_us, e.self_cpu_time_total), (o.cpu_total_us, e.cpu_time_total)):
+            if abs(b) > 1:
+                worst = max(worst, abs(a - b) / abs(b))
+    return (
+        f"same op names: {names_ok}; calls equal: {calls_ok}; "
+        f"largest self/total CPU difference: {worst * 100:.4f}% (target <= 1%)"
+    )
+
+
+def section_analysis(n_events: int, runs: int, ka_runs: int) -> None:
+    from neuronscope.events import summarize, table_from_profiler
+    from neuronscope.pipeline import build_result, from_profiler
+
+    print(f"\n== 1. from_profiler on {n_events:,} events, median of {runs} (key_averages: {ka_runs}) ==")
+    prof, n = capture(n_events)
+    print(f"capture: {n:,} raw events")
+    t_events = median_of(lambda: len(prof.profiler.kineto_results.events()), runs)
+    t_read = median_of(lambda: _read_raw(prof), runs)
+    t_table = median_of(lambda: table_from_profiler(prof), runs)
+    table = table_from_profiler(prof)
+    t_summary = median_of(lambda: summarize(table), runs)
+    summary = summarize(table)
+    t_hints = median_of(lambda: _analysis_only(prof, table, summary), runs)
+    t_from = median_of(lambda: from_profiler(prof), runs)
+    t_nohints = median_of(lambda: build_result(table_from_profiler(prof), name="p", backend="cpu", hints=False), runs)
+    ka_times = []
+    for _ in range(ka_runs):
+        reset_key_averages(prof)
+        ka_times.append(timed(prof.key_averages)[0])
+    t_ka = sorted(ka_times)[len(ka_times) // 2]
+
+    rows = [
+        ("kineto_results.events()", t_events),
+        ("events() + read 5 fields of each", t_read),
+        ("table_from_profiler", t_table),
+        ("summarize", t_summary),
+        ("analysis (hint rules)", t_hints),
+        ("from_profiler, hint rules off", t_nohints),
+        ("from_profiler (all of it)", t_from),
+        ("key_averages()", t_ka),
+    ]
+    width = max(len(r[0]) for r in rows)
+    for label, t in rows:
+        print(f"  {label:<{width}}  {fmt_s(t):>10}  {t / n * 1e9:8.0f} ns/event")
+    print("  ratios (targets: key_averages >= 20x slower; within 3x of reading the raw events)")
+    for label, t in (("from_profiler, hint rules off", t_nohints), ("from_profiler (all of it)", t_from)):
+        print(
+            f"  {label:<{width}}  key_averages / it = {t_ka / t:5.1f}x   it / events() = {t / t_events:5.2f}x   "
+            f"it / (events() + fields) = {t / t_read:5.2f}x"
+        )
+    print("  " + _check_against_key_averages(prof, from_profiler(prof)))
+
+
+# ---- 2. scaling, in fresh processes -------------------------------------------------------------
+def _child(method: str, n_events: int) -> None:
+    """Run in a subprocess: capture, then time one analysis and its peak memory."""
+    from neuronscope.pipeline import from_profiler
+
+    prof, n = capture(n_events)
+    import gc
+
+    gc.collect()
+    before = rss_mb()
+    exact = reset_peak_rss()
+    if method == "neuronscope":
+        seconds, _ = timed(lambda: from_profiler(prof))
+    else:
+        seconds, _ = timed(prof.key_averages)
+    peak = peak_rss_mb()
+    print(json.dumps({"events": n, "seconds": seconds, "rss_before_mb": before, "peak_mb": peak, "exact": exact}))
+
+
+def _run_child(method: str, n_events: int) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", method, str(n_events)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def section_scaling(small: int, big: int, big_key_averages: bool) -> None:
+    print(f"\n== 2. scaling: {small:,} and {big:,} events, each in a fresh process ==")
+    print("  peak = peak resident memory during the analysis, less the memory before it")
+    results: dict[tuple[str, int], dict[str, Any]] = {}
+    for method in ("neuronscope", "key_averages"):
+        for n in (small, big):
+            if method == "key_averages" and n == big and not big_key_averages:
+                continue
+            r = results[(method, n)] = _run_child(method, n)
+            growth = r["peak_mb"] - r["rss_before_mb"]
+            print(
+                f"  {method:<12} {r['events']:>10,} events  {fmt_s(r['seconds']):>10}  "
+                f"{r['seconds'] / r['events'] * 1e9:7.0f} ns/event  peak +{growth:8.1f} MB"
+                + ("" if r["exact"] else " (peak since process start)")
+            )
+    a, b = results[("neuronscope", small)], results[("neuronscope", big)]
+    per_a, per_b = a["seconds"] / a["events"], b["seconds"] / b["events"]
+    print(f"  neuronscope time per event, {big:,} vs {small:,}: {per_b / per_a:.2f}x (linear = 1.0)")
+    for n in (small, big):
+        if ("key_averages", n) in results:
+            ns, ka = results[("neuronscope", n)], results[("key_averages", n)]
+            g_ns = ns["peak_mb"] - ns["rss_before_mb"]
+            g_ka = ka["peak_mb"] - ka["rss_before_mb"]
+            print(
+                f"  at {n:,} events: memory {g_ka:.0f} MB (key_averages) vs {g_ns:.0f} MB "
+                f"(neuronscope) = {g_ka / max(g_ns, 1e-9):.1f}x; time {ka['seconds'] / ns['seconds']:.1f}x"
+            )
+
+
+# ---- 3. the trace -------------------------------------------------------------------------------
+def section_trace(n_events: int) -> None:
+    from neuronscope import export
+    from neuronscope.region import GZIP_TRACE_ABOVE_EVENTS
+
+    print(f"\n== 3. trace export of {n_events:,} events (gzip above {GZIP_TRACE_ABOVE_EVENTS:,} raw events) ==")
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp)
+        prof, n = capture(n_events)
+        t_json, _ = timed(lambda: export.atomic_write_with(d / "trace.json", lambda p: prof.export_chrome_trace(str(p))))
+        size_json = (d / "trace.json").stat().st_size
+        prof, n = capture(n_events)  # a capture's trace can be saved once
+
+        def gz() -> None:  # what a capture does for trace_format="gz"
+            raw = d / ".trace.json.raw"
+            prof.export_chrome_trace(str(raw))
+            export.gzip_file(raw, d / "trace.json.gz")
+            raw.unlink()
+
+        t_save, _ = timed(lambda: None)
+        t_gz, _ = timed(gz)
+        size_gz = (d / "trace.json.gz").stat().st_size
+        with gzip.open(d / "trace.json.gz", "rb") as fh:
+            events = len(json.load(fh)["traceEvents"])
+        print(f"  trace.json     {size_json / 1e6:8.2f} MB  {fmt_s(t_json):>10}")
+        print(f"  trace.json.gz  {size_gz / 1e6:8.2f} MB  {fmt_s(t_gz + t_save):>10}  ({size_json / size_gz:.1f}x smaller; reads back: {events:,} trace events)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="small sizes, one run: a smoke test")
+    p.add_argument("--events", type=int, help="default 100,000 (--quick: 5,000)")
+    p.add_argument("--big", type=int, help="default 1,000,000 (--quick: 20,000)")
+    p.add_argument("--runs", type=int, help="default 5 (--quick: 1)")
+    p.add_argument("--ka-runs", type=int, help="key_averages runs; default 3 (--quick: 1)")
+    p.add_argument("--skip-big-key-averages", action="store_true")
+    p.add_argument("--section", default="1,2,3")
+    p.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child:
+        _child(args.child[0], int(args.child[1]))
+        return 0
+    quick = (5_000, 20_000, 1, 1) if args.quick else (100_000, 1_000_000, 5, 3)
+    args.events = args.events or quick[0]
+    args.big = args.big or quick[1]
+    args.runs = args.runs or quick[2]
+    args.ka_runs = args.ka_runs or quick[3]
+    sections = {s.strip() for s in args.section.split(",")}
+    print(environment())
+    if "1" in sections:
+        section_analysis(args.events, args.runs, args.ka_runs)
+    if "2" in sections:
+        section_scaling(args.events, args.big, not args.skip_big_key_averages)
+    if "3" in sections:
+        section_trace(args.events)
+    return 0
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    raise SystemExit(main())

@@ -1,0 +1,660 @@
+"""torch.compile inside a capture: recompiles, graph breaks, compilation, and readable op names.
+
+Three parts, in pipeline order:
+
+1. Gathering (called by the capture engine, :class:`neuronscope.region._Session`):
+   :func:`snapshot` before the profiler starts and :func:`facts` after it stops read Dynamo's
+   own records and return plain data for ``AnalysisContext.extra["compile"]``. Nothing is
+   imported: when the program has not imported ``torch._dynamo``, nothing was compiled.
+2. Rules: :func:`compile_hints` turns the facts and the captured events into ``recompile``,
+   ``graph_break`` and ``compile`` hints.
+3. Naming: :func:`label_compiled_ops` gives the compiled code's rows in the op table names a
+   person reads (see its docstring for what their self and total times mean).
+
+What torch exposes (read on torch 2.13; ``getattr`` everywhere, so older versions just give
+less):
+
+- ``torch._dynamo.utils.get_compilation_metrics()``: one ``CompilationMetrics`` per frame
+  compile (the last 64 kept): ``compile_id`` ("F/A": frame F, attempt A; A >= 1 is a
+  recompile), ``co_name`` / ``co_filename`` / ``co_firstlineno``, the compile's duration and
+  ``recompile_reason`` (the first failing guard, e.g. "0/0: tensor 'x' size mismatch at index
+  0. expected 4, actual 8"; present since torch 2.6). There is no "recompiles" counter.
+- ``torch._dynamo.utils.counters["graph_break"]``: reason text -> count, counted when a frame
+  is compiled (not when it runs); ``torch._dynamo.utils.graph_break_reasons``: the same
+  breaks with ``user_stack`` (the user's ``file:line``), cleared by ``torch._dynamo.reset()``.
+- A graph break makes Dynamo compile the rest of the function as a new frame named
+  ``torch_dynamo_resume_in_<fn>_at_<line>``; each call of it in a capture is a
+  ``Torch-Compiled Region: F/A`` event. So a break is seen even when its function was compiled
+  before the capture (the usual case after a warm-up), where the counters do not move.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from typing import TYPE_CHECKING, Any
+
+from ..events import KIND_ANNOTATION, KIND_OP
+from ..result import Hint, OpStat
+
+if TYPE_CHECKING:
+    from ..events import EventTable, Summary
+    from ..result import ProfileResult
+    from . import AnalysisContext
+
+__all__ = ["snapshot", "facts", "compile_hints", "promote_compiled_events", "label_compiled_ops", "compiled_label"]
+
+REGION_PREFIX = "Torch-Compiled Region: "
+_REGION = re.compile(r"^Torch-Compiled Region: (\d+/\d+)")
+_GRAPH = re.compile(r"^## Call CompiledFxGraph (\w+) ##$")
+_COMPILE_ID = re.compile(r"(\d+)/(\d+)")
+_RESUME = re.compile(r"^torch_dynamo_resume_in_(.+)_at_(\d+)$")
+_BACKWARD = "CompiledFunctionBackward"
+_COMPILED_PREFIXES = ("## Call CompiledFxGraph", "Torch-Compiled Region")
+_COMPILE_DATA = re.compile(r"^\S+_data: (?:.*, )?compile_id=\S+$")
+
+#: Most graph-break records kept for looking up the reason of a break seen at run time: one
+#: per break site, so a few hundred cover any real program while keeping result.json small.
+MAX_BREAK_RECORDS = 256
+#: Reason text kept per hint: Dynamo's reasons run to ten lines of hints and links; the first
+#: lines say what broke.
+REASON_CHARS = 400
+
+
+# ---- 1. gathering ---------------------------------------------------------------------------
+def _dynamo_utils() -> Any | None:
+    """``torch._dynamo.utils`` if the program imported Dynamo, else None (never imports it:
+    that costs seconds, and a program that never imported it compiled nothing)."""
+    return sys.modules.get("torch._dynamo.utils")
+
+
+def snapshot() -> dict[str, Any]:
+    """Dynamo's counters before a capture (cheap: a dict copy and two list references)."""
+    utils = _dynamo_utils()
+    if utils is None:
+        return {"loaded": False}
+    try:
+        counters = getattr(utils, "counters", {})
+        breaks = getattr(utils, "graph_break_reasons", None)
+        metrics = _metrics(utils)
+        return {
+            "loaded": True,
+            "graph_break": dict(counters.get("graph_break", {})),
+            "break_records": len(breaks) if breaks is not None else 0,
+            # The objects themselves, not their ids: holding them keeps an id from being reused
+            # by a new record after the deque (64 entries) drops an old one.
+            "metrics": metrics,
+        }
+    except Exception:
+        return {"loaded": False}
+
+
+def _metrics(utils: Any) -> list[Any]:
+    get = getattr(utils, "get_compilation_metrics", None)
+    if get is None:
+        return []
+    try:
+        return [m for m in get() if not getattr(m, "is_runtime", False)]
+    except Exception:
+        return []
+
+
+def _frame(summary: Any) -> tuple[str | None, int | None, str | None]:
+    return getattr(summary, "filename", None), getattr(summary, "lineno", None), getattr(summary, "name", None)
+
+
+def _break_record(rec: Any) -> dict[str, Any]:
+    """A break's reason, its innermost user frame (where it broke) and every user frame on the
+    way there: a break inside a helper also splits each compiled caller at its call line."""
+    stack = getattr(rec, "user_stack", None) or []
+    file, line, func = _frame(stack[-1]) if stack else (None, None, None)
+    frames = [[f, ln] for f, ln, _ in map(_frame, stack)]
+    return {"reason": _short(str(getattr(rec, "reason", ""))), "file": file, "line": line, "function": func, "frames": frames}
+
+
+def _short(reason: str) -> str:
+    """Dynamo's reason without its trailing hints, links and debug context."""
+    keep: list[str] = []
+    for line in reason.strip().splitlines():
+        text = line.strip()
+        if not text:
+            break
+        if text.startswith(("Hint:", "Developer debug context", "For more details")):
+            continue
+        keep.append(text)
+    out = " ".join(keep) or reason.strip()
+    return out if len(out) <= REASON_CHARS else out[: REASON_CHARS - 3] + "..."
+
+
+def _compile_record(m: Any) -> dict[str, Any]:
+    duration = getattr(m, "duration_us", None)
+    if duration is None and getattr(m, "entire_frame_compile_time_s", None) is not None:
+        duration = m.entire_frame_compile_time_s * 1e6
+    return {
+        "compile_id": getattr(m, "compile_id", None),
+        "function": getattr(m, "co_name", None),
+        "file": getattr(m, "co_filename", None),
+        "line": getattr(m, "co_firstlineno", None),
+        "recompile_reason": getattr(m, "recompile_reason", None),
+        "compile_time_us": float(duration) if duration is not None else None,
+        "graph_breaks": getattr(m, "num_graph_breaks", None),
+        "failed": getattr(m, "fail_type", None),
+        "fail_reason": _short(str(m.fail_reason)) if getattr(m, "fail_reason", None) else None,
+    }
+
+
+def facts(before: dict[str, Any] | None) -> dict[str, Any]:
+    """What Dynamo recorded during the capture, against ``before`` (from :func:`snapshot`).
+
+    Plain data (it goes into ``AnalysisContext.extra["compile"]``): ``compiles`` (the frame
+    compiles that ran in the capture), ``graph_breaks`` (``{reason: count}`` added to Dynamo's
+    counter), ``break_records`` (the breaks recorded in the capture, with locations),
+    ``known_breaks`` (every break record Dynamo holds, to name the reason of a break that was
+    compiled before the capture) and ``functions`` (compile id -> function, file, line).
+    """
+    utils = _dynamo_utils()
+    if utils is None:
+        return {"loaded": False}
+    before = before or {}
+    out: dict[str, Any] = {"loaded": True}
+    try:
+        metrics = _metrics(utils)
+        old = {id(m) for m in before.get("metrics", [])}
+        out["compiles"] = [_compile_record(m) for m in metrics if id(m) not in old]
+        functions: dict[str, dict[str, Any]] = {}
+        for m in metrics:  # oldest first: after torch._dynamo.reset() ids restart; the newest wins
+            cid = getattr(m, "compile_id", None)
+            if cid:
+                functions[str(cid)] = {
+                    "function": getattr(m, "co_name", None),
+                    "file": getattr(m, "co_filename", None),
+                    "line": getattr(m, "co_firstlineno", None),
+                }
+        out["functions"] = functions
+        counters = getattr(utils, "counters", {})
+        was = before.get("graph_break", {})
+        now = dict(counters.get("graph_break", {}))
+        out["graph_breaks"] = {_short(k): v - was.get(k, 0) for k, v in now.items() if v - was.get(k, 0) > 0}
+        records = list(getattr(utils, "graph_break_reasons", None) or [])
+        start = before.get("break_records", 0)
+        if start > len(records):  # torch._dynamo.reset() cleared the list during the capture
+            start = 0
+        new = [r for r in records[start:] if getattr(r, "graph_break", True)]
+        out["break_records"] = _dedupe([_break_record(r) for r in new])
+        known = [r for r in records if getattr(r, "graph_break", True)]
+        out["known_breaks"] = _dedupe([_break_record(r) for r in known])[-MAX_BREAK_RECORDS:]
+    except Exception as err:  # Dynamo's internals move between versions: lose the hints, not the capture
+        out["error"] = f"{type(err).__name__}: {err}"
+    return out
+
+
+def _dedupe(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    seen: dict[tuple[Any, Any, str], dict[str, Any]] = {}
+    for r in records:
+        key = (r["file"], r["line"], r["reason"])
+        if key in seen:
+            seen[key]["count"] += 1
+            seen[key]["frames"] += [f for f in r.get("frames", []) if f not in seen[key]["frames"]]
+        else:
+            seen[key] = {**r, "count": 1, "frames": list(r.get("frames", []))}
+    return list(seen.values())
+
+
+# ---- shared helpers -------------------------------------------------------------------------
+def _split_id(cid: Any) -> tuple[int, int] | None:
+    m = _COMPILE_ID.search(str(cid or ""))
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def _display_function(co_name: str | None) -> str | None:
+    """``g`` for ``g``, and ``g (after the graph break at line 6)`` for Dynamo's resume frames."""
+    if not co_name:
+        return None
+    m = _RESUME.match(co_name)
+    if m:
+        return f"{m.group(1)} (after the graph break at line {m.group(2)})"
+    return co_name
+
+
+def _owner(co_name: str | None) -> str | None:
+    """The user's function a frame belongs to: a resume frame's is the function it resumes."""
+    if not co_name:
+        return None
+    m = _RESUME.match(co_name)
+    return m.group(1) if m else co_name
+
+
+def compiled_label(compile_id: str, functions: dict[str, dict[str, Any]] | None, graph: bool = False) -> str:
+    """The op-table name of a compiled region (or, with ``graph``, of its compiled graph)."""
+    info = (functions or {}).get(compile_id) or {}
+    fn = _display_function(info.get("function"))
+    head = "compiled graph" if graph else "compiled"
+    return f"{head}: {fn} [{compile_id}]" if fn else f"{head}: [{compile_id}]"
+
+
+def _region_events(table: EventTable) -> dict[str, int]:
+    """Compile id -> number of ``Torch-Compiled Region`` events in the capture."""
+    seen: dict[str, int] = {}
+    for name in table.names:
+        if name.startswith(REGION_PREFIX):
+            m = _REGION.match(name)
+            if m:
+                seen[m.group(1)] = seen.get(m.group(1), 0) + 1
+    return seen
+
+
+def _op_by_name(summary: Summary | None, name: str) -> OpStat | None:
+    if summary is None:
+        return None
+    for op in summary.ops:
+        if op.name == name:
+            return op
+    return None
+
+
+# ---- 2. rules -------------------------------------------------------------------------------
+#: Recompile reasons by the guard that failed, with what to do about each. Matched in order on
+#: the reason text of torch 2.x ("tensor 'x' size mismatch at index 0. expected 4, actual 8").
+_RECOMPILE_KINDS: list[tuple[str, tuple[str, ...], str]] = [
+    (
+        "shape",
+        ("size mismatch", "rank mismatch", "stride mismatch", "dimensionality"),
+        (
+            "input shapes changed: mark the varying dimension dynamic (torch._dynamo.mark_dynamic(x, dim) "
+            "or torch.compile(dynamic=True)), or pad inputs to a few fixed sizes"
+        ),
+    ),
+    ("dtype", ("dtype mismatch",), "input dtypes changed: cast inputs to one dtype before the compiled call"),
+    ("device", ("device mismatch",), "inputs moved between devices: keep them on one device"),
+    (
+        "grad_mode",
+        ("requires_grad mismatch", "grad_mode", "GradMode", "autocast"),
+        (
+            "grad mode, requires_grad or autocast changed between calls: call the compiled function under "
+            "one mode, or compile one function per mode"
+        ),
+    ),
+    (
+        "object_identity",
+        ("id_match", "___check_obj_id", "type_match", "___check_type_id"),
+        (
+            "a Python object the function reads (a module, parameter or global) was replaced: keep the same "
+            "object, or pass it as a tensor argument"
+        ),
+    ),
+    (
+        "python_value",
+        (" == ",),
+        (
+            "a Python number or flag the function reads changed: pass it as a tensor, or mark it dynamic "
+            "(torch._dynamo.config.specialize_int=False for ints)"
+        ),
+    ),
+]
+_GENERIC_RECOMPILE = "a guard failed: keep what it checks the same between calls (TORCH_LOGS=recompiles prints them)"
+
+
+def _recompile_kind(reasons: list[str]) -> tuple[str, list[str]]:
+    """The most common kind among ``reasons`` (the latest on a tie), and the advice for each
+    kind present, most common first."""
+    kinds: list[tuple[str, str]] = []
+    for r in reasons:
+        for kind, needles, advice in _RECOMPILE_KINDS:
+            if any(n in r for n in needles):
+                kinds.append((kind, advice))
+                break
+        else:
+            kinds.append(("guard", _GENERIC_RECOMPILE))
+    if not kinds:
+        return "guard", [_GENERIC_RECOMPILE]
+    counts: dict[str, int] = {}
+    for kind, _ in kinds:
+        counts[kind] = counts.get(kind, 0) + 1
+    order = sorted(counts, key=lambda k: (counts[k], max(i for i, (kk, _) in enumerate(kinds) if kk == k)), reverse=True)
+    advice_by_kind = dict(kinds)
+    return order[0], [advice_by_kind[k] for k in order]
+
+
+def _reason_line(reason: str) -> str:
+    """``0/0: n == 0`` out of Dynamo's multi-line reason (guard source comment and stack cut)."""
+    line = reason.strip().splitlines()[0] if reason.strip() else reason
+    return line.split("  #", 1)[0].strip()
+
+
+def _location(file: Any, line: Any) -> str | None:
+    return f"{file}:{line}" if file and line is not None else None
+
+
+def _frame_function(frame: int, compiles: list[dict[str, Any]], functions: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Function, file and line of Dynamo frame ``frame`` (a compile that failed has none)."""
+    for c in compiles:
+        if c.get("function"):
+            return c
+    for cid, info in functions.items():
+        ids = _split_id(cid)
+        if ids is not None and ids[0] == frame and info.get("function"):
+            return info
+    return {}
+
+
+def _recompile_hints(fx: dict[str, Any]) -> list[Hint]:
+    groups: dict[int, list[dict[str, Any]]] = {}
+    for c in fx.get("compiles", []):
+        ids = _split_id(c.get("compile_id"))
+        if ids is None or (ids[1] == 0 and not c.get("recompile_reason")):
+            continue
+        groups.setdefault(ids[0], []).append(c)
+    functions: dict[str, dict[str, Any]] = fx.get("functions", {})
+    hints = []
+    for frame, compiles in groups.items():
+        info = _frame_function(frame, compiles, functions)
+        fn = _owner(info.get("function")) or f"frame {frame}"
+        reasons = list(dict.fromkeys(_reason_line(str(c["recompile_reason"])) for c in compiles if c.get("recompile_reason")))
+        kind, advice = _recompile_kind(reasons)
+        spent = sum(c.get("compile_time_us") or 0.0 for c in compiles)
+        limit_hit = any("recompile limit" in str(c.get("fail_reason") or "").lower() for c in compiles)
+        shown = "; ".join(reasons[-3:])
+        why = f" (guards that failed: {shown})" if reasons else " (torch gave no reason: TORCH_LOGS=recompiles prints it)"
+        limit = (
+            "; it hit torch._dynamo.config.recompile_limit and now runs uncompiled (eager)" if limit_hit else ""
+        )
+        hints.append(
+            Hint(
+                kind="recompile",
+                pattern=kind,
+                ops=[compiled_label(str(compiles[-1].get("compile_id")), functions) if info else f"compiled: {fn}"],
+                calls=len(compiles),
+                time_us=spent,
+                est_saving_us=spent,
+                suggestion=f"{fn} recompiled {len(compiles)}x in the capture{why}{limit}; " + "; ".join(advice[:2]),
+                location=_location(info.get("file"), info.get("line")),
+                confidence="measured",
+                details={
+                    "function": fn,
+                    "reasons": reasons,
+                    "compile_ids": [c.get("compile_id") for c in compiles],
+                    "compile_time_us": spent,
+                    "recompile_limit_hit": limit_hit,
+                },
+            )
+        )
+    return hints
+
+
+def _graph_break_hints(fx: dict[str, Any], table: EventTable, summary: Summary | None) -> list[Hint]:
+    functions: dict[str, dict[str, Any]] = fx.get("functions", {})
+    # Break records by every user frame on their stack, the innermost (the break itself) last,
+    # so it wins: a resume frame "at line N" is found by the frame that reads N.
+    by_frame: dict[tuple[Any, Any], dict[str, Any]] = {}
+    for rec in fx.get("known_breaks", []) + fx.get("break_records", []):
+        for f, ln in rec.get("frames") or [[rec.get("file"), rec.get("line")]]:
+            by_frame.setdefault((f, ln), rec)
+        by_frame[(rec.get("file"), rec.get("line"))] = rec
+    # One entry per break: keyed by its record (where it broke) where one is known, else by the
+    # resume frame's file and line.
+    sites: dict[tuple[Any, ...], dict[str, Any]] = {}
+
+    def site(rec: dict[str, Any] | None, file: Any, line: Any, fn: Any) -> dict[str, Any]:
+        if rec is not None:
+            key: tuple[Any, ...] = ("record", rec.get("file"), rec.get("line"), rec.get("reason"))
+            file, line, fn = rec.get("file"), rec.get("line"), rec.get("function") or fn
+        else:
+            key = ("resume", file, line)
+        entry = sites.get(key)
+        if entry is None:
+            entry = sites[key] = {
+                "file": file,
+                "line": line,
+                "function": fn,
+                "reason": None if rec is None else rec.get("reason"),
+                "calls": 0,
+                "compiled_in_capture": 0,
+                "graphs": [],
+                "overhead_us": 0.0,
+                "time_us": 0.0,
+            }
+        return entry
+
+    # (a) breaks crossed at run time: each call of a resume frame enters one more graph.
+    for cid, count in _region_events(table).items():
+        info = functions.get(cid) or {}
+        m = _RESUME.match(info.get("function") or "")
+        if not m:
+            continue
+        file, line = info.get("file"), int(m.group(2))
+        entry = site(by_frame.get((file, line)), file, line, m.group(1))
+        entry["calls"] += count
+        entry["graphs"].append(compiled_label(cid, functions))
+        op = _op_by_name(summary, REGION_PREFIX + cid)
+        if op is not None:
+            # Entering one more compiled graph: Dynamo's own time around it, as measured.
+            entry["overhead_us"] += op.self_cpu_us
+            entry["time_us"] += op.cpu_total_us
+    # (b) breaks compiled during the capture (the counters moved).
+    counted = set()
+    for rec in fx.get("break_records", []):
+        entry = site(rec, rec.get("file"), rec.get("line"), rec.get("function"))
+        entry["compiled_in_capture"] += rec.get("count", 1)
+        counted.add(rec.get("reason"))
+    for reason, count in fx.get("graph_breaks", {}).items():
+        if reason not in counted:  # a counter with no record: the location is unknown
+            entry = site(None, None, reason, None)
+            entry["reason"] = reason
+            entry["compiled_in_capture"] += count
+    seen = _region_events(table)
+    hints = []
+    for e in sites.values():
+        file = e["file"]
+        loc = _location(file, e["line"]) if file else None
+        fn = e["function"]
+        # The op-table rows of the function's own (first) graph, where it ran in the capture.
+        parents = [
+            compiled_label(cid, functions)
+            for cid in seen
+            if (functions.get(cid) or {}).get("function") == fn and (functions.get(cid) or {}).get("file") == file
+        ]
+        reason = e["reason"] or "reason not recorded (TORCH_LOGS=graph_breaks prints it)"
+        crossings = e["calls"] or e["compiled_in_capture"]
+        hints.append(
+            Hint(
+                kind="graph_break",
+                pattern="graph_break",
+                ops=(parents or ([f"compiled: {fn}"] if fn else [])) + e["graphs"],
+                calls=crossings,
+                time_us=e["time_us"],
+                est_saving_us=e["overhead_us"],
+                suggestion=(
+                    f"{fn or 'a compiled function'} breaks into separate graphs here: {reason}; move that code out "
+                    f"of the compiled function or replace it with something Dynamo traces "
+                    f"(torch.compile(fullgraph=True) turns the break into an error that names it)"
+                ),
+                location=loc,
+                confidence="measured",
+                details={
+                    "function": fn,
+                    "reason": reason,
+                    "crossings_in_capture": e["calls"],
+                    "compiled_in_capture": e["compiled_in_capture"],
+                    "graphs": e["graphs"],
+                },
+            )
+        )
+    return hints
+
+
+def _compile_in_capture_hints(fx: dict[str, Any]) -> list[Hint]:
+    groups: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
+    for c in fx.get("compiles", []):
+        ids = _split_id(c.get("compile_id"))
+        if ids is None or ids[1] != 0 or c.get("recompile_reason"):
+            continue
+        owner = _owner(c.get("function"))
+        groups.setdefault((owner, c.get("file")), []).append(c)
+    hints = []
+    for (fn, file), compiles in groups.items():
+        spent = sum(c.get("compile_time_us") or 0.0 for c in compiles)
+        line = next((c.get("line") for c in compiles if c.get("function") == fn), None)
+        hints.append(
+            Hint(
+                kind="compile",
+                pattern="compile_in_capture",
+                ops=[f"compiled: {fn}"],
+                calls=len(compiles),
+                time_us=spent,
+                est_saving_us=spent,
+                suggestion=(
+                    f"{fn} was compiled inside the capture, so the op table holds the compiler's work: run one "
+                    f"call before the capture (the decorator's warmup=1) to measure the compiled code"
+                ),
+                location=_location(file, line),
+                confidence="measured",
+                details={"function": fn, "compile_ids": [c.get("compile_id") for c in compiles], "compile_time_us": spent},
+            )
+        )
+    return hints
+
+
+def compile_hints(ctx: AnalysisContext) -> list[Hint]:
+    """``recompile``, ``graph_break`` and ``compile`` hints for torch.compile work in the capture.
+
+    Live captures use ``ctx.extra["compile"]`` (from :func:`facts`); a trace file has none, so
+    it gets no compile hints.
+    """
+    fx = ctx.extra.get("compile")
+    if not fx or not fx.get("loaded"):
+        return []
+    return (
+        _recompile_hints(fx)
+        + _graph_break_hints(fx, ctx.table, ctx.summary)
+        + _compile_in_capture_hints(fx)
+    )
+
+
+# ---- 3. naming ------------------------------------------------------------------------------
+def _graph_owners(table: EventTable) -> dict[str, str]:
+    """Compiled-graph hash -> the compile id of the region it ran in, or ``"backward"``.
+
+    One sweep per thread over the compiled regions and graph calls, parents first.
+    """
+    per_thread: dict[int, list[int]] = {}
+    for i, name in enumerate(table.names):
+        if name.startswith(("Torch-Compiled Region", "## Call CompiledFxGraph")) or name == _BACKWARD:
+            per_thread.setdefault(table.tids[i], []).append(i)
+    owners: dict[str, str] = {}
+    starts, ends, names = table.starts, table.ends, table.names
+    for indices in per_thread.values():
+        indices.sort(key=lambda i: (starts[i], -ends[i]))
+        stack: list[int] = []
+        for i in indices:
+            while stack and ends[stack[-1]] <= starts[i]:
+                stack.pop()
+            g = _GRAPH.match(names[i])
+            if g is None:
+                stack.append(i)
+                continue
+            if g.group(1) in owners or not stack:
+                continue
+            parent = names[stack[-1]]
+            if parent == _BACKWARD:
+                owners[g.group(1)] = "backward"
+            else:
+                m = _REGION.match(parent)
+                if m:
+                    owners[g.group(1)] = m.group(1)
+    return owners
+
+
+def promote_compiled_events(table: EventTable) -> None:
+    """Make compiled code an op wherever torch recorded it as a range.
+
+    torch 2.13 records ``## Call CompiledFxGraph <hash> ##`` as a ``cpu_op`` without
+    ``record_shapes`` but as a ``user_annotation`` with it (the event carries keyword values
+    then), which would make the fused work a region with no op of its own: missing from the op
+    table, its time in nobody's self time. Called before :func:`~neuronscope.events.summarize`,
+    so that self times, region contents and device time come out as for any other op. Names are
+    kept (rules match torch's names); :func:`label_compiled_ops` renames the rows afterwards.
+    """
+    kinds, names = table.kinds, table.names
+    for i in [i for i, k in enumerate(kinds) if k == KIND_ANNOTATION]:
+        if names[i].startswith(_COMPILED_PREFIXES):
+            kinds[i] = KIND_OP
+
+
+def _merge_into(a: OpStat, b: OpStat) -> None:
+    a.calls += b.calls
+    a.self_cpu_us += b.self_cpu_us
+    a.cpu_total_us += b.cpu_total_us
+    if a.self_device_us is not None and b.self_device_us is not None:
+        a.self_device_us += b.self_device_us
+    if a.device_total_us is not None and b.device_total_us is not None:
+        a.device_total_us += b.device_total_us
+
+
+def label_compiled_ops(result: ProfileResult, table: EventTable, fx: dict[str, Any] | None) -> None:
+    """Rename the compiled code's rows of the op table (and of each region's ops).
+
+    - ``Torch-Compiled Region: 0/0`` becomes ``compiled: f [0/0]``: one call of the compiled
+      function ``f`` (frame 0, attempt 0; ``f (after the graph break at line N)`` for the part
+      after a graph break). Its self time is Dynamo's own runtime around the graph (entering
+      the compiled code, wrappers); its CPU total is the whole compiled call.
+    - ``## Call CompiledFxGraph <hash> ##`` becomes ``compiled graph: f [0/0]`` (or
+      ``compiled graph: backward [<hash>]`` for a backward graph): its self time is the
+      generated code itself (Inductor's fused kernels on CPU, their launches on a GPU); aten
+      ops it calls (a matmul, allocations) keep their own rows.
+
+    So self times still add up to the capture, as for every other row, and the fused work
+    sits under a name that says which function it is. Dynamo's bookkeeping ranges of a
+    compile that ran in the capture (``build_guards_data: compile_id=0/1`` ...) are dropped
+    from ``regions``: they hold no ops, and the compile hints carry the compile time. Where the function is not known (a
+    trace file, or a compile no longer in Dynamo's records) the name keeps the compile id
+    only.
+    """
+    functions = (fx or {}).get("functions") or {}
+    owners = _graph_owners(table) if any(o.name.startswith("## Call CompiledFxGraph") for o in result.ops) else {}
+    renames: dict[str, str] = {}
+
+    def new_name(name: str) -> str | None:
+        if name in renames:
+            return renames[name]
+        label = None
+        m = _REGION.match(name)
+        if m:
+            label = compiled_label(m.group(1), functions)
+        else:
+            g = _GRAPH.match(name)
+            if g:
+                owner = owners.get(g.group(1))
+                if owner is None:
+                    label = f"compiled graph: [{g.group(1)[:8]}]"
+                elif owner == "backward":
+                    label = f"compiled graph: backward [{g.group(1)[:8]}]"
+                else:
+                    label = compiled_label(owner, functions, graph=True)
+        if label is not None:
+            renames[name] = label
+        return label
+
+    def relabel(ops: list[OpStat]) -> list[OpStat]:
+        merged: dict[str, OpStat] = {}
+        out: list[OpStat] = []
+        for op in ops:
+            label = new_name(op.name)
+            if label is None:
+                out.append(op)
+                continue
+            op.name = label
+            if label in merged:  # two graphs under one label (a compile id reused after a reset)
+                _merge_into(merged[label], op)
+            else:
+                merged[label] = op
+                out.append(op)
+        return out
+
+    result.ops = relabel(result.ops)
+    for region in result.regions.values():
+        region.ops = relabel(region.ops)
+    # Dynamo's bookkeeping ranges while it compiles ("build_guards_data: compile_id=0/1"): no
+    # ops inside, dozens per compile; the compile hints report the compile time instead.
+    for name in [n for n in result.regions if _COMPILE_DATA.match(n)]:
+        del result.regions[name]
+

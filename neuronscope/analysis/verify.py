@@ -1,0 +1,317 @@
+"""Measure what a fusion hint promises: ``hint.verify()``.
+
+:func:`verify_hint` rebuilds the idiom of a ``fusion`` hint at the recorded shape and dtype, on
+the capture's device, and times three forms of it outside any profiler:
+
+- the hand-written chain, in a canonical spelling of the same family as the one captured
+  (``pow``/``rsqrt`` or ``sqrt``/``div`` RMSNorm, BERT-style or ``var``-based LayerNorm...);
+- the replacement the hint suggests (``torch.rms_norm``, ``F.layer_norm``, ``torch.softmax``,
+  ``F.gelu``), where torch has one;
+- ``torch.compile`` of the chain.
+
+The variants run interleaved, in rounds, and each time is the median over rounds: a load
+spike on a shared machine then hits every variant alike instead of skewing one of them. The
+verified saving is the chain's time less the faster replacement's, per call, times the hint's
+``calls``; it is stored in ``hint.verified_saving_us`` (negative when no replacement is
+faster). Verification runs at the thread count torch has now, like the capture did.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+from ..errors import NeuronscopeError
+
+if TYPE_CHECKING:
+    from ..result import Hint
+
+__all__ = ["Verification", "verify_hint", "VERIFIABLE_PATTERNS"]
+
+#: Patterns :func:`verify_hint` can rebuild. Attention, rotary and elementwise chains have too
+#: many shapes and spellings to rebuild from a hint's evidence.
+VERIFIABLE_PATTERNS = ("rms_norm", "layer_norm", "softmax", "gelu", "silu_mul")
+
+#: Rounds of the interleaved timing; the median of an odd count is one real measurement.
+DEFAULT_REPEATS = 9
+#: Least duration of one timed block: long enough that timer resolution and the Python loop
+#: are noise, short enough that nine rounds of three variants take well under a second for
+#: the shapes hints carry.
+MIN_BLOCK_S = 0.004
+#: Untimed calls of each variant first (allocator, caches, lazy initialisation).
+WARMUP_CALLS = 3
+
+_EPS = 1e-6
+
+
+@dataclass
+class Verification:
+    """What :func:`verify_hint` measured, per call unless named otherwise (microseconds)."""
+
+    pattern: str
+    device: str
+    shape: list[int]
+    dtype: str
+    calls: int
+    chain_us: float
+    replacement: str | None
+    replacement_us: float | None
+    compiled_us: float | None
+    compile_error: str | None
+    saving_per_call_us: float
+    verified_saving_us: float
+    est_saving_us: float
+
+    @property
+    def best_us(self) -> float:
+        """The faster of the replacement and the compiled chain."""
+        times = [t for t in (self.replacement_us, self.compiled_us) if t is not None]
+        return min(times) if times else self.chain_us
+
+    @property
+    def estimate_ratio(self) -> float | None:
+        """The hint's estimate over the verified saving (1.0: the estimate was exact)."""
+        if self.verified_saving_us <= 0:
+            return None
+        return self.est_saving_us / self.verified_saving_us
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _torch() -> Any:
+    import torch
+
+    return torch
+
+
+def _device(hint: Hint, device: str | None) -> Any:
+    torch = _torch()
+    name = device or str(hint.details.get("device") or "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise NeuronscopeError(
+            f"this hint was captured on {name!r}, which is not available here; pass device='cpu' "
+            f"to verify on the CPU instead"
+        )
+    if name.startswith("neuron"):
+        try:
+            import torch_neuronx  # noqa: F401
+        except ImportError as exc:
+            raise NeuronscopeError(
+                "verifying a Neuron hint needs torch-neuronx; install it from the Neuron repository "
+                "or pass device='cpu'"
+            ) from exc
+    return torch.device(name)
+
+
+def _sync(device: Any) -> Callable[[], None]:
+    torch = _torch()
+    mod = getattr(torch, device.type, None)
+    fn = getattr(mod, "synchronize", None) if device.type != "cpu" else None
+    return fn if callable(fn) else (lambda: None)
+
+
+def _builders(hint: Hint, x: Any, device: Any) -> tuple[Callable[[], Any], Callable[[], Any] | None, str | None]:
+    """The chain, the replacement (or None) and the replacement's name, for one hint."""
+    torch = _torch()
+    F = torch.nn.functional
+    ops = {o.rsplit("::", 1)[-1].rstrip("_") for o in hint.ops}
+    d = x.shape[-1]
+    details = hint.details
+    w = torch.randn(d, device=device, dtype=x.dtype) if details.get("weight", True) else None
+    b = torch.randn(d, device=device, dtype=x.dtype) if details.get("bias", False) else None
+    pattern = hint.pattern
+
+    if pattern == "rms_norm":
+        if ops & {"norm", "linalg_vector_norm"}:
+            def chain() -> Any:
+                y = x / (x.norm(2, dim=-1, keepdim=True) * (d**-0.5) + _EPS)
+                return y * w if w is not None else y
+        elif "sqrt" in ops:
+            def chain() -> Any:
+                y = x / torch.sqrt((x * x).mean(-1, keepdim=True) + _EPS)
+                return y * w if w is not None else y
+        else:
+            cast = "to" in ops or "_to_copy" in ops
+
+            def chain() -> Any:
+                h = x.to(torch.float32) if cast else x
+                h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + _EPS)
+                h = h.to(x.dtype) if cast else h
+                return w * h if w is not None else h
+
+        return chain, (lambda: torch.rms_norm(x, (d,), w, _EPS)), "torch.rms_norm"
+
+    if pattern == "layer_norm":
+        if "var_mean" in ops:
+            def chain() -> Any:
+                var, mean = torch.var_mean(x, dim=-1, keepdim=True, unbiased=False)
+                return _affine((x - mean) / torch.sqrt(var + _EPS), w, b)
+        elif "var" in ops:
+            def chain() -> Any:
+                mean = x.mean(-1, keepdim=True)
+                var = x.var(-1, keepdim=True, unbiased=False)
+                return _affine((x - mean) * torch.rsqrt(var + _EPS), w, b)
+        elif "std" in ops:
+            def chain() -> Any:
+                mean = x.mean(-1, keepdim=True)
+                return _affine((x - mean) / (x.std(-1, keepdim=True) + _EPS), w, b)
+        else:
+            def chain() -> Any:
+                u = x.mean(-1, keepdim=True)
+                s = (x - u).pow(2).mean(-1, keepdim=True)
+                return _affine((x - u) / torch.sqrt(s + _EPS), w, b)
+
+        return chain, (lambda: F.layer_norm(x, (d,), w, b, _EPS)), "torch.nn.functional.layer_norm"
+
+    if pattern == "softmax":
+        def chain() -> Any:
+            e = torch.exp(x - x.amax(-1, keepdim=True))
+            return e / e.sum(-1, keepdim=True)
+
+        return chain, (lambda: torch.softmax(x, -1)), "torch.softmax"
+
+    if pattern == "gelu":
+        if details.get("approximate") == "tanh":
+            def chain() -> Any:
+                return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+            return chain, (lambda: F.gelu(x, approximate="tanh")), 'torch.nn.functional.gelu(approximate="tanh")'
+
+        def chain() -> Any:
+            return x * 0.5 * (1.0 + torch.erf(x / math.sqrt(2.0)))
+
+        return chain, (lambda: F.gelu(x)), "torch.nn.functional.gelu"
+
+    if pattern == "silu_mul":
+        up = torch.randn_like(x)
+        if "sigmoid" in ops:
+            def chain() -> Any:
+                return x * torch.sigmoid(x) * up
+        else:
+            def chain() -> Any:
+                return F.silu(x) * up
+
+        return chain, None, None  # torch has no eager fused SwiGLU: torch.compile is the fix
+
+    raise NeuronscopeError(
+        f"verification is not available for pattern {pattern!r}; it is for "
+        f"{', '.join(VERIFIABLE_PATTERNS)}"
+    )
+
+
+def _affine(y: Any, w: Any, b: Any) -> Any:
+    if w is not None:
+        y = w * y
+    if b is not None:
+        y = y + b
+    return y
+
+
+def _time(variants: dict[str, Callable[[], Any]], sync: Callable[[], None], repeats: int, min_block_s: float) -> dict[str, float]:
+    """Median microseconds per call of each variant, timed in interleaved rounds."""
+    number: dict[str, int] = {}
+    for name, fn in variants.items():
+        for _ in range(WARMUP_CALLS):
+            fn()
+        sync()
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        once = max(time.perf_counter() - t0, 1e-7)
+        number[name] = max(1, math.ceil(min_block_s / once))
+    samples: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(repeats):
+        for name, fn in variants.items():
+            n = number[name]
+            sync()
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            sync()
+            samples[name].append((time.perf_counter() - t0) / n * 1e6)
+    return {name: statistics.median(v) for name, v in samples.items()}
+
+
+def verify_hint(
+    hint: Hint,
+    *,
+    device: str | None = None,
+    compile: bool = True,
+    repeats: int = DEFAULT_REPEATS,
+    min_block_s: float = MIN_BLOCK_S,
+    seed: int = 0,
+) -> Verification:
+    """Time the hand-written idiom of ``hint`` against its replacement and ``torch.compile``.
+
+    ``device`` overrides the capture's device (``"cpu"`` to check a CUDA hint on a laptop);
+    ``compile=False`` skips ``torch.compile`` (which costs seconds the first time);
+    ``repeats`` rounds of interleaved timing, each block at least ``min_block_s`` long.
+    Stores the saving in ``hint.verified_saving_us`` and returns the measurements.
+    Raises :class:`~neuronscope.errors.NeuronscopeError` for patterns it cannot rebuild
+    (see :data:`VERIFIABLE_PATTERNS`) and for a hint without a recorded shape.
+    """
+    torch = _torch()
+    if hint.kind != "fusion":
+        raise NeuronscopeError(f"only fusion hints can be verified; this one is {hint.kind!r}")
+    if hint.pattern not in VERIFIABLE_PATTERNS:
+        raise NeuronscopeError(
+            f"verification is not available for pattern {hint.pattern!r}; it is for "
+            f"{', '.join(VERIFIABLE_PATTERNS)}"
+        )
+    shape = hint.details.get("shape")
+    if not shape:
+        raise NeuronscopeError(
+            "this hint has no recorded input shape (the capture ran without record_shapes=True); "
+            "capture again with record_shapes=True to verify it"
+        )
+    dev = _device(hint, device)
+    dtype_name = str(hint.details.get("dtype") or "float32")
+    dtype = getattr(torch, dtype_name, None)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        dtype = torch.float32
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    x = torch.randn(*shape, generator=gen, dtype=torch.float32).to(device=dev, dtype=dtype)
+
+    with torch.no_grad():
+        chain, replacement, replacement_name = _builders(hint, x, dev)
+        variants: dict[str, Callable[[], Any]] = {"chain": chain}
+        if replacement is not None:
+            variants["replacement"] = replacement
+        compile_error: str | None = None
+        if compile:
+            try:
+                compiled = torch.compile(chain, dynamic=False)
+                compiled()  # compile now, outside the timing
+                variants["compiled"] = compiled
+            except Exception as exc:  # a missing compiler must not hide the eager numbers
+                compile_error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        if len(variants) == 1:
+            raise NeuronscopeError(
+                f"nothing to compare the {hint.pattern} chain with: torch.compile failed "
+                f"({compile_error}) and torch has no eager replacement for it"
+            )
+        times = _time(variants, _sync(dev), repeats, min_block_s)
+
+    best = min(t for name, t in times.items() if name != "chain")
+    per_call = times["chain"] - best
+    result = Verification(
+        pattern=hint.pattern,
+        device=str(dev),
+        shape=list(shape),
+        dtype=str(dtype).rsplit(".", 1)[-1],
+        calls=hint.calls,
+        chain_us=times["chain"],
+        replacement=replacement_name,
+        replacement_us=times.get("replacement"),
+        compiled_us=times.get("compiled"),
+        compile_error=compile_error,
+        saving_per_call_us=per_call,
+        verified_saving_us=per_call * hint.calls,
+        est_saving_us=hint.est_saving_us,
+    )
+    hint.verified_saving_us = result.verified_saving_us
+    return result

@@ -1,0 +1,62 @@
+"""Options: validation, normalisation, environment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from neuronscope.config import DEFAULT_OUTPUT_DIR, Options, build_options, parse_cores, parse_modes
+from neuronscope.errors import ConfigError, NeuronscopeError
+
+
+def test_defaults_and_normalisation() -> None:
+    opts = build_options(None, backend="CPU", modes=["Runtime", "DEVICE"], cores="0,1,4-7")
+    assert opts.backend == "cpu"
+    assert opts.modes == ("runtime", "device")
+    assert opts.cores == (0, 1, 4, 5, 6, 7)
+    assert opts.record_shapes is True and opts.with_stack is False
+    assert Options().to_dict()["modes"] == ["runtime"]
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [(3, (3,)), ([2, 0, 2], (0, 2)), ("0-3", (0, 1, 2, 3)), (" 5 , 1 ", (1, 5)), (None, None)],
+)
+def test_cores_forms(value: object, expected: tuple[int, ...] | None) -> None:
+    assert parse_cores(value) == expected
+
+
+@pytest.mark.parametrize("value", ["a", "1-", "4-2", [1, "2"], -1, True, [], 1.5])
+def test_bad_cores(value: object) -> None:
+    with pytest.raises(ConfigError):
+        parse_cores(value)
+
+
+def test_modes_accept_enum_like_members() -> None:
+    class ProfileMode:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+    assert parse_modes([ProfileMode("RUNTIME"), ProfileMode("HOST_MEMORY")]) == ("runtime", "host_memory")
+    assert parse_modes("cpu_util") == ("cpu_util",)
+    with pytest.raises(ConfigError, match="empty"):
+        parse_modes([])
+    with pytest.raises(ConfigError):
+        parse_modes([3])
+
+
+def test_output_root_prefers_option_then_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("NEURONSCOPE_OUTPUT_DIR", str(tmp_path / "env"))
+    assert build_options(None).output_root == tmp_path / "env"
+    assert build_options(None, output_dir=tmp_path / "opt").output_root == tmp_path / "opt"
+    monkeypatch.delenv("NEURONSCOPE_OUTPUT_DIR")
+    assert build_options(None).output_root == Path(DEFAULT_OUTPUT_DIR)
+
+
+def test_config_errors_are_neuronscope_errors_and_value_errors() -> None:
+    with pytest.raises(NeuronscopeError) as info:
+        build_options(None, trace_format="xml")
+    assert isinstance(info.value, ValueError)
+    with pytest.raises(ConfigError, match="output_dir must be a path"):
+        build_options(None, output_dir=3)

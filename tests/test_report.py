@@ -1,0 +1,258 @@
+"""report.html on real CPU captures: content, self-containment, the missing-extra error, and a
+real headless browser (Debian's chromium) that renders it without console errors.
+
+The fusion detector and the multi-rank gathering are written elsewhere; to show that the page
+renders their output, a real capture's result gets a hint and a rank table added as data.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from neuronscope import (
+    Comparison,
+    Hint,
+    NeuronscopeError,
+    ProfileResult,
+    compare,
+    load,
+    neuron_region,
+)
+from neuronscope.demo import rms_norm_fused, rms_norm_naive
+from neuronscope.export import finish_run
+from neuronscope.html_report import REPORT_FILE, render_report, write_report
+
+pytest.importorskip("matplotlib", reason="the report needs the 'report' extra (matplotlib)")
+
+SHAPE = (2, 16, 64)
+CHROMIUM = Path("/usr/bin/chromium")
+# Namespace names inside inline SVG; they are identifiers, never fetched.
+NAMESPACES = {"http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"}
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory: pytest.TempPathFactory) -> ProfileResult:
+    """A real capture with two nested regions, then a fusion hint and two ranks added."""
+    root = tmp_path_factory.mktemp("runs")
+    torch.manual_seed(0)
+    x, w = torch.randn(*SHAPE), torch.randn(SHAPE[-1])
+    with neuron_region("<step> & $x$", output_dir=str(root), backend="cpu") as r:
+        with neuron_region("norm"):
+            rms_norm_naive(x, w)
+        with neuron_region("proj"):
+            x @ x.transpose(-1, -2)
+    result = r.result
+    assert result is not None and result.run_dir is not None
+    naive_ops = ["aten::pow", "aten::mean", "aten::add", "aten::rsqrt", "aten::mul", "aten::mul"]
+    result.hints.append(
+        Hint(
+            kind="fusion",
+            pattern="rms_norm",
+            ops=naive_ops,
+            calls=1,
+            time_us=sum(o.time_us for o in result.ops if o.name in naive_ops),
+            est_saving_us=42.0,
+            suggestion="torch.nn.functional.rms_norm",
+            location="model.py:17",
+        )
+    )
+    result.rank, result.world_size = 0, 2
+    result.ranks = [
+        {"rank": 0, "wall_time_us": result.wall_time_us, "total_op_us": result.total_op_us, "top_op": "aten::mul"},
+        {"rank": 1, "wall_time_us": result.wall_time_us * 1.5, "total_op_us": result.total_op_us, "top_op": "aten::pow"},
+    ]
+    finish_run(Path(result.run_dir), result)
+    loaded = load(result.run_dir)
+    assert isinstance(loaded, ProfileResult)
+    return loaded
+
+
+@pytest.fixture(scope="module")
+def comparison(tmp_path_factory: pytest.TempPathFactory) -> Comparison:
+    root = tmp_path_factory.mktemp("cmp")
+    torch.manual_seed(0)
+    x, w = torch.randn(*SHAPE), torch.randn(SHAPE[-1])
+    cmp = compare({"naive": rms_norm_naive, "fused": rms_norm_fused}, x, w, name="rms", output_dir=str(root), active=3, warmup=1)
+    assert cmp.run_dir is not None
+    return cmp
+
+
+@pytest.fixture(scope="module")
+def single_page(single: ProfileResult) -> tuple[Path, str]:
+    assert single.run_dir is not None
+    path = write_report(single.run_dir)
+    return path, path.read_text(encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def comparison_page(comparison: Comparison) -> tuple[Path, str]:
+    assert comparison.run_dir is not None
+    path = write_report(comparison.run_dir)
+    return path, path.read_text(encoding="utf-8")
+
+
+def _text(page: str) -> str:
+    """The page's visible text, roughly: tags and inline SVG dropped, entities kept."""
+    page = re.sub(r"<svg.*?</svg>", " ", page, flags=re.DOTALL)
+    return re.sub(r"<[^>]+>", " ", page)
+
+
+# ---- content ---------------------------------------------------------------------------------
+def test_single_run_report(single: ProfileResult, single_page: tuple[Path, str]) -> None:
+    path, page = single_page
+    assert path == Path(str(single.run_dir)) / REPORT_FILE
+    assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
+    text = _text(page)
+    # Where the time went: a chart, and the op table under it.
+    assert page.count('<svg class="chart"') == 2  # time by op, and the ranks
+    assert "Where the time went" in text
+    for op in single.ops[:5]:
+        assert op.name in text
+    # The hint and its evidence.
+    for needle in ("rms_norm", "fusion", "aten::rsqrt", "42.0 us", "torch.nn.functional.rms_norm", "model.py:17"):
+        assert needle in text, needle
+    # Nested regions, and not the capture's own outermost range.
+    assert "Nested regions" in text and "norm" in text and "proj" in text
+    # Ranks of a multi-process result.
+    assert "Ranks" in text and "2 ranks of world size 2" in text and "rank 1" in page
+    assert "result.json" in text and "trace.json" in text
+
+
+def test_comparison_report(comparison: Comparison, comparison_page: tuple[Path, str]) -> None:
+    path, page = comparison_page
+    assert path.parent == Path(str(comparison.run_dir))
+    text = _text(page)
+    # The variants chart, then one time chart per variant.
+    assert page.count('<svg class="chart"') == 1 + len(comparison.results)
+    assert 'aria-label="rms: time per call (median), speedup against' in page
+    for row in comparison.rows:
+        assert row.label in text and f"{row.speedup:.2f}x" in text
+    assert "Ops per call" in text and "Warm-up" in text
+    assert "Variant naive" in text and "Variant fused" in text
+    assert text.count("Measured calls") == 2 and "3 calls:" in text
+    assert "naive#0" not in text  # the per-call ranges are shown as calls, not as regions
+
+
+def test_reports_are_self_contained(single_page: tuple[Path, str], comparison_page: tuple[Path, str]) -> None:
+    for _, page in (single_page, comparison_page):
+        lowered = page.lower()
+        for banned in ("<script", "<link", "<iframe", "<img", "@import", " src=", "url(http"):
+            assert banned not in lowered, banned
+        assert set(re.findall(r"(?:https?:)?//[^\s\"'<>)]+", page)) <= NAMESPACES
+        assert "<?xml" not in page and "<!DOCTYPE svg" not in page and "<metadata" not in page
+        ids = re.findall(r'\sid="([^"]+)"', page)
+        assert len(ids) == len(set(ids)), "inline SVGs share the page's ids; they must not collide"
+        for ref in re.findall(r'(?:url\(#|href="#)([^")]+)', page):
+            assert ref in ids
+
+
+def test_names_are_escaped(single_page: tuple[Path, str]) -> None:
+    _, page = single_page
+    assert "<step>" not in page and "&lt;step&gt; &amp; $x$" in page
+
+
+def test_write_report_takes_result_json_or_a_result(single: ProfileResult, comparison: Comparison) -> None:
+    assert single.run_dir is not None
+    assert write_report(Path(single.run_dir) / "result.json") == Path(single.run_dir) / REPORT_FILE
+    assert write_report(comparison) == Path(str(comparison.run_dir)) / REPORT_FILE
+    with pytest.raises(NeuronscopeError, match="not exported"):
+        write_report(ProfileResult(name="mem", backend="cpu"))
+    assert "<svg" not in render_report(ProfileResult(name="empty", backend="cpu"))  # no ops, no chart
+
+
+def test_unreadable_runs_raise_neuronscope_errors(tmp_path: Path) -> None:
+    with pytest.raises(NeuronscopeError, match="no such file"):
+        write_report(tmp_path / "nope")
+    with pytest.raises(NeuronscopeError, match="not a neuronscope run"):
+        write_report(tmp_path)
+
+
+def test_without_matplotlib_the_error_says_how_to_install_it(
+    single: ProfileResult, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("matplotlib", "matplotlib.figure", "matplotlib.backends.backend_agg"):
+        monkeypatch.setitem(sys.modules, name, None)
+    with pytest.raises(NeuronscopeError, match=r"pip install 'neuronscope\[report\]'"):
+        write_report(str(single.run_dir))
+
+
+def test_the_users_pyplot_backend_is_left_alone(single: ProfileResult) -> None:
+    import matplotlib
+
+    before = matplotlib.rcParams["backend"]
+    render_report(single)
+    assert matplotlib.rcParams["backend"] == before
+    assert "matplotlib.pyplot" not in sys.modules or before == matplotlib.rcParams["backend"]
+
+
+# ---- notebooks -------------------------------------------------------------------------------
+def test_result_repr_html(single: ProfileResult) -> None:
+    page = single._repr_html_()
+    assert page.startswith("<div>") and "<table>" in page and single.ops[0].name in page
+    assert "&lt;step&gt;" in page and "<step>" not in page
+    assert "rms_norm" in page  # the hints, as a list
+
+
+# ---- a real browser --------------------------------------------------------------------------
+def _chromium(url: str, tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    profile = tmp_path / "chromium-profile"
+    argv = [
+        str(CHROMIUM),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        f"--user-data-dir={profile}",
+        "--host-resolver-rules=MAP * ~NOTFOUND",  # offline: any fetch would fail and log
+        *extra,
+        url,
+    ]
+    return subprocess.run(argv, check=False, capture_output=True, text=True, timeout=120)
+
+
+needs_chromium = pytest.mark.skipif(
+    not CHROMIUM.exists(),
+    reason="/usr/bin/chromium is absent; install it with: apt-get install -y --no-install-recommends chromium",
+)
+
+
+@needs_chromium
+@pytest.mark.slow
+def test_chromium_renders_the_comparison_report(comparison_page: tuple[Path, str], tmp_path: Path) -> None:
+    from matplotlib import image
+
+    path, _ = comparison_page
+    shot = tmp_path / "report.png"
+    done = _chromium(path.resolve().as_uri(), tmp_path, f"--screenshot={shot}", "--window-size=1200,2000")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    pixels = image.imread(str(shot))
+    assert pixels.shape[:2] == (2000, 1200)
+    colours = {tuple(p) for p in (pixels[::4, ::4, :3] * 255).round().astype(int).reshape(-1, 3).tolist()}
+    assert len(colours) > 50, "the screenshot is (nearly) blank"
+
+
+@needs_chromium
+@pytest.mark.slow
+@pytest.mark.parametrize("which", ["single", "comparison"])
+def test_chromium_dom_has_the_charts_and_no_console_errors(
+    which: str, single_page: tuple[Path, str], comparison_page: tuple[Path, str], tmp_path: Path
+) -> None:
+    path, page = single_page if which == "single" else comparison_page
+    done = _chromium(path.resolve().as_uri(), tmp_path, "--dump-dom", "--enable-logging=stderr", "--v=0")
+    assert done.returncode == 0, done.stderr[-2000:]
+    dom = done.stdout
+    assert dom.count('<svg class="chart"') == page.count('<svg class="chart"') >= 2
+    assert "<table>" in dom and "Where the time went" in dom
+    console = [line for line in done.stderr.splitlines() if ":CONSOLE" in line or "net::ERR" in line]
+    assert console == [], console
+

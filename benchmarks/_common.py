@@ -12,15 +12,16 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-import torch  # noqa: E402
-from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E402
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function
 
 torch.set_num_threads(1)  # a 2-core machine: keep the measured work on one core
 

@@ -34,7 +34,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import (  # noqa: E402
+import torch
+from _common import (
     capture,
     environment,
     fmt_s,
@@ -45,8 +46,6 @@ from _common import (  # noqa: E402
     rss_mb,
     timed,
 )
-
-import torch  # noqa: E402
 
 
 def _read_raw(prof: Any) -> int:
@@ -130,20 +129,29 @@ def section_analysis(n_events: int, runs: int, ka_runs: int) -> None:
 # ---- 2. scaling, in fresh processes -------------------------------------------------------------
 def _child(method: str, n_events: int) -> None:
     """Run in a subprocess: capture, then time one analysis and its peak memory."""
+    from neuronscope.events import summarize, table_from_profiler
     from neuronscope.pipeline import from_profiler
 
     prof, n = capture(n_events)
-    import gc
+    out: dict[str, Any] = {"events": n}
 
-    gc.collect()
-    before = rss_mb()
-    exact = reset_peak_rss()
-    if method == "neuronscope":
-        seconds, _ = timed(lambda: from_profiler(prof))
+    def phase(key: str, fn: Any) -> None:
+        import gc
+
+        gc.collect()
+        before = rss_mb()
+        out["exact"] = reset_peak_rss()
+        seconds, value = timed(fn)
+        out[key] = {"seconds": seconds, "growth_mb": peak_rss_mb() - before}
+        del value
+
+    if method == "summary":
+        phase("all", lambda: summarize(table_from_profiler(prof)))
+    elif method == "neuronscope":
+        phase("all", lambda: from_profiler(prof))
     else:
-        seconds, _ = timed(prof.key_averages)
-    peak = peak_rss_mb()
-    print(json.dumps({"events": n, "seconds": seconds, "rss_before_mb": before, "peak_mb": peak, "exact": exact}))
+        phase("all", prof.key_averages)
+    print(json.dumps(out))
 
 
 def _run_child(method: str, n_events: int) -> dict[str, Any]:
@@ -158,31 +166,33 @@ def _run_child(method: str, n_events: int) -> dict[str, Any]:
 
 def section_scaling(small: int, big: int, big_key_averages: bool) -> None:
     print(f"\n== 2. scaling: {small:,} and {big:,} events, each in a fresh process ==")
-    print("  peak = peak resident memory during the analysis, less the memory before it")
+    print("  memory = peak resident memory during the step, less the memory before it")
+    labels = {"summary": "table + summarize", "neuronscope": "from_profiler", "key_averages": "key_averages()"}
     results: dict[tuple[str, int], dict[str, Any]] = {}
-    for method in ("neuronscope", "key_averages"):
+    for method in labels:
         for n in (small, big):
             if method == "key_averages" and n == big and not big_key_averages:
                 continue
             r = results[(method, n)] = _run_child(method, n)
-            growth = r["peak_mb"] - r["rss_before_mb"]
+            t, mb = r["all"]["seconds"], r["all"]["growth_mb"]
             print(
-                f"  {method:<12} {r['events']:>10,} events  {fmt_s(r['seconds']):>10}  "
-                f"{r['seconds'] / r['events'] * 1e9:7.0f} ns/event  peak +{growth:8.1f} MB"
-                + ("" if r["exact"] else " (peak since process start)")
+                f"  {labels[method]:<18} {r['events']:>10,} events  {fmt_s(t):>10}  "
+                f"{t / r['events'] * 1e9:7.0f} ns/event  memory +{mb:8.1f} MB"
+                + ("" if r["exact"] else " (peak since the process started)")
             )
-    a, b = results[("neuronscope", small)], results[("neuronscope", big)]
-    per_a, per_b = a["seconds"] / a["events"], b["seconds"] / b["events"]
-    print(f"  neuronscope time per event, {big:,} vs {small:,}: {per_b / per_a:.2f}x (linear = 1.0)")
+    for method in ("summary", "neuronscope"):
+        a, b = results[(method, small)], results[(method, big)]
+        per_a, per_b = a["all"]["seconds"] / a["events"], b["all"]["seconds"] / b["events"]
+        print(f"  {labels[method]}: time per event at {big:,} / at {small:,} = {per_b / per_a:.2f} (linear: 1)")
     for n in (small, big):
         if ("key_averages", n) in results:
-            ns, ka = results[("neuronscope", n)], results[("key_averages", n)]
-            g_ns = ns["peak_mb"] - ns["rss_before_mb"]
-            g_ka = ka["peak_mb"] - ka["rss_before_mb"]
-            print(
-                f"  at {n:,} events: memory {g_ka:.0f} MB (key_averages) vs {g_ns:.0f} MB "
-                f"(neuronscope) = {g_ka / max(g_ns, 1e-9):.1f}x; time {ka['seconds'] / ns['seconds']:.1f}x"
-            )
+            ka = results[("key_averages", n)]["all"]
+            for method in ("summary", "neuronscope"):
+                ns = results[(method, n)]["all"]
+                print(
+                    f"  at {n:,} events, key_averages() / {labels[method]}: "
+                    f"memory {ka['growth_mb'] / max(ns['growth_mb'], 1e-9):5.1f}x, time {ka['seconds'] / ns['seconds']:5.1f}x"
+                )
 
 
 # ---- 3. the trace -------------------------------------------------------------------------------
@@ -204,13 +214,12 @@ def section_trace(n_events: int) -> None:
             export.gzip_file(raw, d / "trace.json.gz")
             raw.unlink()
 
-        t_save, _ = timed(lambda: None)
         t_gz, _ = timed(gz)
         size_gz = (d / "trace.json.gz").stat().st_size
         with gzip.open(d / "trace.json.gz", "rb") as fh:
             events = len(json.load(fh)["traceEvents"])
         print(f"  trace.json     {size_json / 1e6:8.2f} MB  {fmt_s(t_json):>10}")
-        print(f"  trace.json.gz  {size_gz / 1e6:8.2f} MB  {fmt_s(t_gz + t_save):>10}  ({size_json / size_gz:.1f}x smaller; reads back: {events:,} trace events)")
+        print(f"  trace.json.gz  {size_gz / 1e6:8.2f} MB  {fmt_s(t_gz):>10}  ({size_json / size_gz:.1f}x smaller; reads back: {events:,} trace events)")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,7 +9,10 @@ medians over ``--repeat`` runs:
 - ``fusion_hints``: the whole rule (tree, graph, linking, matching, grouping);
 - the same with ``profile_memory=True`` (exact linking through tensor ids);
 - the capture itself with and without ``profile_memory`` (what turning it on costs the
-  user's program).
+  user's program, wall time of the profiled calls against the unprofiled ones).
+
+Analysis steps are timed in CPU time of this process (single-threaded Python, steadier than
+wall time on a shared machine), with torch at one intra-op thread.
 
 Run ``python benchmarks/bench_fusion.py`` (100,000 events) or ``--quick`` (a smoke run).
 """
@@ -17,11 +20,13 @@ Run ``python benchmarks/bench_fusion.py`` (100,000 events) or ``--quick`` (a smo
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -30,20 +35,23 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from fusion_cases import tiny_llama_case  # noqa: E402
+from fusion_cases import tiny_llama_case
 
-from neuronscope.analysis import AnalysisContext  # noqa: E402
-from neuronscope.analysis.dataflow import graph_from_profiler  # noqa: E402
-from neuronscope.analysis.fusion import find_matches, fusion_hints  # noqa: E402
-from neuronscope.events import summarize, table_from_profiler  # noqa: E402
+from neuronscope.analysis import AnalysisContext
+from neuronscope.analysis.dataflow import graph_from_profiler
+from neuronscope.analysis.fusion import find_matches, fusion_hints
+from neuronscope.events import summarize, table_from_profiler
 
 
 def median_s(fn: Callable[[], Any], repeat: int) -> float:
+    """Median CPU time of this process over ``repeat`` calls: every step timed here is
+    single-threaded Python, and CPU time is far less disturbed by a busy machine than wall
+    time."""
     times = []
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         fn()
-        times.append(time.perf_counter() - t0)
+        times.append(time.process_time() - t0)
     return statistics.median(times)
 
 
@@ -87,11 +95,11 @@ def main(argv: list[str] | None = None) -> int:
         tree = median_s(kineto.experimental_event_tree, args.repeat)
         table = table_from_profiler(prof, record_shapes=True)
         ctx = AnalysisContext(table=table, summary=summarize(table), backend="cpu", profiler=prof)
-        graph_t = median_s(lambda: graph_from_profiler(prof, table), args.repeat)
+        graph_t = median_s(functools.partial(graph_from_profiler, prof, table), args.repeat)
         graph = graph_from_profiler(prof, table)
         assert graph is not None
-        match_t = median_s(lambda: find_matches(graph), args.repeat)
-        hints_t = median_s(lambda: fusion_hints(ctx), args.repeat)
+        match_t = median_s(functools.partial(find_matches, graph), args.repeat)
+        hints_t = median_s(functools.partial(fusion_hints, ctx), args.repeat)
         hints = fusion_hints(ctx)
         label = "profile_memory=True " if memory else "profile_memory=False"
         print(f"{label}: {n_events:,} events ({calls} model calls), {len(graph.nodes):,} user-level ops, "

@@ -20,24 +20,26 @@ Three sections, each printing medians and the ratio to its target:
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
+import random
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import environment, events_per_step, fmt_s, make_model  # noqa: E402
+import torch
+from _common import environment, events_per_step, fmt_s, make_model
+from torch.profiler import ProfilerActivity, profile
 
-import torch  # noqa: E402
-from torch.profiler import ProfilerActivity, profile  # noqa: E402
-
-import neuronscope  # noqa: E402
-from neuronscope import neuron_region, profile_on_neuron  # noqa: E402
+import neuronscope
+from neuronscope import neuron_region, profile_on_neuron
 
 logging.getLogger("neuronscope").addHandler(logging.NullHandler())  # no line per capture
 logging.getLogger("neuronscope").propagate = False
@@ -52,7 +54,7 @@ def section_region(sizes: list[int], runs: int) -> None:
         for n_events in sizes:
             steps = max(1, round(n_events / per))
 
-            def work() -> None:
+            def work(steps: int = steps) -> None:
                 for _ in range(steps):
                     step()
 
@@ -86,7 +88,7 @@ def _wall(fn: Callable[[], Any]) -> float:
 
 # ---- 5. the capture itself -----------------------------------------------------------------------
 def section_capture(steps: int, rounds: int) -> None:
-    print(f"\n== 5. the capture itself: {steps} training steps, median of {rounds} rounds ==")
+    print(f"\n== 5. the capture itself: {steps} training steps, median of {rounds} rounds in shuffled order ==")
     step, _ = make_model()
     for _ in range(20):
         step()
@@ -99,22 +101,38 @@ def section_capture(steps: int, rounds: int) -> None:
             step()
         return time.perf_counter() - t0
 
-    for _ in range(rounds):
-        inner["bare"].append(work())
+    def with_torch() -> None:
         t0 = time.perf_counter()
         with profile(activities=[ProfilerActivity.CPU], record_shapes=True):
             inner["torch.profiler"].append(work())
         outer["torch.profiler"].append(time.perf_counter() - t0)
+
+    def with_neuronscope() -> None:
         t0 = time.perf_counter()
-        with neuron_region("bench", backend="cpu", export=False, hints=False):
+        with neuron_region("bench", backend="cpu", export=False, hints=False):  # record_shapes=True
             inner["neuronscope"].append(work())
         outer["neuronscope"].append(time.perf_counter() - t0)
+
+    def bare() -> None:
+        inner["bare"].append(work())
+
+    order = [bare, with_torch, with_neuronscope]
+    shuffle = random.Random(0).shuffle
+    for _ in range(rounds):  # a new order each round, and no garbage left from the last one
+        shuffle(order)
+        for run in order:
+            gc.collect()
+            run()
     med = {k: statistics.median(v) for k, v in inner.items()}
     bare = med["bare"]
     for k, v in med.items():
         print(f"  work inside {k:<15} {fmt_s(v):>9}  (+{(v - bare) / bare * 100:5.1f}% over bare)")
-    extra = (med["neuronscope"] - med["torch.profiler"]) / bare * 100
-    print(f"  neuronscope adds {extra:+.1f}% of the bare time beyond torch.profiler's own (target <= 5%)")
+    paired = [(n - t) / b * 100 for n, t, b in zip(inner["neuronscope"], inner["torch.profiler"], inner["bare"])]
+    extra = statistics.median(paired)
+    print(
+        f"  neuronscope adds {extra:+.1f}% of the bare time beyond torch.profiler's own (median of the "
+        f"rounds; spread {min(paired):+.0f}% to {max(paired):+.0f}%; target <= 5%)"
+    )
     for k in ("torch.profiler", "neuronscope"):
         around = statistics.median(o - i for o, i in zip(outer[k], inner[k]))
         what = "start + stop" if k == "torch.profiler" else "start + stop + table + summary (no export, no hints)"

@@ -24,15 +24,15 @@ import gc
 import gzip
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -173,20 +173,20 @@ def rss_growth(which: str, path: Path) -> float | None:
     peak is the call's own; None where that is not possible (not Linux, say).
     """
     code = (
-        "import sys, gc; sys.path.insert(0, %r)\n"
+        f"import sys, gc; sys.path.insert(0, {str(REPO)!r})\n"
         "import torch, neuronscope.trace, neuronscope.pipeline, bench_trace as b\n"
         "from pathlib import Path\n"
-        "b.analyse(Path(%r)); gc.collect()\n"  # warm: imports of the analysis rules
+        f"b.analyse(Path({str(path)!r})); gc.collect()\n"  # warm: imports of the analysis rules
         "def status(key):\n"
         "    for line in open('/proc/self/status'):\n"
         "        if line.startswith(key): return int(line.split()[1])\n"
         "open('/proc/self/clear_refs', 'w').write('5')\n"
         "before = status('VmRSS:')\n"
-        "out = getattr(b, %r)(Path(%r))\n"
+        f"out = b.{which}(Path({str(path)!r}))\n"
         "print((status('VmHWM:') - before) / 1024)\n"
-    ) % (str(REPO), str(path), which, str(path))
+    )
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "benchmarks"), str(REPO)]))
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False)
     try:
         return float(proc.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):

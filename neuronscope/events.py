@@ -35,26 +35,27 @@ from __future__ import annotations
 
 import gc
 import itertools
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional
+from typing import Any
 
 import numpy as np
 
 from .result import OpStat, RegionStat
 
 __all__ = [
-    "KIND_OP",
-    "KIND_ANNOTATION",
-    "KIND_PYTHON",
-    "KIND_RUNTIME",
     "FLAG_ASYNC",
     "FLAG_LEGACY_DEVICE",
+    "IGNORED_NAMES",
+    "KIND_ANNOTATION",
+    "KIND_OP",
+    "KIND_PYTHON",
+    "KIND_RUNTIME",
     "EventTable",
     "Summary",
-    "IGNORED_NAMES",
-    "table_from_profiler",
     "attach_device_time",
     "summarize",
+    "table_from_profiler",
 ]
 
 KIND_OP = 0  #: an operator (``cpu_op``): aten ops, c10d ops, custom ops
@@ -123,7 +124,7 @@ class EventTable:
     device_event_count: int = 0
     raw_event_count: int = 0
     flags: list[int] = field(default_factory=list)  # per event, or empty when all are 0
-    others: Optional["EventTable"] = None
+    others: EventTable | None = None
 
     def __len__(self) -> int:
         return len(self.names)
@@ -241,10 +242,62 @@ def table_from_profiler(prof: Any, record_shapes: bool = False) -> EventTable:
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _table_from_events(kineto.events(), record_shapes, legacy_device)
+        raw = kineto.events()
+        if raw and not all(hasattr(type(raw[0]), name) for name in _ACCESSORS):
+            # An older torch whose raw events lack an accessor read here: take torch's own
+            # FunctionEvents (key_averages' input; slow, but the same numbers).
+            del raw
+            return _table_from_function_events(prof, record_shapes)
+        return _table_from_events(raw, record_shapes, legacy_device)
     finally:
         if gc_was_enabled:
             gc.enable()
+
+
+#: The ``_KinetoEvent`` accessors the fast path reads (all in torch 2.4 and later, the oldest
+#: torch neuronscope supports; ``is_hidden_event`` is read where it exists).
+_ACCESSORS = (
+    "activity_type",
+    "name",
+    "start_ns",
+    "end_ns",
+    "duration_ns",
+    "start_thread_id",
+    "end_thread_id",
+    "correlation_id",
+    "linked_correlation_id",
+    "device_type",
+    "shapes",
+)
+
+
+def _table_from_function_events(prof: Any, record_shapes: bool) -> EventTable:
+    """The table from ``prof.events()``: torch's FunctionEvents, with device time attached."""
+    table = EventTable()
+    events = prof.events() or []
+    table.raw_event_count = len(events)
+    use_device = getattr(getattr(prof, "profiler", None), "use_device", None)
+    for fe in events:
+        dtype = str(getattr(fe.device_type, "name", fe.device_type)).rsplit(".", 1)[-1]
+        if dtype != "CPU" or fe.name in IGNORED_NAMES:
+            continue
+        start = round(fe.time_range.start * 1000)
+        end = round(fe.time_range.end * 1000)
+        tid = int(fe.thread)
+        if getattr(fe, "is_python_function", False):
+            table.add_other(fe.name, KIND_PYTHON, tid, start, end)
+            continue
+        kind = KIND_ANNOTATION if getattr(fe, "is_user_annotation", False) else KIND_OP
+        flags = (FLAG_ASYNC if fe.is_async else 0) | (FLAG_LEGACY_DEVICE if getattr(fe, "is_legacy", False) else 0)
+        device = round(sum(k.duration for k in fe.kernels) * 1000)
+        if device:
+            table.has_device = True
+        table.append(fe.name, kind, tid, start, end, device, fe.input_shapes if record_shapes else None, flags)
+    if use_device and use_device != "cpu":
+        table.has_device = table.has_device or any(
+            str(getattr(fe.device_type, "name", fe.device_type)).rsplit(".", 1)[-1] != "CPU" for fe in events
+        )
+    return table
 
 
 def _table_from_events(raw: list[Any], record_shapes: bool, legacy_device: bool) -> EventTable:
@@ -296,7 +349,7 @@ def _table_from_events(raw: list[Any], record_shapes: bool, legacy_device: bool)
     table.tids = list(map(get_tid, main_events))
     table.device_ns = [0] * len(names)
     if record_shapes:
-        table.shapes = list(map(ev_type.shapes, main_events))
+        table.shapes = _read_shapes(ev_type.shapes, main_events, names)
 
     # Ranges may end on another thread than they started on (async): key_averages nests
     # nothing under them. Ops cannot (a dispatcher call returns on its own thread).
@@ -362,6 +415,26 @@ def _read_chunked(getter: Any, events: list[Any], canon: dict[str, str]) -> list
     out: list[str] = []
     for base in range(0, len(events), READ_CHUNK):
         out.extend(_read_names(getter, events[base : base + READ_CHUNK], canon))
+    return out
+
+
+def _read_shapes(getter: Any, events: list[Any], names: list[str]) -> list[Any]:
+    """Each event's input shapes, one list shared by the calls of an op that repeat the shapes
+    of its previous call: a training loop repeats a few signatures, and a list of lists per
+    event would otherwise be the largest part of the table (about 200 bytes an event)."""
+    out: list[Any] = []
+    last: dict[str, Any] = {}
+    get = last.get
+    for base in range(0, len(events), READ_CHUNK):
+        chunk = list(map(getter, events[base : base + READ_CHUNK]))
+        for j, name in enumerate(names[base : base + READ_CHUNK]):
+            shape = chunk[j]
+            prev = get(name)
+            if prev == shape:
+                chunk[j] = prev
+            else:
+                last[name] = shape
+        out.extend(chunk)
     return out
 
 
@@ -473,7 +546,7 @@ def _parents(starts: np.ndarray, ends: np.ndarray, new_thread: np.ndarray) -> np
     seg_starts = np.flatnonzero(new_thread)
     run_max = np.empty(m, dtype=np.int64)
     bounds = list(seg_starts) + [m]
-    for a, b in zip(bounds[:-1], bounds[1:]):
+    for a, b in itertools.pairwise(bounds):
         np.maximum.accumulate(ends[a:b], out=run_max[a:b])
     before = np.empty(m, dtype=np.int64)
     before[0] = -1

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import socket
+import sys
 from typing import Any
 
 from .analysis import AnalysisContext, analyze
@@ -25,12 +26,9 @@ def now_iso() -> str:
 
 
 def _torch_version() -> str | None:
-    try:
-        import torch
-
-        return str(torch.__version__)
-    except ImportError:  # pragma: no cover - torch is a dependency
-        return None
+    """The running torch's version, without importing torch (a trace file needs no torch)."""
+    torch = sys.modules.get("torch")
+    return None if torch is None else str(getattr(torch, "__version__", None))
 
 
 def build_result(
@@ -62,7 +60,7 @@ def build_result(
         started_at=now_iso(),
         host=socket.gethostname(),
         pid=os.getpid(),
-        torch_version=_torch_version(),
+        torch_version=_torch_version() if source == "live" else None,
         event_count=table.raw_event_count or len(table),
         device_unattributed_us=(table.unattributed_device_ns / 1e3) if table.has_device else None,
     )

@@ -60,7 +60,7 @@ _capture_lock = threading.Lock()
 # dict first (kept in step by os.environ's setters), and parse only when the variable is there.
 _ENV_DATA: Any = getattr(os.environ, "_data", None)
 try:
-    _ENV_KEY: Any = os.environ.encodekey("NEURONSCOPE_DISABLE")  # type: ignore[attr-defined]
+    _ENV_KEY: Any = os.environ.encodekey("NEURONSCOPE_DISABLE")
 except Exception:  # pragma: no cover - another Python's os.environ
     _ENV_DATA = None
 
@@ -610,7 +610,7 @@ class neuron_region:  # noqa: N801 - a context manager used like a function, as 
 
     def _entries(self) -> list[_Entry]:
         try:
-            return self._local.entries  # type: ignore[no-any-return]
+            return self._local.entries
         except AttributeError:
             entries: list[_Entry] = []
             self._local.entries = entries

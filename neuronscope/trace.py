@@ -37,26 +37,33 @@ import os
 import re
 import sys
 import zlib
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence, Union
+from typing import Any, Union
 
 from .analysis.compile import promote_compiled_events
 from .distributed import rank_entry, straggler_hints
 from .errors import TraceFormatError
-from .events import IGNORED_NAMES, KIND_ANNOTATION, KIND_OP, KIND_PYTHON, KIND_RUNTIME, EventTable
+from .events import (
+    IGNORED_NAMES,
+    KIND_ANNOTATION,
+    KIND_OP,
+    KIND_PYTHON,
+    KIND_RUNTIME,
+    EventTable,
+)
 from .pipeline import build_result
 from .result import ProfileResult
 
-try:  # optional: about twice as fast as the standard library on trace files
-    import orjson as _orjson
+_loads: Callable[[Any], Any]
+try:  # optional (the "fast" extra): about twice as fast as the standard library here
+    from orjson import loads as _loads
 except ImportError:  # pragma: no cover - depends on the environment
-    _orjson = None
+    _loads = json.loads
 
-__all__ = ["from_trace", "table_from_trace", "find_trace_files", "TracePath"]
+__all__ = ["TracePath", "find_trace_files", "from_trace", "table_from_trace"]
 
 TracePath = Union[str, "os.PathLike[str]"]
-
-_loads: Callable[[Any], Any] = _orjson.loads if _orjson is not None else json.loads
 
 #: Bytes of decompressed JSON read and parsed at once. Big enough that per-parse overhead
 #: vanishes, small enough that one chunk's Python objects (about 8x the text) stay a few tens
@@ -134,7 +141,7 @@ def _user_location(name: str) -> str | None:
             path = path.rsplit(marker, 1)[1]  # as torch shortens it
             break
     first = path.lstrip("/").split("/", 1)[0]
-    root = first[:-3] if first.endswith(".py") else first
+    root = first.removesuffix(".py")
     if root in _LIBRARY_ROOTS or (root in _STDLIB and not path.startswith("/")):
         return None
     return f"{m.group(1)}:{m.group(2)}"
@@ -334,6 +341,11 @@ class _Reader:
             events = doc.pop("traceEvents", None)
             meta = doc
             if not isinstance(events, list):
+                if doc.get("type") in ("ProfileResult", "Comparison") and "schema_version" in doc:
+                    raise TraceFormatError(
+                        f"{name}: this is a neuronscope result, not a trace; open it with "
+                        f"neuronscope.load() on its run directory"
+                    )
                 keys = ", ".join(list(map(str, doc))[:6]) or "none"
                 raise TraceFormatError(
                     f"{name}: not a Chrome trace: no 'traceEvents' list at the top level "
@@ -460,8 +472,9 @@ class _Reader:
                             self.saw_hip = True
                         kind = KIND_RUNTIME
                     else:
-                        loc = locations.get(ev_name, False)
-                        if loc is False:
+                        if ev_name in locations:
+                            loc = locations[ev_name]
+                        else:
                             loc = locations[ev_name] = _user_location(ev_name)
                         if loc is not None:
                             frames.append((thread, start, start + dur_ns, loc))
@@ -693,7 +706,11 @@ def find_trace_files(directory: TracePath) -> list[Path]:
 
 
 def _stem(path: Path) -> str:
+    """The default result name: the file's name less its suffixes, or for a generic name
+    (``trace.json``, written into a run or session directory) that directory's name."""
     name = path.name
+    if name in _NAMED_TRACES and path.resolve().parent.name:
+        return path.resolve().parent.name
     for suffix in _TRACE_SUFFIXES:
         if name.endswith(suffix):
             return name[: -len(suffix)] or name
@@ -752,13 +769,13 @@ def _resolve(path: TracePath | Sequence[TracePath]) -> tuple[list[Path], str]:
     if isinstance(path, (str, os.PathLike)):
         p = Path(path)
         if p.is_dir():
-            files = find_trace_files(p)
-            if not files:
+            found = find_trace_files(p)
+            if not found:
                 raise TraceFormatError(
                     f"{p}: no torch.profiler trace files in this directory (looked for "
                     f"*.pt.trace.json[.gz], trace.json[.gz], pytorch_trace.json)"
                 )
-            return files, p.resolve().name or "trace"
+            return found, p.resolve().name or "trace"
         if not p.exists():
             raise TraceFormatError(f"{p}: no such file or directory")
         return [p], _stem(p)
@@ -809,8 +826,9 @@ def _metadata(reader: _Reader) -> dict[str, Any]:
     for m in reader.metas:  # the first file's values win
         for k, v in m.items():
             meta.setdefault(k, v)
-    dist = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else {}
-    devices = meta.get("deviceProperties") if isinstance(meta.get("deviceProperties"), list) else []
+    dist_raw, devices_raw = meta.get("distributedInfo"), meta.get("deviceProperties")
+    dist: dict[str, Any] = dist_raw if isinstance(dist_raw, dict) else {}
+    devices: list[Any] = devices_raw if isinstance(devices_raw, list) else []
     names = [str(d["name"]) for d in devices if isinstance(d, dict) and d.get("name")]
     device_name = ", ".join(dict.fromkeys(names)) or None
     table = reader.table

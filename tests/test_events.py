@@ -202,10 +202,9 @@ def test_regions_match_key_averages_ranges() -> None:
 
 def test_a_range_folded_by_key_averages_still_counts_as_a_region() -> None:
     x = torch.randn(4, 4)
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        with record_function("a"):
-            with record_function("a"):  # the outer one's only child, of the same name
-                x.mul(x)
+    with profile(activities=[ProfilerActivity.CPU]) as prof, record_function("a"):
+        with record_function("a"):  # the outer one's only child, of the same name
+            x.mul(x)
     ranges = {e.key: e.count for e in prof.key_averages() if e.is_user_annotation}
     summary = summarize(table_from_profiler(prof))
     assert ranges["a"] == 1  # key_averages' quirk: the inner range is folded away
@@ -243,6 +242,22 @@ def test_reading_in_small_chunks_gives_the_same_table(monkeypatch: pytest.Monkey
     assert whole.others is not None and chunked.others is not None
     assert chunked.others.names == whole.others.names
     assert chunked.raw_event_count == whole.raw_event_count
+
+
+def test_fallback_through_function_events_gives_the_same_numbers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An older torch whose raw events lack an accessor is read through prof.events()."""
+    prof = _capture("all")
+    fast = summarize(table_from_profiler(prof, record_shapes=True))
+    monkeypatch.setattr(ev, "_ACCESSORS", ev._ACCESSORS + ("no_such_accessor",))
+    table = table_from_profiler(prof, record_shapes=True)
+    assert table.others is not None and set(table.others.kinds) == {KIND_PYTHON}
+    slow = {o.name: o for o in summarize(table).ops}
+    assert set(slow) == {o.name for o in fast.ops}
+    for o in fast.ops:
+        s = slow[o.name]
+        assert s.calls == o.calls, o.name
+        assert _close(s.self_cpu_us, o.self_cpu_us) and _close(s.cpu_total_us, o.cpu_total_us), o.name
+        assert s.input_shapes == o.input_shapes, o.name
 
 
 def test_profiler_step_ranges_group_as_key_averages_does() -> None:

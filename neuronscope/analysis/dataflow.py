@@ -39,24 +39,27 @@ Times come from the event table in both cases, so a hint's numbers agree with th
 from __future__ import annotations
 
 import bisect
+import contextlib
+import gc
 import os
 import sys
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterable, NamedTuple
+from typing import Any, NamedTuple
 
 from ..events import KIND_OP, EventTable
 
 __all__ = [
-    "TensorArg",
-    "OpNode",
-    "OpGraph",
-    "graph_from_profiler",
-    "graph_from_table",
-    "user_location",
-    "short_name",
     "COMPILED_REGION_PREFIXES",
     "ELEMENTWISE_OPS",
     "VIEW_OPS",
+    "OpGraph",
+    "OpNode",
+    "TensorArg",
+    "graph_from_profiler",
+    "graph_from_table",
+    "short_name",
+    "user_location",
 ]
 
 #: Names of the events torch.compile'd code runs under. Ops inside them are already fused (or
@@ -89,48 +92,66 @@ MAX_VIEWS_PER_SPLIT = 8
 # Ops whose output shares its input's storage: consumers of the view link straight to whoever
 # wrote the storage, as they would to the base tensor.
 VIEW_OPS = frozenset(
-    """view _reshape_alias view_as transpose t T mT permute unsqueeze squeeze expand expand_as
-    slice select narrow as_strided detach alias chunk split split_with_sizes unbind unflatten
-    movedim moveaxis swapaxes swapdims diagonal unfold view_as_real view_as_complex real imag
-    numpy_T adjoint lift_fresh""".split()
+    [
+        "view", "_reshape_alias", "view_as", "transpose", "t", "T", "mT", "permute", "unsqueeze",
+        "squeeze", "expand", "expand_as", "slice", "select", "narrow", "as_strided", "detach",
+        "alias", "chunk", "split", "split_with_sizes", "unbind", "unflatten", "movedim", "moveaxis",
+        "swapaxes", "swapdims", "diagonal", "unfold", "view_as_real", "view_as_complex", "real",
+        "imag", "numpy_T", "adjoint", "lift_fresh",
+    ]
 )
 # Ops that return their input unchanged in some calls and a new tensor in others; they made
 # one only when one of COPY_MARKERS ran below them.
 MAYBE_ALIAS_OPS = frozenset(
-    "to type_as contiguous reshape flatten dropout feature_dropout alpha_dropout float half "
-    "bfloat16 double int long bool".split()
+    [
+        "to", "type_as", "contiguous", "reshape", "flatten", "dropout", "feature_dropout",
+        "alpha_dropout", "float", "half", "bfloat16", "double", "int", "long", "bool",
+    ]
 )
 COPY_MARKERS = frozenset(
     {"aten::_to_copy", "aten::clone", "aten::copy_", "aten::native_dropout", "aten::bernoulli_", "aten::empty_like"}
 )
 # Maybe-alias ops that return their input itself (same TensorImpl) when they do not copy;
 # the others return a view.
-_RETURN_SELF = frozenset("to type_as contiguous dropout feature_dropout alpha_dropout float half bfloat16 double int long bool".split())
+_RETURN_SELF = MAYBE_ALIAS_OPS - {"reshape", "flatten"}
 _TWO_OUTPUTS = frozenset({"var_mean", "std_mean", "sort", "topk", "aminmax", "kthvalue", "mode"})
 
 ELEMENTWISE_OPS = frozenset(
-    """add sub rsub mul div true_divide floor_divide neg exp exp2 expm1 log log2 log10 log1p sqrt
-    rsqrt pow square abs sign sin cos tan tanh sinh cosh asin acos atan atan2 sigmoid logit erf
-    erfc erfinv relu relu6 gelu silu mish hardswish hardsigmoid hardtanh leaky_relu elu selu
-    celu softplus softsign threshold clamp clamp_min clamp_max clip maximum minimum fmax fmin
-    reciprocal where masked_fill lerp addcmul addcdiv floor ceil round trunc frac remainder fmod
-    eq ne lt le gt ge logical_and logical_or logical_not logical_xor bitwise_and bitwise_or
-    bitwise_not isnan isinf nan_to_num to _to_copy type_as float half bfloat16 dropout""".split()
+    [
+        "add", "sub", "rsub", "mul", "div", "true_divide", "floor_divide", "neg", "exp", "exp2",
+        "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "pow", "square", "abs", "sign",
+        "sin", "cos", "tan", "tanh", "sinh", "cosh", "asin", "acos", "atan", "atan2", "sigmoid",
+        "logit", "erf", "erfc", "erfinv", "relu", "relu6", "gelu", "silu", "mish", "hardswish",
+        "hardsigmoid", "hardtanh", "leaky_relu", "elu", "selu", "celu", "softplus", "softsign",
+        "threshold", "clamp", "clamp_min", "clamp_max", "clip", "maximum", "minimum", "fmax",
+        "fmin", "reciprocal", "where", "masked_fill", "lerp", "addcmul", "addcdiv", "floor", "ceil",
+        "round", "trunc", "frac", "remainder", "fmod", "eq", "ne", "lt", "le", "gt", "ge",
+        "logical_and", "logical_or", "logical_not", "logical_xor", "bitwise_and", "bitwise_or",
+        "bitwise_not", "isnan", "isinf", "nan_to_num", "to", "_to_copy", "type_as", "float", "half",
+        "bfloat16", "dropout",
+    ]
 )
-_COMPARISONS = frozenset("eq ne lt le gt ge logical_and logical_or logical_not logical_xor isnan isinf".split())
+_COMPARISONS = frozenset(
+    ["eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_not", "logical_xor", "isnan", "isinf"]
+)
 _REDUCTIONS = frozenset(
-    "mean sum amax amin max min var std norm linalg_vector_norm logsumexp prod argmax argmin all any".split()
+    [
+        "mean", "sum", "amax", "amin", "max", "min", "var", "std", "norm", "linalg_vector_norm",
+        "logsumexp", "prod", "argmax", "argmin", "all", "any",
+    ]
 )
 _SAME_SHAPE = frozenset(
-    "softmax _softmax log_softmax _log_softmax layer_norm rms_norm group_norm dropout clone contiguous "
-    "cumsum cumprod native_dropout".split()
+    [
+        "softmax", "_softmax", "log_softmax", "_log_softmax", "layer_norm", "rms_norm",
+        "group_norm", "dropout", "clone", "contiguous", "cumsum", "cumprod", "native_dropout",
+    ]
 )
 _CAST_DTYPES = {"float": "float32", "half": "float16", "bfloat16": "bfloat16", "double": "float64",
                 "int": "int32", "long": "int64", "bool": "bool"}
 # c10::ScalarType by number, as the profiler records a ``dtype`` argument.
-_SCALAR_TYPES = tuple(
-    "uint8 int8 int16 int32 int64 float16 float32 float64 complex32 complex64 complex128 bool "
-    "qint8 quint8 qint32 bfloat16".split()
+_SCALAR_TYPES = (
+        "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64", "complex32",
+        "complex64", "complex128", "bool", "qint8", "quint8", "qint32", "bfloat16",
 )
 # Type promotion order, enough for predicting an op's output dtype.
 _KIND_RANK = {"bool": 0, "uint8": 1, "int8": 1, "int16": 1, "int32": 1, "int64": 1,
@@ -228,9 +249,10 @@ class OpGraph:
 
 
 class _TableOp(NamedTuple):
-    index: int  # row in the EventTable
+    row: int  # in the EventTable
     cpu_ns: int
     device_ns: int
+    copied: bool  # a copying op ran inside it (see COPY_MARKERS)
 
 
 def _user_ops(table: EventTable) -> list[_TableOp]:
@@ -246,7 +268,7 @@ def _user_ops(table: EventTable) -> list[_TableOp]:
     for indices in by_thread.values():
         # Parents first: earlier start, and for equal starts the longer event.
         indices.sort(key=lambda i: (starts[i], -ends[i]))
-        top, top_end, top_dev, emit = -1, -1, 0, False
+        top, top_end, top_dev, emit, copied = -1, -1, 0, False, False
         compiled_end = -1
         for i in indices:
             s = starts[i]
@@ -256,16 +278,17 @@ def _user_ops(table: EventTable) -> list[_TableOp]:
                 continue
             if s < top_end:  # runs inside the current user-level op: part of its cost
                 top_dev += dev[i]
+                copied = copied or names[i] in COPY_MARKERS
                 continue
             if emit:
-                out.append(_TableOp(top, ends[top] - starts[top], top_dev))
-            top, top_end, top_dev = i, ends[i], dev[i]
+                out.append(_TableOp(top, ends[top] - starts[top], top_dev, copied))
+            top, top_end, top_dev, copied = i, ends[i], dev[i], False
             # torch records "Torch-Compiled Region" as an op event: it hides what runs
             # inside it, and is no op itself.
             emit = s >= compiled_end and not names[i].startswith(COMPILED_REGION_PREFIXES)
         if emit:
-            out.append(_TableOp(top, ends[top] - starts[top], top_dev))
-    out.sort(key=lambda t: starts[t.index])
+            out.append(_TableOp(top, ends[top] - starts[top], top_dev, copied))
+    out.sort(key=lambda t: starts[t.row])
     return out
 
 
@@ -284,12 +307,13 @@ def graph_from_table(table: EventTable, locations: list[str | None] | None = Non
     nodes: list[OpNode] = []
     has_shapes = len(table.shapes) == len(table)
     for t in _user_ops(table):
-        i = t.index
+        i = t.row
         name = table.names[i]
-        if "::" not in name:
-            continue
+        op = short_name(name)
+        if "::" not in name or (op in MAYBE_ALIAS_OPS and not t.copied):
+            continue  # not an op, or a ``.to()`` / ``.contiguous()`` that returned its input
         node = OpNode(
-            len(nodes), name, short_name(name), table.tids[i], table.starts[i], table.ends[i],
+            len(nodes), name, op, table.tids[i], table.starts[i], table.ends[i],
             cpu_ns=t.cpu_ns, device_ns=t.device_ns,
         )
         if has_shapes:
@@ -355,13 +379,12 @@ def _is_user_file(path: str) -> bool:
     if hit is None:
         norm = path.replace("\\", "/")
         first = norm.lstrip("/").split("/", 1)[0]
-        root = first[:-3] if first.endswith(".py") else first
+        root = first.removesuffix(".py")
         hit = not (
-            norm.startswith("<")
+            norm.startswith(("<", _PACKAGE_DIR))
             or root in _LIBRARY_ROOTS
             or root in _STDLIB
             or "/site-packages/torch/" in norm
-            or norm.startswith(_PACKAGE_DIR)
         )
         _user_file_cache[path] = hit
     return hit
@@ -406,12 +429,31 @@ def _dtype_name(dtype: Any) -> str:
     return name
 
 
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector: the graph makes tens of thousands of objects, and
+    each collection would walk them all again (a third of the time on big captures). Nothing
+    here makes reference cycles; reference counting frees it all."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def graph_from_profiler(prof: Any, table: EventTable | None = None) -> OpGraph | None:
     """The data-flow graph of a finished live profiler, or None when it has no event tree.
 
     ``table`` (the capture's event table) supplies times, device time included, and tells
     ops from annotations cheaply; without it the tree's own CPU times are used.
     """
+    with _gc_paused():
+        return _graph_from_profiler(prof, table)
+
+
+def _graph_from_profiler(prof: Any, table: EventTable | None) -> OpGraph | None:
     kineto = getattr(getattr(prof, "profiler", None), "kineto_results", None)
     if kineto is None or not hasattr(kineto, "experimental_event_tree"):
         return None
@@ -425,7 +467,7 @@ def graph_from_profiler(prof: Any, table: EventTable | None = None) -> OpGraph |
     if table is not None and len(table):
         has_device = table.has_device
         for t in _user_ops(table):
-            times[(table.tids[t.index], table.starts[t.index])] = t
+            times[(table.tids[t.row], table.starts[t.row])] = t
         for i, kind in enumerate(table.kinds):
             if kind != KIND_OP:
                 annotations.add((table.tids[i], table.starts[i]))
@@ -460,7 +502,7 @@ def graph_from_profiler(prof: Any, table: EventTable | None = None) -> OpGraph |
     nodes: list[OpNode] = []
     events: list[Any] = []
     ids: list[list[Any]] = []
-    for ev, t in found:
+    for ev, hit in found:
         name = ev.name
         if "::" not in name:
             continue
@@ -470,8 +512,8 @@ def graph_from_profiler(prof: Any, table: EventTable | None = None) -> OpGraph |
             continue
         end = ev.end_time_ns
         node = OpNode(len(nodes), name, short_name(name), tid, start, end, event=ev)
-        if t is not None:
-            node.cpu_ns, node.device_ns = t.cpu_ns, t.device_ns
+        if hit is not None:
+            node.cpu_ns, node.device_ns = hit.cpu_ns, hit.device_ns
         else:
             node.cpu_ns = end - start
         node_ids: list[Any] = []
@@ -528,9 +570,10 @@ def _link_exact(graph: OpGraph, events: list[Any], ids: list[list[Any]], allocat
             child = stack.pop()
             if child.tag == allocation:
                 f = child.extra_fields
-                if f.alloc_size > 0 and f.id is not None:
-                    writer[f.id] = node.index
+                if f.alloc_size > 0:
                     node.writes = True
+                    if f.id is not None:  # None: a tensor no op ever took as input
+                        writer[f.id] = node.index
             elif child.children:
                 stack.extend(child.children)
 
@@ -553,6 +596,16 @@ def _exact(sizes: tuple[int, ...] | None, dtype: str | None) -> _Pred:
 
 
 _UNKNOWN = _Pred(None, None)
+
+
+def _key(pred: _Pred) -> tuple[Any, ...] | None:
+    """The (sizes, dtype) a prediction most likely has: its sizes, or for a keepdim
+    reduction the common last-dim one; None when unknown."""
+    if pred.sizes is not None:
+        return (pred.sizes, pred.dtype)
+    if pred.bound:
+        return (pred.bound[:-1] + (1,), pred.dtype)
+    return None
 
 
 def _broadcast(shapes: list[tuple[int, ...]]) -> tuple[int, ...] | None:
@@ -722,8 +775,10 @@ def _link_inferred(graph: OpGraph, events: list[Any]) -> None:
     or fewer elements: a different tensor) or *seen*. A new input comes from a pending
     producer or from outside the capture. A seen one is the old tensor, unless its TensorImpl
     is one no view of the storage explains and a pending producer that ran after the old
-    tensor's last use fits it and is not needed for an output turning up in the next few
-    ops: then the allocator gave the dead tensor's address to that producer's output.
+    tensor's last use fits it: then the allocator gave the dead tensor's address to that
+    producer's output. Either way a producer is not taken if its output is needed for new
+    tensors turning up in the next few ops (``a.exp(); b.sin(); c.cos()``, all three used
+    later: ``b`` is no output of ``exp``).
 
     An op's inputs and the pending producers are matched as a whole, preferring, in order:
     more new inputs explained; more reuses explained; producers in argument order (Python
@@ -746,37 +801,50 @@ def _link_inferred(graph: OpGraph, events: list[Any]) -> None:
         outputs.append(outs)
         node.writes = bool(outs) or inplace[node.index]
 
-    # Inputs whose storage no recent op touched: new tensors, as far as the look ahead knows.
-    first_use: list[list[TensorArg]] = [[] for _ in nodes]
+    # New tensors as far as the look ahead knows (inputs whose storage no recent op touched),
+    # counted per op by (sizes, dtype); and the same key of each op's predicted outputs.
+    new_at: list[dict[tuple[Any, ...], int]] = [{} for _ in nodes]
     touched: dict[int, int] = {}
     for node in nodes:
         j = node.index
         for t in node.inputs:
             if touched.get(t.key, -FRESH_GAP) <= j - FRESH_GAP:
-                first_use[j].append(t)
+                sig = (t.sizes, t.dtype)
+                new_at[j][sig] = new_at[j].get(sig, 0) + 1
             touched[t.key] = j
-
+    out_keys = [[_key(p) for p in outs] for outs in outputs]
+    gathers = [j for j, news in enumerate(new_at) if sum(news.values()) > 1]
     pending: list[tuple[int, _Pred]] = []  # (node index, predicted output), oldest first
 
-    def needed_later(idx: int, pred: _Pred, j: int) -> bool:
-        """Is producer ``idx``'s output needed by a new storage soon after op ``j``? Each
-        new storage in the next ops that fits ``pred`` exactly must come from some producer,
-        another pending one or one that ran since; if they run out, ``idx`` made it."""
-        supply: list[_Pred] | None = None
+    def needed_later(pos: int, j: int, gathered: bool) -> bool:
+        """Is the output of pending entry ``pos`` needed by a new tensor soon after op ``j``?
+
+        Each new tensor in the next ops that has its (sizes, dtype) must come from some
+        producer: another pending one, or one that ran since. If more such tensors turn up
+        than those producers can explain, this one made one of them. With ``gathered``, only
+        ops that take two or more such tensors at once count (``torch.stack((a, b, c))``):
+        a single one may as well be a tensor from outside the capture, first used there.
+        """
+        if gathered:
+            g = bisect.bisect_right(gathers, j)
+            if g == len(gathers) or gathers[g] > j + LOOKAHEAD:
+                return False  # no op ahead takes two new tensors at once
+        key = _key(pending[pos][1])
+        if key is None:
+            return False
+        supply = demand = 0
+        counted = False  # the other pending producers, counted once needed
         for j2 in range(j + 1, min(j + 1 + LOOKAHEAD, len(nodes))):
-            for t in first_use[j2]:
-                if _fit(pred, t) != 3:
-                    continue
-                if supply is None:
-                    supply = [p for i, p in pending[-SCAN_DEPTH:] if i != idx]
-                    for j3 in range(j, j2):
-                        supply.extend(outputs[j3])
-                k = next((i for i, p in enumerate(supply) if _fit(p, t) == 3), -1)
-                if k < 0:
+            supply += out_keys[j2 - 1].count(key)
+            wanted = new_at[j2].get(key, 0)
+            if wanted and (not gathered or wanted > 1):
+                if not counted:
+                    low = max(0, len(pending) - SCAN_DEPTH)
+                    supply += sum(1 for i in range(low, len(pending)) if i != pos and _key(pending[i][1]) == key)
+                    counted = True
+                demand += wanted
+                if demand > supply:
                     return True
-                del supply[k]
-            if supply is not None:
-                supply.extend(outputs[j2])
         return False
 
     writer: dict[int, int] = {}  # storage -> node that last wrote it (-1: no op)
@@ -794,10 +862,12 @@ def _link_inferred(graph: OpGraph, events: list[Any]) -> None:
         fresh: list[bool] = []
         reusable: list[bool] = []
         needy = 0
+        keys: list[int] = []
         for k, t in enumerate(inputs):
             key = t.key
-            if k and any(u.key == key for u in inputs[:k]):
+            if key in keys:
                 continue
+            keys.append(key)
             slots.append(k)
             old = seen_as.get(key)
             is_new = old is None or old[0] != t.dtype or t.numel > old[1]
@@ -822,6 +892,7 @@ def _link_inferred(graph: OpGraph, events: list[Any]) -> None:
                 needy == 1
                 and newest_idx >= j - STALE_AFTER
                 and any(f and _fit(newest_pred, inputs[k]) == 3 for k, f in zip(slots, fresh))
+                and not needed_later(len(pending) - 1, j, gathered=True)
             ):
                 # One new input, and the newest producer fits it exactly: the common case,
                 # and the search below would pick the same.
@@ -840,7 +911,7 @@ def _link_inferred(graph: OpGraph, events: list[Any]) -> None:
                             if idx <= after:
                                 break
                             fit = _fit(pred, t)
-                            if (is_new and fit) or (fit >= 2 and not needed_later(idx, pred, j)):
+                            if (fit if is_new else fit >= 2) and not needed_later(pos, j, gathered=is_new):
                                 found.append((pos, fit))
                                 if len(found) == MAX_CANDIDATES:
                                     break
@@ -851,9 +922,9 @@ def _link_inferred(graph: OpGraph, events: list[Any]) -> None:
         for i, k in enumerate(slots):
             t = inputs[k]
             key = t.key
-            pos = choice.get(k) if choice else None
-            if pos is not None or fresh[i]:
-                w = writer[key] = pending[pos][0] if pos is not None else -1
+            chosen = choice.get(k) if choice else None
+            if chosen is not None or fresh[i]:
+                w = writer[key] = pending[chosen][0] if chosen is not None else -1
                 impls[key] = {t.impl}
                 views_owed[key] = 0
             else:

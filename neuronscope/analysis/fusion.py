@@ -26,10 +26,12 @@ one RMSNorm are one hint with ``calls=12``. Hints are ranked by estimated saving
 
 from __future__ import annotations
 
+import functools
 import re
 import statistics
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
 
 from ..result import Hint
 from .dataflow import (
@@ -45,7 +47,7 @@ from .dataflow import (
 if TYPE_CHECKING:
     from . import AnalysisContext
 
-__all__ = ["PATTERNS", "Match", "fusion_hints", "find_matches", "hints_from_matches", "estimate_saving_ns"]
+__all__ = ["PATTERNS", "Match", "estimate_saving_ns", "find_matches", "fusion_hints", "hints_from_matches"]
 
 #: The contract's pattern vocabulary, in the order matchers claim ops (an attention absorbs
 #: the softmax inside it; a norm is matched before the generic chain).
@@ -74,16 +76,14 @@ MAX_ATTENTION_HOPS = 4
 MAX_GELU_CONE = 8
 #: Most ops absorbed after a norm's normalising op (weight multiply, bias add, casts).
 MAX_NORM_TRAILING = 3
-#: Passes over its input the fused form of an idiom makes, by (pattern, backend); "*" is any
-#: backend and idioms not named make one (see :func:`estimate_saving_ns`).
-FUSED_PASSES: dict[tuple[str, str], int] = {
-    ("rms_norm", "*"): 2,
-    ("layer_norm", "*"): 2,
-    ("softmax", "*"): 2,
-    ("rms_norm", "cpu"): 3,
-    ("layer_norm", "cpu"): 3,
-    ("softmax", "cpu"): 3,
-}
+#: Passes over its input the fused form of an idiom makes, by pattern; idioms not named make
+#: one (see :func:`estimate_saving_ns`).
+FUSED_PASSES: dict[str, int] = {"rms_norm": 2, "layer_norm": 2, "softmax": 2}
+#: CPU capabilities (``torch.backends.cpu.get_cpu_capability()``) without SIMD: there
+#: Inductor's C++ kernels are scalar, and its fused RMSNorm measured 2.6x *slower* than the
+#: eager chain (624 vs 240 us at 256x1024 float32, one thread, ``cpp.simdlen=1``), while
+#: with AVX-512 it is 2.5x faster (105 us). torch has no eager fused RMSNorm on CPU.
+_SCALAR_CPU = frozenset({"DEFAULT", "NO AVX"})
 #: Least estimated saving (ns, summed over calls) worth a hint: below a microsecond the
 #: suggestion costs the reader more than it saves.
 MIN_SAVING_NS = 1_000
@@ -116,10 +116,6 @@ class Match:
 
 
 # ---- small graph helpers ------------------------------------------------------------------
-
-
-def _prod(g: OpGraph, n: OpNode, k: int) -> OpNode | None:
-    return g.producer(n, k)
 
 
 def _only_big(n: OpNode) -> int | None:
@@ -209,7 +205,7 @@ def _match_norm(g: OpGraph, n: OpNode) -> Match | None:
 def _norm_with(g: OpGraph, n: OpNode, ak: int, bk: int) -> Match | None:
     chain: list[OpNode] = []
     has_root = False
-    cur = _prod(g, n, bk)
+    cur = g.producer(n, bk)
     red: OpNode | None = None
     while cur is not None and len(chain) <= MAX_NORM_TAIL:
         if cur.op in ("mean", "var", "std", "var_mean", "norm", "linalg_vector_norm"):
@@ -221,7 +217,7 @@ def _norm_with(g: OpGraph, n: OpNode, ak: int, bk: int) -> Match | None:
         if cur.op in _ROOTS or _is_scalar_pow(cur, 0.5, -0.5):
             has_root = True
         chain.append(cur)
-        cur = _prod(g, cur, k)
+        cur = g.producer(cur, k)
     if red is None or not red.inputs:
         return None
     if red.op in ("std", "norm", "linalg_vector_norm"):
@@ -238,21 +234,20 @@ def _norm_with(g: OpGraph, n: OpNode, ak: int, bk: int) -> Match | None:
     extra: list[OpNode] = []
     # ``a`` may carry a weight already (``w * (x - mean) / (std + eps)``).
     a_node, a_k = n, ak
-    pa = _prod(g, n, ak)
-    if pa is not None and pa.op == "mul" and len(pa.inputs) == 2 and pa.op != "div":
+    pa = g.producer(n, ak)
+    if pa is not None and pa.op == "mul" and len(pa.inputs) == 2:
         for wk in (0, 1):
             if pa.inputs[wk].sizes == x_sizes[-1:] and _param_like(g, pa, wk, extra):
                 extra.append(pa)
                 a_node, a_k = pa, 1 - wk
                 break
-    a_prod = _prod(g, a_node, a_k)
+    a_prod = g.producer(a_node, a_k)
 
-    casts: list[OpNode] = []
     pattern = ""
     x: TensorArg | None = None
     params: dict[str, Any] = {}
     a_centred = _centred(g, a_node, a_k)
-    sq = _square_of(g, _prod(g, red, 0)) if red.op == "mean" else None
+    sq = _square_of(g, g.producer(red, 0)) if red.op == "mean" else None
     if sq is not None:
         sq_node, tk = sq
         extra.append(sq_node)
@@ -264,7 +259,7 @@ def _norm_with(g: OpGraph, n: OpNode, ak: int, bk: int) -> Match | None:
             pattern, x = "layer_norm", t_centred[0].inputs[0]
             casts_src = (t_centred[0], 0)
         else:
-            if _root_value(g, sq_node, tk, casts) != _root_value(g, a_node, a_k):
+            if _root_value(g, sq_node, tk) != _root_value(g, a_node, a_k):
                 return None
             pattern, x = "rms_norm", sq_node.inputs[tk]
             casts_src = (sq_node, tk)
@@ -331,10 +326,10 @@ def _norm_with(g: OpGraph, n: OpNode, ak: int, bk: int) -> Match | None:
 def _centred(g: OpGraph, n: OpNode, k: int) -> tuple[OpNode, OpNode] | None:
     """If input ``k`` of ``n`` is ``x - stat(x)`` for a last-dim statistic of the same ``x``
     (a mean, or an output of ``var_mean``): (the ``sub`` node, the statistic's node)."""
-    c = _prod(g, n, k)
+    c = g.producer(n, k)
     if c is None or c.op != "sub" or len(c.inputs) != 2:
         return None
-    mu = _prod(g, c, 1)
+    mu = g.producer(c, 1)
     if mu is None or not mu.inputs or mu.op not in ("mean", "var", "std", "var_mean"):
         return None
     return (c, mu) if _same(g, mu, 0, c, 0) else None
@@ -347,8 +342,8 @@ def _match_softmax(g: OpGraph, n: OpNode) -> Match | None:
     """``exp(x - max(x)) / sum(exp(...))``, the max-subtraction optional, ``* (1/sum)`` too."""
     if n.op not in ("div", "mul") or len(n.inputs) != 2:
         return None
-    e = _prod(g, n, 0)
-    s = _prod(g, n, 1)
+    e = g.producer(n, 0)
+    s = g.producer(n, 1)
     extra: list[OpNode] = []
     if n.op == "mul":
         if e is not None and e.op == "reciprocal":
@@ -356,10 +351,10 @@ def _match_softmax(g: OpGraph, n: OpNode) -> Match | None:
         if s is None or s.op != "reciprocal":
             return None
         extra.append(s)
-        s = _prod(g, s, 0)
+        s = g.producer(s, 0)
     if e is None or s is None or e.op != "exp" or s.op != "sum" or not s.inputs:
         return None
-    e2 = _prod(g, s, 0)
+    e2 = g.producer(s, 0)
     if e2 is None or e2.op != "exp":
         return None
     if e2 is not e:
@@ -368,9 +363,9 @@ def _match_softmax(g: OpGraph, n: OpNode) -> Match | None:
         extra.append(e2)
     nodes = [n, e, s, *extra]
     x = e.inputs[0] if e.inputs else None
-    sub = _prod(g, e, 0)
+    sub = g.producer(e, 0)
     if sub is not None and sub.op == "sub" and len(sub.inputs) == 2:
-        mx = _prod(g, sub, 1)
+        mx = g.producer(sub, 1)
         if mx is not None and mx.op in ("max", "amax") and mx.inputs and _same(g, mx, 0, sub, 0):
             nodes += [sub, mx]
             x = sub.inputs[0]
@@ -379,7 +374,7 @@ def _match_softmax(g: OpGraph, n: OpNode) -> Match | None:
 
 def _scores_matmul(g: OpGraph, n: OpNode, k: int, hops: int, path: list[OpNode]) -> OpNode | None:
     """Walk back from input ``k`` of ``n`` through scale/mask/cast ops to a matmul."""
-    p = _prod(g, n, k)
+    p = g.producer(n, k)
     if p is None:
         return None
     if p.op in _MATMULS:
@@ -444,12 +439,11 @@ def _match_gelu(g: OpGraph, t: OpNode) -> Match | None:
     if f is None or f.op != "mul" or len(f.inputs) != 2:
         return None
     hk = 1 - (_input_from(f, a) or 0)
-    h = _prod(g, f, hk)
+    h = g.producer(f, hk)
     nodes: dict[int, OpNode] = {t.index: t, a.index: a, f.index: f}
     x_val: tuple[int, int]
-    if h is not None and h.op in ("mul", "div") and _only_big(h) is not None:
-        xk = _only_big(h)
-        assert xk is not None
+    xk = _only_big(h) if h is not None and h.op in ("mul", "div") else None
+    if h is not None and xk is not None:  # ``0.5 * x`` or ``x / 2`` on the outside
         x_val = _root_value(g, h, xk)
         x = h.inputs[xk]
         nodes[h.index] = h
@@ -463,7 +457,7 @@ def _match_gelu(g: OpGraph, t: OpNode) -> Match | None:
         node, k = todo.pop()
         if _root_value(g, node, k) == x_val:
             continue
-        p = _prod(g, node, k)
+        p = g.producer(node, k)
         if p is None or p.op not in ("mul", "add", "div", "pow", "sub") or p.index in nodes:
             return None
         nodes[p.index] = p
@@ -475,9 +469,14 @@ def _match_gelu(g: OpGraph, t: OpNode) -> Match | None:
         return None
     # ``x * (1 + erf(...)) / 2``: a trailing halving.
     last = _single_consumer(g, f)
-    if last is not None and last.op in ("mul", "div") and _only_big(last) is not None and not nodes.get(last.index):
-        if len(last.inputs) == 1 or any(not i.sizes for i in last.inputs) or last.scalars:
-            nodes[last.index] = last
+    if (
+        last is not None
+        and last.op in ("mul", "div")
+        and _only_big(last) is not None
+        and last.index not in nodes
+        and (len(last.inputs) == 1 or any(not i.sizes for i in last.inputs) or last.scalars)
+    ):
+        nodes[last.index] = last
     return Match(
         "gelu", sorted(nodes.values(), key=lambda m: m.index), x, {"approximate": "tanh" if t.op == "tanh" else "none"}
     )
@@ -488,7 +487,7 @@ def _match_silu_mul(g: OpGraph, n: OpNode) -> Match | None:
     if n.op != "mul" or len(n.inputs) != 2 or len(n.big_inputs()) != 2:
         return None
     for sk in (0, 1):
-        s = _prod(g, n, sk)
+        s = g.producer(n, sk)
         if s is None:
             continue
         found: list[OpNode] = []
@@ -497,7 +496,7 @@ def _match_silu_mul(g: OpGraph, n: OpNode) -> Match | None:
             found, gate = [s], s.value(0)
         elif s.op == "mul" and len(s.inputs) == 2:
             for gk in (0, 1):
-                sig = _prod(g, s, gk)
+                sig = g.producer(s, gk)
                 if sig is not None and sig.op == "sigmoid" and sig.inputs and sig.value(0) == s.value(1 - gk):
                     found, gate = [sig, s], s.value(1 - gk)
                     break
@@ -509,7 +508,7 @@ def _match_silu_mul(g: OpGraph, n: OpNode) -> Match | None:
         gate_in = found[0].inputs[0]
         if n.value(bk) == gate and n.inputs[bk].impl == gate_in.impl:
             continue  # x * silu(x): no second projection
-        return Match("silu_mul", sorted([*found, n], key=lambda m: m.index), n.inputs[sk], {"dim": n.inputs[sk].sizes[-1:]})
+        return Match("silu_mul", sorted([*found, n], key=lambda m: m.index), n.inputs[sk], {})
     return None
 
 
@@ -518,27 +517,27 @@ def _match_rotary(g: OpGraph, n: OpNode) -> Match | None:
     interleaved ``stack((-x2, x1), -1).flatten(-2)``."""
     if n.op != "add" or len(n.inputs) != 2:
         return None
-    m1, m2 = _prod(g, n, 0), _prod(g, n, 1)
+    m1, m2 = g.producer(n, 0), g.producer(n, 1)
     if m1 is None or m2 is None or m1.op != "mul" or m2.op != "mul":
         return None
     for mx, mr in ((m1, m2), (m2, m1)):
         for rk in (0, 1):
-            r = _prod(g, mr, rk)
+            r = g.producer(mr, rk)
             if r is None or r.op not in ("cat", "stack", "flatten", "reshape") or len(r.inputs) < 1:
                 continue
             r_nodes = [r]
             if r.op in ("flatten", "reshape"):
-                r2 = _prod(g, r, 0)
+                r2 = g.producer(r, 0)
                 if r2 is None or r2.op not in ("cat", "stack"):
                     continue
                 r_nodes.append(r2)
                 r = r2
             if len(r.inputs) != 2:
                 continue
-            neg_k = next((k for k in (0, 1) if (p := _prod(g, r, k)) is not None and p.op == "neg"), None)
+            neg_k = next((k for k in (0, 1) if (p := g.producer(r, k)) is not None and p.op == "neg"), None)
             if neg_k is None:
                 continue
-            neg = _prod(g, r, neg_k)
+            neg = g.producer(r, neg_k)
             assert neg is not None
             x_val = r.value(1 - neg_k)
             if not neg.inputs or neg.value(0) != x_val:
@@ -711,24 +710,22 @@ def _all_matches(rx: re.Pattern[str], text: str, offsets: list[int]) -> Iterable
 
 
 def _sequence_shapes_ok(pattern: str, members: list[OpNode]) -> bool:
-    """Where shapes were recorded, the ops of a norm, softmax or activation must all touch
-    the same tensor shape (or its last-dim reduction, or a 1-D weight over the last dim)."""
+    """Where shapes were recorded, the ops must all work on one tensor shape ``x``: its
+    per-row statistic (``x[:-1] + (1,)``) and a weight over its last dim for norms and
+    softmax, its half last dim for rotary's ``rotate_half``; scalars anywhere."""
     if pattern == "attention" or not all(m.inputs for m in members):
         return True
-    x = max(members[0].inputs, key=lambda t: t.numel).sizes
+    elementwise = [m for m in members if m.op not in ("linear", "matmul", "mm", "addmm")]
+    x = max(elementwise[0].inputs, key=lambda t: t.numel).sizes
     if not x:
         return False
-    fits = {x, x[:-1] + (1,), x[-1:]}
-    for m in members:
-        if m.op in ("linear", "matmul", "mm", "addmm"):
-            continue
-        sizes = {t.sizes for t in m.inputs}
-        if pattern in ("rotary_embedding", "silu_mul", "gelu"):
-            if not any(len(s) == len(x) or not s for s in sizes):
-                return False
-        elif not sizes & fits:
-            return False
-    return True
+    if pattern in ("rms_norm", "layer_norm", "softmax"):
+        fits = {x, x[:-1] + (1,), x[-1:], ()}
+        return all({t.sizes for t in m.inputs} <= fits for m in elementwise)
+    if pattern == "rotary_embedding":
+        lasts = {x[-1], x[-1] // 2}
+        return all(not t.sizes or (len(t.sizes) <= len(x) and t.sizes[-1] in lasts) for m in elementwise for t in m.inputs)
+    return all(t.sizes in (x, ()) for m in elementwise for t in m.inputs)
 
 
 # ---- from matches to hints --------------------------------------------------------------------
@@ -737,25 +734,34 @@ def _sequence_shapes_ok(pattern: str, members: list[OpNode]) -> bool:
 def estimate_saving_ns(pattern: str, times: list[float], full: list[bool], backend: str = "cpu") -> float:
     """Estimated saving of fusing one occurrence, in ns, from its measured op times.
 
-    ``full[i]`` says whether op ``i`` works on the whole tensor (not a per-row statistic).
-    The model: the ops of these idioms are memory-bound passes over one tensor, so a pass
-    costs about what one full-size op of the chain costs (the median of them, so that one
-    op slowed by the machine does not count), and a fused kernel makes as few passes as the
-    idiom needs. That gives
+    ``full[i]`` says whether op ``i`` works on the whole tensor (not a per-row statistic or
+    a scalar). The model: the ops of these idioms are memory-bound passes over one tensor, so
+    one pass costs about what one full-size op of the chain costs (the median of them, so
+    that an op slowed by the machine does not count), and the fused form makes as few passes
+    as the idiom needs::
 
         saving = sum(op times) - passes * (median full-size op time)
 
-    with ``passes`` from :data:`FUSED_PASSES`: one for elementwise idioms (read, write); two
-    for a norm or softmax (read for the statistic, read again to normalise and write) on
-    CUDA and Neuron; three on CPU, where the fused forms torch offers are not one kernel
-    (``torch.rms_norm`` runs pow / mean / add_ / rsqrt / mul) and Inductor's CPU kernels
-    measure about three passes. Calibrated with ``hint.verify()`` on CPU at 256x1024
-    float32, one thread: within a factor of two for RMSNorm and LayerNorm (tests check it).
-    In an attention the two matmuls are compute-bound and stay, so they are left out.
+    with ``passes`` from :data:`FUSED_PASSES`: one for an elementwise idiom (read, write),
+    two for a norm or a softmax (read for the statistic, read again to normalise and write).
+
+    RMSNorm on CPU has no eager fused form (``torch.rms_norm`` runs pow / mean / add_ /
+    rsqrt / mul itself): its fused form is ``torch.compile``'s, which makes two passes where
+    the CPU has SIMD and is slower than eager where it has none (see :data:`_SCALAR_CPU`).
+    There every full-size pass stays and what goes is the per-row work between them (the
+    ``+ eps``, the ``rsqrt``, done in place on the statistic)::
+
+        saving = sum(per-row op times)
+
+    Calibrated with ``hint.verify()`` on CPU (AVX-512) at 256x1024 float32, one thread:
+    RMSNorm estimated 134 us a call against 113 measured (compiled), LayerNorm within a
+    factor of two (tests/test_fusion.py checks both).
     """
     if len(times) < 2:
-        return 0
-    passes = FUSED_PASSES.get((pattern, backend)) or FUSED_PASSES.get((pattern, "*"), 1)
+        return 0.0
+    passes = _fused_passes(pattern, backend)
+    if passes is None:
+        return sum(t for t, f in zip(times, full) if not f)
     pass_ns = statistics.median([t for t, f in zip(times, full) if f] or times)
     return max(0.0, sum(times) - passes * pass_ns)
 
@@ -803,10 +809,8 @@ def _location(m: Match) -> str | None:
 def hints_from_matches(matches: list[Match], g: OpGraph, backend: str, confidence: str) -> list[Hint]:
     """Group matches (pattern, ops, location, input shape) into hints, largest saving first."""
     groups: dict[tuple[Any, ...], list[Match]] = {}
-    locs: dict[int, str | None] = {}
     for m in matches:
         loc = _location(m)
-        locs[id(m)] = loc
         x = m.x
         key = (m.pattern, m.names, loc, x.sizes if x else None, x.dtype if x else None)
         groups.setdefault(key, []).append(m)
@@ -819,6 +823,7 @@ def hints_from_matches(matches: list[Match], g: OpGraph, backend: str, confidenc
         per_op = [statistics.median(g.time_ns(m.nodes[i]) for m in ms) for i in kept]
         saving_ns = estimate_saving_ns(pattern, per_op, _full_size([first.nodes[i] for i in kept]), backend) * len(ms)
         time_ns = sum(g.time_ns(n) for m in ms for n in m.nodes)
+        saving_ns = min(saving_ns, time_ns)  # medians can add up to more than the total
         if saving_ns < MIN_SAVING_NS:
             continue
         details: dict[str, Any] = {
@@ -829,7 +834,7 @@ def hints_from_matches(matches: list[Match], g: OpGraph, backend: str, confidenc
             "device": _device_of(backend),
             "backend": backend,
             "time_source": "device" if g.has_device else "cpu",
-            "estimate_model": "per-call (sum(op times) - passes x median full-size op time), from each op's median over calls",
+            "estimate_model": _model_text(pattern, backend),
             **first.params,
         }
         hints.append(
@@ -850,9 +855,38 @@ def hints_from_matches(matches: list[Match], g: OpGraph, backend: str, confidenc
     return hints
 
 
+def _fused_passes(pattern: str, backend: str) -> int | None:
+    """Passes the fused form makes, or None where the backend has no faster fused form."""
+    if pattern == "rms_norm" and backend == "cpu" and _cpu_capability() in _SCALAR_CPU:
+        return None
+    return FUSED_PASSES.get(pattern, 1)
+
+
+@functools.cache
+def _cpu_capability() -> str:
+    import torch
+
+    return str(torch.backends.cpu.get_cpu_capability())
+
+
+def _model_text(pattern: str, backend: str) -> str:
+    """The estimate's model in words, for the hint's details (see estimate_saving_ns)."""
+    passes = _fused_passes(pattern, backend)
+    per_op = "per call, from each op's median over the calls"
+    if passes is None:
+        return f"no faster fused kernel on this {backend} (no SIMD): the per-row ops' time, {per_op}"
+    return f"sum(op times) - {passes} pass(es) x median full-size op time, {per_op}"
+
+
 def _full_size(nodes: list[OpNode]) -> list[bool]:
     """Which ops work on the whole tensor: those with an input at least half the size of the
-    largest input of the chain (a per-row statistic or a weight is much smaller)."""
+    largest input of the chain (a per-row statistic or a weight is much smaller). Without
+    shapes (a capture without record_shapes), by name: a root and the ``+ eps`` before it
+    work on the per-row statistic."""
+    if not any(n.inputs for n in nodes):
+        ops = [n.op for n in nodes]
+        nxt = ops[1:] + [""]
+        return [not (op in _ROOTS or (op == "add" and after in _ROOTS)) for op, after in zip(ops, nxt)]
     sizes = [max((t.numel for t in n.inputs), default=0) for n in nodes]
     top = max(sizes, default=0)
     return [s * 2 >= top for s in sizes]
@@ -865,13 +899,14 @@ def _device_of(backend: str) -> str:
 def fusion_hints(ctx: AnalysisContext) -> list[Hint]:
     """Fusion candidates in a capture, largest estimated saving first.
 
-    Live captures (``ctx.profiler`` set) are matched by data flow; trace files by op order
-    and shapes (``confidence="sequence"``).
+    Live captures (``ctx.profiler`` set) are matched by data flow; trace files, and live
+    captures made without ``record_shapes=True``, by op order (``confidence="sequence"``).
     """
     graph: OpGraph | None = None
     if ctx.profiler is not None:
         graph = graph_from_profiler(ctx.profiler, ctx.table)
-    if graph is not None and graph.nodes:
+    # A capture without record_shapes=True has no tensor inputs to follow: op order it is.
+    if graph is not None and any(n.inputs for n in graph.nodes):
         return hints_from_matches(find_matches(graph), graph, ctx.backend, "dataflow")
     locations = ctx.extra.get("locations") if isinstance(ctx.extra, dict) else None
     graph = graph_from_table(ctx.table, locations if isinstance(locations, list) else None)

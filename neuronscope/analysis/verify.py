@@ -9,11 +9,12 @@ the capture's device, and times three forms of it outside any profiler:
   ``F.gelu``), where torch has one;
 - ``torch.compile`` of the chain.
 
-The variants run interleaved, in rounds, and each time is the median over rounds: a load
-spike on a shared machine then hits every variant alike instead of skewing one of them. The
-verified saving is the chain's time less the faster replacement's, per call, times the hint's
-``calls``; it is stored in ``hint.verified_saving_us`` (negative when no replacement is
-faster). Verification runs at the thread count torch has now, like the capture did.
+The variants run interleaved, in rounds, so that a load spike on a shared machine hits every
+variant of a round alike. Each reported time is the median over rounds; the saving per call
+is the median over rounds of (chain - replacement) in the same round, for the better of the
+two replacements, times the hint's ``calls``. It is stored in ``hint.verified_saving_us``
+(negative when no replacement is faster). Verification runs at the thread count torch has
+now, like the capture did.
 """
 
 from __future__ import annotations
@@ -21,15 +22,16 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from ..errors import NeuronscopeError
 
 if TYPE_CHECKING:
     from ..result import Hint
 
-__all__ = ["Verification", "verify_hint", "VERIFIABLE_PATTERNS"]
+__all__ = ["VERIFIABLE_PATTERNS", "Verification", "verify_hint"]
 
 #: Patterns :func:`verify_hint` can rebuild. Attention, rotary and elementwise chains have too
 #: many shapes and spellings to rebuild from a hint's evidence.
@@ -211,8 +213,11 @@ def _affine(y: Any, w: Any, b: Any) -> Any:
     return y
 
 
-def _time(variants: dict[str, Callable[[], Any]], sync: Callable[[], None], repeats: int, min_block_s: float) -> dict[str, float]:
-    """Median microseconds per call of each variant, timed in interleaved rounds."""
+def _time(
+    variants: dict[str, Callable[[], Any]], sync: Callable[[], None], repeats: int, min_block_s: float
+) -> dict[str, list[float]]:
+    """Microseconds per call of each variant, one sample per round, the variants interleaved
+    within each round."""
     number: dict[str, int] = {}
     for name, fn in variants.items():
         for _ in range(WARMUP_CALLS):
@@ -233,7 +238,13 @@ def _time(variants: dict[str, Callable[[], Any]], sync: Callable[[], None], repe
                 fn()
             sync()
             samples[name].append((time.perf_counter() - t0) / n * 1e6)
-    return {name: statistics.median(v) for name, v in samples.items()}
+    return samples
+
+
+def _paired_saving(chain: list[float], other: list[float]) -> float:
+    """Median over rounds of the chain's time less the other's in the same round: a load
+    spike that slows one round slows both, and cancels."""
+    return statistics.median(c - o for c, o in zip(chain, other))
 
 
 def verify_hint(
@@ -287,17 +298,17 @@ def verify_hint(
                 compiled = torch.compile(chain, dynamic=False)
                 compiled()  # compile now, outside the timing
                 variants["compiled"] = compiled
-            except Exception as exc:  # a missing compiler must not hide the eager numbers
+            except Exception as exc:  # noqa: BLE001 - a missing compiler must not hide the eager numbers
                 compile_error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         if len(variants) == 1:
             raise NeuronscopeError(
                 f"nothing to compare the {hint.pattern} chain with: torch.compile failed "
                 f"({compile_error}) and torch has no eager replacement for it"
             )
-        times = _time(variants, _sync(dev), repeats, min_block_s)
+        samples = _time(variants, _sync(dev), repeats, min_block_s)
 
-    best = min(t for name, t in times.items() if name != "chain")
-    per_call = times["chain"] - best
+    times = {name: statistics.median(v) for name, v in samples.items()}
+    per_call = max(_paired_saving(samples["chain"], v) for name, v in samples.items() if name != "chain")
     result = Verification(
         pattern=hint.pattern,
         device=str(dev),

@@ -1,0 +1,357 @@
+"""Tests of the fusion hints: neuronscope.analysis.fusion, .dataflow and .verify.
+
+Every case runs a real CPU capture (``torch.profiler.profile`` with the default options plus
+``record_shapes=True``) of a snippet from tests/fusion_cases.py and checks the pattern found
+(or its absence) and the evidence, never the wording of the suggestion.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import fusion_cases as fc
+import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from neuronscope.analysis import AnalysisContext
+from neuronscope.analysis.dataflow import graph_from_profiler, graph_from_table
+from neuronscope.analysis.fusion import PATTERNS, estimate_saving_ns, fusion_hints
+from neuronscope.analysis.verify import verify_hint
+from neuronscope.errors import NeuronscopeError
+from neuronscope.events import KIND_OP, EventTable, summarize, table_from_profiler
+from neuronscope.pipeline import from_profiler
+from neuronscope.result import Hint, ProfileResult
+
+CASES = {c.name: c for c in fc.cases()}
+HERE = Path(__file__).resolve().parent
+
+
+def capture(run: Any, calls: int = 1, **options: Any) -> Any:
+    """A finished CPU profiler around ``calls`` runs of ``run`` (after one warm-up run)."""
+    run()
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True, **options) as prof:
+        for _ in range(calls):
+            run()
+    return prof
+
+
+def fusion(result: ProfileResult) -> dict[str, Hint]:
+    hints = [h for h in result.hints if h.kind == "fusion"]
+    by_pattern = {h.pattern: h for h in hints}
+    assert len(by_pattern) == len(hints), f"one hint per pattern expected here: {hints}"
+    return by_pattern
+
+
+def check_evidence(h: Hint, confidence: str = "dataflow") -> None:
+    assert h.kind == "fusion" and h.pattern in PATTERNS
+    assert h.confidence == confidence
+    assert h.ops and all(o.startswith("aten::") for o in h.ops)
+    assert h.calls >= 1
+    assert h.time_us > 0
+    assert 0 < h.est_saving_us <= h.time_us
+    assert h.suggestion
+    assert h.details["shape"]
+    if confidence == "dataflow":  # a trace records shapes but not dtypes
+        assert h.details["dtype"]
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Iterator[None]:
+    """One intra-op thread: on a loaded 2-core machine a descheduled OpenMP worker makes
+    single ops take milliseconds, which only adds noise to times these tests look at."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+# ---- the case suite -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("memory", [False, True], ids=["inferred", "exact"])
+@pytest.mark.parametrize("name", list(CASES))
+def test_case(name: str, memory: bool) -> None:
+    """Each case with the default options (links inferred from pointers) and with
+    profile_memory=True (links exact, through the profiler's tensor ids)."""
+    case = CASES[name]
+    result = from_profiler(capture(case.run, profile_memory=memory))
+    got = fusion(result)
+    for pattern, calls in case.expect.items():
+        assert pattern in got, f"{name}: no {pattern} hint; got {[h.message for h in got.values()]}"
+        check_evidence(got[pattern])
+        assert got[pattern].calls == calls
+        assert got[pattern].location is None  # no with_stack
+    for pattern in case.absent:
+        assert pattern not in got, f"{name}: unexpected {got[pattern].message}"
+    if not case.expect and not case.absent:
+        assert not got, f"{name} is already fused or not a candidate, got {[h.message for h in got.values()]}"
+
+
+def test_suite_size() -> None:
+    negatives = [c for c in CASES.values() if not c.expect]
+    covered = {p for c in CASES.values() for p in c.expect}
+    assert len(CASES) >= 30 and len(negatives) >= 10
+    assert covered == set(PATTERNS)
+
+
+def test_ops_are_the_idiom_in_order() -> None:
+    got = fusion(from_profiler(capture(CASES["rms_llama_bf16"].run)))
+    assert got["rms_norm"].ops == [
+        "aten::to", "aten::pow", "aten::mean", "aten::add", "aten::rsqrt", "aten::mul", "aten::to", "aten::mul",
+    ]
+    got = fusion(from_profiler(capture(CASES["gelu_bert_erf"].run)))
+    assert got["gelu"].ops == ["aten::mul", "aten::div", "aten::erf", "aten::add", "aten::mul"]
+    assert got["gelu"].details["approximate"] == "none"
+    got = fusion(from_profiler(capture(CASES["attn_hf_eager"].run)))
+    # The float32 softmax is cast .to(q.dtype), float32 too: no copy, no op in the idiom.
+    assert got["attention"].ops == ["aten::matmul", "aten::mul", "aten::add", "aten::softmax", "aten::matmul"]
+
+
+@pytest.mark.parametrize("name", ["rms_llama_fp32", "gelu_gpt2_tanh", "swiglu_llama_mlp", "attn_masked_fill", "ln_var_mean"])
+def test_location_points_at_the_users_line(name: str) -> None:
+    case = CASES[name]
+    got = fusion(from_profiler(capture(case.run, with_stack=True)))
+    (pattern,) = case.expect
+    loc = got[pattern].location
+    assert loc is not None
+    path, line = loc.rsplit(":", 1)
+    assert Path(path).name == "fusion_cases.py"
+    assert case.where is not None
+    lines, first = inspect.getsourcelines(case.where)
+    assert first <= int(line) < first + len(lines), f"{loc} is outside {case.where.__qualname__}"
+
+
+def test_linking_mode_follows_profile_memory() -> None:
+    for memory, linking in ((False, "inferred"), (True, "exact")):
+        prof = capture(CASES["rms_llama_bf16"].run, profile_memory=memory)
+        graph = graph_from_profiler(prof, table_from_profiler(prof, record_shapes=True))
+        assert graph is not None and graph.linking == linking
+
+
+def test_inferred_links_match_exact_links() -> None:
+    """Without ids, the inferred producer -> consumer edges of a Llama-style model equal the
+    exact ones, over several forward passes (the allocator reuses addresses across them)."""
+    case = fc.tiny_llama_case(layers=2)
+
+    def edges(memory: bool) -> set[tuple[int, int, int]]:
+        prof = capture(case.run, calls=3, profile_memory=memory)
+        graph = graph_from_profiler(prof, table_from_profiler(prof, record_shapes=True))
+        assert graph is not None and graph.linking == ("exact" if memory else "inferred")
+        return {(p, n.index, k) for n in graph.nodes for k, p in enumerate(n.producers) if p >= 0}
+
+    exact, inferred = edges(True), edges(False)
+    assert len(exact) > 300
+    assert inferred == exact
+
+
+# ---- grouping, ranking, compiled code ----------------------------------------------------------
+
+
+def test_grouping_one_hint_per_idiom_with_calls() -> None:
+    case = fc.tiny_llama_case(layers=4)
+    got = fusion(from_profiler(capture(case.run)))
+    assert {p: h.calls for p, h in got.items()} == case.expect
+    for h in got.values():
+        check_evidence(h)
+
+
+def test_four_layers_of_one_norm_are_one_hint() -> None:
+    norm = fc.LlamaRMSNorm(fc.HIDDEN)
+    layers = [torch.nn.Sequential(norm, torch.nn.Linear(fc.HIDDEN, fc.HIDDEN)) for _ in range(4)]
+    model = torch.nn.Sequential(*layers)
+    x = torch.randn(2, 8, fc.HIDDEN)
+    with torch.no_grad():
+        got = fusion(from_profiler(capture(lambda: model(x))))
+    assert got["rms_norm"].calls == 4
+
+
+def test_ranked_by_estimated_saving() -> None:
+    big = torch.randn(128, 1024)
+    small = torch.randn(2, 64)
+    norm = fc.LlamaRMSNorm(1024)
+
+    def run() -> None:
+        with torch.no_grad():
+            norm(big)
+            fc.gelu_erf(small)
+            fc.softmax_naive(small)
+
+    hints = [h for h in from_profiler(capture(run, calls=3)).hints if h.kind == "fusion"]
+    assert {h.pattern for h in hints} == {"rms_norm", "gelu", "softmax"}
+    savings = [h.est_saving_us for h in hints]
+    assert savings == sorted(savings, reverse=True)
+
+
+def test_torch_compiled_function_gets_no_hint() -> None:
+    case = fc.compiled_case()
+    prof = capture(case.run)
+    names = {e.name() for e in prof.profiler.kineto_results.events()}
+    assert any(n.startswith("Torch-Compiled Region") for n in names)
+    assert not fusion(from_profiler(prof))
+
+
+# ---- trace files: sequence matching -------------------------------------------------------------
+
+
+def test_trace_file_gives_sequence_hints(tmp_path: Path) -> None:
+    from neuronscope.trace import from_trace
+
+    case = fc.tiny_llama_case(layers=2)
+    prof = capture(case.run)
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+    live = fusion(from_profiler(prof))
+    traced = fusion(from_trace(path))
+    for pattern in ("rms_norm", "attention", "rotary_embedding", "silu_mul"):
+        check_evidence(traced[pattern], confidence="sequence")
+        assert traced[pattern].calls == live[pattern].calls
+        assert traced[pattern].ops == live[pattern].ops
+    assert "elementwise_chain" not in traced  # needs data flow
+
+
+def test_sequence_matching_claims_order_not_data_flow() -> None:
+    """RMSNorm's op names in order, on five unrelated tensors: no hint live (the data flow
+    says so), a ``sequence`` hint from a trace (op order is all it has)."""
+    case = CASES["neg_unrelated_adjacent"]
+    prof = capture(case.run)
+    assert not fusion(from_profiler(prof))
+    table = table_from_profiler(prof, record_shapes=True)
+    ctx = AnalysisContext(table=table, summary=summarize(table), backend="cpu", profiler=None, source="trace")
+    (hint,) = fusion_hints(ctx)
+    assert hint.pattern == "rms_norm" and hint.confidence == "sequence"
+
+
+def _table(rows: list[tuple[str, list[list[int]]]], dev: bool = False) -> EventTable:
+    table = EventTable()
+    t = 1_000
+    for name, shapes in rows:
+        table.append(name, KIND_OP, 1, t, t + 10_000, device=5_000 if dev else 0, shapes=shapes)
+        t += 11_000
+    table.has_device = dev
+    return table
+
+
+def test_sequence_hints_from_a_hand_built_table() -> None:
+    x, r, w = [4, 8, 64], [4, 8, 1], [64]
+    rms = [("aten::pow", [x, []]), ("aten::mean", [x, [], [], []]), ("aten::add", [r, [], []]),
+           ("aten::rsqrt", [r]), ("aten::mul", [x, r]), ("aten::mul", [w, x])]
+    table = _table(rms * 3 + [("aten::linear", [x, [64, 64]])], dev=True)
+    ctx = AnalysisContext(table=table, summary=summarize(table), backend="neuron", profiler=None, source="trace")
+    (hint,) = fusion_hints(ctx)
+    assert hint.pattern == "rms_norm" and hint.calls == 3 and hint.confidence == "sequence"
+    assert hint.ops == [n for n, _ in rms]
+    assert hint.time_us == pytest.approx(3 * 6 * 5.0)  # device time where there is one
+    assert 0 < hint.est_saving_us <= hint.time_us
+    assert "rms_norm" in hint.suggestion  # the fused op on Neuron
+    # Shapes that do not chain up are no RMSNorm.
+    bad = [(n, [[3, 3]] if n == "aten::mean" else s) for n, s in rms]
+    t2 = _table(bad)
+    assert not fusion_hints(AnalysisContext(table=t2, summary=summarize(t2), backend="cpu"))
+
+
+def test_graph_from_table_takes_user_level_ops_only() -> None:
+    table = EventTable()
+    table.append("aten::rms_norm", KIND_OP, 1, 0, 100)
+    table.append("aten::_fused_rms_norm", KIND_OP, 1, 10, 90)
+    table.append("aten::pow", KIND_OP, 1, 20, 30)
+    table.append("Torch-Compiled Region: 0/0", KIND_OP, 1, 200, 300)
+    table.append("aten::mm", KIND_OP, 1, 210, 250)
+    table.append("aten::exp", KIND_OP, 1, 400, 410)
+    graph = graph_from_table(table)
+    assert [n.name for n in graph.nodes] == ["aten::rms_norm", "aten::exp"]
+    assert graph.nodes[0].cpu_ns == 100 and graph.linking == "none"
+
+
+# ---- the estimate model and verify() ------------------------------------------------------------
+
+
+def test_estimate_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    from neuronscope.analysis import fusion as fusion_module
+
+    # Elementwise idiom: one pass stays.
+    assert estimate_saving_ns("gelu", [10, 10, 10, 10], [True] * 4) == 30
+    # A norm on a backend with a fused kernel: two passes stay.
+    assert estimate_saving_ns("rms_norm", [10, 10, 1, 1, 10, 10], [True, True, False, False, True, True], "cuda") == 22
+    # RMSNorm on a CPU with SIMD: torch.compile's kernel makes two passes, like a GPU's.
+    full = [True, True, False, False, True, True]
+    monkeypatch.setattr(fusion_module, "_cpu_capability", lambda: "AVX512")
+    assert estimate_saving_ns("rms_norm", [10, 10, 2, 1, 10, 10], full, "cpu") == 23
+    # Without SIMD Inductor's kernel is slower than eager: only the per-row ops go.
+    monkeypatch.setattr(fusion_module, "_cpu_capability", lambda: "DEFAULT")
+    assert estimate_saving_ns("rms_norm", [10, 10, 2, 1, 10, 10], full, "cpu") == 3
+    assert "no SIMD" in fusion_module._model_text("rms_norm", "cpu")
+    assert estimate_saving_ns("softmax", [5], [True]) == 0
+
+
+@pytest.mark.parametrize("name", ["softmax_max", "gelu_gpt2_tanh", "swiglu_sigmoid"])
+def test_verify_measures_and_stores(name: str) -> None:
+    case = CASES[name]
+    (hint,) = fusion(from_profiler(capture(case.run))).values()
+    # torch has no eager SwiGLU: torch.compile is its only replacement (a few seconds).
+    v = verify_hint(hint, compile=hint.pattern == "silu_mul", repeats=3)
+    assert v.pattern == hint.pattern and v.shape == hint.details["shape"]
+    assert v.chain_us > 0
+    if hint.pattern == "silu_mul":
+        assert v.replacement is None  # torch.compile is the only replacement
+    else:
+        assert v.replacement_us is not None and v.replacement_us > 0
+    assert hint.verified_saving_us == pytest.approx(v.verified_saving_us)
+    assert Hint.from_dict(json.loads(json.dumps(hint.to_dict()))) == hint
+
+
+def test_verify_refuses_what_it_cannot_rebuild() -> None:
+    hint = Hint("fusion", "attention", ["aten::matmul"], details={"shape": [2, 4]})
+    with pytest.raises(NeuronscopeError, match="not available for pattern 'attention'"):
+        hint.verify()
+    with pytest.raises(NeuronscopeError, match="record_shapes"):
+        Hint("fusion", "rms_norm", ["aten::pow"]).verify()
+    if not torch.cuda.is_available():
+        with pytest.raises(NeuronscopeError, match="device='cpu'"):
+            Hint("fusion", "gelu", ["aten::erf"], details={"shape": [2, 4], "device": "cuda"}).verify(compile=False)
+
+
+def test_estimates_within_a_factor_of_two_of_verified_savings() -> None:
+    """RMSNorm and LayerNorm at 256x1024 float32 on CPU, one thread: the hint's estimate and
+    what verify() measures agree within a factor of two.
+
+    Runs in a child process with glibc's malloc pinned (no dynamic mmap threshold, no heap
+    trimming): otherwise whether each fresh 1 MiB tensor page-faults flips during a run (a
+    profiler start can flip it), and in a VM a fault storm makes single ops ten times slower
+    in the capture or in the timing but not both. Each pattern gets up to four attempts, for
+    the load of a shared machine (the savings are a few dozen microseconds a call on CPU,
+    so one load spike in the timing can swing the measured saving by half).
+    """
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_=str(32 << 20), MALLOC_TRIM_THRESHOLD_=str(256 << 20), OMP_NUM_THREADS="1")
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(HERE.parent), env.get("PYTHONPATH", "")])
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "fusion_cases.py")], check=False, capture_output=True, text=True, env=env, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    attempts = json.loads(proc.stdout)
+    for pattern in ("rms_norm", "layer_norm"):
+        tries = attempts[pattern]
+        ratios = [t["est_saving_us"] / t["verified_saving_us"] for t in tries if t["verified_saving_us"] > 0]
+        assert any(0.5 <= r <= 2.0 for r in ratios), f"{pattern}: {tries}"
+
+
+def test_nothing_to_match() -> None:
+    empty = EventTable()
+    assert fusion_hints(AnalysisContext(table=empty, summary=summarize(empty), backend="cpu")) == []
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        pass
+    assert fusion(from_profiler(prof)) == {}
+    # Without record_shapes there are no tensor inputs to follow: op order is all there is.
+    run = CASES["rms_llama_fp32"].run
+    run()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        run()
+    (hint,) = fusion(from_profiler(prof)).values()
+    assert hint.pattern == "rms_norm" and hint.confidence == "sequence"

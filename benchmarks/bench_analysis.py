@@ -16,7 +16,7 @@ Three sections, each printing medians and the ratio to its target:
 
     python benchmarks/bench_analysis.py [--quick] [--events N] [--big N] [--runs R]
                                         [--ka-runs K] [--skip-big-key-averages]
-                                        [--section 1,2,3]
+                                        [--section 1,2,3] [--no-shapes]
 
 ``--quick`` (a CI smoke run): 5,000 and 20,000 events, one run each.
 """
@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -46,6 +47,12 @@ from _common import (
     rss_mb,
     timed,
 )
+
+#: The settings of a neuronscope capture (record_shapes=True by default), so that the hint
+#: rules follow data flow as they do after every capture; key_averages() reads the same one.
+#: ``--no-shapes`` (inherited by the child processes through the environment) measures a plain
+#: ``profile(activities=[CPU])`` capture instead: cheaper to read, hints by op order.
+CAPTURE = {"record_shapes": os.environ.get("BENCH_NO_SHAPES") != "1"}
 
 
 def _read_raw(prof: Any) -> int:
@@ -87,7 +94,7 @@ def section_analysis(n_events: int, runs: int, ka_runs: int) -> None:
     from neuronscope.pipeline import build_result, from_profiler
 
     print(f"\n== 1. from_profiler on {n_events:,} events, median of {runs} (key_averages: {ka_runs}) ==")
-    prof, n = capture(n_events)
+    prof, n = capture(n_events, **CAPTURE)
     print(f"capture: {n:,} raw events")
     t_events = median_of(lambda: len(prof.profiler.kineto_results.events()), runs)
     t_read = median_of(lambda: _read_raw(prof), runs)
@@ -132,7 +139,7 @@ def _child(method: str, n_events: int) -> None:
     from neuronscope.events import summarize, table_from_profiler
     from neuronscope.pipeline import from_profiler
 
-    prof, n = capture(n_events)
+    prof, n = capture(n_events, **CAPTURE)
     out: dict[str, Any] = {"events": n}
 
     def phase(key: str, fn: Any) -> None:
@@ -203,10 +210,10 @@ def section_trace(n_events: int) -> None:
     print(f"\n== 3. trace export of {n_events:,} events (gzip above {GZIP_TRACE_ABOVE_EVENTS:,} raw events) ==")
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
-        prof, n = capture(n_events)
+        prof, n = capture(n_events, **CAPTURE)
         t_json, _ = timed(lambda: export.atomic_write_with(d / "trace.json", lambda p: prof.export_chrome_trace(str(p))))
         size_json = (d / "trace.json").stat().st_size
-        prof, n = capture(n_events)  # a capture's trace can be saved once
+        prof, n = capture(n_events, **CAPTURE)  # a capture's trace can be saved once
 
         def gz() -> None:  # what a capture does for trace_format="gz"
             raw = d / ".trace.json.raw"
@@ -231,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ka-runs", type=int, help="key_averages runs; default 3 (--quick: 1)")
     p.add_argument("--skip-big-key-averages", action="store_true")
     p.add_argument("--section", default="1,2,3")
+    p.add_argument("--no-shapes", action="store_true", help="capture without record_shapes=True")
     p.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
@@ -242,7 +250,10 @@ def main(argv: list[str] | None = None) -> int:
     args.runs = args.runs or quick[2]
     args.ka_runs = args.ka_runs or quick[3]
     sections = {s.strip() for s in args.section.split(",")}
-    print(environment())
+    if args.no_shapes:
+        os.environ["BENCH_NO_SHAPES"] = "1"
+        CAPTURE["record_shapes"] = False
+    print(environment(), f"\ncaptures: record_shapes={CAPTURE['record_shapes']}")
     if "1" in sections:
         section_analysis(args.events, args.runs, args.ka_runs)
     if "2" in sections:

@@ -25,15 +25,15 @@ from .trace import from_trace
 __version__ = "0.1.0"
 
 __all__ = [
-    "profile_on_neuron",
-    "neuron_region",
+    "Comparison",
+    "Hint",
+    "NeuronscopeError",
+    "OpStat",
+    "ProfileResult",
     "compare",
     "from_profiler",
     "from_trace",
     "load",
-    "ProfileResult",
-    "OpStat",
-    "Hint",
-    "Comparison",
-    "NeuronscopeError",
+    "neuron_region",
+    "profile_on_neuron",
 ]

@@ -12,12 +12,13 @@ import datetime as _dt
 import json
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from .errors import NeuronscopeError
 
-__all__ = ["main", "build_parser"]
+__all__ = ["build_parser", "main"]
 
 #: Separates a comparison's run directory from one of its variants: ``RUN_DIR#fused``.
 VARIANT_SEP = "#"

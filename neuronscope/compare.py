@@ -18,8 +18,9 @@ import shutil
 import statistics
 import time
 import warnings
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 
 from . import export as _export
 from .capture import Backend, resolve_backend
@@ -38,13 +39,13 @@ from .region import (
 from .result import Comparison, ComparisonRow, Hint, ProfileResult, _fmt_us
 
 __all__ = [
+    "COMPARE_REPEATS",
+    "COMPARE_WARMUP",
+    "NOT_WORK_OPS",
+    "adopt_session_files",
     "compare",
     "outputs_agree",
     "top_level_ops",
-    "adopt_session_files",
-    "COMPARE_WARMUP",
-    "COMPARE_REPEATS",
-    "NOT_WORK_OPS",
 ]
 
 log = logging.getLogger("neuronscope")

@@ -17,16 +17,23 @@ import functools
 import inspect
 import logging
 import threading
-from typing import Any, Callable, TypeVar, overload
+from collections.abc import Callable
+from typing import Any, TypeVar, overload
 
 import wrapt
 
-from .config import DEFAULT_ACTIVE, DEFAULT_WARMUP, Options, build_options, disabled_by_env
+from .config import (
+    DEFAULT_ACTIVE,
+    DEFAULT_WARMUP,
+    Options,
+    build_options,
+    disabled_by_env,
+)
 from .errors import NeuronscopeError
 from .region import _tls, run_captured
 from .result import ProfileResult
 
-__all__ = ["profile_on_neuron", "NotWrappableError", "wrap_callable"]
+__all__ = ["NotWrappableError", "profile_on_neuron", "wrap_callable"]
 
 log = logging.getLogger("neuronscope")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -142,13 +149,13 @@ def _disabled_wrapper(func: F) -> F:
     wrapper.results = []
     wrapper.last_result = None
     wrapper.skipped_calls = 0
-    return wrapper  # type: ignore[no-any-return]
+    return wrapper
 
 
 def wrap_callable(func: F, options: Options) -> F:
     """Wrap ``func`` so that calls inside its window are captured with ``options``."""
     if isinstance(func, (staticmethod, classmethod)):
-        return type(func)(wrap_callable(func.__func__, options))  # type: ignore[return-value]
+        return type(func)(wrap_callable(func.__func__, options))
     _check_wrappable(func)
     if not options.enabled or disabled_by_env():
         return _disabled_wrapper(func)
@@ -190,7 +197,7 @@ def wrap_callable(func: F, options: Options) -> F:
     state.wrapper = wrapper
     with _states_lock:
         _states.append(state)
-    return wrapper  # type: ignore[no-any-return]
+    return wrapper
 
 
 async def _run_async(state: _DecoratedState, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -210,7 +217,7 @@ async def _run_async(state: _DecoratedState, func: Callable[..., Any], args: tup
     return value
 
 
-class ProfiledModule(wrapt.ObjectProxy):  # type: ignore[misc]
+class ProfiledModule(wrapt.ObjectProxy):
     """A module instance whose calls (``model(x)``) are captured; otherwise it is the model."""
 
     def __init__(self, module: Any, options: Options) -> None:
@@ -218,18 +225,18 @@ class ProfiledModule(wrapt.ObjectProxy):  # type: ignore[misc]
         name = options.name or type(module).__name__
         call = functools.partial(type(module).__call__, module)
         functools.update_wrapper(call, type(module).forward if hasattr(type(module), "forward") else module)
-        self._self_call = wrap_callable(call, options.with_name(name))
+        self._self_call: Any = wrap_callable(call, options.with_name(name))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self._self_call(*args, **kwargs)
 
     @property
     def results(self) -> list[ProfileResult]:
-        return self._self_call.results  # type: ignore[no-any-return]
+        return self._self_call.results
 
     @property
     def last_result(self) -> ProfileResult | None:
-        return self._self_call.last_result  # type: ignore[no-any-return]
+        return self._self_call.last_result
 
     @property
     def skipped_calls(self) -> int:
@@ -238,7 +245,7 @@ class ProfiledModule(wrapt.ObjectProxy):  # type: ignore[misc]
 
 def _is_module_instance(obj: Any) -> bool:
     try:
-        import torch.nn as nn
+        from torch import nn
     except ImportError:  # pragma: no cover
         return False
     return isinstance(obj, nn.Module)

@@ -13,7 +13,7 @@ from typing import Any
 
 from .result import Comparison
 
-__all__ = ["rms_norm_naive", "rms_norm_fused", "run_demo", "DEMO_SHAPE"]
+__all__ = ["DEMO_SHAPE", "rms_norm_fused", "rms_norm_naive", "run_demo"]
 
 log = logging.getLogger("neuronscope")
 

@@ -44,15 +44,15 @@ from .result import Hint, ProfileResult
 
 __all__ = [
     "DEFAULT_GATHER_TIMEOUT_S",
-    "TIMEOUT_ENV",
-    "STRAGGLER_THRESHOLD",
     "STRAGGLER_MIN_US",
+    "STRAGGLER_THRESHOLD",
+    "TIMEOUT_ENV",
     "DistCapture",
-    "rank_info",
-    "gather_timeout_s",
     "begin",
     "finish",
+    "gather_timeout_s",
     "rank_entry",
+    "rank_info",
     "straggler_hints",
 ]
 

@@ -7,9 +7,9 @@ own complaints without catching the user's exceptions, which always pass through
 from __future__ import annotations
 
 __all__ = [
-    "NeuronscopeError",
-    "ConfigError",
     "BackendUnavailableError",
+    "ConfigError",
+    "NeuronscopeError",
     "RunLoadError",
     "TraceFormatError",
 ]

@@ -33,9 +33,10 @@ they cover), and top-level ``[memory]`` markers of ``profile_memory=True`` are n
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import itertools
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,6 +55,7 @@ __all__ = [
     "EventTable",
     "Summary",
     "attach_device_time",
+    "gc_paused",
     "summarize",
     "table_from_profiler",
 ]
@@ -237,11 +239,7 @@ def table_from_profiler(prof: Any, record_shapes: bool = False) -> EventTable:
             legacy_device = use_device == torch._C._get_privateuse1_backend_name()
         except Exception:
             legacy_device = False
-    # The collector has nothing to find among these objects; walking the growing lists while
-    # they are built costs more than the reading itself on large captures.
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with gc_paused():
         raw = kineto.events()
         if raw and not all(hasattr(type(raw[0]), name) for name in _ACCESSORS):
             # An older torch whose raw events lack an accessor read here: take torch's own
@@ -249,8 +247,20 @@ def table_from_profiler(prof: Any, record_shapes: bool = False) -> EventTable:
             del raw
             return _table_from_function_events(prof, record_shapes)
         return _table_from_events(raw, record_shapes, legacy_device)
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while tens of thousands of objects are built (raw
+    events read, a trace parsed, an op graph made): each collection would walk them all
+    again, a third to a half of the time on big captures. Nothing built here makes reference
+    cycles, so reference counting frees it all."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
     finally:
-        if gc_was_enabled:
+        if was_enabled:
             gc.enable()
 
 

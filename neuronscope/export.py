@@ -24,25 +24,26 @@ import os
 import re
 import shutil
 import socket
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .errors import RunLoadError
 from .result import Comparison, ProfileResult
 
 __all__ = [
+    "INCOMPLETE_MARKER",
     "RESULT_FILE",
     "SUMMARY_FILE",
-    "INCOMPLETE_MARKER",
-    "new_run_dir",
     "atomic_write_text",
     "atomic_write_with",
-    "write_run",
+    "find_runs",
     "finish_run",
+    "is_run_dir",
     "load",
     "load_json",
-    "find_runs",
-    "is_run_dir",
+    "new_run_dir",
+    "write_run",
 ]
 
 RESULT_FILE = "result.json"
@@ -93,7 +94,7 @@ def new_run_dir(
     raise OSError(f"could not create a new run directory under {parent}")  # pragma: no cover
 
 
-def atomic_write_with(path: Path, write: Callable[[Path], None]) -> None:
+def atomic_write_with(path: Path, write: Callable[[Path], object]) -> None:
     """Call ``write(tmp_path)``, fsync, then rename ``tmp_path`` onto ``path``.
 
     A reader sees either no file or the whole file. The temporary file is removed on failure.

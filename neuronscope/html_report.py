@@ -14,14 +14,15 @@ import datetime as _dt
 import html
 import io
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from .errors import NeuronscopeError
 from .export import atomic_write_text, load
 from .result import Comparison, Hint, OpStat, ProfileResult, RegionStat, _fmt_us
 
-__all__ = ["REPORT_FILE", "write_report", "render_report", "TOP_OPS_IN_CHART", "OPS_IN_TABLE"]
+__all__ = ["OPS_IN_TABLE", "REPORT_FILE", "TOP_OPS_IN_CHART", "render_report", "write_report"]
 
 REPORT_FILE = "report.html"
 #: Bars in the "where the time went" chart; the rest become one "other" bar. Ten keeps the

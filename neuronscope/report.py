@@ -3,25 +3,34 @@
 from __future__ import annotations
 
 import html
+from collections.abc import Iterable
 from dataclasses import fields
-from typing import Any, Iterable
+from typing import Any
 
 from tabulate import tabulate
 
-from .result import Comparison, ComparisonRow, Hint, OpStat, ProfileResult, RegionStat, _fmt_us
+from .result import (
+    Comparison,
+    ComparisonRow,
+    Hint,
+    OpStat,
+    ProfileResult,
+    RegionStat,
+    _fmt_us,
+)
 
 __all__ = [
-    "render_result",
-    "render_ops",
-    "render_regions",
-    "render_hints",
-    "render_ranks",
-    "render_comparison",
-    "result_html_table",
-    "comparison_html_table",
-    "ops_dataframe",
     "comparison_dataframe",
+    "comparison_html_table",
     "fmt_us",
+    "ops_dataframe",
+    "render_comparison",
+    "render_hints",
+    "render_ops",
+    "render_ranks",
+    "render_regions",
+    "render_result",
+    "result_html_table",
 ]
 
 fmt_us = _fmt_us

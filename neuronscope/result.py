@@ -9,19 +9,20 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 from .errors import RunLoadError
 
 __all__ = [
     "SCHEMA_VERSION",
-    "OpStat",
-    "Hint",
-    "RegionStat",
-    "ProfileResult",
-    "ComparisonRow",
     "Comparison",
+    "ComparisonRow",
+    "Hint",
+    "OpStat",
+    "ProfileResult",
+    "RegionStat",
 ]
 
 #: Version of the ``result.json`` layout. Bump it when a field changes meaning; ``from_dict``

@@ -28,8 +28,6 @@ so memory follows the events kept, not the JSON text. ``orjson`` is used when in
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import itertools
 import json
 import operator
@@ -51,6 +49,7 @@ from .events import (
     KIND_PYTHON,
     KIND_RUNTIME,
     EventTable,
+    gc_paused,
 )
 from .pipeline import build_result
 from .result import ProfileResult
@@ -799,22 +798,9 @@ def _resolve(path: TracePath | Sequence[TracePath]) -> tuple[list[Path], str]:
 
 
 # ---- public ----------------------------------------------------------------------------------
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector: it would walk every parsed event again and again
-    (half the time of a parse). Nothing here makes cycles; reference counting frees it all."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 def _read(files: Sequence[Path]) -> tuple[EventTable, dict[str, Any]]:
     reader = _Reader()
-    with _gc_paused():
+    with gc_paused():
         for p in files:
             reader.read(p)
         table = reader.finish()
@@ -932,7 +918,7 @@ def from_trace(path: TracePath | Sequence[TracePath], name: str | None = None) -
     no traces.
     """
     files, default_name = _resolve(path)
-    with _gc_paused():
+    with gc_paused():
         return _from_files(files, name or default_name)
 
 

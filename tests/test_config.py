@@ -60,3 +60,14 @@ def test_config_errors_are_neuronscope_errors_and_value_errors() -> None:
     assert isinstance(info.value, ValueError)
     with pytest.raises(ConfigError, match="output_dir must be a path"):
         build_options(None, output_dir=3)
+
+
+def test_validated_options_are_reused_but_still_checked() -> None:
+    """``with neuron_region("x"):`` in a loop builds the same options each pass: the second
+    build is the first one's object, and a value equal to a valid one but of the wrong type
+    (``1 == True``) is still refused."""
+    first = build_options(None, name="loop", enabled=True, warmup=0)
+    assert build_options(None, name="loop", enabled=True, warmup=0) is first
+    with pytest.raises(ConfigError, match="enabled"):
+        build_options(None, name="loop", enabled=1, warmup=0)
+    assert build_options(None, name="loop", cores=[0, 1]).cores == (0, 1)  # unhashable: built each time

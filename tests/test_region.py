@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 from pathlib import Path
 
@@ -151,6 +152,39 @@ def test_disabled_region_is_a_pass_through(monkeypatch: pytest.MonkeyPatch) -> N
     with neuron_region("env-off") as r2:
         assert not torch.autograd.profiler._is_profiler_enabled
     assert r2.result is None
+
+
+def test_disabled_regions_are_shared_checked_and_transparent(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A disabled region written inline in a loop is one shared, stateless object per name and
+    options; its options are still checked, and the user's exception passes through it."""
+    regions = []
+    for _ in range(3):
+        with neuron_region("loop", enabled=False) as r:
+            regions.append(r)
+    assert regions[0] is regions[1] is regions[2] and regions[0].name == "loop"
+    assert isinstance(regions[0], neuron_region) and not regions[0].enabled
+    assert neuron_region("loop", enabled=False, export=False) is not regions[0]  # other options
+    with pytest.raises(NeuronscopeError, match="unknown backend"):
+        neuron_region("loop", enabled=False, backend="gpu")
+    with pytest.raises(NeuronscopeError, match="enabled"):
+        neuron_region("loop", enabled=0)  # equal to False, but not a bool
+    monkeypatch.setenv("NEURONSCOPE_DISABLE", "1")
+    err = ValueError("the user's own")
+    with pytest.raises(ValueError) as info, neuron_region("loop"):
+        raise err
+    assert info.value is err
+    line = sys._getframe().f_lineno + 1
+    assert neuron_region().name == f"test_region:{line}"  # named after where it was built
+
+    @neuron_region("decorated")
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    assert add(2, 3) == 5 and add.results == []
+    monkeypatch.delenv("NEURONSCOPE_DISABLE")
+    with neuron_region("loop", export=False) as live:  # enabled again: a real region
+        torch.ones(2).sum()
+    assert live is not regions[0] and live.result is not None
 
 
 def test_bad_region_options_raise_when_built() -> None:

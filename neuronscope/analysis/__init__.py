@@ -8,13 +8,14 @@ must never cost the user the measurement it analyses.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
-from ..events import EventTable, Summary
+from ..events import EventTable, Summary, gc_paused
 from ..result import Hint
 
-__all__ = ["AnalysisContext", "Rule", "RULES", "analyze"]
+__all__ = ["RULES", "AnalysisContext", "Rule", "analyze"]
 
 log = logging.getLogger("neuronscope")
 
@@ -40,24 +41,11 @@ class AnalysisContext:
 Rule = Callable[[AnalysisContext], list[Hint]]
 
 
-def _rules() -> list[Rule]:
-    rules: list[Rule] = []
-    try:
-        from .fusion import fusion_hints
+# The rule modules name AnalysisContext in annotations only, so they import after it.
+from .compile import compile_hints
+from .fusion import fusion_hints
 
-        rules.append(fusion_hints)
-    except ImportError:  # pragma: no cover - the module ships with the package
-        pass
-    try:
-        from .compile import compile_hints
-
-        rules.append(compile_hints)
-    except ImportError:  # pragma: no cover - the module ships with the package
-        pass
-    return rules
-
-
-RULES: list[Rule] = _rules()
+RULES: list[Rule] = [fusion_hints, compile_hints]
 
 
 def _rank(h: Hint) -> float:
@@ -67,10 +55,13 @@ def _rank(h: Hint) -> float:
 def analyze(ctx: AnalysisContext) -> list[Hint]:
     """Run every rule and return the hints, the largest estimated saving first."""
     hints: list[Hint] = []
-    for rule in RULES:
-        try:
-            hints.extend(rule(ctx))
-        except Exception as exc:  # a broken rule must not lose the capture
-            log.warning("neuronscope: hint rule %s failed: %s: %s", getattr(rule, "__name__", rule), type(exc).__name__, exc)
+    # The rules build tens of thousands of small objects; with the collector running, each
+    # full collection would also walk the capture's own (the table's shapes, the result).
+    with gc_paused():
+        for rule in RULES:
+            try:
+                hints.extend(rule(ctx))
+            except Exception as exc:  # a broken rule must not lose the capture
+                log.warning("neuronscope: hint rule %s failed: %s: %s", getattr(rule, "__name__", rule), type(exc).__name__, exc)
     hints.sort(key=_rank, reverse=True)
     return hints

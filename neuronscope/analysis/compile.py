@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from ..result import ProfileResult
     from . import AnalysisContext
 
-__all__ = ["snapshot", "facts", "compile_hints", "promote_compiled_events", "label_compiled_ops", "compiled_label"]
+__all__ = ["compile_hints", "compiled_label", "facts", "label_compiled_ops", "promote_compiled_events", "snapshot"]
 
 REGION_PREFIX = "Torch-Compiled Region: "
 _REGION = re.compile(r"^Torch-Compiled Region: (\d+/\d+)")

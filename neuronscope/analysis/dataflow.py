@@ -39,15 +39,15 @@ Times come from the event table in both cases, so a hint's numbers agree with th
 from __future__ import annotations
 
 import bisect
-import contextlib
-import gc
 import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from ..events import KIND_OP, EventTable
+import numpy as np
+
+from ..events import KIND_OP, EventTable, gc_paused
 
 __all__ = [
     "COMPILED_REGION_PREFIXES",
@@ -257,39 +257,60 @@ class _TableOp(NamedTuple):
 
 def _user_ops(table: EventTable) -> list[_TableOp]:
     """The table's user-level ops (no op event around them), with inclusive CPU and device
-    time, in start order. Ops inside compiled code are left out, and so is the region."""
-    names, kinds, tids, starts, ends, dev = (
-        table.names, table.kinds, table.tids, table.starts, table.ends, table.device_ns,
-    )
-    by_thread: dict[int, list[int]] = {}
-    for i in range(len(table)):
-        by_thread.setdefault(tids[i], []).append(i)
-    out: list[_TableOp] = []
-    for indices in by_thread.values():
-        # Parents first: earlier start, and for equal starts the longer event.
-        indices.sort(key=lambda i: (starts[i], -ends[i]))
-        top, top_end, top_dev, emit, copied = -1, -1, 0, False, False
-        compiled_end = -1
-        for i in indices:
-            s = starts[i]
-            if kinds[i] != KIND_OP:
-                if names[i].startswith(COMPILED_REGION_PREFIXES):
-                    compiled_end = max(compiled_end, ends[i])
-                continue
-            if s < top_end:  # runs inside the current user-level op: part of its cost
-                top_dev += dev[i]
-                copied = copied or names[i] in COPY_MARKERS
-                continue
-            if emit:
-                out.append(_TableOp(top, ends[top] - starts[top], top_dev, copied))
-            top, top_end, top_dev, copied = i, ends[i], dev[i], False
-            # torch records "Torch-Compiled Region" as an op event: it hides what runs
-            # inside it, and is no op itself.
-            emit = s >= compiled_end and not names[i].startswith(COMPILED_REGION_PREFIXES)
-        if emit:
-            out.append(_TableOp(top, ends[top] - starts[top], top_dev, copied))
-    out.sort(key=lambda t: starts[t.row])
-    return out
+    time, in start order. Ops inside compiled code are left out, and so is the region.
+
+    Vectorised (a Python loop over 100,000 events took 0.1 s): in (thread, start, -end)
+    order an op is user-level when it starts at or after the latest end of the ops before it
+    on its thread, and everything between two user-level ops is the first one's inside.
+    """
+    n = len(table)
+    if n == 0:
+        return []
+    names = table.names
+    code_of: dict[str, int] = {}
+    codes = np.fromiter((code_of.setdefault(nm, len(code_of)) for nm in names), dtype=np.int64, count=n)
+    uniq = list(code_of)
+    is_compiled_name = np.fromiter((nm.startswith(COMPILED_REGION_PREFIXES) for nm in uniq), dtype=bool, count=len(uniq))
+    is_copy_name = np.fromiter((nm in COPY_MARKERS for nm in uniq), dtype=bool, count=len(uniq))
+
+    starts = np.asarray(table.starts, dtype=np.int64)
+    ends = np.asarray(table.ends, dtype=np.int64)
+    _, thread = np.unique(np.asarray(table.tids, dtype=np.int64), return_inverse=True)
+    order = np.lexsort((-ends, starts, thread))
+    # Times rebased and each thread lifted above the one before, so that one running maximum
+    # over the whole array is a running maximum per thread.
+    base = int(starts.min()) - 1
+    lift = (int(ends.max()) - base + 1) * thread[order].astype(np.int64)
+    s_start = starts[order] - base + lift
+    s_end = ends[order] - base + lift
+    s_code = codes[order]
+    s_op = np.asarray(table.kinds, dtype=np.int8)[order] == KIND_OP
+
+    def reach_before(mask: np.ndarray) -> np.ndarray:
+        """Latest end, on the same thread, of the events under ``mask`` before each event."""
+        running = np.maximum.accumulate(np.where(mask, s_end, 0))
+        return np.concatenate(([0], running[:-1]))
+
+    top = s_op & (s_start >= reach_before(s_op))
+    compiled_before = reach_before(~s_op & is_compiled_name[s_code])
+    emit = top & (s_start >= compiled_before) & ~is_compiled_name[s_code]
+
+    # Each op belongs to the latest user-level op at or before it (threads are contiguous).
+    op_pos = np.flatnonzero(s_op)
+    owner = np.cumsum(top[op_pos]) - 1
+    n_top = int(top.sum())
+    dev = np.asarray(table.device_ns, dtype=np.int64)[order][op_pos]
+    top_dev = np.bincount(owner, weights=dev, minlength=n_top).astype(np.int64)
+    # A copy ran inside the op: a marker among its ops, the op itself not counted.
+    markers = np.bincount(owner, weights=is_copy_name[s_code[op_pos]], minlength=n_top)
+    top_copied = markers - is_copy_name[s_code[op_pos[top[op_pos]]]] > 0
+
+    keep = emit[op_pos[top[op_pos]]]
+    rows = order[op_pos[top[op_pos]]][keep]
+    by_start = np.argsort(starts[rows], kind="stable")
+    rows = rows[by_start]
+    cpu = (ends[rows] - starts[rows]).tolist()
+    return list(map(_TableOp, rows.tolist(), cpu, top_dev[keep][by_start].tolist(), top_copied[keep][by_start].tolist()))
 
 
 def _shape_tuple(dims: Any) -> tuple[int, ...] | None:
@@ -429,27 +450,13 @@ def _dtype_name(dtype: Any) -> str:
     return name
 
 
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector: the graph makes tens of thousands of objects, and
-    each collection would walk them all again (a third of the time on big captures). Nothing
-    here makes reference cycles; reference counting frees it all."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 def graph_from_profiler(prof: Any, table: EventTable | None = None) -> OpGraph | None:
     """The data-flow graph of a finished live profiler, or None when it has no event tree.
 
     ``table`` (the capture's event table) supplies times, device time included, and tells
     ops from annotations cheaply; without it the tree's own CPU times are used.
     """
-    with _gc_paused():
+    with gc_paused():
         return _graph_from_profiler(prof, table)
 
 

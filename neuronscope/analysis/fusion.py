@@ -903,7 +903,8 @@ def fusion_hints(ctx: AnalysisContext) -> list[Hint]:
     captures made without ``record_shapes=True``, by op order (``confidence="sequence"``).
     """
     graph: OpGraph | None = None
-    if ctx.profiler is not None:
+    # Without record_shapes=True the event tree has no tensor inputs to follow: skip it.
+    if ctx.profiler is not None and getattr(ctx.profiler, "record_shapes", True):
         graph = graph_from_profiler(ctx.profiler, ctx.table)
     # A capture without record_shapes=True has no tensor inputs to follow: op order it is.
     if graph is not None and any(n.inputs for n in graph.nodes):

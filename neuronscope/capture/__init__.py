@@ -13,7 +13,7 @@ from .base import Backend, Capture
 from .cpu import CpuBackend
 from .cuda import CudaBackend, cuda_available
 
-__all__ = ["Backend", "Capture", "resolve_backend", "check_backend_available"]
+__all__ = ["Backend", "Capture", "check_backend_available", "resolve_backend"]
 
 
 def _neuron_available() -> bool:

@@ -42,6 +42,8 @@ class CudaBackend(Backend):
         if table_has_device:
             return []
         return [
-            "no CUDA activity was recorded: either nothing ran on the GPU, or CUPTI could not "
-            "start (check that no other profiler such as nsys holds it)"
+            (
+                "no CUDA activity was recorded: either nothing ran on the GPU, or CUPTI could not "
+                "start (check that no other profiler such as nsys holds it)"
+            )
         ]

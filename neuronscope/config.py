@@ -188,21 +188,34 @@ def build_options(defaults: dict[str, Any] | None = None, **given: Any) -> Optio
 
     Raises :class:`ConfigError` (a ``NeuronscopeError``) naming the option and the fix.
     """
-    if defaults is not None:
+    key = None if defaults is not None else options_key(given)
+    if key is None:
         return _build_options(defaults, given)
-    # The type is part of the key: ``enabled=1`` equals ``enabled=True`` but is refused.
-    values = tuple(given.values())
-    key = (tuple(given), tuple(map(type, values)), values)
-    try:
-        hit = _built.get(key)
-    except TypeError:  # an unhashable value (a list of cores): validate it each time
-        return _build_options(None, given)
+    hit = _built.get(key)
     if hit is None:
         hit = _build_options(None, given)
         if len(_built) >= _BUILT_LIMIT:
             _built.clear()
         _built[key] = hit
     return hit
+
+
+_PLAIN_TYPES = frozenset({str, bool, int, float, type(None)})
+
+
+def options_key(given: dict[str, Any]) -> tuple[Any, ...] | None:
+    """A cache key for options that are plain values (str, bool, int, float, None), else None.
+
+    The types are part of it (``enabled=1`` equals ``enabled=True`` but is refused), and only
+    plain values qualify: a tuple compares its items by value (``(0, True) == (0, 1)``), and a
+    path object can change what it points to.
+    """
+    if not given:
+        return ()
+    types = tuple(map(type, given.values()))
+    if not all(map(_PLAIN_TYPES.__contains__, types)):
+        return None
+    return (*given.items(), types)
 
 
 def _build_options(defaults: dict[str, Any] | None, given: dict[str, Any]) -> Options:

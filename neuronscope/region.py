@@ -27,7 +27,7 @@ from . import distributed as _distributed
 from . import export as _export
 from .analysis import compile as _compile
 from .capture import Backend, Capture, check_backend_available, resolve_backend
-from .config import Options, build_options, disabled_by_env
+from .config import Options, build_options, disabled_by_env, options_key
 from .errors import NeuronscopeError
 from .events import table_from_profiler
 from .pipeline import build_result
@@ -54,8 +54,8 @@ class _ThreadState(threading.local):
 
 _tls = _ThreadState()
 _capture_lock = threading.Lock()
-#: Guards what regions make lazily and their skip counts (rarely taken: not on the fast paths).
-_lazy_lock = threading.Lock()
+#: Guards the regions' skip counts (taken only when a capture had to be skipped).
+_skip_lock = threading.Lock()
 
 # os.environ.get costs about 1 us when the variable is unset (os.environ raises and catches a
 # KeyError), and a region checks NEURONSCOPE_DISABLE on every entry: look in os.environ's own
@@ -588,22 +588,29 @@ class neuron_region:
             func = name
             region = cls(getattr(func, "__name__", None), **options)
             return _region_decorator(region, func)
-        if cls is neuron_region and (options.get("enabled") is False or _disabled_now()):
+        if cls is neuron_region and options.get("enabled") is False:
             return _disabled_region(name, options)
         return super().__new__(cls)
 
     def __init__(self, name: str | Callable[..., Any] | None = None, **options: Any) -> None:
-        self.options = build_options(None, name=name, **options)
-        if self.options.backend not in ("auto", "cpu"):
-            check_backend_available(self.options.backend)
-        self.name = self.options.name or _caller_name()
-        self._explicit_window = "warmup" in options or "active" in options
+        # A region written inline in a loop is built on every pass: what its options give is
+        # worked out once per name and options (a name from the caller's frame is not kept).
+        key = options_key(options) if isinstance(name, str) else None
+        setup = None if key is None else _region_setups.get((name, key))
+        if setup is None:
+            opts = build_options(None, name=name, **options)
+            if opts.backend not in ("auto", "cpu"):
+                check_backend_available(opts.backend)
+            setup = (opts, opts.name or _caller_name(), "warmup" in options or "active" in options)
+            if key is not None:
+                if len(_region_setups) >= 256:
+                    _region_setups.clear()
+                _region_setups[(name, key)] = setup
+        self.options, self.name, self._explicit_window = setup
         self._last_session: _Session | None = None
         #: Entries that ran uncaptured because another capture held the profiler.
         self.skipped_calls = 0
-        # This object's open entries, per thread, are made on first use: a region written
-        # inline in a loop is built on every pass, and a disabled one never uses them.
-        self._local: threading.local | None = None
+        self._open: dict[int, list[_Entry]] = {}  # this object's open entries, per thread
 
     @property
     def enabled(self) -> bool:
@@ -616,16 +623,10 @@ class neuron_region:
         return None if session is None else session.result
 
     def _entries(self) -> list[_Entry]:
-        local = self._local
-        if local is None:
-            with _lazy_lock:
-                local = self._local
-                if local is None:
-                    local = self._local = threading.local()
-        try:
-            entries: list[_Entry] = local.entries
-        except AttributeError:
-            entries = local.entries = []
+        thread = threading.get_ident()
+        entries = self._open.get(thread)
+        if entries is None:
+            entries = self._open.setdefault(thread, [])
         return entries
 
     def _window(self) -> CallWindow | None:
@@ -660,7 +661,7 @@ class neuron_region:
             if entry.kind == "outer" and entry.session is not None:
                 entry.session.skipped = lambda: self.skipped_calls
             elif entry.kind == "skip":
-                with _lazy_lock:
+                with _skip_lock:
                     self.skipped_calls += 1
                     count = self.skipped_calls
                 on_skipped(self.name, count)
@@ -699,10 +700,11 @@ class neuron_region:
 
 
 class _DisabledRegion(neuron_region):
-    """What ``neuron_region(...)`` is while profiling is off (``enabled=False`` or
-    ``NEURONSCOPE_DISABLE=1``): it holds no state, so one object serves every ``with`` of the
-    same name and options, and a region written inline in a loop costs a dictionary lookup
-    (a new object cost 1.5 us a pass, over the 1 us a disabled call may cost)."""
+    """What ``neuron_region(..., enabled=False)`` is: it holds no state, so one object serves
+    every ``with`` of the same name and options, and a region written inline in a loop costs a
+    dictionary lookup (a new object cost 1.5 us a pass, over the 1 us a disabled call may
+    cost). Not for ``NEURONSCOPE_DISABLE``: that is read at each entry, and a region built
+    while it is set captures once it is unset."""
 
     # Built once, by _disabled_region; Python calls __init__ again at each neuron_region(...)
     # that returns it, and object's own accepts (and ignores) the arguments in C: no frame.
@@ -720,22 +722,20 @@ class _DisabledRegion(neuron_region):
 
 
 _disabled_regions: dict[tuple[Any, ...], _DisabledRegion] = {}
+_region_setups: dict[tuple[Any, ...], tuple[Options, str, bool]] = {}
 
 
 def _disabled_region(name: str | None, options: dict[str, Any]) -> _DisabledRegion:
-    key = (name, *[(k, type(v), v) for k, v in options.items()])  # the type too: 1 == True
-    try:
-        region = _disabled_regions.get(key)
-    except TypeError:  # an unhashable option value: build it each time
-        key, region = (), None
+    key = options_key(options)
+    region = None if key is None else _disabled_regions.get((name, key))
     if region is None:
         region = object.__new__(_DisabledRegion)
         neuron_region.__init__(region, name, **options)  # validates, names it
         # A name taken from the caller's frame differs from one call site to the next.
-        if key and name is not None:
+        if key is not None and name is not None:
             if len(_disabled_regions) >= 256:
                 _disabled_regions.clear()
-            _disabled_regions[key] = region
+            _disabled_regions[(name, key)] = region
     return region
 
 

@@ -71,3 +71,21 @@ def test_validated_options_are_reused_but_still_checked() -> None:
     with pytest.raises(ConfigError, match="enabled"):
         build_options(None, name="loop", enabled=1, warmup=0)
     assert build_options(None, name="loop", cores=[0, 1]).cores == (0, 1)  # unhashable: built each time
+    # Tuples compare their items by value, (0, True) == (0, 1): they are never cached.
+    assert build_options(None, cores=(0, 1)).cores == (0, 1)
+    with pytest.raises(ConfigError, match="cores"):
+        build_options(None, cores=(0, True))
+
+
+def test_a_path_object_is_read_each_time(tmp_path: Path) -> None:
+    class Moving:
+        def __init__(self) -> None:
+            self.path = str(tmp_path / "a")
+
+        def __fspath__(self) -> str:
+            return self.path
+
+    where = Moving()
+    assert build_options(None, output_dir=where).output_dir == str(tmp_path / "a")
+    where.path = str(tmp_path / "b")
+    assert build_options(None, output_dir=where).output_dir == str(tmp_path / "b")

@@ -187,6 +187,19 @@ def test_disabled_regions_are_shared_checked_and_transparent(monkeypatch: pytest
     assert live is not regions[0] and live.result is not None
 
 
+def test_a_region_built_while_disabled_by_the_environment_captures_once_enabled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NEURONSCOPE_DISABLE is read at each entry, not when the region is built."""
+    monkeypatch.setenv("NEURONSCOPE_DISABLE", "1")
+    region = neuron_region("module_level", export=False)
+    with region:
+        torch.ones(2).sum()
+    assert region.result is None
+    monkeypatch.delenv("NEURONSCOPE_DISABLE")
+    with region:
+        torch.ones(2).sum()
+    assert region.result is not None and "aten::sum" in [op.name for op in region.result.ops]
+
+
 def test_bad_region_options_raise_when_built() -> None:
     with pytest.raises(NeuronscopeError, match="unknown backend"):
         neuron_region("x", backend="gpu")

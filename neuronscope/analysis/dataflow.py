@@ -41,7 +41,7 @@ from __future__ import annotations
 import bisect
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -260,8 +260,10 @@ def _user_ops(table: EventTable) -> list[_TableOp]:
     time, in start order. Ops inside compiled code are left out, and so is the region.
 
     Vectorised (a Python loop over 100,000 events took 0.1 s): in (thread, start, -end)
-    order an op is user-level when it starts at or after the latest end of the ops before it
-    on its thread, and everything between two user-level ops is the first one's inside.
+    order an op is user-level when it starts at or after the end of the last user-level op
+    before it on its thread, and everything between two user-level ops is the first one's
+    inside. That rule refers to itself; it is solved by iterating from "every op" (see
+    :func:`_top_level`).
     """
     n = len(table)
     if n == 0:
@@ -275,23 +277,24 @@ def _user_ops(table: EventTable) -> list[_TableOp]:
 
     starts = np.asarray(table.starts, dtype=np.int64)
     ends = np.asarray(table.ends, dtype=np.int64)
-    _, thread = np.unique(np.asarray(table.tids, dtype=np.int64), return_inverse=True)
+    _, first_row, thread = np.unique(np.asarray(table.tids, dtype=np.int64), return_index=True, return_inverse=True)
+    thread = np.argsort(np.argsort(first_row))[thread]  # threads in order of appearance
     order = np.lexsort((-ends, starts, thread))
-    # Times rebased and each thread lifted above the one before, so that one running maximum
-    # over the whole array is a running maximum per thread.
-    base = int(starts.min()) - 1
-    lift = (int(ends.max()) - base + 1) * thread[order].astype(np.int64)
-    s_start = starts[order] - base + lift
-    s_end = ends[order] - base + lift
-    s_code = codes[order]
+    s_start, s_end, s_code = starts[order], ends[order], codes[order]
     s_op = np.asarray(table.kinds, dtype=np.int8)[order] == KIND_OP
+    thread_starts = np.flatnonzero(np.diff(thread[order])) + 1
+    bounds = list(zip([0, *thread_starts.tolist()], [*thread_starts.tolist(), n]))
 
     def reach_before(mask: np.ndarray) -> np.ndarray:
         """Latest end, on the same thread, of the events under ``mask`` before each event."""
-        running = np.maximum.accumulate(np.where(mask, s_end, 0))
-        return np.concatenate(([0], running[:-1]))
+        values = np.where(mask, s_end, _NO_TIME)
+        out = np.empty(n, dtype=np.int64)
+        for lo, hi in bounds:
+            out[lo] = _NO_TIME
+            out[lo + 1 : hi] = np.maximum.accumulate(values[lo : hi - 1])
+        return out
 
-    top = s_op & (s_start >= reach_before(s_op))
+    top = _top_level(s_op, s_start, reach_before)
     compiled_before = reach_before(~s_op & is_compiled_name[s_code])
     emit = top & (s_start >= compiled_before) & ~is_compiled_name[s_code]
 
@@ -311,6 +314,29 @@ def _user_ops(table: EventTable) -> list[_TableOp]:
     rows = rows[by_start]
     cpu = (ends[rows] - starts[rows]).tolist()
     return list(map(_TableOp, rows.tolist(), cpu, top_dev[keep][by_start].tolist(), top_copied[keep][by_start].tolist()))
+
+
+_NO_TIME = np.iinfo(np.int64).min
+#: Rounds of :func:`_top_level`; each settles at least one more op whose child outlived it.
+MAX_TOP_LEVEL_ROUNDS = 32
+
+
+def _top_level(is_op: np.ndarray, start: np.ndarray, reach_before: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """Which ops start at or after the end of the last user-level op before them.
+
+    Taking the ends of *all* earlier ops gives the answer where every op ends inside its
+    parent, as in live captures; a child that outlives its parent (rounded timestamps in a
+    trace file) would then swallow the op after the parent. So: iterate, each round taking
+    the ends of the previous round's user-level ops, until nothing changes (two rounds when
+    no child outlives its parent).
+    """
+    top = is_op
+    for _ in range(MAX_TOP_LEVEL_ROUNDS):
+        nxt = is_op & (start >= reach_before(top))
+        if np.array_equal(nxt, top):
+            break
+        top = nxt
+    return top
 
 
 def _shape_tuple(dims: Any) -> tuple[int, ...] | None:

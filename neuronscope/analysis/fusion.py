@@ -864,8 +864,15 @@ def _fused_passes(pattern: str, backend: str) -> int | None:
 
 @functools.cache
 def _cpu_capability() -> str:
+    """torch's CPU capability where it tells SIMD from none (x86: "AVX2", "AVX512",
+    "DEFAULT"), else "SIMD": on ARM torch says "DEFAULT" for NEON and SVE-128 CPUs, where
+    Inductor still vectorises (``torch._inductor.cpu_vec_isa``)."""
+    import platform
+
     import torch
 
+    if platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686"):
+        return "SIMD"
     return str(torch.backends.cpu.get_cpu_capability())
 
 

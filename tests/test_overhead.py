@@ -137,12 +137,17 @@ def test_benchmark_scripts_run(capsys: pytest.CaptureFixture[str]) -> None:
     sys.path.insert(0, str(BENCHMARKS))
     try:
         import bench_analysis
+        import bench_fusion
         import bench_overhead
+        import bench_trace
 
         assert bench_overhead.main(["--quick", "--section", "6"]) == 0
         assert bench_analysis.main(["--quick", "--section", "1", "--events", "600"]) == 0
+        assert bench_fusion.main(["--quick"]) == 0
+        assert bench_trace.main(["--quick", "--source", "cpu", "--runs", "1"]) == 0
     finally:
         sys.path.remove(str(BENCHMARKS))
     out: Any = capsys.readouterr().out
     assert "after the call window closed" in out
     assert "same op names: True; calls equal: True" in out
+    assert "fusion_hints (all)" in out and "from_trace / (gunzip + json.loads)" in out

@@ -10,6 +10,7 @@ variant, and the top hint.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import gzip
 import json
 import logging
@@ -214,6 +215,7 @@ def _run_variant(
         backend.synchronize()
     except BaseException as exc:
         log.info("neuronscope compare: [%d/%d] %s raised %s during warm-up", index, total, label, type(exc).__name__)
+        _note_mistyped_option(exc, kwargs)
         raise
     warm_s = time.perf_counter() - t0
     if not options.enabled:
@@ -247,6 +249,7 @@ def _run_variant(
         with _without_capture_line():
             leave(entry, exc)
         log.info("neuronscope compare: [%d/%d] %s raised %s", index, total, label, type(exc).__name__)
+        _note_mistyped_option(exc, kwargs)
         raise
     with _without_capture_line():
         captured = leave(entry, None)
@@ -375,6 +378,22 @@ def _export_comparison(cmp: Comparison, profs: dict[str, Any], options: Options)
 
 
 # ---- compare() ---------------------------------------------------------------------------------
+def _note_mistyped_option(exc: BaseException, call_kwargs: dict[str, Any]) -> None:
+    """A keyword that is no option goes to the callables; when one of them refuses it and it
+    looks like an option's name (``bakend=``), say so on the user's exception (a note: the
+    exception itself passes through unchanged)."""
+    if not isinstance(exc, TypeError) or "unexpected keyword argument" not in str(exc):
+        return
+    known = sorted(set(Options.__dataclass_fields__) | _COMPARE_ONLY)
+    for key in call_kwargs:
+        close = difflib.get_close_matches(key, known, n=1, cutoff=0.75)
+        if f"'{key}'" in str(exc) and close:
+            exc.add_note(
+                f"neuronscope: compare() passed {key}= to the variants, since it is no compare() "
+                f"option; did you mean {close[0]}=?"
+            )
+
+
 def _split_options(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(neuronscope options, keyword arguments for the callables)."""
     option_names = set(Options.__dataclass_fields__) | _COMPARE_ONLY
@@ -400,7 +419,7 @@ def compare(variants: Mapping[str, Callable[..., Any]], *args: Any, **options: A
     variant's unless ``check_outputs=False``; a mismatch is warned about, noted in the
     comparison and shown in its table. A variant that raises stops the comparison and its
     exception passes through unchanged. With ``enabled=False`` (or ``NEURONSCOPE_DISABLE=1``)
-    the variants are only timed with a wall clock.
+    the variants are only timed with a wall clock, and nothing is written.
 
     Returns a :class:`~neuronscope.result.Comparison`; with ``export`` (the default) the whole
     comparison is one run directory that :func:`neuronscope.load` re-opens.
@@ -422,8 +441,8 @@ def compare(variants: Mapping[str, Callable[..., Any]], *args: Any, **options: A
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"rtol and atol must be numbers: {exc}") from exc
     opts = build_options({"warmup": COMPARE_WARMUP, "active": COMPARE_REPEATS, "name": "compare"}, **options)
-    if opts.enabled and disabled_by_env():
-        opts = build_options(None, **{**opts.to_dict(), "enabled": False})
+    if not opts.enabled or disabled_by_env():  # the kill switch: no profiler, no files
+        opts = build_options(None, **{**opts.to_dict(), "enabled": False, "export": False})
     if opts.enabled and (current_capture() is not None or _torch_profiler_running()):
         raise NeuronscopeError(
             "compare() cannot run inside another capture (a neuron_region, a decorated call or "

@@ -289,12 +289,20 @@ def test_compare_inside_a_capture_is_refused(inputs: Any) -> None:
             compare({"a": rms_norm_naive}, *inputs, export=False)
 
 
-def test_disabled_compare_only_times(inputs: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_disabled_compare_only_times(inputs: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("NEURONSCOPE_DISABLE", "1")
-    cmp = compare({"a": rms_norm_naive, "b": rms_norm_fused}, *inputs, export=False, active=3, warmup=1)
+    cmp = compare({"a": rms_norm_naive, "b": rms_norm_fused}, *inputs, active=3, warmup=1, output_dir=tmp_path)
     assert [r.repeats for r in cmp.rows] == [3, 3]
     assert all(r.time_us > 0 and r.op_count == 0 and r.top_op is None for r in cmp.rows)
     assert cmp.results["a"].ops == [] and any("disabled" in n for n in cmp.notes)
+    assert cmp.run_dir is None and list(tmp_path.iterdir()) == []  # the kill switch writes nothing
+
+
+def test_a_mistyped_option_is_named_on_the_users_own_error(inputs: Any) -> None:
+    with pytest.raises(TypeError) as info:
+        compare({"a": rms_norm_naive}, *inputs, bakend="cpu", export=False)
+    assert "unexpected keyword argument 'bakend'" in str(info.value)  # the user's own error
+    assert any("did you mean backend=" in note for note in info.value.__notes__)
 
 
 # ---- counting the ops a call dispatched ------------------------------------------------------

@@ -185,7 +185,16 @@ def load_json(path: Path) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError as exc:
         raise RunLoadError(f"{path}: no such file") from exc
-    except (OSError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:
+        with path.open("rb") as f:
+            gzipped = f.read(2) == b"\x1f\x8b"
+        if gzipped:
+            raise RunLoadError(
+                f"{path}: is a gzip file, not a neuronscope result.json; if it is a trace, open it "
+                f"with neuronscope.from_trace() or `neuronscope show {path}`"
+            ) from exc
+        raise RunLoadError(f"{path}: cannot be read: not UTF-8 text ({exc}); the file is corrupt") from exc
+    except OSError as exc:
         raise RunLoadError(f"{path}: cannot be read ({type(exc).__name__}: {exc})") from exc
     if not text.strip():
         raise RunLoadError(f"{path}: the file is empty (the export was interrupted?)")
@@ -214,6 +223,12 @@ def load(run_dir: str | os.PathLike[str]) -> ProfileResult | Comparison:
         if not result_file.is_file():
             if (path / INCOMPLETE_MARKER).exists():
                 raise RunLoadError(f"{path}: this run is incomplete (its export was interrupted)")
+            runs = find_runs(path)
+            if runs:
+                raise RunLoadError(
+                    f"{path}: not a neuronscope run itself, but holds {len(runs)} "
+                    f"run{'s' if len(runs) > 1 else ''}; pass one of them (the newest is {runs[0]})"
+                )
             raise RunLoadError(f"{path}: not a neuronscope run (no {RESULT_FILE}); pass a run directory")
     else:
         result_file = path
@@ -247,5 +262,6 @@ def find_runs(root: Path | str) -> list[Path]:
     found: set[Path] = set()
     for marker in (RESULT_FILE, INCOMPLETE_MARKER):
         for p in base.rglob(marker):
-            found.add(p.parent)
+            if p.is_file():
+                found.add(p.parent)
     return sorted(found, key=lambda p: p.name, reverse=True)

@@ -83,6 +83,18 @@ def _ranks(value: Any) -> list[dict[str, Any]] | None:
     return out
 
 
+
+def _malformed(what: str, exc: Exception) -> str:
+    """Why a result.json could not be read back, and what to do."""
+    if isinstance(exc, KeyError):
+        problem = f"the field {exc.args[0]!r} is missing"
+    else:
+        problem = f"{type(exc).__name__}: {exc}"
+    return (
+        f"{what} data is malformed ({problem}); the file was edited or not written by "
+        f"neuronscope: re-export the run, or open its trace with `neuronscope show TRACE_FILE`"
+    )
+
 @dataclass
 class OpStat:
     """One operator's totals over a capture, as ``key_averages()`` would give them.
@@ -418,7 +430,7 @@ class ProfileResult:
                 notes=[str(n) for n in d.get("notes") or []],
             )
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
-            raise RunLoadError(f"result data is malformed: {type(exc).__name__}: {exc}") from exc
+            raise RunLoadError(_malformed("result", exc)) from exc
 
 
 def _check_schema(data: Any, expected_type: str) -> None:
@@ -549,4 +561,4 @@ class Comparison:
                 started_at=data.get("started_at"),
             )
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
-            raise RunLoadError(f"comparison data is malformed: {type(exc).__name__}: {exc}") from exc
+            raise RunLoadError(_malformed("comparison", exc)) from exc

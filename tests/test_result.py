@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import gzip
 import json
 import os
 from pathlib import Path
@@ -152,6 +153,21 @@ def test_load_reopens_an_exported_run_and_names_bad_paths(tmp_path: Path, runs_d
         neuronscope.load(tmp_path / "missing")
     with pytest.raises(NeuronscopeError, match="not a neuronscope run"):
         neuronscope.load(tmp_path)
+    # A folder of runs names its newest; a trace file says to use from_trace; a result.json
+    # that lost a field says which.
+    with pytest.raises(NeuronscopeError, match=f"holds 1 run; pass one of them \\(the newest is {r.result.run_dir}\\)"):
+        neuronscope.load(runs_dir)
+    trace = tmp_path / "trace.json.gz"
+    with gzip.open(trace, "wt") as f:
+        f.write('{"traceEvents": []}')
+    with pytest.raises(NeuronscopeError, match="is a gzip file, not a neuronscope result.json.*from_trace"):
+        neuronscope.load(trace)
+    data = r.result.to_dict()
+    del data["name"]
+    (tmp_path / "edited").mkdir()
+    (tmp_path / "edited" / "result.json").write_text(json.dumps(data))
+    with pytest.raises(NeuronscopeError, match="the field 'name' is missing.*re-export"):
+        neuronscope.load(tmp_path / "edited")
 
 
 def test_trace_json_is_a_chrome_trace(runs_dir: Path) -> None:

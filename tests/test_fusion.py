@@ -152,6 +152,25 @@ def test_inferred_links_match_exact_links() -> None:
     assert inferred == exact
 
 
+def test_rms_norm_in_a_training_step_with_a_loss_target() -> None:
+    """Forward, loss against a target from outside the capture, backward, optimizer step:
+    the target has the shape of the norm's statistic, which the inferred linking can give
+    the statistic to. Without the matcher's fallback half of these captures named an
+    ``elementwise_chain`` (relu -> pow -> mul -> mul) instead of the RMSNorm."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), fc.T5LayerNorm(256), torch.nn.Linear(256, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    batch, target = torch.randn(32, 64, 256), torch.randn(32, 64, 1)
+
+    def step() -> None:
+        torch.nn.functional.mse_loss(model(batch), target).backward()
+        opt.step()
+        opt.zero_grad()
+
+    found = [sorted(fusion(from_profiler(capture(step))).keys()) for _ in range(8)]
+    assert found == [["rms_norm"]] * 8, found
+
+
 # ---- grouping, ranking, compiled code ----------------------------------------------------------
 
 

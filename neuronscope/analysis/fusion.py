@@ -202,10 +202,31 @@ def _match_norm(g: OpGraph, n: OpNode) -> Match | None:
     return None
 
 
+def _unlinked_producer(g: OpGraph, n: OpNode, k: int) -> OpNode | None:
+    """The op just before ``n`` on its thread, taken as the maker of ``n``'s input ``k`` where
+    the inferred linking left that input unexplained.
+
+    The linking goes wrong on exactly this in a training step: in ``x * rsqrt(var + eps)``
+    followed, a few ops later, by a loss whose target (from outside the capture) has the
+    statistic's shape, it gives rsqrt's output to the loss and leaves the multiply's input
+    unexplained (see dataflow's notes). Used for a norm's statistic only, whose whole
+    structure the matcher then checks; exact linking (``profile_memory=True``) never needs it.
+    """
+    if g.linking != "inferred" or n.index == 0 or g.producer(n, k) is not None:
+        return None
+    prev = g.nodes[n.index - 1]
+    t = n.inputs[k]
+    if prev.tid != n.tid or not prev.writes or prev.op not in _NORM_TAIL_OPS:
+        return None
+    if not prev.inputs or prev.inputs[0].sizes != t.sizes or prev.inputs[0].dtype != t.dtype:
+        return None
+    return prev
+
+
 def _norm_with(g: OpGraph, n: OpNode, ak: int, bk: int) -> Match | None:
     chain: list[OpNode] = []
     has_root = False
-    cur = g.producer(n, bk)
+    cur = g.producer(n, bk) or _unlinked_producer(g, n, bk)
     red: OpNode | None = None
     while cur is not None and len(chain) <= MAX_NORM_TAIL:
         if cur.op in ("mean", "var", "std", "var_mean", "norm", "linalg_vector_norm"):

@@ -35,7 +35,7 @@ import os
 import re
 import sys
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Union
 
@@ -505,10 +505,24 @@ class _Reader:
             self.device_categories.add(str(cat))
 
     # ---- linking, once per file ------------------------------------------------------------
+    def _rows_by_thread(self, base: int, kind: int, threads: Iterable[int]) -> dict[int, list[int]]:
+        """This file's rows of one kind on each of ``threads``, parents first."""
+        table = self.table
+        rows: dict[int, list[int]] = {t: [] for t in threads}
+        kinds, tids, starts, ends = table.kinds, table.tids, table.starts, table.ends
+        for i in range(base, len(table)):
+            if kinds[i] == kind:
+                lst = rows.get(tids[i])
+                if lst is not None:
+                    lst.append(i)
+        for lst in rows.values():
+            lst.sort(key=lambda i: (starts[i] << 64) - ends[i])
+        return rows
+
     def _finish_file(self, base: int) -> None:
         table = self.table
         n = len(table)
-        starts, ends, kinds, tids, device = table.starts, table.ends, table.kinds, table.tids, table.device_ns
+        starts, ends, device = table.starts, table.ends, table.device_ns
         # File span: first to last event of ops, annotations and device work.
         firsts = [v for v in (min(starts[base:], default=None), self.dev_first) if v is not None]
         lasts = [v for v in (max(ends[base:], default=None), self.dev_last) if v is not None]
@@ -533,37 +547,21 @@ class _Reader:
             table.has_device = True
             table.device_event_count += len(dev_dur)
 
+        launched_at: dict[int, tuple[int, int]] = {}  # orphan -> (thread, launch instant)
         if launches:
-            per_thread: dict[int, list[int]] = {t: [] for t in launches}
-            for i in range(base, n):
-                if kinds[i] == KIND_OP:
-                    lst = per_thread.get(tids[i])
-                    if lst is not None:
-                        lst.append(i)
+            per_thread = self._rows_by_thread(base, KIND_OP, launches)
             for t, items in launches.items():
-                ops = per_thread[t]
-                ops.sort(key=lambda i: (starts[i] << 64) - ends[i])
                 items.sort()
-                stack: list[int] = []
-                j, nops = 0, len(ops)
-                for when, k in items:
-                    # Open every op that starts at or before the launch...
-                    while j < nops and starts[ops[j]] <= when:
-                        i = ops[j]
-                        while stack and ends[stack[-1]] <= starts[i]:
-                            stack.pop()
-                        stack.append(i)
-                        j += 1
-                    # ...close those that ended before it; the innermost open one launched it.
-                    while stack and ends[stack[-1]] < when:
-                        stack.pop()
-                    if stack:
-                        device[stack[-1]] += dev_dur[k]
+                for (when, k), i in zip(items, _innermost_open(per_thread[t], starts, ends, items)):
+                    if i >= 0:
+                        device[i] += dev_dur[k]
                         self.linked_correlation += 1
                     else:
                         orphans.append(k)
+                        launched_at[k] = (t, when)
 
         if orphans:
+            outside: dict[int, list[tuple[int, int]]] = {}
             by_ext: dict[Any, int] | None = None
             dev_ext = self.dev_ext
             for k in orphans:
@@ -585,6 +583,18 @@ class _Reader:
                         continue
                 table.unattributed_device_ns += dev_dur[k]
                 self.unattributed_events += 1
+                if k in launched_at:
+                    t, when = launched_at[k]
+                    outside.setdefault(t, []).append((when, k))
+            # Launched outside any op (a fused optimizer's kernels, launched from C++) but
+            # inside a range: the range's device time. It stays "outside any op" as well.
+            if outside:
+                ranges = self._rows_by_thread(base, KIND_ANNOTATION, outside)
+                for t, items in outside.items():
+                    items.sort()
+                    for (_, k), i in zip(items, _innermost_open(ranges[t], starts, ends, items)):
+                        if i >= 0:
+                            device[i] += dev_dur[k]
 
         if self.frames:
             self._locate(base)
@@ -648,6 +658,27 @@ class _Reader:
         self.shapes = []
         table.others = self.others if len(self.others) else None
         return table
+
+
+def _innermost_open(rows: list[int], starts: list[int], ends: list[int], instants: list[tuple[int, int]]) -> list[int]:
+    """For each ``(instant, key)`` (in time order), the innermost of ``rows`` (one thread's
+    events, parents first) open at that instant, or -1: one sweep with a stack."""
+    out: list[int] = []
+    stack: list[int] = []
+    j, n = 0, len(rows)
+    for when, _ in instants:
+        # Open every row that starts at or before the instant...
+        while j < n and starts[rows[j]] <= when:
+            i = rows[j]
+            while stack and ends[stack[-1]] <= starts[i]:
+                stack.pop()
+            stack.append(i)
+            j += 1
+        # ...close those that ended before it; the innermost still open holds it.
+        while stack and ends[stack[-1]] < when:
+            stack.pop()
+        out.append(stack[-1] if stack else -1)
+    return out
 
 
 def _order_keys(starts: list[int], ends: list[int]) -> list[int]:
@@ -891,7 +922,7 @@ def _result(table: EventTable, meta: dict[str, Any], name: str, hints: bool = Tr
         result.pid = meta["pids"][0]
     result.artifacts["trace_files"] = list(meta["files"])
     if table.has_device and table.unattributed_device_ns:
-        total = sum(table.device_ns) + table.unattributed_device_ns
+        total = sum(d for d, kind in zip(table.device_ns, table.kinds) if kind == KIND_OP) + table.unattributed_device_ns
         share = 100.0 * table.unattributed_device_ns / total if total else 0.0
         result.notes.append(
             f"{share:.1f}% of device time ({meta['device_unattributed_events']} device events) "

@@ -230,6 +230,31 @@ def test_user_annotations_become_regions() -> None:
 
 
 @needs_traces
+def test_kernels_launched_outside_any_op_count_for_the_range_they_were_launched_in() -> None:
+    """FusedAdam launches its kernels from C++, outside any cpu_op but inside the
+    ``## optimizer ##`` range: that region's device time is theirs (derived from the JSON:
+    the launch's thread and time, the range on that thread around it)."""
+    doc = raw("a100_training_step.json.gz")
+    kernels = {e["args"]["correlation"]: e["dur"] for e in x_events(doc, DEVICE_CATS) if "correlation" in e["args"]}
+    ranges = [e for e in x_events(doc, {"user_annotation"}) if e["name"] == "## optimizer ##"]
+    ops = x_events(doc, {"cpu_op"})
+
+    def inside(e: dict[str, Any], outer: dict[str, Any]) -> bool:
+        return e["tid"] == outer["tid"] and outer["ts"] <= e["ts"] <= outer["ts"] + outer["dur"]
+
+    expected = 0.0
+    for launch_event in x_events(doc, RUNTIME_CATS):
+        corr = launch_event["args"].get("correlation")
+        if corr in kernels and any(inside(launch_event, r) for r in ranges) and not any(inside(launch_event, o) for o in ops):
+            expected += kernels[corr]
+    assert expected > 7000  # 48 multi_tensor_apply kernels, about 7.6 ms
+    res = result_of("a100_training_step.json.gz")
+    assert res.regions["## optimizer ##"].device_time_us == pytest.approx(expected, rel=1e-6)
+    # ...and they are still counted as launched outside any op: nothing counted twice.
+    assert res.device_unattributed_us >= expected
+
+
+@needs_traces
 def test_metadata_backend_device_and_rank() -> None:
     res = result_of("a100_training_step.json.gz")
     assert res.device_name == "NVIDIA A100-PG509-200"
@@ -401,7 +426,8 @@ def test_device_time_goes_to_the_innermost_launching_op(tmp_path: Path) -> None:
     assert res.device_unattributed_us == 16.0  # 3 (outside any op) + 13 (unlinked)
     assert sum(o.self_device_us for o in res.ops) + res.device_unattributed_us == 7 + 5 + 3 + 11 + 13
     assert res.regions["step"].time_us == 100.0
-    assert res.regions["step"].device_time_us == 23.0  # gpu_user_annotation not counted again
+    # The ops' 23 and the 3 launched outside any op inside the range; gpu_user_annotation not again.
+    assert res.regions["step"].device_time_us == 26.0
     assert "step" not in {o.name for o in res.ops}
     assert not any(o.name.startswith(("model.py", "torch/")) for o in res.ops)
     assert outer.input_shapes == [[[4, 4], []]]

@@ -127,6 +127,8 @@ class EventTable:
     raw_event_count: int = 0
     flags: list[int] = field(default_factory=list)  # per event, or empty when all are 0
     others: EventTable | None = None
+    #: thread -> its process, where a table holds several (a trace file); else empty
+    processes: dict[int, Any] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.names)
@@ -583,8 +585,11 @@ def summarize(table: EventTable) -> Summary:
     An event's children are the events nested directly inside it on the same thread (ops,
     ranges, Python frames and runtime calls alike); self time is its duration less its
     children's, and its total device time is its own plus its descendants'. A region's ops
-    are all the ops nested inside it, at any depth; an op counts once per region name even
-    where ranges of one name nest.
+    are all the ops nested inside it, at any depth, and those that other threads of its
+    process started while it was open (autograd's backward threads, TorchScript forks; a
+    capture records only threads working for the one that started it); its device time is
+    what all of them launched. An op counts once per region name even where ranges of one
+    name nest.
     """
     n_main = len(table)
     others = table.others if table.others is not None and len(table.others) else None
@@ -723,6 +728,25 @@ def summarize(table: EventTable) -> Summary:
             s_ann = np.flatnonzero(s_kind == KIND_ANNOTATION)
             r_dev = np.bincount(s_code[s_ann], weights=s_dev_total[s_ann], minlength=n_codes)
         inner = _region_ops(parent, s_kind, s_code, op_pos, n_codes)
+        # Work the range's thread handed to other threads of its process while it was open
+        # (CUDA backward runs on autograd's device threads while the caller waits in
+        # ``## backward ##``): the range's too. A capture records only the threads working
+        # for the one that started it, so no unrelated thread's work comes in.
+        cross = _other_thread_work(s_start, s_end, s_tid, s_kind, table.processes, n_main, order)
+        if cross is not None:
+            reg_x, ev_x = cross
+            pair = np.unique(ev_x * n_codes + s_code[reg_x])  # once per range name
+            ev_x, reg_cx = np.divmod(pair, n_codes)
+            if r_dev is not None and s_dev_own is not None:
+                r_dev += np.bincount(reg_cx, weights=s_dev_own[ev_x], minlength=n_codes).astype(r_dev.dtype)
+            is_op_x = s_is_op[ev_x]
+            ev_x, reg_cx = ev_x[is_op_x], reg_cx[is_op_x]
+            if inner is None:
+                inner = (reg_cx, s_code[ev_x], ev_x)
+            else:
+                both = np.unique(np.concatenate([inner[2] * n_codes + inner[0], ev_x * n_codes + reg_cx]))
+                ev_all, reg_all = np.divmod(both, n_codes)
+                inner = (reg_all, s_code[ev_all], ev_all)
         per_region: dict[int, list[OpStat]] = {}
         if inner is not None:
             reg_c, op_c, ev = inner
@@ -762,6 +786,49 @@ def summarize(table: EventTable) -> Summary:
             )
     span_ns = int(ends[:n_main].max() - starts[:n_main].min())
     return Summary(ops=op_stats, regions=regions, span_us=span_ns / 1e3, op_events=op_events)
+
+
+def _other_thread_work(
+    start: np.ndarray,
+    end: np.ndarray,
+    tid: np.ndarray,
+    kind: np.ndarray,
+    processes: dict[int, Any],
+    n_main: int,
+    order: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """(range position, event position) for each event that starts while a range of another
+    thread of the same process is open; positions in (thread, start, -end) order. Only the
+    table's own rows count (not Python frames or runtime calls: they hold no work of their
+    own), and a thread's events are found by binary search on their starts."""
+    threads = np.unique(tid)
+    if len(threads) < 2:
+        return None
+    main = order < n_main
+    is_range = (kind == KIND_ANNOTATION) & main
+    if not is_range.any():
+        return None
+    proc = np.array([hash(processes.get(int(t), 0)) for t in threads.tolist()], dtype=np.int64)
+    proc_of = proc[np.searchsorted(threads, tid)]
+    reg_parts: list[np.ndarray] = []
+    ev_parts: list[np.ndarray] = []
+    for t, p in zip(threads.tolist(), proc.tolist()):
+        mine = np.flatnonzero((tid == t) & main)  # by start, within the thread
+        ranges = np.flatnonzero(is_range & (tid != t) & (proc_of == p))
+        if not mine.size or not ranges.size:
+            continue
+        lo = np.searchsorted(start[mine], start[ranges], side="left")
+        hi = np.searchsorted(start[mine], end[ranges], side="left")
+        counts = hi - lo
+        total = int(counts.sum())
+        if not total:
+            continue
+        first = np.repeat(lo - (np.cumsum(counts) - counts), counts)
+        ev_parts.append(mine[first + np.arange(total)])
+        reg_parts.append(np.repeat(ranges, counts))
+    if not ev_parts:
+        return None
+    return np.concatenate(reg_parts), np.concatenate(ev_parts)
 
 
 def _region_ops(

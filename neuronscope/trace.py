@@ -835,6 +835,7 @@ def _read(files: Sequence[Path]) -> tuple[EventTable, dict[str, Any]]:
         for p in files:
             reader.read(p)
         table = reader.finish()
+        table.processes = {i: key[0] for key, i in reader.thread_ids.items()}
         return table, _metadata(reader)
 
 

@@ -594,13 +594,14 @@ def test_summarize_small_tables_exactly() -> None:
     t.append("r", KIND_ANNOTATION, 1, 10, 90)  # same name, nested: an op inside counts once
     t.append("aten::add", KIND_OP, 1, 20, 60)
     t.append("aten::add", KIND_OP, 1, 30, 40)  # only child, same name: folded into its parent
-    t.append("aten::mul", KIND_OP, 2, 0, 50)  # another thread
+    t.append("aten::mul", KIND_OP, 2, 0, 50)  # another thread, while r is open
     t.append("aten::mul", KIND_OP, 2, 50, 50)  # an instant at its end: a sibling, not a child
     s = summarize(t)
     ops = {o.name: o for o in s.ops}
     assert (ops["aten::add"].calls, ops["aten::add"].self_cpu_us, ops["aten::add"].cpu_total_us) == (1, 0.04, 0.04)
     assert (ops["aten::mul"].calls, ops["aten::mul"].self_cpu_us) == (2, 0.05)
     assert s.regions["r"].calls == 2 and s.regions["r"].time_us == pytest.approx(0.18)
-    assert [(o.name, o.calls) for o in s.regions["r"].ops] == [("aten::add", 1)]
+    # The other thread's muls ran while r was open (work handed off, as autograd does): r's.
+    assert [(o.name, o.calls) for o in s.regions["r"].ops] == [("aten::mul", 2), ("aten::add", 1)]
     assert s.op_events == 3 and s.span_us == 0.1
     assert summarize(EventTable()) == Summary(ops=[], regions={}, span_us=0.0, op_events=0)

@@ -144,6 +144,30 @@ def test_second_thread_runs_uncaptured_and_is_counted() -> None:
     assert other.last_result is not None and other.last_result.skipped_calls == 1
 
 
+@torch.jit.script
+def _sigmoid_of_square(x: torch.Tensor) -> torch.Tensor:
+    return (x @ x).sigmoid()
+
+
+@torch.jit.script
+def _fan_out(x: torch.Tensor) -> torch.Tensor:
+    futures = [torch.jit.fork(_sigmoid_of_square, x) for _ in range(4)]
+    return torch.stack([torch.jit.wait(f) for f in futures])
+
+
+def test_work_handed_to_other_threads_counts_for_the_region() -> None:
+    """TorchScript's fork runs on the inter-op thread pool (as CUDA backward runs on
+    autograd's device threads) while the region's thread waits: that work is the region's."""
+    x = torch.randn(32, 32)
+    _fan_out(x)
+    with neuron_region("fan", export=False) as r:
+        _fan_out(x)
+    result = r.result
+    assert result is not None
+    ops = {o.name: o.calls for o in result.regions["fan"].ops}
+    assert ops["aten::mm"] == 4 and ops["aten::sigmoid"] == 4
+
+
 def test_disabled_region_is_a_pass_through(monkeypatch: pytest.MonkeyPatch) -> None:
     with neuron_region("off", enabled=False) as r:
         torch.ones(1)

@@ -255,6 +255,24 @@ def test_kernels_launched_outside_any_op_count_for_the_range_they_were_launched_
 
 
 @needs_traces
+def test_backward_on_its_own_thread_counts_for_the_backward_range() -> None:
+    """The A100 step runs backward on autograd's device thread while the main thread waits
+    in ``## backward ##``: the kernels launched during that range, from any thread of the
+    process, are the range's device time (derived from the JSON: launch time and thread)."""
+    doc = raw("a100_training_step.json.gz")
+    kernels = {e["args"]["correlation"]: e["dur"] for e in x_events(doc, DEVICE_CATS) if "correlation" in e["args"]}
+    ranges = [(e["ts"], e["ts"] + e["dur"], e["pid"]) for e in x_events(doc, {"user_annotation"}) if e["name"] == "## backward ##"]
+    launches = [e for e in x_events(doc, RUNTIME_CATS) if e["args"].get("correlation") in kernels]
+    threads = {e["tid"] for e in launches if any(a <= e["ts"] <= b for a, b, _ in ranges)}
+    assert len(threads) == 2  # the main thread and autograd's
+    expected = sum(kernels[e["args"]["correlation"]] for e in launches if any(a <= e["ts"] <= b and p == e["pid"] for a, b, p in ranges))
+    res = result_of("a100_training_step.json.gz")
+    assert expected > 200_000  # about 246 ms, against 46 us counted from the main thread alone
+    assert res.regions["## backward ##"].device_time_us == pytest.approx(expected, rel=0.01)
+    assert "aten::mm" in {o.name for o in res.regions["## backward ##"].ops}
+
+
+@needs_traces
 def test_metadata_backend_device_and_rank() -> None:
     res = result_of("a100_training_step.json.gz")
     assert res.device_name == "NVIDIA A100-PG509-200"

@@ -787,6 +787,17 @@ def _group_by_rank(files: Sequence[Path]) -> list[tuple[int, list[Path]]]:
             unknown.setdefault(worker, []).append(p)
         else:
             known.setdefault(rank, []).append(p)
+    named = [w for w, ps in unknown.items() if ps[0].name in _NAMED_TRACES]
+    if not known and len(named) > 1:
+        # Several run directories (neuronscope's, Neuron's) whose traces say nothing of a
+        # rank are separate runs, not the ranks of one: reading them together would add up
+        # unrelated captures.
+        newest = max(named, key=lambda w: Path(w).name)
+        raise TraceFormatError(
+            f"{len(named)} traces in separate run directories, and none says which rank it is: "
+            f"these look like separate runs; pass one of them (the newest is {newest}), or a "
+            f"list of one job's per-rank traces"
+        )
     nxt = max(known, default=-1) + 1
     for worker in sorted(unknown):
         known[nxt] = unknown[worker]

@@ -605,6 +605,17 @@ def test_ranks_of_exported_run_directories(tmp_path: Path) -> None:
     assert not [h for h in res.hints if h.kind == "straggler"]  # 10% slower: within the threshold
 
 
+def test_separate_runs_are_not_taken_for_ranks(tmp_path: Path) -> None:
+    """Three captures of one name (no rank anywhere) are three runs: refused, naming one."""
+    for stamp in ("20250101-000000-000001", "20250101-000000-000002", "20250101-000000-000003"):
+        d = tmp_path / f"{stamp}_host_pid7"
+        d.mkdir()
+        _rank_trace(d / "trace.json.gz", None, 1.0)
+    with pytest.raises(TraceFormatError, match=r"separate runs; pass one of them \(the newest is .*000003_host_pid7\)"):
+        from_trace(tmp_path)
+    assert from_trace(tmp_path / "20250101-000000-000002_host_pid7").op("aten::mm").calls >= 1
+
+
 def test_find_trace_files_neuron_layout(tmp_path: Path) -> None:
     session = tmp_path / "i-0abc_pid_42" / "20250101_000000"
     session.mkdir(parents=True)

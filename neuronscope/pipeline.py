@@ -69,9 +69,15 @@ def build_result(
             table=table, summary=summary, backend=backend, profiler=profiler, source=source, extra=extra or {}
         )
         result.hints = analyze(ctx)
+    else:
+        result.notes.append(HINTS_OFF_NOTE)
     # After the rules, which see torch's own names: compiled code gets readable op names.
     label_compiled_ops(result, table, (extra or {}).get("compile"))
     return result
+
+
+#: The note of a result built with ``hints=False``: its empty hint list says nothing.
+HINTS_OFF_NOTE = "hint rules off (hints=False)"
 
 
 def _backend_of(prof: Any) -> str:

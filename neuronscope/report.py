@@ -9,6 +9,7 @@ from typing import Any
 
 from tabulate import tabulate
 
+from .pipeline import HINTS_OFF_NOTE
 from .result import (
     Comparison,
     ComparisonRow,
@@ -129,6 +130,8 @@ def render_result(result: ProfileResult, row_limit: int = 15) -> str:
         parts.append("Ranks:\n" + render_ranks(result.ranks))
     if result.hints:
         parts.append("Hints (largest saving first):\n" + render_hints(result.hints))
+    elif result.ops and HINTS_OFF_NOTE not in result.notes:
+        parts.append("Hints: none found (no fusion candidate, recompile, graph break or straggler)")
     for note in result.notes:
         parts.append(f"note: {note}")
     if result.skipped_calls:

@@ -191,3 +191,14 @@ def test_dataframe_and_html() -> None:
     assert isinstance(df, pd.DataFrame) and list(df["name"]) == ["aten::mm", "aten::add"]
     html = _sample_result()._repr_html_()
     assert "<table>" in html and "aten::mm" in html
+
+
+def test_table_says_when_the_hint_rules_found_nothing() -> None:
+    with neuronscope.neuron_region("plain", export=False) as r:
+        torch.ones(8).add_(1)
+    assert r.result is not None and r.result.hints == []
+    assert "Hints: none found" in r.result.table()
+    with neuronscope.neuron_region("off", export=False, hints=False) as r2:
+        torch.ones(8).add_(1)
+    assert r2.result is not None and "Hints: none found" not in r2.result.table()
+    assert "hint rules off (hints=False)" in r2.result.table()

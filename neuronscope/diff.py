@@ -69,6 +69,10 @@ def diff_results(a: ProfileResult, b: ProfileResult) -> dict[str, Any]:
     }
 
 
+#: Op names listed after the table for each of "appeared" and "gone" (largest first).
+NAMES_LISTED = 10
+
+
 def _signed(us: float) -> str:
     return ("+" if us >= 0 else "-") + _fmt_us(abs(us))
 
@@ -100,10 +104,11 @@ def render_diff(d: dict[str, Any], row_limit: int = 25) -> str:
     hidden = len(d["ops"]) - len(table)
     if hidden > 0:
         extra += f"\n... {hidden} more ops"
-    if d["added"]:
-        extra += "\nappeared in B: " + ", ".join(d["added"])
-    if d["removed"]:
-        extra += "\ngone in B: " + ", ".join(d["removed"])
+    for label, names in (("appeared in B", d["added"]), ("gone in B", d["removed"])):
+        if names:
+            shown = ", ".join(names[:NAMES_LISTED])
+            more = f", and {len(names) - NAMES_LISTED} more (--json lists them all)" if len(names) > NAMES_LISTED else ""
+            extra += f"\n{label} ({len(names)}): {shown}{more}"
     for note in d.get("notes") or []:
         extra += f"\nnote: {note}"
     return f"{head}\n\n{body}{extra}\n"

@@ -170,8 +170,16 @@ def test_diff_two_runs(runs: dict[str, Any], capsys: pytest.CaptureFixture[str])
     assert code == 0, err
     for needle in ("A: step_naive (cpu) total", "B: step_fused (cpu) total", "change in total:", "Calls A -> B"):
         assert needle in out
-    assert "appeared in B: " in out and "aten::rms_norm" in out
+    assert "appeared in B (" in out and "aten::rms_norm" in out
     assert "added" in out and "common" in out
+
+
+def test_diff_lists_a_few_of_many_new_ops(shared_traces: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a, b = (str(shared_traces / name) for name in ("a100_alexnet.json.gz", "a100_training_step.json.gz"))
+    code, out, _ = run(["diff", a, b], capsys)
+    line = next(ln for ln in out.splitlines() if ln.startswith("appeared in B ("))
+    count = int(line.split("(", 1)[1].split(")", 1)[0])
+    assert count > 100 and line.count(", ") == 10 and line.endswith("more (--json lists them all)")
 
 
 def test_diff_json(runs: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:

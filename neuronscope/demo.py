@@ -14,6 +14,9 @@ from typing import Any
 from .result import Comparison
 
 __all__ = ["DEMO_SHAPE", "rms_norm_fused", "rms_norm_naive", "run_demo"]
+#: Captured calls per variant: ten, so that the medians hold on a shared machine (with five
+#: the ranking of naive and fused flipped from run to run on a 2-core VM).
+DEMO_REPEATS = 10
 
 log = logging.getLogger("neuronscope")
 
@@ -80,4 +83,6 @@ def run_demo(
             _ensure_log_handler()
             log.info("neuronscope demo: torch.compile took %.1f s to compile (not measured)", time.perf_counter() - t0)
             variants["compiled"] = compiled
-    return compare(variants, x, weight, name="rms_norm_demo", backend=name, output_dir=output_dir, export=export)
+    return compare(
+        variants, x, weight, name="rms_norm_demo", backend=name, output_dir=output_dir, export=export, active=DEMO_REPEATS
+    )

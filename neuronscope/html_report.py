@@ -492,7 +492,7 @@ def _comparison_table(cmp: Comparison) -> str:
                 r.repeats,
                 r.op_count,
                 _Raw(f"<code>{_e(r.top_op or '-')}</code>"),
-                f"{r.speedup:.2f}x",
+                r.speedup_text(cmp.rows[0]),
                 _Raw(f'<span class="{"bad" if r.outputs_match is False else "good"}">{_e(match)}</span>'),
                 r.top_hint or "",
                 "" if r.warmup_s is None else f"{r.warmup_s:.2f} s",

@@ -142,11 +142,12 @@ def render_result(result: ProfileResult, row_limit: int = 15) -> str:
 def render_comparison(cmp: Comparison) -> str:
     """The comparison table: variant, time, spread, ops, top op, speedup, top hint."""
     rows = []
+    base = cmp.rows[0] if cmp.rows else None
     for r in cmp.rows:
         spread = "" if r.spread_us is None else f"±{_fmt_us(r.spread_us)}"
         match = "" if r.outputs_match is None else ("yes" if r.outputs_match else "NO")
         rows.append(
-            [r.label, _fmt_us(r.time_us), spread, r.op_count, r.top_op or "-", f"{r.speedup:.2f}x", match, r.top_hint or ""]
+            [r.label, _fmt_us(r.time_us), spread, r.op_count, r.top_op or "-", r.speedup_text(base), match, r.top_hint or ""]
         )
     text = tabulate(
         rows,
@@ -191,7 +192,7 @@ def comparison_html_table(cmp: Comparison) -> str:
             "" if r.spread_us is None else f"±{_fmt_us(r.spread_us)}",
             r.op_count,
             r.top_op or "-",
-            f"{r.speedup:.2f}x",
+            r.speedup_text(cmp.rows[0]),
             "" if r.outputs_match is None else ("yes" if r.outputs_match else "NO"),
             r.top_hint or "",
         ]

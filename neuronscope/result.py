@@ -468,6 +468,16 @@ class ComparisonRow:
     def __getitem__(self, key: str) -> Any:
         return getattr(self, key)
 
+    def speedup_text(self, base: ComparisonRow | None) -> str:
+        """``"1.43x"``, or ``"0.94x (noise)"`` where the two times differ by less than their
+        spreads together: on a shared machine such a difference is not one."""
+        text = f"{self.speedup:.2f}x"
+        if base is None or base is self or self.spread_us is None or base.spread_us is None:
+            return text
+        if abs(self.time_us - base.time_us) <= self.spread_us + base.spread_us:
+            text += " (noise)"
+        return text
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

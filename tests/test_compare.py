@@ -35,6 +35,7 @@ from neuronscope.demo import rms_norm_fused, rms_norm_naive
 from neuronscope.errors import ConfigError
 from neuronscope.events import KIND_ANNOTATION, KIND_OP, EventTable
 from neuronscope.region import NeuronscopeWarning, ensure_no_capture_running
+from neuronscope.result import ComparisonRow
 
 SHAPE = (2, 16, 64)  # small: the suite measures behaviour, not speed
 
@@ -386,3 +387,14 @@ def test_neuron_session_files_move_into_the_comparison_run(tmp_path: Path) -> No
     cpu = ProfileResult(name="naive", backend="cpu")
     adopt_session_files(cpu, run_dir, "naive")  # nothing to move
     assert cpu.artifacts == {} and sorted(p.name for p in (run_dir / "neuron").iterdir()) == ["fused"]
+
+
+def test_a_speedup_within_the_spreads_is_marked_as_noise() -> None:
+    base = ComparisonRow(label="a", time_us=100.0, op_count=6, top_op=None, speedup=1.0, spread_us=10.0)
+    near = ComparisonRow(label="b", time_us=95.0, op_count=1, top_op=None, speedup=100 / 95, spread_us=10.0)
+    far = ComparisonRow(label="c", time_us=50.0, op_count=1, top_op=None, speedup=2.0, spread_us=5.0)
+    assert base.speedup_text(base) == "1.00x"
+    assert near.speedup_text(base) == "1.05x (noise)"
+    assert far.speedup_text(base) == "2.00x"
+    cmp = Comparison(name="c", backend="cpu", rows=[base, near, far])
+    assert "1.05x (noise)" in cmp.table() and "2.00x" in cmp.table()

@@ -30,18 +30,13 @@ from .config import (
     disabled_by_env,
 )
 from .errors import NeuronscopeError
-from .region import _tls, run_captured
+from .region import MAX_KEPT_RESULTS, _tls, run_captured
 from .result import ProfileResult
 
 __all__ = ["NotWrappableError", "profile_on_neuron", "wrap_callable"]
 
 log = logging.getLogger("neuronscope")
 F = TypeVar("F", bound=Callable[..., Any])
-
-#: Most results a decorated callable keeps in ``.results``; with ``active=None`` on a hot
-#: function the list would otherwise grow for the life of the process. Older ones are dropped
-#: (their run directories stay on disk).
-MAX_KEPT_RESULTS = 100
 
 
 class NotWrappableError(NeuronscopeError, TypeError):

@@ -38,6 +38,10 @@ __all__ = ["CallWindow", "NeuronscopeWarning", "current_capture", "neuron_region
 log = logging.getLogger("neuronscope")
 F = TypeVar("F", bound=Callable[..., Any])
 
+#: Results a decorated callable or a region object keeps in ``.results`` (the newest): with
+#: ``active=None`` on a hot function the list would otherwise grow for the life of the
+#: process. Older ones are dropped; their run directories stay on disk.
+MAX_KEPT_RESULTS = 100
 #: Above this many raw events the trace is written gzip-compressed (``trace_format="auto"``):
 #: Chrome traces compress about 10x, and below this size the plain file opens faster.
 GZIP_TRACE_ABOVE_EVENTS = 20_000
@@ -608,6 +612,9 @@ class neuron_region:
                 _region_setups[(name, key)] = setup
         self.options, self.name, self._explicit_window = setup
         self._last_session: _Session | None = None
+        #: The captures this object ran (the outermost entries), oldest first; the last
+        #: MAX_KEPT_RESULTS are kept, so a region reused in a long loop stays bounded.
+        self.results: list[ProfileResult] = []
         #: Entries that ran uncaptured because another capture held the profiler.
         self.skipped_calls = 0
         self._open: dict[int, list[_Entry]] = {}  # this object's open entries, per thread
@@ -681,10 +688,14 @@ class neuron_region:
         if entry is _OFF:  # uncaptured: nothing to undo (the fast path when disabled)
             return
         try:
-            leave(entry, exc)
+            result = leave(entry, exc)
         finally:  # an interrupt during the export keeps r.result
             if entry.session is not None:
                 self._last_session = entry.session
+        if result is not None:
+            self.results.append(result)
+            if len(self.results) > MAX_KEPT_RESULTS:
+                del self.results[:-MAX_KEPT_RESULTS]
         return  # never swallow the user's exception
 
     def __call__(self, func: F) -> F:

@@ -168,6 +168,24 @@ def test_work_handed_to_other_threads_counts_for_the_region() -> None:
     assert ops["aten::mm"] == 4 and ops["aten::sigmoid"] == 4
 
 
+def test_a_region_reused_in_a_loop_keeps_its_captures() -> None:
+    """``r.results`` holds every capture the object ran (``r.result`` only the last), bounded."""
+    from neuronscope.region import MAX_KEPT_RESULTS
+
+    region = neuron_region("loop_kept", export=False, warmup=1, active=2)
+    for i in range(5):
+        with region:
+            torch.ones(4).mul_(i)
+    assert len(region.results) == 2 and region.results[-1] is region.result
+    assert all(r.name == "loop_kept" for r in region.results)
+    many = neuron_region("many", export=False, hints=False)
+    for _ in range(MAX_KEPT_RESULTS + 3):
+        with many:
+            pass
+    assert len(many.results) == MAX_KEPT_RESULTS
+    assert neuron_region("off", enabled=False).results == []
+
+
 def test_disabled_region_is_a_pass_through(monkeypatch: pytest.MonkeyPatch) -> None:
     with neuron_region("off", enabled=False) as r:
         torch.ones(1)

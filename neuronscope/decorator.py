@@ -207,7 +207,7 @@ async def _run_async(state: _DecoratedState, func: Callable[..., Any], args: tup
         leave_and_deliver(entry, exc, state.on_result)
         raise
     result = leave_and_deliver(entry, None, state.on_result)
-    if result is None and entry.kind == "skip":
+    if result is None and entry.kind in ("skip", "foreign"):
         state.on_skip()
     return value
 

@@ -368,7 +368,7 @@ class _Label:
 class _Entry:
     """What one ``__enter__`` did, so that ``__exit__`` undoes exactly that."""
 
-    kind: str  # "outer", "inner", "skip" or "off"
+    kind: str  # "outer", "inner", "foreign" (a label in the user's own profiler), "skip" or "off"
     session: _Session | None = None
     label: _Label | None = None
 
@@ -385,9 +385,13 @@ def enter(options: Options, name: str, target: str | None) -> _Entry:
         except BaseException:
             _tls.depth -= 1
             raise
+    if _torch_profiler_running() and not _capture_lock.locked():
+        # The user's own torch.profiler is running: torch's profiler is process-wide and not
+        # re-entrant, so no capture of ours, but the block shows in theirs as a labelled range
+        # (``from_profiler(prof).regions`` has it).
+        return _Entry("foreign", label=_Label(name))
     if _torch_profiler_running() or not _capture_lock.acquire(blocking=False):
-        # Another capture (on another thread, or the user's own torch.profiler) is running:
-        # torch's profiler is process-wide and not re-entrant, so this block runs uncaptured.
+        # Another capture of ours (on another thread) is running: this block runs uncaptured.
         return _Entry("skip")
     session = _Session(options=options, name=name, target=target)
     try:
@@ -446,6 +450,8 @@ def leave(entry: _Entry, exc: BaseException | None) -> ProfileResult | None:
         if entry.label is not None:
             entry.label.close()
         return None
+    if entry.kind == "foreign" and entry.label is not None:
+        entry.label.close()
     if entry.kind != "outer":
         return None
     session = entry.session
@@ -533,7 +539,7 @@ def run_captured(
         leave_and_deliver(entry, exc, on_result)
         raise
     result = leave_and_deliver(entry, None, on_result)
-    if result is None and entry.kind == "skip":
+    if result is None and entry.kind in ("skip", "foreign"):
         (on_skip or functools.partial(on_skipped, name))()
     return value
 
@@ -552,8 +558,9 @@ def on_skipped(name: str, count: int | None = None) -> None:
         return
     _ensure_log_handler()
     log.warning(
-        "neuronscope: %s ran uncaptured%s: another capture (or the user's own torch.profiler) "
-        "was running; torch's profiler runs one capture per process at a time",
+        "neuronscope: %s ran uncaptured%s: another capture (or the user's own torch.profiler, "
+        "where it shows as a labelled range) was running; torch's profiler runs one capture "
+        "per process at a time",
         name,
         "" if count is None else f" ({count} call(s) so far; see .skipped_calls)",
     )
@@ -667,7 +674,7 @@ class neuron_region:
             entry = enter(self.options, self.name, None)
             if entry.kind == "outer" and entry.session is not None:
                 entry.session.skipped = lambda: self.skipped_calls
-            elif entry.kind == "skip":
+            elif entry.kind in ("skip", "foreign"):
                 with _skip_lock:
                     self.skipped_calls += 1
                     count = self.skipped_calls

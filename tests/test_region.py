@@ -168,6 +168,27 @@ def test_work_handed_to_other_threads_counts_for_the_region() -> None:
     assert ops["aten::mm"] == 4 and ops["aten::sigmoid"] == 4
 
 
+def test_inside_the_users_own_profiler_regions_are_labels_in_it() -> None:
+    """torch.profiler is not re-entrant: inside the user's own capture a region captures
+    nothing itself, but shows in theirs as a labelled range, decorated calls too."""
+    from torch.profiler import ProfilerActivity, profile
+
+    @profile_on_neuron(warmup=0, export=False)
+    def decorated(x: torch.Tensor) -> torch.Tensor:
+        return x.exp()
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        with neuron_region("blk", export=False) as r:
+            torch.ones(8).sin()
+            decorated(torch.ones(8))
+    # Not neuronscope's captures: counted as calls it could not capture, and no results.
+    assert r.result is None and r.skipped_calls == 1 and decorated.skipped_calls == 1 and decorated.results == []
+    regions = neuronscope.from_profiler(prof).regions
+    assert "aten::sin" in [o.name for o in regions["blk"].ops]
+    assert "aten::exp" in [o.name for o in regions["decorated"].ops]
+    assert ensure_no_capture_running()
+
+
 def test_a_region_reused_in_a_loop_keeps_its_captures() -> None:
     """``r.results`` holds every capture the object ran (``r.result`` only the last), bounded."""
     from neuronscope.region import MAX_KEPT_RESULTS

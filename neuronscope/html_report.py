@@ -363,7 +363,7 @@ def _regions_table(regions: dict[str, RegionStat]) -> str:
                 _Raw(f"<code>{_e(top)}</code>"),
             ]
         )
-    return _table(["Region", "Calls", "Time (incl.)", "Device time", "Ops", "Top op"], rows, numeric=[1, 2, 3, 4])
+    return _table(["Region", "Calls", "Time (incl.)", "Device time", "Distinct ops", "Top op"], rows, numeric=[1, 2, 3, 4])
 
 
 def _ranks_table(ranks: list[dict[str, Any]]) -> str:

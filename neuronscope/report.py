@@ -83,7 +83,7 @@ def render_regions(regions: dict[str, RegionStat]) -> str:
         rows.append([name, reg.calls, _fmt_us(reg.time_us), _fmt_us(reg.device_time_us), len(reg.ops), top])
     return tabulate(
         rows,
-        headers=["Region", "Calls", "Time (incl.)", "Device time", "Ops", "Top op"],
+        headers=["Region", "Calls", "Time (incl.)", "Device time", "Distinct ops", "Top op"],
         tablefmt="simple",
         disable_numparse=True,
     )
@@ -151,7 +151,7 @@ def render_comparison(cmp: Comparison) -> str:
         )
     text = tabulate(
         rows,
-        headers=["Variant", "Time", "Spread", "Ops", "Top op", "Speedup", "Outputs agree", "Top hint"],
+        headers=["Variant", "Time", "Spread", "Ops/call", "Top op", "Speedup", "Outputs agree", "Top hint"],
         tablefmt="simple",
         disable_numparse=True,
     )
@@ -198,7 +198,7 @@ def comparison_html_table(cmp: Comparison) -> str:
         ]
         for r in cmp.rows
     ]
-    headers = ["Variant", "Time", "Spread", "Ops", "Top op", "Speedup", "Outputs agree", "Top hint"]
+    headers = ["Variant", "Time", "Spread", "Ops/call", "Top op", "Speedup", "Outputs agree", "Top hint"]
     caption = html.escape(cmp.name + (f" [{cmp.backend}]" if cmp.backend else ""))
     notes = "".join(f"<li>{html.escape(n)}</li>" for n in cmp.notes)
     return f"<div><b>{caption}</b>" + _html_table(headers, rows) + (f"<ul>{notes}</ul>" if notes else "") + "</div>"

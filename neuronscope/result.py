@@ -168,9 +168,12 @@ class Hint:
         where = f" at {self.location}" if self.location else ""
         ops = " -> ".join(self.ops)
         times = f"x{self.calls}" if self.calls > 1 else ""
+        measured = (
+            f" (measured: {_fmt_us(self.verified_saving_us)})" if self.verified_saving_us is not None else ""
+        )
         return (
             f"[{self.kind}:{self.pattern}]{where} {ops} {times} costs {_fmt_us(self.time_us)}, "
-            f"save ~{_fmt_us(self.est_saving_us)}: {self.suggestion}"
+            f"save ~{_fmt_us(self.est_saving_us)}{measured}: {self.suggestion}"
         ).replace("  ", " ")
 
     def verify(self, **options: Any) -> Any:
@@ -351,16 +354,17 @@ class ProfileResult:
         return ops_dataframe(self.ops)
 
     def __repr__(self) -> str:
+        # One line, so that a list of results prints as a list; table() has the rest.
         top = self.top_op
-        lines = [
-            f"ProfileResult({self.name!r}, backend={self.backend!r}, status={self.status!r})",
-            f"  wall {_fmt_us(self.wall_time_us)}, {len(self.ops)} ops, {len(self.hints)} hints",
+        parts = [
+            f"{self.name!r}, {self.backend}, {self.status}, wall {_fmt_us(self.wall_time_us)}",
+            f"{len(self.ops)} ops, {len(self.hints)} hints",
         ]
         if top is not None:
-            lines.append(f"  top op {top.name} ({_fmt_us(top.time_us)})")
+            parts.append(f"top op {top.name} ({_fmt_us(top.time_us)})")
         if self.run_dir:
-            lines.append(f"  run_dir {self.run_dir}")
-        return "\n".join(lines)
+            parts.append(f"run_dir={self.run_dir!r}")
+        return f"ProfileResult({', '.join(parts)})"
 
     # ---- serialisation -------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

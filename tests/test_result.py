@@ -69,8 +69,10 @@ def test_derived_properties_and_repr() -> None:
     assert r.op("aten::add") is r.ops[1] and r.op("nope") is None
     assert r.fusion_hints == r.hints
     text = repr(r)
-    assert "sample" in text and "1.23 ms" in text
+    assert "sample" in text and "1.23 ms" in text and "\n" not in text
     assert "rms_norm" in r.hints[0].message and "x12" in r.hints[0].message
+    r.hints[0].verified_saving_us = 250.0
+    assert "(measured: 250.0 us)" in r.hints[0].message
 
 
 def test_comparison_round_trip() -> None:

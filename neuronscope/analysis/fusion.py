@@ -795,7 +795,7 @@ def _suggestion(pattern: str, backend: str, m: Match) -> str:
         call = f"torch.nn.functional.rms_norm(x, ({d},), weight, eps)"
         if fused:
             return f"use {call} (or torch.compile the module)"
-        return f"torch.compile the module: on CPU {call} is not one kernel"
+        return f"torch.compile the module ({call} is no faster on CPU: it runs these same ops)"
     if pattern == "layer_norm":
         return f"use torch.nn.functional.layer_norm(x, ({d},), weight, bias, eps)"
     if pattern == "softmax":

@@ -216,6 +216,34 @@ def ops_dataframe(ops: list[OpStat]) -> Any:
     return _dataframe([o.to_dict() for o in ops], columns=columns)
 
 
+def regions_dataframe(regions: dict[str, RegionStat]) -> Any:
+    """The regions as a pandas DataFrame indexed by name: calls, inclusive time, device time,
+    how many distinct ops ran inside and the costliest of them."""
+    records = [
+        {
+            "name": name,
+            "calls": r.calls,
+            "time_us": r.time_us,
+            "device_time_us": r.device_time_us,
+            "distinct_ops": len(r.ops),
+            "top_op": r.ops[0].name if r.ops else None,
+        }
+        for name, r in regions.items()
+    ]
+    columns = ["name", "calls", "time_us", "device_time_us", "distinct_ops", "top_op"]
+    return _dataframe(records, columns=columns).set_index("name")
+
+
+def hints_dataframe(hints: list[Hint]) -> Any:
+    """The hints as a pandas DataFrame, one row each, the ops joined with ' -> '."""
+    records = [{**h.to_dict(), "ops": " -> ".join(h.ops)} for h in hints]
+    columns = [
+        "kind", "pattern", "ops", "calls", "time_us", "est_saving_us", "verified_saving_us",
+        "suggestion", "location", "confidence",
+    ]
+    return _dataframe([{k: r.get(k) for k in columns} for r in records], columns=columns)
+
+
 def _dataframe(records: list[dict[str, Any]], columns: list[str] | None = None) -> Any:
     try:
         import pandas as pd

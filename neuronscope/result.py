@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from .errors import RunLoadError
+from .errors import NeuronscopeError, RunLoadError
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -347,11 +347,20 @@ class ProfileResult:
 
         return result_html_table(self)
 
-    def to_dataframe(self) -> Any:
-        """The op table as a pandas DataFrame (needs pandas, an optional extra)."""
-        from .report import ops_dataframe
+    def to_dataframe(self, table: str = "ops") -> Any:
+        """A table of this result as a pandas DataFrame (needs pandas, an optional extra):
+        ``"ops"`` (one row per op), ``"regions"`` (one per region, indexed by name) or
+        ``"hints"`` (one per hint, largest estimated saving first)."""
+        from .report import hints_dataframe, ops_dataframe, regions_dataframe
 
-        return ops_dataframe(self.ops)
+        makers = {
+            "ops": lambda: ops_dataframe(self.ops),
+            "regions": lambda: regions_dataframe(self.regions),
+            "hints": lambda: hints_dataframe(self.hints),
+        }
+        if table not in makers:
+            raise NeuronscopeError(f"to_dataframe() makes the 'ops', 'regions' or 'hints' table, not {table!r}")
+        return makers[table]()
 
     def __repr__(self) -> str:
         # One line, so that a list of results prints as a list; table() has the rest.

@@ -193,6 +193,13 @@ def test_dataframe_and_html() -> None:
     assert isinstance(df, pd.DataFrame) and list(df["name"]) == ["aten::mm", "aten::add"]
     html = _sample_result()._repr_html_()
     assert "<table>" in html and "aten::mm" in html
+    regions = _sample_result().to_dataframe("regions")
+    assert "attn" in regions.index and regions.loc["attn", "top_op"] is not None
+    assert int(regions.loc["attn", "distinct_ops"]) == len(_sample_result().regions["attn"].ops)
+    hints = _sample_result().to_dataframe("hints")
+    assert list(hints["pattern"]) == ["rms_norm"] and " -> " in hints["ops"][0]
+    with pytest.raises(NeuronscopeError, match="'ops', 'regions' or 'hints'"):
+        _sample_result().to_dataframe("kernels")
 
 
 def test_table_says_when_the_hint_rules_found_nothing() -> None:

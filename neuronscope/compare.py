@@ -387,7 +387,7 @@ def _note_mistyped_option(exc: BaseException, call_kwargs: dict[str, Any]) -> No
     known = sorted(set(Options.__dataclass_fields__) | _COMPARE_ONLY)
     for key in call_kwargs:
         close = difflib.get_close_matches(key, known, n=1, cutoff=0.75)
-        if f"'{key}'" in str(exc) and close:
+        if f"'{key}'" in str(exc) and close and hasattr(exc, "add_note"):  # Python 3.11+
             exc.add_note(
                 f"neuronscope: compare() passed {key}= to the variants, since it is no compare() "
                 f"option; did you mean {close[0]}=?"

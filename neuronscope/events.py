@@ -518,6 +518,7 @@ class Summary:
     regions: dict[str, RegionStat]
     span_us: float
     op_events: int
+    notes: list[str] = field(default_factory=list)  # what the totals leave out, for the result
 
 
 def _sort_key(op: OpStat) -> tuple[float, float]:
@@ -719,6 +720,7 @@ def summarize(table: EventTable) -> Summary:
 
     # ---- regions: each range name, its inclusive time and the ops inside it ----
     regions: dict[str, RegionStat] = {}
+    notes: list[str] = []
     ann_all = np.flatnonzero(kinds == KIND_ANNOTATION)
     if ann_all.size:
         r_calls = np.bincount(codes[ann_all], minlength=n_codes)
@@ -730,13 +732,23 @@ def summarize(table: EventTable) -> Summary:
         inner = _region_ops(parent, s_kind, s_code, op_pos, n_codes)
         # Work the range's thread handed to other threads of its process while it was open
         # (CUDA backward runs on autograd's device threads while the caller waits in
-        # ``## backward ##``): the range's too. A capture records only the threads working
-        # for the one that started it, so no unrelated thread's work comes in.
+        # ``## backward ##``): the range's too. By default a capture records only the threads
+        # working for the one that started it (not so with profile_all_threads=True).
         cross = _other_thread_work(s_start, s_end, s_tid, s_kind, table.processes, n_main, order)
-        if cross is not None:
+        if cross is _TOO_MANY:
+            notes.append(
+                "regions count only their own thread's work here: the other threads' work inside "
+                f"them would be over {MAX_CROSS_PAIRS:,} (range, event) pairs"
+            )
+        elif cross is not None:
             reg_x, ev_x = cross
-            pair = np.unique(ev_x * n_codes + s_code[reg_x])  # once per range name
-            ev_x, reg_cx = np.divmod(pair, n_codes)
+            keys = ev_x * n_codes + s_code[reg_x]
+            # Once per range name, and not where the event's own thread has a range of that
+            # name open around it (its own nesting counts it already).
+            own = _region_ops(parent, s_kind, s_code, np.unique(ev_x), n_codes)
+            if own is not None:
+                keys = np.setdiff1d(keys, own[2] * n_codes + own[0])
+            ev_x, reg_cx = np.divmod(np.unique(keys), n_codes)
             if r_dev is not None and s_dev_own is not None:
                 r_dev += np.bincount(reg_cx, weights=s_dev_own[ev_x], minlength=n_codes).astype(r_dev.dtype)
             is_op_x = s_is_op[ev_x]
@@ -785,7 +797,13 @@ def summarize(table: EventTable) -> Summary:
                 ops=ops_in,
             )
     span_ns = int(ends[:n_main].max() - starts[:n_main].min())
-    return Summary(ops=op_stats, regions=regions, span_us=span_ns / 1e3, op_events=op_events)
+    return Summary(ops=op_stats, regions=regions, span_us=span_ns / 1e3, op_events=op_events, notes=notes)
+
+
+#: Most (range, other thread's event) pairs a summary builds: threads that all run ranges at
+#: once would otherwise make threads^2 x ranges x events of them (50 threads: gigabytes).
+MAX_CROSS_PAIRS = 5_000_000
+_TOO_MANY: Any = object()
 
 
 def _other_thread_work(
@@ -810,8 +828,8 @@ def _other_thread_work(
         return None
     proc = np.array([hash(processes.get(int(t), 0)) for t in threads.tolist()], dtype=np.int64)
     proc_of = proc[np.searchsorted(threads, tid)]
-    reg_parts: list[np.ndarray] = []
-    ev_parts: list[np.ndarray] = []
+    spans: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+    budget = MAX_CROSS_PAIRS
     for t, p in zip(threads.tolist(), proc.tolist()):
         mine = np.flatnonzero((tid == t) & main)  # by start, within the thread
         ranges = np.flatnonzero(is_range & (tid != t) & (proc_of == p))
@@ -819,6 +837,13 @@ def _other_thread_work(
             continue
         lo = np.searchsorted(start[mine], start[ranges], side="left")
         hi = np.searchsorted(start[mine], end[ranges], side="left")
+        budget -= int((hi - lo).sum())
+        if budget < 0:
+            return _TOO_MANY
+        spans.append((mine, ranges, lo, hi))
+    reg_parts: list[np.ndarray] = []
+    ev_parts: list[np.ndarray] = []
+    for mine, ranges, lo, hi in spans:
         counts = hi - lo
         total = int(counts.sum())
         if not total:

@@ -57,6 +57,7 @@ def build_result(
         wall_time_us=summary.span_us if wall_time_us is None else wall_time_us,
         ops=summary.ops,
         regions=summary.regions,
+        notes=list(summary.notes),
         started_at=now_iso(),
         host=socket.gethostname(),
         pid=os.getpid(),

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType, TracebackType
-from typing import Any, ClassVar, Self, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from . import distributed as _distributed
 from . import export as _export
@@ -36,6 +36,9 @@ from .result import ProfileResult
 __all__ = ["CallWindow", "NeuronscopeWarning", "current_capture", "neuron_region", "run_captured"]
 
 log = logging.getLogger("neuronscope")
+if TYPE_CHECKING:
+    from typing_extensions import Self  # typing.Self is 3.11+; torch requires typing_extensions
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 #: Results a decorated callable or a region object keeps in ``.results`` (the newest): with

@@ -787,22 +787,28 @@ def _group_by_rank(files: Sequence[Path]) -> list[tuple[int, list[Path]]]:
             unknown.setdefault(worker, []).append(p)
         else:
             known.setdefault(rank, []).append(p)
-    named = [w for w, ps in unknown.items() if ps[0].name in _NAMED_TRACES]
-    if not known and len(named) > 1:
-        # Several run directories (neuronscope's, Neuron's) whose traces say nothing of a
-        # rank are separate runs, not the ranks of one: reading them together would add up
-        # unrelated captures.
-        newest = max(named, key=lambda w: Path(w).name)
-        raise TraceFormatError(
-            f"{len(named)} traces in separate run directories, and none says which rank it is: "
-            f"these look like separate runs; pass one of them (the newest is {newest}), or a "
-            f"list of one job's per-rank traces"
-        )
     nxt = max(known, default=-1) + 1
     for worker in sorted(unknown):
         known[nxt] = unknown[worker]
         nxt += 1
     return sorted(known.items())
+
+
+def _refuse_separate_runs(directory: Path, files: list[Path]) -> None:
+    """A directory holding several run directories (neuronscope's, Neuron's) whose traces say
+    nothing of a rank holds separate runs, not the ranks of one job: reading them together
+    would add up unrelated captures. (A list of such files, given by hand, is read as ranks.)"""
+    dirs = {p.parent for p in files if p.name in _NAMED_TRACES}
+    if len(dirs) < 2 or any(_RANK_IN_NAME.search(p.name) or _RANK_IN_NAME.search(p.parent.name) for p in files):
+        return
+    if any(_peek_rank(p)[0] is not None for p in files):
+        return
+    newest = max(dirs, key=lambda d: d.name)
+    raise TraceFormatError(
+        f"{directory}: {len(dirs)} run directories, and no trace says which rank it is: these "
+        f"look like separate runs; pass one of them (the newest is {newest}), or a list of one "
+        f"job's per-rank traces"
+    )
 
 
 def _resolve(path: TracePath | Sequence[TracePath]) -> tuple[list[Path], str]:
@@ -816,6 +822,7 @@ def _resolve(path: TracePath | Sequence[TracePath]) -> tuple[list[Path], str]:
                     f"{p}: no torch.profiler trace files in this directory (looked for "
                     f"*.pt.trace.json[.gz], trace.json[.gz], pytorch_trace.json)"
                 )
+            _refuse_separate_runs(p, found)
             return found, p.resolve().name or "trace"
         if not p.exists():
             raise TraceFormatError(f"{p}: no such file or directory")

@@ -171,6 +171,19 @@ def test_rms_norm_in_a_training_step_with_a_loss_target() -> None:
     assert found == [["rms_norm"]] * 8, found
 
 
+def test_no_norm_from_a_statistic_computed_on_the_side() -> None:
+    """The RMS of ``h`` is computed (for monitoring) and returned, while ``h`` is multiplied by
+    a tensor of the statistic's shape that an earlier op already read: not a norm."""
+    x, gate = torch.randn(4, 16, 64), torch.rand(4, 16, 1)
+
+    def run() -> tuple[torch.Tensor, torch.Tensor]:
+        h = x + gate
+        stat = torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return h * gate, stat
+
+    assert "rms_norm" not in fusion(from_profiler(capture(run, calls=3)))
+
+
 # ---- grouping, ranking, compiled code ----------------------------------------------------------
 
 

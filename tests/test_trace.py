@@ -614,6 +614,9 @@ def test_separate_runs_are_not_taken_for_ranks(tmp_path: Path) -> None:
     with pytest.raises(TraceFormatError, match=r"separate runs; pass one of them \(the newest is .*000003_host_pid7\)"):
         from_trace(tmp_path)
     assert from_trace(tmp_path / "20250101-000000-000002_host_pid7").op("aten::mm").calls >= 1
+    # Listed by hand, they are taken as what the user says: one job's ranks.
+    listed = sorted(tmp_path.glob("*/trace.json.gz"))
+    assert [e["rank"] for e in from_trace(listed).ranks] == [0, 1, 2]
 
 
 def test_find_trace_files_neuron_layout(tmp_path: Path) -> None:

@@ -204,7 +204,8 @@ def _match_norm(g: OpGraph, n: OpNode) -> Match | None:
 
 def _unlinked_producer(g: OpGraph, n: OpNode, k: int) -> OpNode | None:
     """The op just before ``n`` on its thread, taken as the maker of ``n``'s input ``k`` where
-    the inferred linking left that input unexplained.
+    the inferred linking left that input unexplained and no earlier op saw its storage (a
+    tensor seen before is an older one, not what the op just before made).
 
     The linking goes wrong on exactly this in a training step: in ``x * rsqrt(var + eps)``
     followed, a few ops later, by a loss whose target (from outside the capture) has the
@@ -219,6 +220,8 @@ def _unlinked_producer(g: OpGraph, n: OpNode, k: int) -> OpNode | None:
     if prev.tid != n.tid or not prev.writes or prev.op not in _NORM_TAIL_OPS:
         return None
     if not prev.inputs or prev.inputs[0].sizes != t.sizes or prev.inputs[0].dtype != t.dtype:
+        return None
+    if any(a.key == t.key for m in g.nodes[: n.index] for a in m.inputs):
         return None
     return prev
 

@@ -616,7 +616,8 @@ class neuron_region:
             if opts.backend not in ("auto", "cpu"):
                 check_backend_available(opts.backend)
             setup = (opts, opts.name or _caller_name(), "warmup" in options or "active" in options)
-            if key is not None:
+            # A device backend is checked each time: whether it is there can change (tests).
+            if key is not None and opts.backend in ("auto", "cpu"):
                 if len(_region_setups) >= 256:
                     _region_setups.clear()
                 _region_setups[(name, key)] = setup
@@ -695,6 +696,8 @@ class neuron_region:
             return
         entries = self._entries()
         entry = entries.pop() if entries else _OFF
+        if not entries:  # a short-lived thread leaves nothing behind
+            self._open.pop(threading.get_ident(), None)
         if entry is _OFF:  # uncaptured: nothing to undo (the fast path when disabled)
             return
         try:

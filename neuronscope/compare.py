@@ -387,11 +387,15 @@ def _note_mistyped_option(exc: BaseException, call_kwargs: dict[str, Any]) -> No
     known = sorted(set(Options.__dataclass_fields__) | _COMPARE_ONLY)
     for key in call_kwargs:
         close = difflib.get_close_matches(key, known, n=1, cutoff=0.75)
-        if f"'{key}'" in str(exc) and close and hasattr(exc, "add_note"):  # Python 3.11+
-            exc.add_note(
+        if f"'{key}'" in str(exc) and close:
+            note = (
                 f"neuronscope: compare() passed {key}= to the variants, since it is no compare() "
                 f"option; did you mean {close[0]}=?"
             )
+            if hasattr(exc, "add_note"):  # Python 3.11+: shown under the traceback
+                exc.add_note(note)
+            else:
+                log.warning("%s", note)
 
 
 def _split_options(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

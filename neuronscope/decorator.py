@@ -79,6 +79,7 @@ class _DecoratedState:
             count = self.skipped
             if self.wrapper is not None:
                 self.wrapper.skipped_calls = count
+        self.window.give_back()
         on_skipped(self.name, count)
 
 

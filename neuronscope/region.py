@@ -499,6 +499,15 @@ class CallWindow:
                 return False
             return self.active is None or index < self.warmup + self.active
 
+    def give_back(self) -> None:
+        """A call counted as captured could not be (another capture held the profiler): its
+        slot goes back, so that a later call is captured in its place and ``active`` calls
+        are captured in the end."""
+        with self._lock:
+            if self.active is not None and self.calls > self.warmup:
+                self.calls -= 1
+                self.closed = self.calls >= self.warmup + self.active
+
 
 def leave_and_deliver(
     entry: _Entry, exc: BaseException | None, on_result: Callable[[ProfileResult], None]
@@ -683,6 +692,8 @@ class neuron_region:
                     self.skipped_calls += 1
                     count = self.skipped_calls
                 on_skipped(self.name, count)
+                if w is not None:
+                    w.give_back()
         self._entries().append(entry)
         return self
 

@@ -173,7 +173,7 @@ def test_inside_the_users_own_profiler_regions_are_labels_in_it() -> None:
     nothing itself, but shows in theirs as a labelled range, decorated calls too."""
     from torch.profiler import ProfilerActivity, profile
 
-    @profile_on_neuron(warmup=0, export=False)
+    @profile_on_neuron(warmup=0, active=1, export=False)
     def decorated(x: torch.Tensor) -> torch.Tensor:
         return x.exp()
 
@@ -187,6 +187,17 @@ def test_inside_the_users_own_profiler_regions_are_labels_in_it() -> None:
     assert "aten::sin" in [o.name for o in regions["blk"].ops]
     assert "aten::exp" in [o.name for o in regions["decorated"].ops]
     assert ensure_no_capture_running()
+    # The call that could not be captured gave its slot back: the next one is captured.
+    decorated(torch.ones(8))
+    assert decorated.last_result is not None and decorated.skipped_calls == 1
+    decorated(torch.ones(8))
+    assert len(decorated.results) == 1  # active=1: one capture, then free
+    once = neuron_region("once", export=False, warmup=0, active=1)
+    with profile(activities=[ProfilerActivity.CPU]), once:
+        pass
+    with once:
+        torch.ones(2).cos()
+    assert once.result is not None and once.skipped_calls == 1
 
 
 def test_a_region_reused_in_a_loop_keeps_its_captures() -> None:

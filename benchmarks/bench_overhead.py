@@ -177,6 +177,12 @@ def section_calls(calls: int, repeats: int) -> None:
                 return f(x)
 
         measure("with neuron_region, NEURONSCOPE_DISABLE=1", in_env_region)
+
+        def new_env_region() -> Any:
+            with neuron_region("r-new-env"):
+                return f(x)
+
+        measure("with neuron_region(...) made each call, DISABLE=1", new_env_region)
     finally:
         del os.environ["NEURONSCOPE_DISABLE"]
     cases: dict[str, Callable[[], Any]] = {}

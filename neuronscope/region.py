@@ -637,7 +637,9 @@ class neuron_region:
         self.results: list[ProfileResult] = []
         #: Entries that ran uncaptured because another capture held the profiler.
         self.skipped_calls = 0
-        self._open: dict[int, list[_Entry]] = {}  # this object's open entries, per thread
+        # This object's open entries, per thread; a thread's list goes when it empties, so an
+        # object with nothing open (the common case) enters and leaves uncaptured in two checks.
+        self._open: dict[int, list[_Entry]] = {}
 
     @property
     def enabled(self) -> bool:
@@ -694,6 +696,8 @@ class neuron_region:
                 on_skipped(self.name, count)
                 if w is not None:
                     w.give_back()
+        if entry is _OFF and not self._open:
+            return self  # nothing open on this object: __exit__ finds nothing and does nothing
         self._entries().append(entry)
         return self
 
@@ -703,11 +707,11 @@ class neuron_region:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if not self.options.enabled:
+        if not self.options.enabled or not self._open:
             return
         entries = self._entries()
         entry = entries.pop() if entries else _OFF
-        if not entries:  # a short-lived thread leaves nothing behind
+        if not entries:  # so that the next uncaptured entry takes the fast path again
             self._open.pop(threading.get_ident(), None)
         if entry is _OFF:  # uncaptured: nothing to undo (the fast path when disabled)
             return
@@ -757,10 +761,20 @@ class _DisabledRegion(neuron_region):
 
 
 _disabled_regions: dict[tuple[Any, ...], _DisabledRegion] = {}
+_disabled_by_name: dict[str, _DisabledRegion] = {}
 _region_setups: dict[tuple[Any, ...], tuple[Options, str, bool]] = {}
 
 
 def _disabled_region(name: str | None, options: dict[str, Any]) -> _DisabledRegion:
+    if len(options) == 1 and isinstance(name, str):  # just enabled=False: the common spelling
+        region = _disabled_by_name.get(name)
+        if region is None:
+            region = object.__new__(_DisabledRegion)
+            neuron_region.__init__(region, name, enabled=False)
+            if len(_disabled_by_name) >= 256:
+                _disabled_by_name.clear()
+            _disabled_by_name[name] = region
+        return region
     key = options_key(options)
     region = None if key is None else _disabled_regions.get((name, key))
     if region is None:

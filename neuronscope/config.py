@@ -177,10 +177,21 @@ def parse_cores(value: Any) -> tuple[int, ...] | None:
     return tuple(sorted(set(cores)))
 
 
+#: Entries a memo of :func:`remember` holds before it starts again from empty.
+MEMO_LIMIT = 256
+
+
+def remember(memo: dict[Any, Any], key: Any, value: Any) -> None:
+    """Store ``value`` in a bounded memo (validated options, region set-ups): a long job that
+    builds regions of ever new names must not grow it for ever."""
+    if len(memo) >= MEMO_LIMIT:
+        memo.clear()
+    memo[key] = value
+
+
 #: Options already validated, for ``with neuron_region("x"):`` written inside a loop, which
-#: builds its options on every pass (9 us each uncached). Bounded; keyed on type and value.
+#: builds its options on every pass (9 us each uncached). Keyed on type and value.
 _built: dict[tuple[Any, ...], Options] = {}
-_BUILT_LIMIT = 256
 
 
 def build_options(defaults: dict[str, Any] | None = None, **given: Any) -> Options:
@@ -194,9 +205,7 @@ def build_options(defaults: dict[str, Any] | None = None, **given: Any) -> Optio
     hit = _built.get(key)
     if hit is None:
         hit = _build_options(None, given)
-        if len(_built) >= _BUILT_LIMIT:
-            _built.clear()
-        _built[key] = hit
+        remember(_built, key, hit)
     return hit
 
 

@@ -30,7 +30,7 @@ from .config import (
     disabled_by_env,
 )
 from .errors import NeuronscopeError
-from .region import MAX_KEPT_RESULTS, _tls, run_captured
+from .region import MAX_KEPT_RESULTS, _tls, keep_result, run_captured  # noqa: F401 - MAX_KEPT_RESULTS: its former home
 from .result import ProfileResult
 
 __all__ = ["NotWrappableError", "profile_on_neuron", "wrap_callable"]
@@ -65,8 +65,7 @@ class _DecoratedState:
 
     def on_result(self, result: ProfileResult) -> None:
         with self._lock:
-            self.results.append(result)
-            del self.results[:-MAX_KEPT_RESULTS]
+            keep_result(self.results, result)
             if self.wrapper is not None:
                 self.wrapper.last_result = result
 

@@ -587,8 +587,8 @@ def summarize(table: EventTable) -> Summary:
     ranges, Python frames and runtime calls alike); self time is its duration less its
     children's, and its total device time is its own plus its descendants'. A region's ops
     are all the ops nested inside it, at any depth, and those that other threads of its
-    process started while it was open (autograd's backward threads, TorchScript forks; a
-    capture records only threads working for the one that started it); its device time is
+    process started while it was open (autograd's backward threads, TorchScript forks; by
+    default a capture records only threads working for the one that started it); its device time is
     what all of them launched. An op counts once per region name even where ranges of one
     name nest.
     """

@@ -16,7 +16,7 @@ from .analysis import AnalysisContext, analyze
 from .analysis.compile import label_compiled_ops, promote_compiled_events
 from .errors import NeuronscopeError
 from .events import EventTable, summarize, table_from_profiler
-from .result import ProfileResult
+from .result import HINTS_OFF_NOTE, ProfileResult
 
 __all__ = ["build_result", "from_profiler", "now_iso"]
 
@@ -75,10 +75,6 @@ def build_result(
     # After the rules, which see torch's own names: compiled code gets readable op names.
     label_compiled_ops(result, table, (extra or {}).get("compile"))
     return result
-
-
-#: The note of a result built with ``hints=False``: its empty hint list says nothing.
-HINTS_OFF_NOTE = "hint rules off (hints=False)"
 
 
 def _backend_of(prof: Any) -> str:

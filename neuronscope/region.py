@@ -27,7 +27,7 @@ from . import distributed as _distributed
 from . import export as _export
 from .analysis import compile as _compile
 from .capture import Backend, Capture, check_backend_available, resolve_backend
-from .config import Options, build_options, disabled_by_env, options_key
+from .config import Options, build_options, disabled_by_env, options_key, remember
 from .errors import NeuronscopeError
 from .events import table_from_profiler
 from .pipeline import build_result
@@ -45,6 +45,14 @@ F = TypeVar("F", bound=Callable[..., Any])
 #: ``active=None`` on a hot function the list would otherwise grow for the life of the
 #: process. Older ones are dropped; their run directories stay on disk.
 MAX_KEPT_RESULTS = 100
+
+
+def keep_result(results: list[ProfileResult], result: ProfileResult) -> None:
+    """Append ``result``, dropping the oldest beyond :data:`MAX_KEPT_RESULTS`."""
+    results.append(result)
+    del results[:-MAX_KEPT_RESULTS]
+
+
 #: Above this many raw events the trace is written gzip-compressed (``trace_format="auto"``):
 #: Chrome traces compress about 10x, and below this size the plain file opens faster.
 GZIP_TRACE_ABOVE_EVENTS = 20_000
@@ -627,9 +635,7 @@ class neuron_region:
             setup = (opts, opts.name or _caller_name(), "warmup" in options or "active" in options)
             # A device backend is checked each time: whether it is there can change (tests).
             if key is not None and opts.backend in ("auto", "cpu"):
-                if len(_region_setups) >= 256:
-                    _region_setups.clear()
-                _region_setups[(name, key)] = setup
+                remember(_region_setups, (name, key), setup)
         self.options, self.name, self._explicit_window = setup
         self._last_session: _Session | None = None
         #: The captures this object ran (the outermost entries), oldest first; the last
@@ -721,9 +727,7 @@ class neuron_region:
             if entry.session is not None:
                 self._last_session = entry.session
         if result is not None:
-            self.results.append(result)
-            if len(self.results) > MAX_KEPT_RESULTS:
-                del self.results[:-MAX_KEPT_RESULTS]
+            keep_result(self.results, result)
         return  # never swallow the user's exception
 
     def __call__(self, func: F) -> F:
@@ -760,31 +764,23 @@ class _DisabledRegion(neuron_region):
         return None
 
 
-_disabled_regions: dict[tuple[Any, ...], _DisabledRegion] = {}
-_disabled_by_name: dict[str, _DisabledRegion] = {}
+_disabled_regions: dict[Any, _DisabledRegion] = {}
 _region_setups: dict[tuple[Any, ...], tuple[Options, str, bool]] = {}
 
 
 def _disabled_region(name: str | None, options: dict[str, Any]) -> _DisabledRegion:
-    if len(options) == 1 and isinstance(name, str):  # just enabled=False: the common spelling
-        region = _disabled_by_name.get(name)
-        if region is None:
-            region = object.__new__(_DisabledRegion)
-            neuron_region.__init__(region, name, enabled=False)
-            if len(_disabled_by_name) >= 256:
-                _disabled_by_name.clear()
-            _disabled_by_name[name] = region
-        return region
-    key = options_key(options)
-    region = None if key is None else _disabled_regions.get((name, key))
+    key: Any = None  # a name taken from the caller's frame differs per call site: not kept
+    if isinstance(name, str):
+        if len(options) == 1:  # just enabled=False, the common spelling: the name is the key
+            key = name
+        elif (opts_key := options_key(options)) is not None:
+            key = (name, opts_key)
+    region = None if key is None else _disabled_regions.get(key)
     if region is None:
         region = object.__new__(_DisabledRegion)
         neuron_region.__init__(region, name, **options)  # validates, names it
-        # A name taken from the caller's frame differs from one call site to the next.
-        if key is not None and name is not None:
-            if len(_disabled_regions) >= 256:
-                _disabled_regions.clear()
-            _disabled_regions[(name, key)] = region
+        if key is not None:
+            remember(_disabled_regions, key, region)
     return region
 
 

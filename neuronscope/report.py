@@ -9,8 +9,8 @@ from typing import Any
 
 from tabulate import tabulate
 
-from .pipeline import HINTS_OFF_NOTE
 from .result import (
+    HINTS_OFF_NOTE,
     Comparison,
     ComparisonRow,
     Hint,

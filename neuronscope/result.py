@@ -25,6 +25,9 @@ __all__ = [
     "RegionStat",
 ]
 
+#: The note of a result built with ``hints=False``: its empty hint list says nothing.
+HINTS_OFF_NOTE = "hint rules off (hints=False)"
+
 #: Version of the ``result.json`` layout. Bump it when a field changes meaning; ``from_dict``
 #: keeps loading every older version and refuses newer ones with a clear message.
 SCHEMA_VERSION = 1
@@ -83,7 +86,6 @@ def _ranks(value: Any) -> list[dict[str, Any]] | None:
     return out
 
 
-
 def _malformed(what: str, exc: Exception) -> str:
     """Why a result.json could not be read back, and what to do."""
     if isinstance(exc, KeyError):
@@ -94,6 +96,7 @@ def _malformed(what: str, exc: Exception) -> str:
         f"{what} data is malformed ({problem}); the file was edited or not written by "
         f"neuronscope: re-export the run, or open its trace with `neuronscope show TRACE_FILE`"
     )
+
 
 @dataclass
 class OpStat:

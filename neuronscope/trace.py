@@ -778,10 +778,7 @@ def _group_by_rank(files: Sequence[Path]) -> list[tuple[int, list[Path]]]:
     known: dict[int, list[Path]] = {}
     unknown: dict[str, list[Path]] = {}
     for p in files:
-        rank, _ = _peek_rank(p)
-        if rank is None:
-            m = _RANK_IN_NAME.search(p.name) or _RANK_IN_NAME.search(p.parent.name)
-            rank = int(m.group(1)) if m else None
+        rank = _known_rank(p)
         if rank is None:
             worker = str(p.parent) if p.name in _NAMED_TRACES else p.name.split(".", 1)[0]
             unknown.setdefault(worker, []).append(p)
@@ -794,14 +791,22 @@ def _group_by_rank(files: Sequence[Path]) -> list[tuple[int, list[Path]]]:
     return sorted(known.items())
 
 
+def _known_rank(path: Path) -> int | None:
+    """The rank a trace says it is: ``distributedInfo.rank``, else ``rank<N>`` in the file's or
+    its directory's name; None when neither says."""
+    rank, _ = _peek_rank(path)
+    if rank is None:
+        m = _RANK_IN_NAME.search(path.name) or _RANK_IN_NAME.search(path.parent.name)
+        rank = int(m.group(1)) if m else None
+    return rank
+
+
 def _refuse_separate_runs(directory: Path, files: list[Path]) -> None:
     """A directory holding several run directories (neuronscope's, Neuron's) whose traces say
     nothing of a rank holds separate runs, not the ranks of one job: reading them together
     would add up unrelated captures. (A list of such files, given by hand, is read as ranks.)"""
     dirs = {p.parent for p in files if p.name in _NAMED_TRACES}
-    if len(dirs) < 2 or any(_RANK_IN_NAME.search(p.name) or _RANK_IN_NAME.search(p.parent.name) for p in files):
-        return
-    if any(_peek_rank(p)[0] is not None for p in files):
+    if len(dirs) < 2 or any(_known_rank(p) is not None for p in files):
         return
     newest = max(dirs, key=lambda d: d.name)
     raise TraceFormatError(

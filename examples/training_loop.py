@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 
 import torch
-import torch.nn as nn
+from torch import nn
 
 from neuronscope import neuron_region
 

@@ -177,6 +177,7 @@ def test_diff_two_runs(runs: dict[str, Any], capsys: pytest.CaptureFixture[str])
 def test_diff_lists_a_few_of_many_new_ops(shared_traces: Path, capsys: pytest.CaptureFixture[str]) -> None:
     a, b = (str(shared_traces / name) for name in ("a100_alexnet.json.gz", "a100_training_step.json.gz"))
     code, out, _ = run(["diff", a, b], capsys)
+    assert code == 0
     line = next(ln for ln in out.splitlines() if ln.startswith("appeared in B ("))
     count = int(line.split("(", 1)[1].split(")", 1)[0])
     assert count > 100 and line.count(", ") == 10 and line.endswith("more (--json lists them all)")
@@ -303,7 +304,7 @@ def test_report_without_matplotlib_exits_2(
 
 
 def test_demo_through_main(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    import neuronscope.demo as demo
+    from neuronscope import demo
 
     monkeypatch.setattr(demo, "DEMO_SHAPE", SHAPE)
     code, out, err = run(["demo", "--no-compile", "--output-dir", str(tmp_path), "--backend", "cpu"], capsys)
@@ -316,7 +317,7 @@ def test_demo_through_main(tmp_path: Path, capsys: pytest.CaptureFixture[str], m
 
 
 def test_demo_no_export(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    import neuronscope.demo as demo
+    from neuronscope import demo
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(demo, "DEMO_SHAPE", SHAPE)

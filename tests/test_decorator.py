@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.nn as nn
+from torch import nn
 
 import neuronscope
 from neuronscope import NeuronscopeError, ProfileResult, profile_on_neuron
@@ -97,7 +97,7 @@ def test_method_binding_and_static_and_class_methods() -> None:
 
         @profile_on_neuron(warmup=0, export=False)
         @classmethod
-        def make(cls, k: float) -> "Scaler":
+        def make(cls, k: float) -> Scaler:
             return cls(k)
 
     s = Scaler(3.0)

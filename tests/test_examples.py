@@ -17,7 +17,7 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 def _run(script: str, runs: Path, *args: str) -> str:
     env = {**os.environ, "NEURONSCOPE_OUTPUT_DIR": str(runs), "PYTHONUNBUFFERED": "1"}
     proc = subprocess.run(
-        [sys.executable, str(EXAMPLES / script), *args], capture_output=True, text=True, env=env, timeout=600
+        [sys.executable, str(EXAMPLES / script), *args], check=False, capture_output=True, text=True, env=env, timeout=600
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "USDT" not in proc.stderr  # the CPU build's profiler_start/stop lines are silenced

@@ -355,13 +355,13 @@ def test_load_survives_mutated_result_files(seed_files: list[str], tmp_path: Pat
             if str(run) not in str(exc):
                 failures.append(f"#{i}: the message does not name the file: {exc}")
             continue
-        except Exception as exc:  # noqa: BLE001 - exactly what this test hunts
+        except Exception as exc:
             failures.append(f"#{i}: {type(exc).__name__}: {exc} <- {blob[:120]!r}")
             continue
         outcomes["loaded"] += 1
         try:
             _usable(loaded)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             failures.append(f"#{i}: loaded but unusable: {type(exc).__name__}: {exc}")
         if i % 20 == 0 and _show(run) != 0:
             failures.append(f"#{i}: show failed on a run that loads")

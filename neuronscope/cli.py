@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import json
 import os
 import sys
 from collections.abc import Sequence
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import NeuronscopeError
+from .result import dumps_json
 
 __all__ = ["build_parser", "main"]
 
@@ -166,7 +166,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
         raise NeuronscopeError(f"{root}: not a directory (pass the output root that holds your runs)")
     rows = _run_rows(root)
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print(dumps_json(rows))
         return 0
     if not rows:
         print(f"no runs under {root}")
@@ -201,7 +201,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
                 f"as {label}{VARIANT_SEP}{first}"
             )
     d = diff_results(a, b)
-    print(json.dumps(d, indent=2) if args.json else render_diff(d, row_limit=args.rows).rstrip("\n"))
+    print(dumps_json(d) if args.json else render_diff(d, row_limit=args.rows).rstrip("\n"))
     return 0
 
 

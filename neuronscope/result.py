@@ -35,6 +35,37 @@ SCHEMA_VERSION = 1
 Shape = list[int]
 
 
+def dumps_json(value: Any, indent: int | None = 2) -> str:
+    """JSON as ``json.dumps(..., indent=indent)`` writes it, except that a list of numbers
+    nested at most two deep (a shape, an op's input-shape signature) stays on one line: a
+    result's shapes would otherwise take one line per dimension."""
+    if indent is None:
+        return json.dumps(value, default=str)
+    return _dumps(value, indent, 0)
+
+
+def _dumps(value: Any, indent: int, level: int) -> str:
+    if isinstance(value, dict) and value:
+        pad = " " * (indent * (level + 1))
+        items = (f"{pad}{json.dumps(str(k))}: {_dumps(v, indent, level + 1)}" for k, v in value.items())
+        return "{\n" + ",\n".join(items) + "\n" + " " * (indent * level) + "}"
+    if isinstance(value, (list, tuple)) and value and _depth(value) > 2:
+        pad = " " * (indent * (level + 1))
+        items = (pad + _dumps(v, indent, level + 1) for v in value)
+        return "[\n" + ",\n".join(items) + "\n" + " " * (indent * level) + "]"
+    return json.dumps(value, default=str)
+
+
+def _depth(value: Any) -> int:
+    """How deep lists nest in ``value``; a dict or a string anywhere counts as too deep for
+    one line (lists of names and notes read better one item a line)."""
+    if isinstance(value, (dict, str)):
+        return 99
+    if isinstance(value, (list, tuple)):
+        return 1 + max((_depth(v) for v in value), default=0)
+    return 0
+
+
 def _fmt_us(us: float | None) -> str:
     """A duration in readable units: '812 us', '3.41 ms', '2.05 s'."""
     if us is None:
@@ -410,7 +441,7 @@ class ProfileResult:
         }
 
     def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent, default=str)
+        return dumps_json(self.to_dict(), indent)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ProfileResult:
@@ -571,7 +602,7 @@ class Comparison:
         }
 
     def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent, default=str)
+        return dumps_json(self.to_dict(), indent)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Comparison:

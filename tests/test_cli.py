@@ -88,6 +88,8 @@ def test_show_json(runs: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> 
     code, out, _ = run(["show", runs["naive"], "--json"], capsys)
     data = json.loads(out)
     assert code == 0 and data["type"] == "ProfileResult" and data["name"] == "step_naive"
+    shapes = next(op["input_shapes"] for op in data["ops"] if op["input_shapes"])
+    assert json.dumps(shapes[0]) in out  # a signature on one line, not a dimension a line
     code, out, _ = run(["show", runs["cmp"], "--json"], capsys)
     data = json.loads(out)
     assert code == 0 and data["type"] == "Comparison" and [r["label"] for r in data["rows"]] == ["naive", "fused"]

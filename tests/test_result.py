@@ -61,6 +61,16 @@ def test_every_field_survives_to_dict_and_from_dict() -> None:
     assert again.ops[1].self_device_us is None  # None stays None, never a silent 0
 
 
+def test_json_keeps_each_shape_signature_on_one_line() -> None:
+    r = _sample_result()
+    r.ops[0].input_shapes = [[[8, 1024], [1024, 1024]], [[2, 3], []]]
+    text = r.to_json()
+    assert json.loads(text) == json.loads(json.dumps(r.to_dict()))  # the same data as json.dumps
+    assert "        [[8, 1024], [1024, 1024]],\n" in text and "[[2, 3], []]\n" in text
+    assert '"notes": [\n    "hello"\n  ]' in text  # lists of names and notes: one item a line
+    assert r.to_json(indent=None) == json.dumps(r.to_dict())
+
+
 def test_derived_properties_and_repr() -> None:
     r = _sample_result()
     assert r.top_op is not None and r.top_op.name == "aten::mm"

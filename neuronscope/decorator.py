@@ -30,7 +30,7 @@ from .config import (
     disabled_by_env,
 )
 from .errors import NeuronscopeError
-from .region import MAX_KEPT_RESULTS, _tls, keep_result, run_captured  # noqa: F401 - MAX_KEPT_RESULTS: its former home
+from .region import MAX_KEPT_RESULTS, _tls, keep_result, run_captured, unmark_quiet  # noqa: F401 - MAX_KEPT_RESULTS: its former home
 from .result import ProfileResult
 
 __all__ = ["NotWrappableError", "profile_on_neuron", "wrap_callable"]
@@ -168,7 +168,9 @@ def wrap_callable(func: F, options: Options) -> F:
 
         @functools.wraps(func)
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-            if not tls.depth and (window.closed or not captured()):
+            # Unlike a plain call, an awaited one does not mark its body as running
+            # unprofiled: other tasks interleave with it on this thread.
+            if not tls.depth and (tls.quiet or window.closed or not captured()):
                 return await func(*args, **kwargs)
             return await _run_async(state, func, args, kwargs)
 
@@ -177,9 +179,19 @@ def wrap_callable(func: F, options: Options) -> F:
 
         @functools.wraps(func)
         def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
-            # Fast path first: outside any capture and past the window, one attribute read.
-            if not tls.depth and (window.closed or not captured()):
-                return func(*args, **kwargs)
+            # Fast path first: outside any capture and past the window, a few attribute reads.
+            # The call's body then runs unprofiled as a whole: regions and decorated calls
+            # inside it start no capture of their own (tls.quiet).
+            if not tls.depth:
+                quiet = tls.quiet
+                if quiet:
+                    return func(*args, **kwargs)
+                if window.closed or not captured():
+                    quiet.append(state)
+                    try:
+                        return func(*args, **kwargs)
+                    finally:
+                        unmark_quiet(quiet, state)
             return run_captured(
                 options, name, target, state.on_result, func, args, kwargs, state.on_skip, state.skipped_so_far
             )

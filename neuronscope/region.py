@@ -65,6 +65,11 @@ class NeuronscopeWarning(UserWarning):
 class _ThreadState(threading.local):
     depth = 0
     session: _Session | None = None
+    def __init__(self) -> None:
+        #: The regions and decorated calls open on this thread that declined to capture this
+        #: pass (warm-up, or past their window), innermost last. What runs inside them runs
+        #: unprofiled too: an inner region or decorated call starts no capture of its own.
+        self.quiet: list[object] = []
 
 
 _tls = _ThreadState()
@@ -386,6 +391,17 @@ class _Entry:
 
 _OFF = _Entry("off")  # shared by every uncaptured entry: it holds nothing
 
+def unmark_quiet(quiet: list[object], owner: object) -> None:
+    """Take ``owner``'s innermost mark off the thread's quiet list (the last one, unless
+    asyncio tasks on this thread interleaved their regions)."""
+    if quiet and quiet[-1] is owner:
+        quiet.pop()
+        return
+    for i in range(len(quiet) - 1, -1, -1):
+        if quiet[i] is owner:
+            del quiet[i]
+            return
+
 
 def enter(options: Options, name: str, target: str | None) -> _Entry:
     """Start a capture, or a labelled range inside the one running on this thread."""
@@ -494,6 +510,9 @@ class CallWindow:
         self.active = active
         self.calls = 0
         self.closed = False
+        #: What the window's captures gave, oldest first (a region name's, shared by the
+        #: region objects of that name: one written inline in a loop is a new object a pass).
+        self.results: list[ProfileResult] = []
         self._lock = threading.Lock()
 
     def next_call_captured(self) -> bool:
@@ -639,7 +658,8 @@ class neuron_region:
         self.options, self.name, self._explicit_window = setup
         self._last_session: _Session | None = None
         #: The captures this object ran (the outermost entries), oldest first; the last
-        #: MAX_KEPT_RESULTS are kept, so a region reused in a long loop stays bounded.
+        #: MAX_KEPT_RESULTS are kept, so a region reused in a long loop stays bounded. With
+        #: ``warmup=`` / ``active=``, those of every region of this name (the window's).
         self.results: list[ProfileResult] = []
         #: Entries that ran uncaptured because another capture held the profiler.
         self.skipped_calls = 0
@@ -675,37 +695,51 @@ class neuron_region:
             if window is None:
                 window = self._windows[self.name] = CallWindow(self.options.warmup, self.options.active)
             self._win = window
+            if not self.results:  # results go with the window, so the name's last object has them all
+                self.results = window.results
             return window
 
     def __enter__(self) -> Self:
         if not self.options.enabled:  # fixed for this object: __exit__ knows it too
             return self
+        tls = _tls
         if _disabled_now():
             entry = _OFF
-        elif (
-            (w := self.__dict__.get("_win")) is not None
-            and w.closed
-            and not _tls.depth
-            and self._windows.get(self.name) is w
-        ):
-            entry = _OFF  # past its window, the common case in a loop: no lock, no lookup
-        elif _tls.depth == 0 and (w := self._window()) is not None and (w.closed or not w.next_call_captured()):
+        elif tls.depth:
+            entry = self._enter_capture(None)  # a labelled range of the running capture
+        elif tls.quiet:
+            # Inside a region or decorated call that runs unprofiled this pass. Marked again
+            # only when that is this very object (recursion), whose exit takes one mark off.
+            if tls.quiet[-1] is self:
+                tls.quiet.append(self)
+                return self
             entry = _OFF
+        elif (w := self.__dict__.get("_win")) is not None and w.closed and self._windows.get(self.name) is w:
+            tls.quiet.append(self)  # past its window, the common case in a loop: no lock, no lookup
+            return self
+        elif (w := self._window()) is not None and (w.closed or not w.next_call_captured()):
+            tls.quiet.append(self)  # warm-up: this pass and everything inside it run unprofiled
+            return self
         else:
-            entry = enter(self.options, self.name, None)
-            if entry.kind == "outer" and entry.session is not None:
-                entry.session.skipped = lambda: self.skipped_calls
-            elif entry.kind in ("skip", "foreign"):
-                with _skip_lock:
-                    self.skipped_calls += 1
-                    count = self.skipped_calls
-                on_skipped(self.name, count)
-                if w is not None:
-                    w.give_back()
+            entry = self._enter_capture(w)
         if entry is _OFF and not self._open:
             return self  # nothing open on this object: __exit__ finds nothing and does nothing
         self._entries().append(entry)
         return self
+
+    def _enter_capture(self, window: CallWindow | None) -> _Entry:
+        """Start the capture, or a labelled range in the one running; count a skipped call."""
+        entry = enter(self.options, self.name, None)
+        if entry.kind == "outer" and entry.session is not None:
+            entry.session.skipped = lambda: self.skipped_calls
+        elif entry.kind in ("skip", "foreign"):
+            with _skip_lock:
+                self.skipped_calls += 1
+                count = self.skipped_calls
+            on_skipped(self.name, count)
+            if window is not None:
+                window.give_back()
+        return entry
 
     def __exit__(
         self,
@@ -713,7 +747,15 @@ class neuron_region:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if not self.options.enabled or not self._open:
+        if not self.options.enabled:
+            return
+        quiet = _tls.quiet
+        if quiet and quiet[-1] is self:  # a pass that declined to capture
+            quiet.pop()
+            return
+        if not self._open:
+            if quiet:
+                unmark_quiet(quiet, self)
             return
         entries = self._entries()
         entry = entries.pop() if entries else _OFF

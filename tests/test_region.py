@@ -74,6 +74,52 @@ def test_region_window_counted_by_name_in_a_loop() -> None:
             torch.ones(4).mul_(2)
         results.append(r.result)
     assert [res is not None for res in results] == [False, False, True, False, False, False]
+    assert r.results == [results[2]]  # the name's captures, on the last pass's object too
+
+
+def _captured_names(root: Path) -> list[str]:
+    """The name of each run directory under an export root, one entry per capture."""
+    return sorted(run.parent.name for run in root.glob("*/*") if (run / "result.json").exists())
+
+
+def test_inner_regions_stay_unprofiled_while_the_outer_loop_region_skips(runs_dir: Path) -> None:
+    """Only the outermost region decides: on the warm-up passes and after the window, the
+    regions inside it start no capture of their own (one capture in all, not one per pass)."""
+    w = torch.randn(16, 16)
+    for i in range(5):
+        with neuron_region("loop_outer", warmup=2, active=1) as r:
+            with neuron_region("fwd") as fwd:
+                (w @ w).relu()
+            with neuron_region("opt", warmup=0, active=1):  # a window of its own: not counted
+                w.mul(0.5)
+        if i == 2:
+            assert r.result is not None and {"fwd", "opt"} <= set(r.result.regions)
+            assert fwd.result is r.result
+        else:
+            assert r.result is None and fwd.result is None
+    assert _captured_names(runs_dir) == ["loop_outer"]
+    assert ensure_no_capture_running()
+
+
+def test_a_decorated_call_past_its_window_runs_its_regions_unprofiled(runs_dir: Path) -> None:
+    @profile_on_neuron(warmup=1, active=1)
+    def step(x: torch.Tensor) -> torch.Tensor:
+        with neuron_region("inside_step"):
+            return helper(x)
+
+    @profile_on_neuron(warmup=0, active=1)
+    def helper(x: torch.Tensor) -> torch.Tensor:
+        return x.sin()
+
+    for _ in range(4):
+        step(torch.ones(8))
+    assert len(step.results) == 1 and "inside_step" in step.results[0].regions
+    assert helper.results == []  # a labelled range of step's capture, never one of its own
+    assert _captured_names(runs_dir) == ["step"]
+    # enabled=False removes a region altogether: what is inside it captures as if it were not there.
+    with neuron_region("absent", enabled=False), neuron_region("alone", export=False) as alone:
+        torch.ones(2).cos()
+    assert alone.result is not None
 
 
 def test_exception_resets_the_nesting_count_and_exports_an_error_result(runs_dir: Path) -> None:

@@ -12,13 +12,13 @@ and total CPU time and self and total device time as ``key_averages()`` with arr
 How ``key_averages()`` counts, and so how this module counts (torch 2.4 to 2.13, checked by
 experiment and in ``tests/test_events.py``):
 
-- Nesting is per thread over every CPU-side event it keeps: ops, ``record_function`` ranges,
-  Python frames (``with_stack=True``) and device-runtime calls (``cudaLaunchKernel``; their
-  thread becomes that of the op that launched them). Events sorted by (start, -end); an event
-  is the child of the innermost open event that contains it, and an event that only partly
-  overlaps the open one closes it. Self time is the duration less the direct children's.
-  Python frames and runtime calls therefore lower the self time of the op around them; they
-  live in :attr:`EventTable.others` so that code walking the ops never meets them.
+- Nesting is per thread over every CPU-side event it keeps: ops, ``record_function`` ranges
+  and device-runtime calls (``cudaLaunchKernel``; their thread becomes that of the op that
+  launched them). Events sorted by (start, -end); an event is the child of the innermost open
+  event that contains it, and an event that only partly overlaps the open one closes it. Self
+  time is the duration less the direct children's. Runtime calls therefore lower the self time
+  of the op around them; they live in :attr:`EventTable.others` (with the Python frames) so
+  that code walking the ops never meets them.
 - An event whose parent has the same name and no other child is folded into that parent
   (``EventList._remove_dup_nodes``): one call fewer, the parent's self time keeps both, and the
   parent's own device time is replaced by the child's.
@@ -26,9 +26,12 @@ experiment and in ``tests/test_events.py``):
 - ``ProfilerStep#N`` names count as ``ProfilerStep*``.
 - Names in :data:`IGNORED_NAMES` are dropped.
 
-Where neuronscope differs on purpose: Python frames are not reported as ops (they are still
-children), ``gpu_user_annotation`` spans are not device work (they would double the kernels
-they cover), and top-level ``[memory]`` markers of ``profile_memory=True`` are not ops.
+Where neuronscope differs on purpose: Python frames (``with_stack=True``) are neither ops nor
+children in the nesting, so an op that calls back into Python (a compiled graph's generated
+code, a Python kernel) keeps that time as its self time, where ``key_averages()`` moves it to
+the frame's row (see :func:`_without_python_frames`); ``gpu_user_annotation`` spans are not
+device work (they would double the kernels they cover); and top-level ``[memory]`` markers of
+``profile_memory=True`` are not ops.
 """
 
 from __future__ import annotations
@@ -579,6 +582,35 @@ def _parents(starts: np.ndarray, ends: np.ndarray, new_thread: np.ndarray) -> np
     return ans
 
 
+def _without_python_frames(others: EventTable) -> EventTable | None:
+    """``others`` less its Python frames (``with_stack=True``), or None when nothing is left.
+
+    A frame is no child in the nesting here, so the time an op spends in Python that it calls
+    back into (the generated code of a compiled graph, a Python kernel, a custom autograd
+    Function's backward) stays that op's self time. ``key_averages()`` gives it to the frame's
+    own row, which is not an op: with ``with_stack=True`` a compiled graph's work would drop
+    out of the op table, and a comparison of eager and compiled code would be off by 100x.
+    """
+    kinds = others.kinds
+    if KIND_PYTHON not in kinds:
+        return others
+    keep = [k != KIND_PYTHON for k in kinds]
+    if not any(keep):
+        return None
+
+    def kept(values: list[Any]) -> list[Any]:
+        return list(itertools.compress(values, keep))
+
+    return EventTable(
+        names=kept(others.names),
+        kinds=kept(kinds),
+        tids=kept(others.tids),
+        starts=kept(others.starts),
+        ends=kept(others.ends),
+        device_ns=kept(others.device_ns),
+    )
+
+
 def summarize(table: EventTable) -> Summary:
     """Compute per-op calls, self/total CPU time and self/total device time, and per-region
     inclusive time with the ops inside, as ``key_averages()`` would (see the module notes).
@@ -593,7 +625,7 @@ def summarize(table: EventTable) -> Summary:
     name nest.
     """
     n_main = len(table)
-    others = table.others if table.others is not None and len(table.others) else None
+    others = _without_python_frames(table.others) if table.others is not None and len(table.others) else None
     n_other = len(others) if others is not None else 0
     n = n_main + n_other
     if n_main == 0:

@@ -8,9 +8,11 @@ torch's own ``EventList`` on random tables and on a real A100 trace.
 Where ``key_averages()`` lists rows that neuronscope does not report as ops, the comparison
 leaves them out, and says so here:
 
-- Python frames (``with_stack=True``) are rows of ``key_averages`` and never ops here. They are
-  still children in the nesting, as in ``key_averages``, so they lower the self time of an op
-  that calls back into Python.
+- Python frames (``with_stack=True``) are rows of ``key_averages`` and never ops here. Nor are
+  they children in the nesting: an op that calls back into Python (a compiled graph's generated
+  code, a Python kernel) keeps that time as its own self time, where ``key_averages`` gives it
+  to the frame's row (``test_python_time_inside_an_op_stays_the_ops_own``). The two agree on
+  every op that does not.
 - ``[memory]``: with ``profile_memory=True`` ``key_averages`` adds a zero-time row for the
   allocations made outside every op.
 - ``record_function`` ranges are regions here, not ops.
@@ -27,6 +29,7 @@ import gzip
 import json
 import random
 import threading
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -174,6 +177,30 @@ def test_python_frames_nest_but_are_not_ops() -> None:
     table.others = None
     bare = {o.name: o for o in summarize(table).ops}
     assert bare["aten::mm"].calls == _key_average_ops(prof)["aten::mm"].count
+
+
+@torch.library.custom_op("neuronscope_test::busy_double", mutates_args=())
+def _busy_double(x: torch.Tensor) -> torch.Tensor:
+    """An op with a Python kernel that spends 3 ms in Python itself."""
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < 0.003:
+        pass
+    return x * 2
+
+
+def test_python_time_inside_an_op_stays_the_ops_own() -> None:
+    """with_stack=True: the Python an op calls back into is that op's self time here, where
+    key_averages gives it to the frame's row (a compiled graph's work would vanish likewise)."""
+    x = torch.ones(4)
+    _busy_double(x)
+    with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
+        _busy_double(x)
+    op = {o.name: o for o in summarize(table_from_profiler(prof)).ops}["neuronscope_test::busy_double"]
+    ka = {e.key: e for e in prof.key_averages()}["neuronscope_test::busy_double"]
+    assert op.calls == ka.count == 1 and _close(op.cpu_total_us, ka.cpu_time_total)
+    assert op.self_cpu_us >= 3000 > 10 * ka.self_cpu_time_total  # key_averages: the frame has it
+    children = op.cpu_total_us - op.self_cpu_us  # aten::mul and its copy, nothing of Python
+    assert children < 0.2 * op.cpu_total_us
 
 
 def test_regions_match_key_averages_ranges() -> None:
@@ -364,7 +391,8 @@ def _reference(table: EventTable) -> dict[str, Any]:
         add(table, i, i + 1)
     if table.others is not None:
         for i in range(len(table.others)):
-            add(table.others, i, 10**7 + i)
+            if table.others.kinds[i] != KIND_PYTHON:  # no child in neuronscope's nesting
+                add(table.others, i, 10**7 + i)
     events.sort(key=lambda e: [e.time_range.start, -e.time_range.end])
     elist = EventList(events, use_device="cuda")
     elist._build_tree()
@@ -388,7 +416,8 @@ def test_random_tables_match_torchs_event_list() -> None:
     for seed in range(60):
         table = _random_table(seed)
         ref = _reference(table)
-        folded += len(table) + len(table.others or []) - sum(e.count for e in ref.values())
+        others = [k for k in (table.others.kinds if table.others else []) if k != KIND_PYTHON]
+        folded += len(table) + len(others) - sum(e.count for e in ref.values())
         _assert_same(summarize(table), ref)
     assert folded > 0  # the same-name folding rule was exercised
 

@@ -373,7 +373,7 @@ def _hand_written_rms_norm(x: Any, w: Any, eps: float = 1e-6) -> Any:
 
 
 def test_stacks_and_fusion_hints_match_a_live_capture(tmp_path: Path) -> None:
-    """with_stack=True: Python frames nest as in key_averages (same self times), and the fusion
+    """with_stack=True: the trace gives the self times of the live capture, and the fusion
     rules find in the trace what they find live, located at the user's function."""
     torch = pytest.importorskip("torch")
     from torch.profiler import ProfilerActivity, profile

@@ -184,6 +184,70 @@ def test_no_norm_from_a_statistic_computed_on_the_side() -> None:
     assert "rms_norm" not in fusion(from_profiler(capture(run, calls=3)))
 
 
+def _training_step(optimizer: str, **opt_kwargs: Any) -> Any:
+    """Forward through a hand-written RMSNorm, backward, and an optimizer step."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), fc.T5LayerNorm(64), torch.nn.Linear(64, 8))
+    opt = getattr(torch.optim, optimizer)(model.parameters(), lr=1e-3, **opt_kwargs)
+    batch = torch.randn(16, 32, 64)
+
+    def step() -> None:
+        model(batch).square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+
+    return step
+
+
+def test_an_optimizer_updating_parameter_by_parameter_is_one_hint() -> None:
+    """AdamW's default CPU update (a chain of elementwise ops per parameter) is one optimizer
+    hint naming fused=True, not a fusion hint per parameter, and none of its ops ends up in a
+    fusion hint."""
+    result = from_profiler(capture(_training_step("AdamW"), with_stack=True))
+    (opt,) = [h for h in result.hints if h.kind == "optimizer"]
+    assert opt.pattern == "per_parameter_update" and opt.details["optimizer"] == "AdamW"
+    assert opt.calls >= 2 and "aten::addcdiv_" in opt.ops and opt.details["ops"] >= 5 * opt.calls
+    assert "fused=True" in opt.suggestion and 0 < opt.est_saving_us <= opt.time_us
+    assert opt.location is not None and opt.location.startswith("test_fusion.py:")  # the opt.step() line
+    assert set(fusion(result)) == {"rms_norm"}
+    update_ops = {"aten::lerp_", "aten::addcmul_", "aten::addcdiv_"}
+    assert not any(update_ops & set(h.ops) for h in result.hints if h.kind == "fusion")
+
+
+def test_a_fused_optimizer_or_single_op_updates_get_no_optimizer_hint() -> None:
+    for optimizer, kwargs in (("AdamW", {"fused": True}), ("SGD", {})):
+        result = from_profiler(capture(_training_step(optimizer, **kwargs)))
+        assert not [h for h in result.hints if h.kind == "optimizer"], optimizer
+        assert set(fusion(result)) == {"rms_norm"}, optimizer
+
+
+def test_an_inferred_link_must_carry_the_shape_to_join_a_chain() -> None:
+    """An activation linked to an optimizer state of as many elements (a guess of the inferred
+    linking) makes no chain; the same links made exactly (profile_memory=True) do."""
+    from neuronscope.analysis.dataflow import OpGraph, OpNode, TensorArg
+    from neuronscope.analysis.fusion import find_matches
+
+    act, state = TensorArg(1, (8, 64, 128), "float32", 1, 65536), TensorArg(2, (512, 128), "float32", 2, 65536)
+
+    def graph(linking: str) -> OpGraph:
+        nodes = [
+            OpNode(0, "aten::add", "add", 1, 0, 10, inputs=[act, act], producers=[-1, -1]),
+            OpNode(1, "aten::mul_", "mul", 1, 20, 30, inputs=[state], producers=[0]),
+            OpNode(2, "aten::add_", "add", 1, 40, 50, inputs=[state], producers=[1]),
+            OpNode(3, "aten::sqrt", "sqrt", 1, 60, 70, inputs=[state], producers=[2]),
+        ]
+        for n in nodes:
+            for p in n.producers:
+                if p >= 0:
+                    nodes[p].consumers.append(n.index)
+        return OpGraph(nodes, linking)
+
+    inferred = [m for m in find_matches(graph("inferred")) if m.pattern == "elementwise_chain"]
+    assert [[n.name for n in m.nodes] for m in inferred] == [["aten::mul_", "aten::add_", "aten::sqrt"]]  # add stays out
+    exact = [m for m in find_matches(graph("exact")) if m.pattern == "elementwise_chain"]
+    assert [[n.name for n in m.nodes] for m in exact] == [["aten::add", "aten::mul_", "aten::add_", "aten::sqrt"]]
+
+
 # ---- grouping, ranking, compiled code ----------------------------------------------------------
 
 

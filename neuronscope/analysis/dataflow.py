@@ -56,6 +56,8 @@ __all__ = [
     "OpGraph",
     "OpNode",
     "TensorArg",
+    "TimeRanges",
+    "broadcast_shape",
     "graph_from_profiler",
     "graph_from_table",
     "short_name",
@@ -378,7 +380,7 @@ def graph_from_table(table: EventTable, locations: list[str | None] | None = Non
 # ---- the live event tree ------------------------------------------------------------------
 
 
-class _Ranges:
+class TimeRanges:
     """Time ranges per thread, to ask whether an instant falls inside one of them."""
 
     def __init__(self, ranges: Iterable[tuple[int, int, int]]) -> None:
@@ -506,7 +508,7 @@ def _graph_from_profiler(prof: Any, table: EventTable | None) -> OpGraph | None:
                 annotations.add((table.tids[i], table.starts[i]))
                 if table.names[i].startswith(COMPILED_REGION_PREFIXES):
                     compiled.append((table.tids[i], table.starts[i], table.ends[i]))
-    in_compiled = _Ranges(compiled)
+    in_compiled = TimeRanges(compiled)
 
     # The user-level ops: the first op on each path down from a root. Annotations are passed
     # through; compiled regions are ops to the tree, which so hides what ran inside them. The
@@ -641,7 +643,7 @@ def _key(pred: _Pred) -> tuple[Any, ...] | None:
     return None
 
 
-def _broadcast(shapes: list[tuple[int, ...]]) -> tuple[int, ...] | None:
+def broadcast_shape(shapes: list[tuple[int, ...]]) -> tuple[int, ...] | None:
     first = shapes[0]
     if all(s == first for s in shapes):
         return first
@@ -692,7 +694,7 @@ def _matmul_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | N
         return a[:-1]
     if len(a) == 1:
         return b[:-2] + b[-1:]
-    batch = _broadcast([a[:-2], b[:-2]])
+    batch = broadcast_shape([a[:-2], b[:-2]])
     return None if batch is None else batch + (a[-2], b[-1])
 
 
@@ -702,7 +704,7 @@ def _predict(node: OpNode) -> list[_Pred]:
     if not ins:
         return [_UNKNOWN]
     if op in _COMPARISONS:
-        return [_exact(_broadcast([a.sizes for a in ins]), "bool")]
+        return [_exact(broadcast_shape([a.sizes for a in ins]), "bool")]
     if op in _CAST_DTYPES or op in ("to", "_to_copy"):
         return [_exact(ins[0].sizes, _CAST_DTYPES.get(op) or _dtype_arg(node))]
     if op == "type_as":
@@ -710,7 +712,7 @@ def _predict(node: OpNode) -> list[_Pred]:
     if op in ("masked_fill", "index_fill", "index_add", "index_copy", "scatter", "scatter_add"):
         return [_exact(ins[0].sizes, ins[0].dtype)]
     if op in ELEMENTWISE_OPS:
-        return [_exact(_broadcast([a.sizes for a in ins]), _promote(ins))]
+        return [_exact(broadcast_shape([a.sizes for a in ins]), _promote(ins))]
     if op in _SAME_SHAPE:
         dtype = _dtype_arg(node) if op in ("softmax", "log_softmax") else None
         return [_exact(ins[0].sizes, dtype or ins[0].dtype)]

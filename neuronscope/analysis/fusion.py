@@ -26,6 +26,7 @@ one RMSNorm are one hint with ``calls=12``. Hints are ranked by estimated saving
 
 from __future__ import annotations
 
+import collections
 import functools
 import re
 import statistics
@@ -33,12 +34,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..events import KIND_ANNOTATION, EventTable
 from ..result import Hint
 from .dataflow import (
     VIEW_OPS,
     OpGraph,
     OpNode,
     TensorArg,
+    TimeRanges,
+    broadcast_shape,
     graph_from_profiler,
     graph_from_table,
     user_location,
@@ -47,7 +51,15 @@ from .dataflow import (
 if TYPE_CHECKING:
     from . import AnalysisContext
 
-__all__ = ["PATTERNS", "Match", "estimate_saving_ns", "find_matches", "fusion_hints", "hints_from_matches"]
+__all__ = [
+    "PATTERNS",
+    "Match",
+    "estimate_saving_ns",
+    "find_matches",
+    "fusion_hints",
+    "hints_from_matches",
+    "optimizer_hints",
+]
 
 #: The contract's pattern vocabulary, in the order matchers claim ops (an attention absorbs
 #: the softmax inside it; a norm is matched before the generic chain).
@@ -87,6 +99,12 @@ _SCALAR_CPU = frozenset({"DEFAULT", "NO AVX"})
 #: Least estimated saving (ns, summed over calls) worth a hint: below a microsecond the
 #: suggestion costs the reader more than it saves.
 MIN_SAVING_NS = 1_000
+#: torch.optim records each step as a range named ``Optimizer.step#<class>.step``.
+OPTIMIZER_STEP_PREFIX = "Optimizer.step#"
+#: Optimizers with a fused implementation (``fused=True``; CPU and CUDA since torch 2.4).
+FUSED_OPTIMIZERS = frozenset({"Adam", "AdamW", "SGD", "Adagrad"})
+#: Fewest per-parameter update chains in one optimizer's steps that make an ``optimizer`` hint.
+MIN_OPTIMIZER_CHAINS = 2
 
 _CASTS = frozenset({"to", "_to_copy", "type_as", "float", "half", "bfloat16", "double"})
 _ROOTS = frozenset({"rsqrt", "sqrt", "reciprocal"})
@@ -577,9 +595,10 @@ def _match_rotary(g: OpGraph, n: OpNode) -> Match | None:
 # ---- matching a whole graph ------------------------------------------------------------------
 
 
-def find_matches(g: OpGraph) -> list[Match]:
-    """Every idiom in a data-flow graph, each op claimed by one match at most."""
-    claimed: set[int] = set()
+def find_matches(g: OpGraph, reserved: Iterable[int] = ()) -> list[Match]:
+    """Every idiom in a data-flow graph, each op claimed by one match at most. Ops in
+    ``reserved`` (an optimizer's update, see :func:`optimizer_hints`) are left alone."""
+    claimed: set[int] = set(reserved)
     out: list[Match] = []
 
     def take(m: Match | None) -> bool:
@@ -625,7 +644,10 @@ def _elementwise_chains(g: OpGraph, claimed: set[int]) -> Iterable[Match]:
     An edge ``p -> n`` joins a group only when ``n`` could run in the same kernel as ``p``:
     each other input of ``n`` is older than ``p``, a constant, or itself elementwise. So the
     residual adds of a transformer, each waiting for a whole block that reads the previous
-    one, stay apart.
+    one, stay apart. With inferred links, the tensor ``n`` takes from ``p`` must also have the
+    shape ``p`` makes: a chain works on one tensor, and a link that only matched the element
+    count (a forward activation taken for an optimizer's state of as many elements) is a guess
+    too weak to claim a fusion on.
     """
     parent: dict[int, int] = {}
 
@@ -636,6 +658,7 @@ def _elementwise_chains(g: OpGraph, claimed: set[int]) -> Iterable[Match]:
         return i
 
     nodes = g.nodes
+    exact = g.linking == "exact"
     for n in nodes:
         if n.elementwise and n.writes and n.index not in claimed:
             parent[n.index] = n.index
@@ -644,6 +667,8 @@ def _elementwise_chains(g: OpGraph, claimed: set[int]) -> Iterable[Match]:
             continue
         for k, p in enumerate(n.producers):
             if p not in parent:
+                continue
+            if not exact and not _shape_carried(nodes[p], n.inputs[k]):
                 continue
             others = (q for kk, q in enumerate(n.producers) if kk != k and q >= 0 and n.inputs[kk].sizes)
             if all(q < p or q in parent for q in others):
@@ -657,6 +682,95 @@ def _elementwise_chains(g: OpGraph, claimed: set[int]) -> Iterable[Match]:
             first = members[0]
             x = max(first.inputs, key=lambda t: t.numel) if first.inputs else None
             yield Match("elementwise_chain", members, x, {})
+
+
+def _shape_carried(producer: OpNode, t: TensorArg) -> bool:
+    """Does ``t`` have the shape the elementwise ``producer`` makes (its first input's when in
+    place, else its inputs' broadcast shape)? True where that shape is not known."""
+    if not producer.inputs:
+        return True
+    made = producer.inputs[0].sizes if producer.inplace else broadcast_shape([a.sizes for a in producer.inputs])
+    return made is None or made == t.sizes
+
+
+# ---- optimizers -------------------------------------------------------------------------------
+
+
+def optimizer_steps(g: OpGraph, table: EventTable) -> dict[str, set[int]]:
+    """The ops of each optimizer's steps (the ``Optimizer.step#AdamW.step`` ranges torch.optim
+    records), by optimizer class name."""
+    ranges: dict[str, list[tuple[int, int, int]]] = {}
+    if not any(name.startswith(OPTIMIZER_STEP_PREFIX) for name in dict.fromkeys(table.names)):
+        return {}  # the common case: a look at each distinct name, not at each event
+    for i, name in enumerate(table.names):
+        if name.startswith(OPTIMIZER_STEP_PREFIX) and table.kinds[i] == KIND_ANNOTATION:
+            cls = name[len(OPTIMIZER_STEP_PREFIX) :].split(".", 1)[0]
+            ranges.setdefault(cls, []).append((table.tids[i], table.starts[i], table.ends[i]))
+    steps: dict[str, set[int]] = {}
+    for cls, spans in ranges.items():
+        inside = TimeRanges(spans)
+        ops = {n.index for n in g.nodes if inside.covers(n.tid, n.start_ns)}
+        if ops:
+            steps[cls] = ops
+    return steps
+
+
+def optimizer_hints(g: OpGraph, steps: dict[str, set[int]], backend: str, confidence: str) -> list[Hint]:
+    """One hint per optimizer whose step updates the parameters one at a time, each with a
+    chain of elementwise ops (torch.optim's default on CPU, ``foreach=False``): its fused
+    form updates them all in one kernel per step. What fusing each parameter's chain would
+    save is estimated as for an ``elementwise_chain``. A ``foreach`` or ``fused`` optimizer
+    makes no such chains and gets no hint."""
+    hints: list[Hint] = []
+    everything = {n.index for n in g.nodes}
+    for cls, inside in steps.items():
+        chains = list(_elementwise_chains(g, everything - inside))
+        if len(chains) < MIN_OPTIMIZER_CHAINS:
+            continue
+        time_ns = saving_ns = 0.0
+        for m in chains:
+            times = [float(g.time_ns(n)) for n in m.nodes]
+            time_ns += sum(times)
+            saving_ns += min(sum(times), estimate_saving_ns("elementwise_chain", times, _full_size(m.nodes), backend))
+        if saving_ns < MIN_SAVING_NS:
+            continue
+        # The op sequence most parameters share stands for them all.
+        spellings = collections.Counter(m.names for m in chains)
+        typical = next(m for m in chains if m.names == spellings.most_common(1)[0][0])
+        # foreach=True batches the launches: it helps on a GPU, not on CPU.
+        foreach = " (or foreach=True)" if backend == "cuda" else ""
+        if cls in FUSED_OPTIMIZERS:
+            suggestion = (
+                f"torch.optim.{cls}(..., fused=True){foreach}: one fused update per parameter "
+                f"instead of {len(chains)} chains of elementwise ops"
+            )
+        elif backend == "cuda":
+            suggestion = f"torch.optim.{cls}(..., foreach=True), or torch.compile of the optimizer step"
+        else:
+            suggestion = f"torch.compile of the optimizer step ({cls} has no fused=True)"
+        hints.append(
+            Hint(
+                kind="optimizer",
+                pattern="per_parameter_update",
+                ops=list(typical.names),
+                calls=len(chains),
+                time_us=time_ns / 1e3,
+                est_saving_us=saving_ns / 1e3,
+                suggestion=suggestion,
+                location=_location(typical),
+                confidence=confidence,
+                details={
+                    "optimizer": cls,
+                    "update_chains": len(chains),
+                    "ops": sum(len(m.nodes) for m in chains),
+                    "device": _device_of(backend),
+                    "backend": backend,
+                    "time_source": "device" if g.has_device else "cpu",
+                    "estimate_model": _model_text("elementwise_chain", backend),
+                },
+            )
+        )
+    return hints
 
 
 # ---- trace files: op order and shapes only ----------------------------------------------------
@@ -939,7 +1053,12 @@ def fusion_hints(ctx: AnalysisContext) -> list[Hint]:
         graph = graph_from_profiler(ctx.profiler, ctx.table)
     # A capture without record_shapes=True has no tensor inputs to follow: op order it is.
     if graph is not None and any(n.inputs for n in graph.nodes):
-        return hints_from_matches(find_matches(graph), graph, ctx.backend, "dataflow")
+        # An optimizer's update is torch.optim's code, not the user's idioms: one hint for it.
+        steps = optimizer_steps(graph, ctx.table)
+        reserved = set().union(*steps.values()) if steps else set()
+        hints = hints_from_matches(find_matches(graph, reserved), graph, ctx.backend, "dataflow")
+        hints += optimizer_hints(graph, steps, ctx.backend, "dataflow")
+        return hints
     locations = ctx.extra.get("locations") if isinstance(ctx.extra, dict) else None
     graph = graph_from_table(ctx.table, locations if isinstance(locations, list) else None)
     return hints_from_matches(find_sequence_matches(graph), graph, ctx.backend, "sequence")

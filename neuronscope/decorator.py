@@ -56,6 +56,9 @@ class _DecoratedState:
         self.results: list[ProfileResult] = []
         self.wrapper: Any = None
         self.skipped = 0
+        #: Set when torch.compile traced through the wrapper: the compiled code then runs the
+        #: function without it, and nothing of it can be captured (see ``_report_uncaptured``).
+        self.compiled_through = False
         self._lock = threading.Lock()  # calls from several threads count skips and results
 
     def skipped_so_far(self) -> int:
@@ -91,7 +94,14 @@ def _report_uncaptured() -> None:
     """Say once, at exit, when a decorated callable never reached its capture window."""
     for state in _states:
         w = state.window
-        if 0 < w.calls <= w.warmup and not state.results and state.options.enabled:
+        if state.compiled_through and not state.results:
+            log.warning(
+                "neuronscope: %s ran inside torch.compile'd code, where the compiled graph replaces "
+                "the profile_on_neuron wrapper and nothing is captured. Profile the compiled callable "
+                "instead: profile_on_neuron(torch.compile(f)), or a neuron_region around its call.",
+                state.name,
+            )
+        elif 0 < w.calls <= w.warmup and not state.results and state.options.enabled:
             log.warning(
                 "neuronscope: %s was called %d time(s), all warm-up (warmup=%d); nothing was "
                 "captured. Pass warmup=0 to capture the first call.",
@@ -159,6 +169,7 @@ def wrap_callable(func: F, options: Options) -> F:
     state = _DecoratedState(options, name, target)
     window = state.window
     tls = _tls
+    compiling = _compiling_check()
 
     def captured() -> bool:
         """Whether this outermost call falls inside the window (and nothing disabled it since)."""
@@ -179,6 +190,12 @@ def wrap_callable(func: F, options: Options) -> F:
 
         @functools.wraps(func)
         def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
+            if compiling():
+                # torch.compile is tracing this call: the wrapper's own code would only break
+                # the graph (locks, the profiler), and the compiled code will not run it anyway.
+                # A plain store (no read, so no guard), replayed on each compiled call.
+                state.compiled_through = True
+                return func(*args, **kwargs)
             # Fast path first: outside any capture and past the window, a few attribute reads.
             # The call's body then runs unprofiled as a whole: regions and decorated calls
             # inside it start no capture of their own (tls.quiet).
@@ -205,6 +222,21 @@ def wrap_callable(func: F, options: Options) -> F:
     with _states_lock:
         _states.append(state)
     return wrapper
+
+
+def _compiling_check() -> Callable[[], bool]:
+    """``torch.compiler.is_compiling`` (True only while torch.compile traces; about 50 ns a
+    call otherwise), or a function returning False on a torch without it."""
+    try:
+        import torch
+
+        return torch.compiler.is_compiling
+    except (ImportError, AttributeError):  # pragma: no cover - torch < 2.3
+        return _never
+
+
+def _never() -> bool:
+    return False
 
 
 async def _run_async(state: _DecoratedState, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

@@ -163,6 +163,38 @@ def test_inductor_graph_is_named_after_the_compiled_function() -> None:
     assert graph.self_cpu_us == pytest.approx(graph.cpu_total_us)  # no aten op runs inside it
 
 
+def test_a_decorated_function_compiled_through_runs_uncaptured_and_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    """torch.compile(decorated): the compiled graph replaces the wrapper, which therefore gets
+    out of Dynamo's way (no graph break, nothing compiled inside a capture) and says at exit
+    what to do instead; the wrapper around the compiled function captures it."""
+    from torch._dynamo.utils import counters
+
+    from neuronscope import profile_on_neuron
+    from neuronscope.decorator import _report_uncaptured
+
+    @profile_on_neuron(warmup=1, export=False)
+    def doubled_sin(x: torch.Tensor) -> torch.Tensor:
+        return (x * 2).sin()
+
+    compiled = torch.compile(doubled_sin, backend="eager")
+    breaks = sum(counters["graph_break"].values())
+    for _ in range(3):
+        out = compiled(torch.ones(4))
+    assert torch.equal(out, (torch.ones(4) * 2).sin())
+    assert sum(counters["graph_break"].values()) == breaks
+    assert doubled_sin.results == [] and doubled_sin.__neuronscope_state__.compiled_through
+    with caplog.at_level("WARNING", logger="neuronscope"):
+        _report_uncaptured()
+    assert "doubled_sin ran inside torch.compile'd code" in caplog.text
+    assert "profile_on_neuron(torch.compile(f))" in caplog.text
+    doubled_sin.__neuronscope_state__.compiled_through = False  # said: not again at exit
+
+    outside = profile_on_neuron(torch.compile(scale, backend="eager"), warmup=1, export=False)
+    for _ in range(2):
+        outside(torch.ones(4))
+    assert len(outside.results) == 1 and not _hints(outside.results[0], "compile")
+
+
 # ---- naming, from a hand-made event table ----------------------------------------------------
 def _table(rows: list[tuple[str, int, int, int]]) -> EventTable:
     table = EventTable()

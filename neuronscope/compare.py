@@ -18,7 +18,6 @@ import math
 import shutil
 import statistics
 import time
-import warnings
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -30,12 +29,12 @@ from .errors import ConfigError, NeuronscopeError
 from .events import KIND_ANNOTATION, EventTable, table_from_profiler
 from .pipeline import now_iso
 from .region import (
-    NeuronscopeWarning,
     _ensure_log_handler,
     _torch_profiler_running,
     current_capture,
     enter,
     leave,
+    warn_user,
 )
 from .result import Comparison, ComparisonRow, Hint, ProfileResult, _fmt_us
 
@@ -485,7 +484,7 @@ def compare(variants: Mapping[str, Callable[..., Any]], *args: Any, **options: A
                 if not match:
                     message = f"outputs of {label!r} differ from {first_label!r}: {why}"
                     cmp.notes.append(message)
-                    warnings.warn(f"neuronscope compare: {message}", NeuronscopeWarning, stacklevel=2)
+                    warn_user(f"neuronscope compare: {message}")
         top_hint = result.hints[0] if result.hints else None
         cmp.rows.append(
             ComparisonRow(
@@ -508,11 +507,9 @@ def compare(variants: Mapping[str, Callable[..., Any]], *args: Any, **options: A
             cmp.run_dir = None
             for result in cmp.results.values():
                 result.run_dir = None
-            warnings.warn(
+            warn_user(
                 f"neuronscope: could not export comparison {cmp.name!r} ({type(err).__name__}: {err}); "
-                "the comparison stays in memory (run_dir=None)",
-                NeuronscopeWarning,
-                stacklevel=2,
+                "the comparison stays in memory (run_dir=None)"
             )
     if cmp.run_dir:
         log.info(

@@ -239,7 +239,10 @@ def load(run_dir: str | os.PathLike[str]) -> ProfileResult | Comparison:
             f"neuronscope.from_trace() or `neuronscope show {result_file}`"
         )
     if "schema_version" not in data:
-        raise RunLoadError(f"{result_file}: not a neuronscope result (no schema_version)")
+        raise RunLoadError(
+            f"{result_file}: neither a neuronscope result (no schema_version) nor a torch.profiler "
+            f"trace (no traceEvents); pass a run directory, its result.json or a trace file"
+        )
     try:
         if data.get("type") == "Comparison":
             loaded: ProfileResult | Comparison = Comparison.from_dict(data)

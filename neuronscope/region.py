@@ -62,6 +62,20 @@ class NeuronscopeWarning(UserWarning):
     """Something went wrong that the user should know about, but the program goes on."""
 
 
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def warn_user(message: str) -> None:
+    """Warn with the user's own line as the place: the first frame outside neuronscope (a
+    capture ends many calls deep, and not as deep from a decorator as from a region)."""
+    frame: FrameType | None = sys._getframe(1)
+    level = 2
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back
+        level += 1
+    warnings.warn(message, NeuronscopeWarning, stacklevel=level)
+
+
 class _ThreadState(threading.local):
     depth = 0
     session: _Session | None = None
@@ -171,7 +185,7 @@ class _Session:
         # first capture of a name without warm-up holds NEFF compilation).
         self.backend = resolve_backend(self.options.with_name(self.name))
         for message in self.backend.environment_warnings():
-            warnings.warn(message, NeuronscopeWarning, stacklevel=4)
+            warn_user(message)
         # Before the run directory: rank 0's start time names every rank's directory.
         self.dist = _distributed.begin(self.name, exchange_stamp=self.options.export)
         if self.options.export:
@@ -294,12 +308,10 @@ class _Session:
             cause = f"{type(err).__name__}: {err}"
             result.notes.append(f"not exported: {cause}")
             if _first_export_failure(self.options.output_root, err):
-                warnings.warn(
+                warn_user(
                     f"neuronscope: could not export capture {self.name!r} to {self.options.output_root} "
                     f"({cause}); the result stays in memory (run_dir=None). Later captures that fail "
-                    f"the same way are not warned about again; their results' notes say so",
-                    NeuronscopeWarning,
-                    stacklevel=4,
+                    f"the same way are not warned about again; their results' notes say so"
                 )
             else:
                 log.debug("neuronscope: capture %r not exported: %s", self.name, cause)
@@ -436,11 +448,9 @@ def enter(options: Options, name: str, target: str | None) -> _Entry:
         if not isinstance(err, Exception):  # KeyboardInterrupt, SystemExit: the user's own
             raise
         # The profiler failing to start must not stop the user's program.
-        warnings.warn(
+        warn_user(
             f"neuronscope: could not start capture {name!r} ({type(err).__name__}: {err}); "
-            f"this call runs unprofiled",
-            NeuronscopeWarning,
-            stacklevel=4,
+            f"this call runs unprofiled"
         )
         return _Entry("off")
     return _Entry("outer", session=session)

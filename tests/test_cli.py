@@ -246,7 +246,7 @@ ERRORS = {
     "not_a_run": "not a neuronscope run",
     "corrupt": "not valid JSON",
     "empty": "empty",
-    "foreign": "not a neuronscope result",
+    "foreign": "nor a torch.profiler trace (no traceEvents)",
     "newer": "newer neuronscope",
     "incomplete": "incomplete",
 }

@@ -158,9 +158,10 @@ def test_export_false_keeps_it_in_memory(inputs: Any, tmp_path: Path) -> None:
 def test_export_failure_warns_and_keeps_the_comparison(inputs: Any, tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    with pytest.warns(NeuronscopeWarning, match="could not export"):
+    with pytest.warns(NeuronscopeWarning, match="could not export") as record:
         cmp = compare({"a": rms_norm_naive}, *inputs, output_dir=str(blocker), active=1, warmup=0)
     assert cmp.run_dir is None and cmp.rows[0].label == "a"
+    assert record[0].filename == __file__  # the warning names the caller's line
 
 
 # ---- warm-up and torch.compile ---------------------------------------------------------------

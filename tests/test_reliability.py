@@ -176,6 +176,7 @@ def test_root_is_a_file_decorator_returns_value_and_warns_once(tmp_path: Path) -
     msgs = _ns_warnings(record)
     assert len(msgs) == 1, msgs
     assert str(root) in msgs[0] and ("File exists" in msgs[0] or "Not a directory" in msgs[0])
+    assert [w.filename for w in record if "could not export" in str(w.message)] == [__file__]  # the user's line
     assert any(n.startswith("not exported:") for n in result.notes)
     assert root.read_text() == "a file where the runs should go"
 
@@ -191,6 +192,7 @@ def test_root_below_a_file_region_keeps_result(tmp_path: Path) -> None:
     assert r.result is not None and r.result.run_dir is None and r.result.status == "ok"
     msgs = _ns_warnings(record)
     assert len(msgs) == 1 and "Not a directory" in msgs[0], msgs
+    assert [w.filename for w in record if "could not export" in str(w.message)] == [__file__]
 
 
 def test_invalid_root_name_too_long(tmp_path: Path) -> None:
@@ -923,7 +925,7 @@ BAD_RUNS: dict[str, tuple[Callable[[Path], Path], str]] = {
     "truncated": (lambda d: _write(d, "result.json", GOOD[: len(GOOD) // 2]).parent, "not valid JSON"),
     "corrupt-bytes": (lambda d: _write(d, "result.json", b"\x89PNG\r\n\x1a\n\x00\xff").parent, "cannot be read"),
     "not-an-object": (lambda d: _write(d, "result.json", "[1, 2, 3]").parent, "expected a JSON object"),
-    "foreign-json": (lambda d: _write(d, "result.json", '{"hello": "world"}').parent, "not a neuronscope result"),
+    "foreign-json": (lambda d: _write(d, "result.json", '{"hello": "world"}').parent, "neither a neuronscope result"),
     "trace-as-result": (lambda d: _write(d, "result.json", _trace_text()).parent, "Chrome trace"),
     "trace-file-given": (lambda d: _write(d, "trace.json", _trace_text()), "Chrome trace"),
     "trace-directory-given": (lambda d: _write(d, "trace.json", _trace_text()) and d, "no result.json"),

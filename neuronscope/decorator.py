@@ -16,6 +16,7 @@ import atexit
 import functools
 import inspect
 import logging
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar, overload
@@ -30,7 +31,7 @@ from .config import (
     disabled_by_env,
 )
 from .errors import NeuronscopeError
-from .region import MAX_KEPT_RESULTS, _tls, keep_result, run_captured, unmark_quiet  # noqa: F401 - MAX_KEPT_RESULTS: its former home
+from .region import MAX_KEPT_RESULTS, _tls, keep_result, quiet_here, run_captured, unmark_quiet  # noqa: F401 - MAX_KEPT_RESULTS: its former home
 from .result import ProfileResult
 
 __all__ = ["NotWrappableError", "profile_on_neuron", "wrap_callable"]
@@ -181,7 +182,7 @@ def wrap_callable(func: F, options: Options) -> F:
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
             # Unlike a plain call, an awaited one does not mark its body as running
             # unprofiled: other tasks interleave with it on this thread.
-            if not tls.depth and (tls.quiet or window.closed or not captured()):
+            if not tls.depth and ((tls.quiet and quiet_here(tls)) or window.closed or not captured()):
                 return await func(*args, **kwargs)
             return await _run_async(state, func, args, kwargs)
 
@@ -201,10 +202,10 @@ def wrap_callable(func: F, options: Options) -> F:
             # inside it start no capture of their own (tls.quiet).
             if not tls.depth:
                 quiet = tls.quiet
-                if quiet:
+                if quiet and quiet_here(tls):
                     return func(*args, **kwargs)
                 if window.closed or not captured():
-                    quiet.append(state)
+                    quiet.append((state, sys._getframe()))  # this frame runs func: its block
                     try:
                         return func(*args, **kwargs)
                     finally:

@@ -66,7 +66,7 @@ __all__ = [
 KIND_OP = 0  #: an operator (``cpu_op``): aten ops, c10d ops, custom ops
 KIND_ANNOTATION = 1  #: a labelled range (``user_annotation``): record_function, regions
 #: A Python frame (``python_function``, with ``with_stack=True``). Only in
-#: :attr:`EventTable.others`: a child in the nesting, never an op.
+#: :attr:`EventTable.others`: never an op, and no child in :func:`summarize`'s nesting.
 KIND_PYTHON = 2
 #: Any other CPU-side activity: device-runtime and driver calls (``cudaLaunchKernel``,
 #: ``cudaDeviceSynchronize``, PrivateUse1 runtime), instant events. Only in
@@ -113,8 +113,8 @@ class EventTable:
 
     ``flags`` is per event (:data:`FLAG_ASYNC`, :data:`FLAG_LEGACY_DEVICE`), or empty when no
     event has one. ``others`` holds the CPU-side events that are neither ops nor ranges (Python
-    frames, device-runtime calls) with the same fields, or None: :func:`summarize` nests them
-    as ``key_averages()`` does.
+    frames, device-runtime calls) with the same fields, or None: :func:`summarize` nests the
+    runtime calls as ``key_averages()`` does, and leaves the Python frames out.
     """
 
     names: list[str] = field(default_factory=list)
@@ -616,7 +616,7 @@ def summarize(table: EventTable) -> Summary:
     inclusive time with the ops inside, as ``key_averages()`` would (see the module notes).
 
     An event's children are the events nested directly inside it on the same thread (ops,
-    ranges, Python frames and runtime calls alike); self time is its duration less its
+    ranges and runtime calls alike; not Python frames); self time is its duration less its
     children's, and its total device time is its own plus its descendants'. A region's ops
     are all the ops nested inside it, at any depth, and those that other threads of its
     process started while it was open (autograd's backward threads, TorchScript forks; by

@@ -70,7 +70,7 @@ def warn_user(message: str) -> None:
     capture ends many calls deep, and not as deep from a decorator as from a region)."""
     frame: FrameType | None = sys._getframe(1)
     level = 2
-    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR + os.sep):
         frame = frame.f_back
         level += 1
     warnings.warn(message, NeuronscopeWarning, stacklevel=level)
@@ -79,11 +79,13 @@ def warn_user(message: str) -> None:
 class _ThreadState(threading.local):
     depth = 0
     session: _Session | None = None
+
     def __init__(self) -> None:
         #: The regions and decorated calls open on this thread that declined to capture this
-        #: pass (warm-up, or past their window), innermost last. What runs inside them runs
-        #: unprofiled too: an inner region or decorated call starts no capture of its own.
-        self.quiet: list[object] = []
+        #: pass (warm-up, or past their window), innermost last, each with the frame that
+        #: runs its block. What runs inside them runs unprofiled too: an inner region or
+        #: decorated call starts no capture of its own (see :func:`quiet_here`).
+        self.quiet: list[tuple[object, FrameType]] = []
 
 
 _tls = _ThreadState()
@@ -403,14 +405,30 @@ class _Entry:
 
 _OFF = _Entry("off")  # shared by every uncaptured entry: it holds nothing
 
-def unmark_quiet(quiet: list[object], owner: object) -> None:
-    """Take ``owner``'s innermost mark off the thread's quiet list (the last one, unless
-    asyncio tasks on this thread interleaved their regions)."""
-    if quiet and quiet[-1] is owner:
+def quiet_here(tls: _ThreadState) -> bool:
+    """Does this thread run inside a block that declined to capture this pass?
+
+    A mark counts only while its block's frame is on the calling stack. A generator paused
+    inside a region, or an asyncio task waiting inside one, does not silence what runs on the
+    thread meanwhile; such a mark is dropped here, as is one whose block ended on another
+    thread (a generator finished elsewhere), which would otherwise silence the thread for good.
+    """
+    quiet = tls.quiet
+    while quiet:
+        block = quiet[-1][1]
+        frame: FrameType | None = sys._getframe(1)
+        while frame is not None:
+            if frame is block:
+                return True
+            frame = frame.f_back
         quiet.pop()
-        return
+    return False
+
+
+def unmark_quiet(quiet: list[tuple[object, FrameType]], owner: object) -> None:
+    """Take ``owner``'s innermost mark off the thread's list, if :func:`quiet_here` left it."""
     for i in range(len(quiet) - 1, -1, -1):
-        if quiet[i] is owner:
+        if quiet[i][0] is owner:
             del quiet[i]
             return
 
@@ -637,7 +655,9 @@ class neuron_region:
     ``export``, ``record_shapes``, ``with_stack``, ``enabled``, ``modes``, ``cores``, ...).
     By default every entry is captured, since the user placed the block by hand; in a loop, pass
     ``warmup=`` / ``active=`` and the window is counted per region name, so the first
-    ``warmup`` passes run uncaptured and only ``active`` passes are captured.
+    ``warmup`` passes run uncaptured and only ``active`` passes are captured (``results``
+    then holds the name's captures). A pass that a region or decorated call skips runs its
+    whole block unprofiled: a region inside it captures nothing of its own then.
     """
 
     _windows: ClassVar[dict[str, CallWindow]] = {}  # per region name, shared by all objects
@@ -717,18 +737,20 @@ class neuron_region:
             entry = _OFF
         elif tls.depth:
             entry = self._enter_capture(None)  # a labelled range of the running capture
-        elif tls.quiet:
+        elif tls.quiet and quiet_here(tls):
             # Inside a region or decorated call that runs unprofiled this pass. Marked again
             # only when that is this very object (recursion), whose exit takes one mark off.
-            if tls.quiet[-1] is self:
-                tls.quiet.append(self)
+            if tls.quiet[-1][0] is self:
+                tls.quiet.append((self, sys._getframe(1)))
                 return self
             entry = _OFF
         elif (w := self.__dict__.get("_win")) is not None and w.closed and self._windows.get(self.name) is w:
-            tls.quiet.append(self)  # past its window, the common case in a loop: no lock, no lookup
+            # Past its window, the common case in a loop: no lock, no lookup. This pass and
+            # everything inside it run unprofiled.
+            tls.quiet.append((self, sys._getframe(1)))
             return self
         elif (w := self._window()) is not None and (w.closed or not w.next_call_captured()):
-            tls.quiet.append(self)  # warm-up: this pass and everything inside it run unprofiled
+            tls.quiet.append((self, sys._getframe(1)))  # warm-up
             return self
         else:
             entry = self._enter_capture(w)
@@ -760,7 +782,7 @@ class neuron_region:
         if not self.options.enabled:
             return
         quiet = _tls.quiet
-        if quiet and quiet[-1] is self:  # a pass that declined to capture
+        if quiet and quiet[-1][0] is self:  # a pass that declined to capture
             quiet.pop()
             return
         if not self._open:
@@ -845,7 +867,7 @@ def _region_decorator(region: neuron_region, func: F) -> F:
 
 def ensure_no_capture_running() -> bool:
     """True when no capture and no region is active (used by tests)."""
-    return _tls.depth == 0 and _tls.session is None and not _capture_lock.locked()
+    return _tls.depth == 0 and _tls.session is None and not _tls.quiet and not _capture_lock.locked()
 
 
 __all__ += ["NeuronscopeError", "ensure_no_capture_running", "enter", "leave"]

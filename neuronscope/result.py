@@ -35,35 +35,44 @@ SCHEMA_VERSION = 1
 Shape = list[int]
 
 
-def dumps_json(value: Any, indent: int | None = 2) -> str:
-    """JSON as ``json.dumps(..., indent=indent)`` writes it, except that a list of numbers
-    nested at most two deep (a shape, an op's input-shape signature) stays on one line: a
-    result's shapes would otherwise take one line per dimension."""
+def dumps_json(value: Any, indent: int | str | None = 2) -> str:
+    """The text of ``json.dumps(value, indent=indent, default=str)``, laid out the same way
+    except that a list of numbers nested at most two deep (a shape, an op's input-shape
+    signature) stays on one line: a result's shapes would otherwise take a line per dimension.
+    Keys are converted as ``json.dumps`` converts them (and refused where it refuses them)."""
     if indent is None:
         return json.dumps(value, default=str)
-    return _dumps(value, indent, 0)
+    return _dumps(value, indent if isinstance(indent, str) else " " * indent, 0)
 
 
-def _dumps(value: Any, indent: int, level: int) -> str:
+def _dumps(value: Any, pad: str, level: int) -> str:
     if isinstance(value, dict) and value:
-        pad = " " * (indent * (level + 1))
-        items = (f"{pad}{json.dumps(str(k))}: {_dumps(v, indent, level + 1)}" for k, v in value.items())
-        return "{\n" + ",\n".join(items) + "\n" + " " * (indent * level) + "}"
+        inner = pad * (level + 1)
+        items = (f"{inner}{_json_key(k)}: {_dumps(v, pad, level + 1)}" for k, v in value.items())
+        return "{\n" + ",\n".join(items) + "\n" + pad * level + "}"
     if isinstance(value, (list, tuple)) and value and _depth(value) > 2:
-        pad = " " * (indent * (level + 1))
-        items = (pad + _dumps(v, indent, level + 1) for v in value)
-        return "[\n" + ",\n".join(items) + "\n" + " " * (indent * level) + "]"
+        inner = pad * (level + 1)
+        items = (inner + _dumps(v, pad, level + 1) for v in value)
+        return "[\n" + ",\n".join(items) + "\n" + pad * level + "]"
     return json.dumps(value, default=str)
 
 
+def _json_key(key: Any) -> str:
+    """A dict key as ``json.dumps`` writes it (True -> "true", inf -> "Infinity"), or its
+    TypeError for a key it refuses."""
+    if isinstance(key, str):
+        return json.dumps(key)
+    return json.dumps({key: 0})[1:-4]  # '{"true": 0}' -> '"true"'
+
+
 def _depth(value: Any) -> int:
-    """How deep lists nest in ``value``; a dict or a string anywhere counts as too deep for
-    one line (lists of names and notes read better one item a line)."""
-    if isinstance(value, (dict, str)):
-        return 99
+    """How deep lists of numbers nest in ``value``; anything else in a list (a dict, a string,
+    an object written with ``default=str``) counts as too deep for one line."""
     if isinstance(value, (list, tuple)):
         return 1 + max((_depth(v) for v in value), default=0)
-    return 0
+    if value is None or isinstance(value, (int, float)):
+        return 0
+    return 99
 
 
 def _fmt_us(us: float | None) -> str:

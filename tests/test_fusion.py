@@ -221,6 +221,32 @@ def test_a_fused_optimizer_or_single_op_updates_get_no_optimizer_hint() -> None:
         assert set(fusion(result)) == {"rms_norm"}, optimizer
 
 
+def test_an_optimizer_step_that_runs_the_model_is_left_to_the_fusion_rules() -> None:
+    """opt.step(closure): forward and backward run inside the step's range; the hand-written
+    norm in the closure is still found, and no optimizer hint claims the forward's ops."""
+    torch.manual_seed(0)
+    w = torch.nn.Parameter(torch.ones(64))
+    opt = torch.optim.AdamW([w], lr=1e-3)
+    x = torch.randn(16, 64)
+
+    def closure() -> torch.Tensor:
+        opt.zero_grad()
+        loss = (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w).square().mean()
+        loss.backward()
+        return loss
+
+    result = from_profiler(capture(lambda: opt.step(closure), calls=3))
+    assert "rms_norm" in {h.pattern for h in result.hints if h.kind == "fusion"}
+    assert not [h for h in result.hints if h.kind == "optimizer"]
+
+
+def test_a_chain_through_a_view_keeps_its_link() -> None:
+    x = torch.randn(256, 256)
+    result = from_profiler(capture(lambda: ((x * 2.0).view(-1) + 1.0).exp(), calls=5))
+    (chain,) = [h for h in result.hints if h.pattern == "elementwise_chain"]
+    assert chain.ops == ["aten::mul", "aten::add", "aten::exp"] and chain.calls == 5
+
+
 def test_an_inferred_link_must_carry_the_shape_to_join_a_chain() -> None:
     """An activation linked to an optimizer state of as many elements (a guess of the inferred
     linking) makes no chain; the same links made exactly (profile_memory=True) do."""

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -120,6 +123,69 @@ def test_a_decorated_call_past_its_window_runs_its_regions_unprofiled(runs_dir: 
     with neuron_region("absent", enabled=False), neuron_region("alone", export=False) as alone:
         torch.ones(2).cos()
     assert alone.result is not None
+
+
+def test_a_skipped_region_paused_in_a_generator_does_not_silence_its_consumer() -> None:
+    def batches() -> Iterator[torch.Tensor]:
+        for i in range(4):
+            with neuron_region("gen_load", warmup=1, active=1, export=False):
+                yield torch.ones(4) * i
+
+    captured = []
+    for batch in batches():
+        with neuron_region("gen_step", export=False) as r:
+            batch.sin()
+        captured.append(r.result is not None)
+    # Pass 1: the consumer's region is a range of gen_load's capture, open across the yield.
+    assert captured == [True, False, True, True]
+    assert ensure_no_capture_running()
+
+
+def test_a_skipped_pass_ended_on_another_thread_leaves_no_mark_behind() -> None:
+    def moved() -> Iterator[int]:
+        with neuron_region("moved", warmup=5, active=1, export=False):
+            yield 1
+            yield 2
+
+    gen = moved()
+    next(gen)  # its region entered here, in warm-up: this thread's pass is marked
+    worker = threading.Thread(target=lambda: list(gen))
+    worker.start()
+    worker.join()  # ... and left there
+    with neuron_region("after_moved", export=False) as r:
+        torch.ones(2).cos()
+    assert r.result is not None and ensure_no_capture_running()
+
+
+def test_an_asyncio_task_waiting_in_a_skipped_region_does_not_silence_another() -> None:
+    async def waiting() -> None:
+        with neuron_region("async_wait", warmup=5, active=1, export=False):
+            await asyncio.sleep(0.05)
+
+    async def working() -> Any:
+        await asyncio.sleep(0.01)
+        with neuron_region("async_work", export=False) as r:
+            torch.ones(2).sin()
+        return r.result
+
+    async def both() -> list[Any]:
+        return await asyncio.gather(waiting(), working())
+
+    assert asyncio.run(both())[1] is not None
+    assert ensure_no_capture_running()
+
+
+def test_a_call_that_raises_in_its_warm_up_leaves_no_mark_behind() -> None:
+    @profile_on_neuron(warmup=1, export=False)
+    def fails() -> None:
+        raise ValueError("boom")
+
+    with pytest.raises(ValueError, match="boom"):
+        fails()
+    assert ensure_no_capture_running()
+    with neuron_region("after_raise", export=False) as r:
+        torch.ones(2).cos()
+    assert r.result is not None
 
 
 def test_exception_resets_the_nesting_count_and_exports_an_error_result(runs_dir: Path) -> None:

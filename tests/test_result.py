@@ -15,7 +15,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 import neuronscope
 from neuronscope import Comparison, Hint, NeuronscopeError, OpStat, ProfileResult, from_profiler
 from neuronscope.export import INCOMPLETE_MARKER, atomic_write_text, find_runs, new_run_dir
-from neuronscope.result import SCHEMA_VERSION, ComparisonRow, RegionStat
+from neuronscope.result import SCHEMA_VERSION, ComparisonRow, RegionStat, dumps_json
 
 
 def _sample_result() -> ProfileResult:
@@ -69,6 +69,11 @@ def test_json_keeps_each_shape_signature_on_one_line() -> None:
     assert "        [[8, 1024], [1024, 1024]],\n" in text and "[[2, 3], []]\n" in text
     assert '"notes": [\n    "hello"\n  ]' in text  # lists of names and notes: one item a line
     assert r.to_json(indent=None) == json.dumps(r.to_dict())
+    # Everything else as json.dumps writes it: keys, indent strings, refusals.
+    odd = {True: 1, None: 2, float("inf"): [3, [4]], 5: {"k": ["a"]}}
+    assert dumps_json(odd, "\t") == json.dumps(odd, indent="\t").replace('[\n\t\t3,\n\t\t[\n\t\t\t4\n\t\t]\n\t]', "[3, [4]]")
+    with pytest.raises(TypeError):
+        dumps_json({(1, 2): 3})
 
 
 def test_derived_properties_and_repr() -> None:

@@ -113,6 +113,7 @@ _MATMULS = frozenset({"matmul", "bmm", "einsum", "baddbmm", "mm"})
 _ATTENTION_PRE = frozenset({"div", "mul", "add", "sub", "masked_fill", "where", "to", "_to_copy", "type_as"})
 _ATTENTION_POST = frozenset({"to", "_to_copy", "type_as", "dropout", "masked_fill"})
 _SOFTMAXES = frozenset({"softmax", "_softmax"})
+_MODEL_OPS = _MATMULS | {"linear", "addmm", "conv1d", "conv2d", "conv3d", "convolution", "embedding"}
 
 
 @dataclass
@@ -644,10 +645,11 @@ def _elementwise_chains(g: OpGraph, claimed: set[int]) -> Iterable[Match]:
     An edge ``p -> n`` joins a group only when ``n`` could run in the same kernel as ``p``:
     each other input of ``n`` is older than ``p``, a constant, or itself elementwise. So the
     residual adds of a transformer, each waiting for a whole block that reads the previous
-    one, stay apart. With inferred links, the tensor ``n`` takes from ``p`` must also have the
-    shape ``p`` makes: a chain works on one tensor, and a link that only matched the element
-    count (a forward activation taken for an optimizer's state of as many elements) is a guess
-    too weak to claim a fusion on.
+    one, stay apart. With inferred links, a tensor that ``n`` is the first op to take must
+    have the shape ``p`` makes: a link that only matched the element count (a forward
+    activation taken for an optimizer's state of as many elements) is a guess too weak to
+    claim a fusion on. A view of ``p``'s output (``.view``, ``.reshape``) was taken by the view
+    op first, and keeps its link.
     """
     parent: dict[int, int] = {}
 
@@ -659,6 +661,11 @@ def _elementwise_chains(g: OpGraph, claimed: set[int]) -> Iterable[Match]:
 
     nodes = g.nodes
     exact = g.linking == "exact"
+    first_seen: dict[int, int] = {}  # storage -> the first op that took it
+    if not exact:
+        for n in nodes:
+            for t in n.inputs:
+                first_seen.setdefault(t.key, n.index)
     for n in nodes:
         if n.elementwise and n.writes and n.index not in claimed:
             parent[n.index] = n.index
@@ -668,8 +675,9 @@ def _elementwise_chains(g: OpGraph, claimed: set[int]) -> Iterable[Match]:
         for k, p in enumerate(n.producers):
             if p not in parent:
                 continue
-            if not exact and not _shape_carried(nodes[p], n.inputs[k]):
-                continue
+            t = n.inputs[k]
+            if not exact and first_seen.get(t.key) == n.index and not _shape_carried(nodes[p], t):
+                continue  # a new tensor of another shape: only the element count matched
             others = (q for kk, q in enumerate(n.producers) if kk != k and q >= 0 and n.inputs[kk].sizes)
             if all(q < p or q in parent for q in others):
                 parent[find(p)] = find(n.index)
@@ -701,7 +709,7 @@ def optimizer_steps(g: OpGraph, table: EventTable) -> dict[str, set[int]]:
     records), by optimizer class name."""
     ranges: dict[str, list[tuple[int, int, int]]] = {}
     if not any(name.startswith(OPTIMIZER_STEP_PREFIX) for name in dict.fromkeys(table.names)):
-        return {}  # the common case: a look at each distinct name, not at each event
+        return {}  # the common case, settled by one C-level pass and a look at each distinct name
     for i, name in enumerate(table.names):
         if name.startswith(OPTIMIZER_STEP_PREFIX) and table.kinds[i] == KIND_ANNOTATION:
             cls = name[len(OPTIMIZER_STEP_PREFIX) :].split(".", 1)[0]
@@ -710,9 +718,16 @@ def optimizer_steps(g: OpGraph, table: EventTable) -> dict[str, set[int]]:
     for cls, spans in ranges.items():
         inside = TimeRanges(spans)
         ops = {n.index for n in g.nodes if inside.covers(n.tid, n.start_ns)}
-        if ops:
+        # A step that runs the model (``opt.step(closure)``, as LBFGS always does) holds the
+        # user's forward and backward too: leave its ops to the fusion rules.
+        if ops and not any(_runs_the_model(g.nodes[i]) for i in ops):
             steps[cls] = ops
     return steps
+
+
+def _runs_the_model(n: OpNode) -> bool:
+    """An op no optimizer update runs: a matmul, a convolution, an embedding, a backward op."""
+    return n.op in _MODEL_OPS or n.name.startswith("autograd::")
 
 
 def optimizer_hints(g: OpGraph, steps: dict[str, set[int]], backend: str, confidence: str) -> list[Hint]:

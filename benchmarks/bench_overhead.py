@@ -221,11 +221,18 @@ def section_calls(calls: int, repeats: int) -> None:
             return f(x)
 
     cases["with neuron_region, after its window closed"] = in_closed_region
+    inner = neuron_region("r-inner", backend="cpu", export=False, hints=False)
+
+    def in_inner_region() -> Any:
+        with inner:
+            return f(x)
     warm = profile_on_neuron(warmup=10**12, active=1, backend="cpu", export=False)(f)
     cases["decorated, during warm-up (not captured)"] = lambda: warm(x)
 
     for label, fn in cases.items():
         measure(label, fn)
+    with region_closed:  # a pass past its window: a plain region inside it captures nothing
+        measure("with neuron_region inside a closed region's pass", in_inner_region)
     bare_module = _per_call(lambda: layer(x), calls, repeats)
     for label, fn in cases_module.items():
         measure(label, fn, bare_module)

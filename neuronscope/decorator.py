@@ -209,7 +209,10 @@ def wrap_callable(func: F, options: Options) -> F:
                     try:
                         return func(*args, **kwargs)
                     finally:
-                        unmark_quiet(quiet, state)
+                        if quiet and quiet[-1][0] is state:
+                            quiet.pop()
+                        else:  # a mark that quiet_here dropped, or one left below another
+                            unmark_quiet(quiet, state)
             return run_captured(
                 options, name, target, state.on_result, func, args, kwargs, state.on_skip, state.skipped_so_far
             )

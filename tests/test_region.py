@@ -175,13 +175,15 @@ def test_an_asyncio_task_waiting_in_a_skipped_region_does_not_silence_another() 
     assert ensure_no_capture_running()
 
 
-def test_a_call_that_raises_in_its_warm_up_leaves_no_mark_behind() -> None:
-    @profile_on_neuron(warmup=1, export=False)
+def test_a_call_that_raises_in_an_unprofiled_pass_leaves_no_mark_behind() -> None:
+    @profile_on_neuron(warmup=0, active=1, export=False)
     def fails() -> None:
         raise ValueError("boom")
 
-    with pytest.raises(ValueError, match="boom"):
-        fails()
+    for _ in range(2):  # captured (status "error"), then past the window: an unprofiled pass
+        with pytest.raises(ValueError, match="boom"):
+            fails()
+    assert [r.status for r in fails.results] == ["error"]
     assert ensure_no_capture_running()
     with neuron_region("after_raise", export=False) as r:
         torch.ones(2).cos()

@@ -16,7 +16,6 @@ import atexit
 import functools
 import inspect
 import logging
-import sys
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar, overload
@@ -31,7 +30,7 @@ from .config import (
     disabled_by_env,
 )
 from .errors import NeuronscopeError
-from .region import MAX_KEPT_RESULTS, _tls, keep_result, quiet_here, run_captured, unmark_quiet  # noqa: F401 - MAX_KEPT_RESULTS: its former home
+from .region import MAX_KEPT_RESULTS, _tls, captures_done, keep_result, run_captured, unmark_quiet  # noqa: F401 - MAX_KEPT_RESULTS: its former home
 from .result import ProfileResult
 
 __all__ = ["NotWrappableError", "profile_on_neuron", "wrap_callable"]
@@ -92,10 +91,11 @@ _states_lock = threading.Lock()
 
 @atexit.register
 def _report_uncaptured() -> None:
-    """Say once, at exit, when a decorated callable never reached its capture window."""
+    """Say once, at exit, when a decorated callable never reached its capture window, or ran
+    only inside torch.compile'd code while nothing at all was captured."""
     for state in _states:
         w = state.window
-        if state.compiled_through and not state.results:
+        if state.compiled_through and not state.results and not captures_done[0]:
             log.warning(
                 "neuronscope: %s ran inside torch.compile'd code, where the compiled graph replaces "
                 "the profile_on_neuron wrapper and nothing is captured. Profile the compiled callable "
@@ -182,7 +182,7 @@ def wrap_callable(func: F, options: Options) -> F:
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
             # Unlike a plain call, an awaited one does not mark its body as running
             # unprofiled: other tasks interleave with it on this thread.
-            if not tls.depth and ((tls.quiet and quiet_here(tls)) or window.closed or not captured()):
+            if not tls.depth and (tls.quiet or window.closed or not captured()):
                 return await func(*args, **kwargs)
             return await _run_async(state, func, args, kwargs)
 
@@ -202,16 +202,16 @@ def wrap_callable(func: F, options: Options) -> F:
             # inside it start no capture of their own (tls.quiet).
             if not tls.depth:
                 quiet = tls.quiet
-                if quiet and quiet_here(tls):
+                if quiet:
                     return func(*args, **kwargs)
                 if window.closed or not captured():
-                    quiet.append((state, sys._getframe()))  # this frame runs func: its block
+                    quiet.append(state)
                     try:
                         return func(*args, **kwargs)
                     finally:
-                        if quiet and quiet[-1][0] is state:
+                        if quiet and quiet[-1] is state:
                             quiet.pop()
-                        else:  # a mark that quiet_here dropped, or one left below another
+                        else:  # a region inside left its mark above (a generator paused in it)
                             unmark_quiet(quiet, state)
             return run_captured(
                 options, name, target, state.on_result, func, args, kwargs, state.on_skip, state.skipped_so_far

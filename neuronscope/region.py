@@ -9,6 +9,7 @@ thread while a capture runs is executed uncaptured and counted, never dropped si
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -68,12 +69,22 @@ _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 def warn_user(message: str) -> None:
     """Warn with the user's own line as the place: the first frame outside neuronscope (a
     capture ends many calls deep, and not as deep from a decorator as from a region)."""
+    torch = sys.modules.get("torch")
+    torch_dir = os.path.dirname(torch.__file__) + os.sep if torch is not None and torch.__file__ else None
     frame: FrameType | None = sys._getframe(1)
     level = 2
-    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR + os.sep):
+    while frame is not None and _between_capture_and_user(frame.f_code.co_filename, torch_dir):
         frame = frame.f_back
         level += 1
     warnings.warn(message, NeuronscopeWarning, stacklevel=level)
+
+
+def _between_capture_and_user(path: str, torch_dir: str | None) -> bool:
+    """A frame of neuronscope, of torch (``Module.__call__`` around a decorated ``forward``) or
+    of contextlib (a region entered by a ``@contextmanager`` or an ExitStack)."""
+    return path.startswith(_PACKAGE_DIR + os.sep) or path == contextlib.__file__ or (
+        torch_dir is not None and path.startswith(torch_dir)
+    )
 
 
 class _ThreadState(threading.local):
@@ -82,10 +93,12 @@ class _ThreadState(threading.local):
 
     def __init__(self) -> None:
         #: The regions and decorated calls open on this thread that declined to capture this
-        #: pass (warm-up, or past their window), innermost last, each with the frame that
-        #: runs its block. What runs inside them runs unprofiled too: an inner region or
-        #: decorated call starts no capture of its own (see :func:`quiet_here`).
-        self.quiet: list[tuple[object, FrameType]] = []
+        #: pass (warm-up, or past their window), innermost last. Until they exit, what runs on
+        #: the thread runs unprofiled too: an inner region or decorated call starts no capture
+        #: of its own. (A capture holds what runs on its thread until it exits the same way: a
+        #: generator paused inside a region, or an asyncio task awaiting inside one, holds the
+        #: code that runs meanwhile.)
+        self.quiet: list[object] = []
 
 
 _tls = _ThreadState()
@@ -404,31 +417,17 @@ class _Entry:
 
 
 _OFF = _Entry("off")  # shared by every uncaptured entry: it holds nothing
+#: Captures this process completed (a one-item list, so that importers see it change).
+captures_done = [0]
 
-def quiet_here(tls: _ThreadState) -> bool:
-    """Does this thread run inside a block that declined to capture this pass?
-
-    A mark counts only while its block's frame is on the calling stack. A generator paused
-    inside a region, or an asyncio task waiting inside one, does not silence what runs on the
-    thread meanwhile; such a mark is dropped here, as is one whose block ended on another
-    thread (a generator finished elsewhere), which would otherwise silence the thread for good.
-    """
-    quiet = tls.quiet
-    while quiet:
-        block = quiet[-1][1]
-        frame: FrameType | None = sys._getframe(1)
-        while frame is not None:
-            if frame is block:
-                return True
-            frame = frame.f_back
+def unmark_quiet(quiet: list[object], owner: object) -> None:
+    """Take ``owner``'s innermost mark off a thread's list (the last one, unless asyncio tasks
+    or generators on that thread interleaved their blocks)."""
+    if quiet and quiet[-1] is owner:
         quiet.pop()
-    return False
-
-
-def unmark_quiet(quiet: list[tuple[object, FrameType]], owner: object) -> None:
-    """Take ``owner``'s innermost mark off the thread's list, if :func:`quiet_here` left it."""
+        return
     for i in range(len(quiet) - 1, -1, -1):
-        if quiet[i][0] is owner:
+        if quiet[i] is owner:
             del quiet[i]
             return
 
@@ -522,6 +521,7 @@ def leave(entry: _Entry, exc: BaseException | None) -> ProfileResult | None:
         _tls.depth = 0
         _tls.session = None
         _capture_lock.release()
+    captures_done[0] += 1
     _announce(result, session.options)
     return result
 
@@ -696,6 +696,10 @@ class neuron_region:
         # This object's open entries, per thread; a thread's list goes when it empties, so an
         # object with nothing open (the common case) enters and leaves uncaptured in two checks.
         self._open: dict[int, list[_Entry]] = {}
+        # The quiet lists (_ThreadState.quiet) that hold this object's marks, one per entry
+        # that declined to capture, innermost last. Entries of one object on several threads
+        # at once may take each other's marks off first; all are off once all have exited.
+        self._quiet_marks: list[list[object]] = []
 
     @property
     def enabled(self) -> bool:
@@ -737,26 +741,30 @@ class neuron_region:
             entry = _OFF
         elif tls.depth:
             entry = self._enter_capture(None)  # a labelled range of the running capture
-        elif tls.quiet and quiet_here(tls):
+        elif tls.quiet:
             # Inside a region or decorated call that runs unprofiled this pass. Marked again
             # only when that is this very object (recursion), whose exit takes one mark off.
-            if tls.quiet[-1][0] is self:
-                tls.quiet.append((self, sys._getframe(1)))
-                return self
+            if tls.quiet[-1] is self:
+                return self._mark_quiet(tls.quiet)
             entry = _OFF
         elif (w := self.__dict__.get("_win")) is not None and w.closed and self._windows.get(self.name) is w:
             # Past its window, the common case in a loop: no lock, no lookup. This pass and
             # everything inside it run unprofiled.
-            tls.quiet.append((self, sys._getframe(1)))
-            return self
+            return self._mark_quiet(tls.quiet)
         elif (w := self._window()) is not None and (w.closed or not w.next_call_captured()):
-            tls.quiet.append((self, sys._getframe(1)))  # warm-up
-            return self
+            return self._mark_quiet(tls.quiet)  # warm-up
         else:
             entry = self._enter_capture(w)
         if entry is _OFF and not self._open:
             return self  # nothing open on this object: __exit__ finds nothing and does nothing
         self._entries().append(entry)
+        return self
+
+    def _mark_quiet(self, quiet: list[object]) -> Self:
+        quiet.append(self)
+        # The list goes with the entry, so that an exit on another thread (a generator
+        # finished there) still takes the mark off the thread that holds it.
+        self._quiet_marks.append(quiet)
         return self
 
     def _enter_capture(self, window: CallWindow | None) -> _Entry:
@@ -781,13 +789,10 @@ class neuron_region:
     ) -> None:
         if not self.options.enabled:
             return
-        quiet = _tls.quiet
-        if quiet and quiet[-1][0] is self:  # a pass that declined to capture
-            quiet.pop()
-            return
-        if not self._open:
-            if quiet:
-                unmark_quiet(quiet, self)
+        if not self._open or threading.get_ident() not in self._open:
+            marks = self._quiet_marks
+            if marks:  # a pass that declined to capture
+                unmark_quiet(marks.pop(), self)
             return
         entries = self._entries()
         entry = entries.pop() if entries else _OFF

@@ -170,6 +170,7 @@ def test_a_decorated_function_compiled_through_runs_uncaptured_and_says_so(caplo
     from torch._dynamo.utils import counters
 
     from neuronscope import profile_on_neuron
+    from neuronscope import region as region_module
     from neuronscope.decorator import _report_uncaptured
 
     @profile_on_neuron(warmup=1, export=False)
@@ -183,10 +184,21 @@ def test_a_decorated_function_compiled_through_runs_uncaptured_and_says_so(caplo
     assert torch.equal(out, (torch.ones(4) * 2).sin())
     assert sum(counters["graph_break"].values()) == breaks
     assert doubled_sin.results == [] and doubled_sin.__neuronscope_state__.compiled_through
-    with caplog.at_level("WARNING", logger="neuronscope"):
-        _report_uncaptured()
-    assert "doubled_sin ran inside torch.compile'd code" in caplog.text
-    assert "profile_on_neuron(torch.compile(f))" in caplog.text
+    done = region_module.captures_done
+    before = done[0]
+    try:
+        done[0] = 0  # as in a process that captured nothing
+        with caplog.at_level("WARNING", logger="neuronscope"):
+            _report_uncaptured()
+        assert "doubled_sin ran inside torch.compile'd code" in caplog.text
+        assert "profile_on_neuron(torch.compile(f))" in caplog.text
+        caplog.clear()
+        done[0] = 1  # something was captured, the compiled callable perhaps: nothing to say
+        with caplog.at_level("WARNING", logger="neuronscope"):
+            _report_uncaptured()
+        assert "doubled_sin" not in caplog.text
+    finally:
+        done[0] = before
     doubled_sin.__neuronscope_state__.compiled_through = False  # said: not again at exit
 
     outside = profile_on_neuron(torch.compile(scale, backend="eager"), warmup=1, export=False)

@@ -181,6 +181,23 @@ def test_root_is_a_file_decorator_returns_value_and_warns_once(tmp_path: Path) -
     assert root.read_text() == "a file where the runs should go"
 
 
+def test_export_failure_of_a_decorated_forward_names_the_users_line(tmp_path: Path) -> None:
+    """Between the capture and the user's ``model(x)`` lie torch's Module.__call__ frames."""
+    root = tmp_path / "a-file"
+    root.write_text("x")
+
+    class Model(torch.nn.Module):
+        @profile_on_neuron(warmup=0, backend="cpu", output_dir=str(root))
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x.sin()
+
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        Model()(torch.ones(4))
+    TALLY["faults_injected"] += 1
+    assert [w.filename for w in record if "could not export" in str(w.message)] == [__file__]
+
+
 def test_root_below_a_file_region_keeps_result(tmp_path: Path) -> None:
     blocker = tmp_path / "blocker"
     blocker.write_text("x")

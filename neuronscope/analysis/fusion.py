@@ -26,11 +26,12 @@ one RMSNorm are one hint with ``calls=12``. Hints are ranked by estimated saving
 
 from __future__ import annotations
 
+import bisect
 import collections
 import functools
 import re
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -41,7 +42,6 @@ from .dataflow import (
     OpGraph,
     OpNode,
     TensorArg,
-    TimeRanges,
     broadcast_shape,
     graph_from_profiler,
     graph_from_table,
@@ -638,9 +638,12 @@ def find_matches(g: OpGraph, reserved: Iterable[int] = ()) -> list[Match]:
     return out
 
 
-def _elementwise_chains(g: OpGraph, claimed: set[int]) -> Iterable[Match]:
+def _elementwise_chains(
+    g: OpGraph, claimed: set[int], within: Sequence[int] | None = None, first_seen: dict[int, int] | None = None
+) -> Iterable[Match]:
     """Connected groups of unclaimed elementwise ops (producer -> consumer) of at least
-    :data:`MIN_CHAIN_OPS`.
+    :data:`MIN_CHAIN_OPS`; among the ops ``within`` only, where given. ``first_seen`` is
+    :func:`_first_takers` of the graph, where the caller has it already.
 
     An edge ``p -> n`` joins a group only when ``n`` could run in the same kernel as ``p``:
     each other input of ``n`` is older than ``p``, a constant, or itself elementwise. So the
@@ -660,16 +663,14 @@ def _elementwise_chains(g: OpGraph, claimed: set[int]) -> Iterable[Match]:
         return i
 
     nodes = g.nodes
+    pool = nodes if within is None else [nodes[i] for i in within]
     exact = g.linking == "exact"
-    first_seen: dict[int, int] = {}  # storage -> the first op that took it
-    if not exact:
-        for n in nodes:
-            for t in n.inputs:
-                first_seen.setdefault(t.key, n.index)
-    for n in nodes:
+    if first_seen is None:
+        first_seen = {} if exact else _first_takers(g)
+    for n in pool:
         if n.elementwise and n.writes and n.index not in claimed:
             parent[n.index] = n.index
-    for n in nodes:
+    for n in pool:
         if n.index not in parent:
             continue
         for k, p in enumerate(n.producers):
@@ -692,6 +693,15 @@ def _elementwise_chains(g: OpGraph, claimed: set[int]) -> Iterable[Match]:
             yield Match("elementwise_chain", members, x, {})
 
 
+def _first_takers(g: OpGraph) -> dict[int, int]:
+    """Storage -> the first op that took it as an input."""
+    first: dict[int, int] = {}
+    for n in g.nodes:
+        for t in n.inputs:
+            first.setdefault(t.key, n.index)
+    return first
+
+
 def _shape_carried(producer: OpNode, t: TensorArg) -> bool:
     """Does ``t`` have the shape the elementwise ``producer`` makes (its first input's when in
     place, else its inputs' broadcast shape)? True where that shape is not known."""
@@ -704,9 +714,9 @@ def _shape_carried(producer: OpNode, t: TensorArg) -> bool:
 # ---- optimizers -------------------------------------------------------------------------------
 
 
-def optimizer_steps(g: OpGraph, table: EventTable) -> dict[str, set[int]]:
-    """The ops of each optimizer's steps (the ``Optimizer.step#AdamW.step`` ranges torch.optim
-    records), by optimizer class name."""
+def optimizer_steps(g: OpGraph, table: EventTable) -> dict[str, list[list[int]]]:
+    """The update ops of each optimizer step (in the ``Optimizer.step#AdamW.step`` ranges
+    torch.optim records), a list per step, by optimizer class name."""
     ranges: dict[str, list[tuple[int, int, int]]] = {}
     if not any(name.startswith(OPTIMIZER_STEP_PREFIX) for name in dict.fromkeys(table.names)):
         return {}  # the common case, settled by one C-level pass and a look at each distinct name
@@ -714,14 +724,18 @@ def optimizer_steps(g: OpGraph, table: EventTable) -> dict[str, set[int]]:
         if name.startswith(OPTIMIZER_STEP_PREFIX) and table.kinds[i] == KIND_ANNOTATION:
             cls = name[len(OPTIMIZER_STEP_PREFIX) :].split(".", 1)[0]
             ranges.setdefault(cls, []).append((table.tids[i], table.starts[i], table.ends[i]))
-    steps: dict[str, set[int]] = {}
+    starts = [n.start_ns for n in g.nodes]  # the graph is in start order
+    steps: dict[str, list[list[int]]] = {}
     for cls, spans in ranges.items():
-        inside = TimeRanges(spans)
-        ops = {n.index for n in g.nodes if inside.covers(n.tid, n.start_ns)}
-        # A step that runs the model (``opt.step(closure)``, as LBFGS always does) holds the
-        # user's forward and backward too: leave its ops to the fusion rules.
-        if ops and not any(_runs_the_model(g.nodes[i]) for i in ops):
-            steps[cls] = ops
+        for tid, start, end in spans:
+            lo, hi = bisect.bisect_left(starts, start), bisect.bisect_left(starts, end)
+            inside = [n for n in g.nodes[lo:hi] if n.tid == tid]
+            # A step that runs the model first (``opt.step(closure)``) holds the user's forward
+            # and backward too: its update is what runs after the last of their ops.
+            model_end = max((n.end_ns for n in inside if _runs_the_model(n)), default=None)
+            update = [n.index for n in inside if model_end is None or n.start_ns >= model_end]
+            if update:
+                steps.setdefault(cls, []).append(update)
     return steps
 
 
@@ -730,16 +744,23 @@ def _runs_the_model(n: OpNode) -> bool:
     return n.op in _MODEL_OPS or n.name.startswith("autograd::")
 
 
-def optimizer_hints(g: OpGraph, steps: dict[str, set[int]], backend: str, confidence: str) -> list[Hint]:
+def optimizer_hints(g: OpGraph, steps: dict[str, list[list[int]]], backend: str, confidence: str) -> list[Hint]:
     """One hint per optimizer whose step updates the parameters one at a time, each with a
     chain of elementwise ops (torch.optim's default on CPU, ``foreach=False``): its fused
     form updates them all in one kernel per step. What fusing each parameter's chain would
     save is estimated as for an ``elementwise_chain``. A ``foreach`` or ``fused`` optimizer
     makes no such chains and gets no hint."""
     hints: list[Hint] = []
-    everything = {n.index for n in g.nodes}
-    for cls, inside in steps.items():
-        chains = list(_elementwise_chains(g, everything - inside))
+    first_seen = {} if g.linking == "exact" else _first_takers(g)
+    for cls, updates in steps.items():
+        # Step by step: the in-place state links one step's update to the next one's. Chains
+        # of 0-dim tensors only (the step counters) are bookkeeping, not the update.
+        chains = [
+            m
+            for update in updates
+            for m in _elementwise_chains(g, set(), update, first_seen)
+            if any(t.sizes for n in m.nodes for t in n.inputs)
+        ]
         if len(chains) < MIN_OPTIMIZER_CHAINS:
             continue
         time_ns = saving_ns = 0.0
@@ -749,9 +770,11 @@ def optimizer_hints(g: OpGraph, steps: dict[str, set[int]], backend: str, confid
             saving_ns += min(sum(times), estimate_saving_ns("elementwise_chain", times, _full_size(m.nodes), backend))
         if saving_ns < MIN_SAVING_NS:
             continue
-        # The op sequence most parameters share stands for them all.
+        # The op sequence that covers the most ops stands for them all (inferred links may
+        # join two parameters' updates into one chain, so the count is the chains found).
         spellings = collections.Counter(m.names for m in chains)
-        typical = next(m for m in chains if m.names == spellings.most_common(1)[0][0])
+        most = max(spellings, key=lambda names: spellings[names] * len(names))
+        typical = next(m for m in chains if m.names == most)
         # foreach=True batches the launches: it helps on a GPU, not on CPU.
         foreach = " (or foreach=True)" if backend == "cuda" else ""
         if cls in FUSED_OPTIMIZERS:
@@ -1070,7 +1093,7 @@ def fusion_hints(ctx: AnalysisContext) -> list[Hint]:
     if graph is not None and any(n.inputs for n in graph.nodes):
         # An optimizer's update is torch.optim's code, not the user's idioms: one hint for it.
         steps = optimizer_steps(graph, ctx.table)
-        reserved = set().union(*steps.values()) if steps else set()
+        reserved = {i for updates in steps.values() for update in updates for i in update}
         hints = hints_from_matches(find_matches(graph, reserved), graph, ctx.backend, "dataflow")
         hints += optimizer_hints(graph, steps, ctx.backend, "dataflow")
         return hints

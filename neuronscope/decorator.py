@@ -218,6 +218,7 @@ def wrap_callable(func: F, options: Options) -> F:
             )
 
         wrapper = sync_wrapper
+    _own_code(wrapper, func)
     wrapper.results = state.results
     wrapper.last_result = None
     wrapper.skipped_calls = 0
@@ -226,6 +227,20 @@ def wrap_callable(func: F, options: Options) -> F:
     with _states_lock:
         _states.append(state)
     return wrapper
+
+
+def _own_code(wrapper: Any, func: Any) -> None:
+    """Give ``wrapper`` a code object of its own, named after ``func``. torch.compile keeps
+    its compiled graphs per code object, so wrappers sharing one would share one cache (8
+    entries by default, then eager) and every graph would be named ``sync_wrapper``."""
+    name = getattr(func, "__name__", None)
+    if not isinstance(name, str) or not name.isidentifier():
+        return
+    code = wrapper.__code__
+    fields: dict[str, Any] = {"co_name": name}
+    if hasattr(code, "co_qualname"):  # Python 3.11+
+        fields["co_qualname"] = getattr(func, "__qualname__", name)
+    wrapper.__code__ = code.replace(**fields)
 
 
 def _compiling_check() -> Callable[[], bool]:

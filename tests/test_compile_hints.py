@@ -207,6 +207,32 @@ def test_a_decorated_function_compiled_through_runs_uncaptured_and_says_so(caplo
     assert len(outside.results) == 1 and not _hints(outside.results[0], "compile")
 
 
+def test_a_compiled_model_with_a_decorated_forward_is_named_after_forward() -> None:
+    """Each wrapper has a code object of its own, named after what it wraps: torch.compile
+    names the graph after it, and keeps a cache per wrapped function."""
+    from neuronscope import profile_on_neuron
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = torch.nn.Linear(16, 16)
+
+        @profile_on_neuron(export=False)
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.lin(x).relu()
+
+    @profile_on_neuron(export=False)
+    def other(x: torch.Tensor) -> torch.Tensor:
+        return x.cos()
+
+    assert Net.forward.__code__ is not other.__code__
+    assert (Net.forward.__code__.co_name, other.__code__.co_name) == ("forward", "other")
+    compiled, x = torch.compile(Net(), backend="eager"), torch.randn(4, 16)
+    compiled(x)
+    result = _capture("named", compiled, (x,))
+    assert "compiled: forward [0/0]" in [o.name for o in result.ops]
+
+
 # ---- naming, from a hand-made event table ----------------------------------------------------
 def _table(rows: list[tuple[str, int, int, int]]) -> EventTable:
     table = EventTable()

@@ -181,7 +181,8 @@ def wrap_callable(func: F, options: Options) -> F:
         @functools.wraps(func)
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
             # Unlike a plain call, an awaited one does not mark its body as running
-            # unprofiled: other tasks interleave with it on this thread.
+            # unprofiled: other tasks interleave with it on this thread, and would be held
+            # too (a region skipping a pass across an await does hold them).
             if not tls.depth and (tls.quiet or window.closed or not captured()):
                 return await func(*args, **kwargs)
             return await _run_async(state, func, args, kwargs)

@@ -70,7 +70,8 @@ def warn_user(message: str) -> None:
     """Warn with the user's own line as the place: the first frame outside neuronscope (a
     capture ends many calls deep, and not as deep from a decorator as from a region)."""
     torch = sys.modules.get("torch")
-    torch_dir = os.path.dirname(torch.__file__) + os.sep if torch is not None and torch.__file__ else None
+    torch_file = getattr(torch, "__file__", None)
+    torch_dir = os.path.dirname(torch_file) + os.sep if torch_file else None
     frame: FrameType | None = sys._getframe(1)
     level = 2
     while frame is not None and _between_capture_and_user(frame.f_code.co_filename, torch_dir):
@@ -696,10 +697,9 @@ class neuron_region:
         # This object's open entries, per thread; a thread's list goes when it empties, so an
         # object with nothing open (the common case) enters and leaves uncaptured in two checks.
         self._open: dict[int, list[_Entry]] = {}
-        # The quiet lists (_ThreadState.quiet) that hold this object's marks, one per entry
-        # that declined to capture, innermost last. Entries of one object on several threads
-        # at once may take each other's marks off first; all are off once all have exited.
-        self._quiet_marks: list[list[object]] = []
+        # This object's entries that declined to capture, innermost last: the quiet list
+        # (_ThreadState.quiet) that holds each one's mark, and the frame that entered it.
+        self._quiet_marks: list[tuple[list[object], FrameType, int]] = []
 
     @property
     def enabled(self) -> bool:
@@ -737,6 +737,8 @@ class neuron_region:
         if not self.options.enabled:  # fixed for this object: __exit__ knows it too
             return self
         tls = _tls
+        if tls.quiet and tls.quiet[-1] is self and not tls.depth and not self._entered_up_the_stack():
+            self._drop_abandoned_mark(tls.quiet)
         if _disabled_now():
             entry = _OFF
         elif tls.depth:
@@ -745,7 +747,7 @@ class neuron_region:
             # Inside a region or decorated call that runs unprofiled this pass. Marked again
             # only when that is this very object (recursion), whose exit takes one mark off.
             if tls.quiet[-1] is self:
-                return self._mark_quiet(tls.quiet)
+                return self._mark_quiet(tls.quiet)  # recursion: entered again up the stack
             entry = _OFF
         elif (w := self.__dict__.get("_win")) is not None and w.closed and self._windows.get(self.name) is w:
             # Past its window, the common case in a loop: no lock, no lookup. This pass and
@@ -763,9 +765,45 @@ class neuron_region:
     def _mark_quiet(self, quiet: list[object]) -> Self:
         quiet.append(self)
         # The list goes with the entry, so that an exit on another thread (a generator
-        # finished there) still takes the mark off the thread that holds it.
-        self._quiet_marks.append(quiet)
+        # finished there) still takes the mark off the thread that holds it; the frame and
+        # line tell a recursive entry from one whose exit never ran.
+        caller = sys._getframe(2)
+        self._quiet_marks.append((quiet, caller, caller.f_lineno))
         return self
+
+    def _entered_up_the_stack(self) -> bool:
+        """Is this object's newest unprofiled entry on this thread still running further up the
+        stack (the object entered again by recursion)? Not when the same frame enters it again
+        from the same line: a loop whose last pass skipped the exit."""
+        quiet = _tls.quiet
+        entered = next(((frame, line) for home, frame, line in reversed(self._quiet_marks) if home is quiet), None)
+        if entered is None:
+            return False
+        caller: FrameType | None = sys._getframe(2)
+        if caller is entered[0]:
+            return caller.f_lineno != entered[1]
+        frame = caller
+        while frame is not None:
+            if frame is entered[0]:
+                return True
+            frame = frame.f_back
+        return False
+
+    def _drop_abandoned_mark(self, quiet: list[object]) -> None:
+        """The object is entered again while its last unprofiled entry on this thread never
+        exited (hooks: an exception skipped the ``__exit__``). Without this its mark would keep
+        the thread unprofiled for good, and its window would never move on."""
+        for i in range(len(self._quiet_marks) - 1, -1, -1):
+            if self._quiet_marks[i][0] is quiet:
+                del self._quiet_marks[i]
+                break
+        unmark_quiet(quiet, self)
+        _ensure_log_handler()
+        log.warning(
+            "neuronscope: region %r entered again before its last entry exited (was __exit__ "
+            "skipped, by an exception between hooks?); that entry is closed now",
+            self.name,
+        )
 
     def _enter_capture(self, window: CallWindow | None) -> _Entry:
         """Start the capture, or a labelled range in the one running; count a skipped call."""
@@ -791,8 +829,13 @@ class neuron_region:
             return
         if not self._open or threading.get_ident() not in self._open:
             marks = self._quiet_marks
-            if marks:  # a pass that declined to capture
-                unmark_quiet(marks.pop(), self)
+            if marks:  # a pass that declined to capture: this thread's newest, if it has one
+                here = _tls.quiet
+                i = len(marks) - 1
+                while i > 0 and marks[i][0] is not here:
+                    i -= 1
+                home = marks.pop(i if marks[i][0] is here else len(marks) - 1)[0]
+                unmark_quiet(home, self)
             return
         entries = self._entries()
         entry = entries.pop() if entries else _OFF

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -193,6 +195,84 @@ def test_a_skipped_pass_ended_on_another_thread_leaves_no_mark_behind() -> None:
     with neuron_region("after_moved", export=False) as r:
         torch.ones(2).cos()
     assert r.result is not None and ensure_no_capture_running()
+
+
+def test_one_region_object_skipping_on_two_threads_at_once_keeps_each_threads_mark() -> None:
+    shared = neuron_region("shared_closed", warmup=0, active=1, export=False)
+    with shared:
+        torch.ones(2).sin()  # its one capture: past its window from here on
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+    seen: dict[str, Any] = {}
+
+    def first() -> None:
+        with shared:
+            a_in.set()
+            b_in.wait()
+        a_out.set()
+        with neuron_region("first_after", export=False) as r:
+            torch.ones(2).cos()
+        seen["first after its exit"] = r.result is not None
+
+    def second() -> None:
+        a_in.wait()
+        with shared:
+            b_in.set()
+            a_out.wait()  # the first thread has left the region; this one is still inside
+            with neuron_region("second_inside", export=False) as r:
+                torch.ones(2).cos()
+            seen["second inside"] = r.result is not None
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert seen == {"first after its exit": True, "second inside": False}
+
+
+def test_an_exit_skipped_between_hooks_does_not_silence_the_thread() -> None:
+    class Hooks:
+        def __init__(self) -> None:
+            self.region = neuron_region("hooked", warmup=2, active=1, export=False)
+
+        def on_step_begin(self) -> None:
+            self.region.__enter__()
+
+        def on_step_end(self) -> None:
+            self.region.__exit__(None, None, None)
+
+    hooks = Hooks()
+    said: list[str] = []
+    listener = logging.Handler(logging.WARNING)
+    listener.emit = lambda record: said.append(record.getMessage())  # type: ignore[method-assign]
+    logging.getLogger("neuronscope").addHandler(listener)
+    try:
+        for i in range(5):
+            hooks.on_step_begin()
+            if i == 0:
+                continue  # an exception between the hooks: on_step_end never ran
+            torch.ones(2).cos()
+            hooks.on_step_end()
+    finally:
+        logging.getLogger("neuronscope").removeHandler(listener)
+    assert len(hooks.region.results) == 1 and ensure_no_capture_running()
+    assert any("entered again before its last entry exited" in m for m in said)
+
+
+def test_a_region_entered_again_by_recursion_keeps_its_pass_quiet() -> None:
+    recursive = neuron_region("recursive", warmup=5, active=1, export=False)
+    inside: list[bool] = []
+
+    def walk(n: int) -> None:
+        with recursive:
+            with neuron_region("rec_inner", export=False) as r:
+                torch.ones(2).sin()
+            inside.append(r.result is not None)
+            if n:
+                walk(n - 1)
+
+    walk(3)
+    assert inside == [False] * 4 and ensure_no_capture_running()
 
 
 def test_a_call_that_raises_in_an_unprofiled_pass_leaves_no_mark_behind() -> None:

@@ -770,10 +770,10 @@ def optimizer_hints(g: OpGraph, steps: dict[str, list[list[int]]], backend: str,
             saving_ns += min(sum(times), estimate_saving_ns("elementwise_chain", times, _full_size(m.nodes), backend))
         if saving_ns < MIN_SAVING_NS:
             continue
-        # The op sequence that covers the most ops stands for them all (inferred links may
-        # join two parameters' updates into one chain, so the count is the chains found).
+        # The most common op sequence stands for them all, the shorter on a tie: inferred
+        # links may join two parameters' updates into one chain (the count is the chains found).
         spellings = collections.Counter(m.names for m in chains)
-        most = max(spellings, key=lambda names: spellings[names] * len(names))
+        most = max(spellings, key=lambda names: (spellings[names], -len(names)))
         typical = next(m for m in chains if m.names == most)
         # foreach=True batches the launches: it helps on a GPU, not on CPU.
         foreach = " (or foreach=True)" if backend == "cuda" else ""

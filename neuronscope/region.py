@@ -663,6 +663,20 @@ class neuron_region:
 
     _windows: ClassVar[dict[str, CallWindow]] = {}  # per region name, shared by all objects
     _windows_lock = threading.Lock()
+    # This object's entries that declined to capture, innermost last: the quiet list
+    # (_ThreadState.quiet) that holds each one's mark, the frame that entered it and its line.
+    # An object's own list from its first such entry (a region built inline each pass in a
+    # disabled loop makes none).
+    _quiet_marks: list[tuple[list[object], FrameType, int]] | tuple[()] = ()
+    # Defaults that a region built and entered while disabled never changes, kept on the
+    # class: such a region costs one object and two attributes (see benchmarks/README.md).
+    _last_session: _Session | None = None
+    #: Entries that ran uncaptured because another capture held the profiler.
+    skipped_calls = 0
+    # This object's open entries, per thread; a thread's list goes when it empties, so an
+    # object with nothing open (the common case) enters and leaves uncaptured in two checks.
+    # Its own dict from its first such entry.
+    _open: dict[int, list[_Entry]] = {}  # noqa: RUF012 - never written through: see _entries
 
     def __new__(cls, name: str | Callable[..., Any] | None = None, **options: Any) -> Any:
         if callable(name):  # bare @neuron_region: decorate at once
@@ -687,19 +701,10 @@ class neuron_region:
             if key is not None and opts.backend in ("auto", "cpu"):
                 remember(_region_setups, (name, key), setup)
         self.options, self.name, self._explicit_window = setup
-        self._last_session: _Session | None = None
         #: The captures this object ran (the outermost entries), oldest first; the last
         #: MAX_KEPT_RESULTS are kept, so a region reused in a long loop stays bounded. With
         #: ``warmup=`` / ``active=``, those of every region of this name (the window's).
         self.results: list[ProfileResult] = []
-        #: Entries that ran uncaptured because another capture held the profiler.
-        self.skipped_calls = 0
-        # This object's open entries, per thread; a thread's list goes when it empties, so an
-        # object with nothing open (the common case) enters and leaves uncaptured in two checks.
-        self._open: dict[int, list[_Entry]] = {}
-        # This object's entries that declined to capture, innermost last: the quiet list
-        # (_ThreadState.quiet) that holds each one's mark, and the frame that entered it.
-        self._quiet_marks: list[tuple[list[object], FrameType, int]] = []
 
     @property
     def enabled(self) -> bool:
@@ -713,9 +718,12 @@ class neuron_region:
 
     def _entries(self) -> list[_Entry]:
         thread = threading.get_ident()
-        entries = self._open.get(thread)
+        opened = self.__dict__.get("_open")
+        if opened is None:  # still the class's empty dict: never written through
+            opened = self.__dict__.setdefault("_open", {})
+        entries = opened.get(thread)
         if entries is None:
-            entries = self._open.setdefault(thread, [])
+            entries = opened.setdefault(thread, [])
         return entries
 
     def _window(self) -> CallWindow | None:
@@ -737,25 +745,27 @@ class neuron_region:
         if not self.options.enabled:  # fixed for this object: __exit__ knows it too
             return self
         tls = _tls
-        if tls.quiet and tls.quiet[-1] is self and not tls.depth and not self._entered_up_the_stack():
-            self._drop_abandoned_mark(tls.quiet)
         if _disabled_now():
             entry = _OFF
         elif tls.depth:
             entry = self._enter_capture(None)  # a labelled range of the running capture
-        elif tls.quiet:
+        elif tls.quiet and (tls.quiet[-1] is not self or self._entered_up_the_stack()):
             # Inside a region or decorated call that runs unprofiled this pass. Marked again
             # only when that is this very object (recursion), whose exit takes one mark off.
             if tls.quiet[-1] is self:
-                return self._mark_quiet(tls.quiet)  # recursion: entered again up the stack
+                return self._mark_quiet(tls.quiet)
             entry = _OFF
-        elif (w := self.__dict__.get("_win")) is not None and w.closed and self._windows.get(self.name) is w:
-            # Past its window, the common case in a loop: no lock, no lookup. This pass and
-            # everything inside it run unprofiled.
-            return self._mark_quiet(tls.quiet)
-        elif (w := self._window()) is not None and (w.closed or not w.next_call_captured()):
-            return self._mark_quiet(tls.quiet)  # warm-up
         else:
+            if tls.quiet:  # this object's own mark, from an entry whose exit never ran
+                self._drop_abandoned_mark(tls.quiet)
+            w = self.__dict__.get("_win")
+            if w is not None and w.closed and self._windows.get(self.name) is w:
+                # Past its window, the common case in a loop: no lock, no lookup. This pass
+                # and everything inside it run unprofiled.
+                return self._mark_quiet(tls.quiet)
+            w = self._window()
+            if w is not None and (w.closed or not w.next_call_captured()):
+                return self._mark_quiet(tls.quiet)  # warm-up
             entry = self._enter_capture(w)
         if entry is _OFF and not self._open:
             return self  # nothing open on this object: __exit__ finds nothing and does nothing
@@ -768,7 +778,10 @@ class neuron_region:
         # finished there) still takes the mark off the thread that holds it; the frame and
         # line tell a recursive entry from one whose exit never ran.
         caller = sys._getframe(2)
-        self._quiet_marks.append((quiet, caller, caller.f_lineno))
+        marks = self._quiet_marks
+        if not isinstance(marks, list):
+            marks = self._quiet_marks = []
+        marks.append((quiet, caller, caller.f_lineno))
         return self
 
     def _entered_up_the_stack(self) -> bool:
@@ -793,9 +806,10 @@ class neuron_region:
         """The object is entered again while its last unprofiled entry on this thread never
         exited (hooks: an exception skipped the ``__exit__``). Without this its mark would keep
         the thread unprofiled for good, and its window would never move on."""
-        for i in range(len(self._quiet_marks) - 1, -1, -1):
-            if self._quiet_marks[i][0] is quiet:
-                del self._quiet_marks[i]
+        marks = self._quiet_marks
+        for i in range(len(marks) - 1, -1, -1):
+            if marks[i][0] is quiet and isinstance(marks, list):
+                del marks[i]
                 break
         unmark_quiet(quiet, self)
         _ensure_log_handler()
@@ -829,7 +843,7 @@ class neuron_region:
             return
         if not self._open or threading.get_ident() not in self._open:
             marks = self._quiet_marks
-            if marks:  # a pass that declined to capture: this thread's newest, if it has one
+            if marks and isinstance(marks, list):  # a pass that declined to capture: this thread's newest, if any
                 here = _tls.quiet
                 i = len(marks) - 1
                 while i > 0 and marks[i][0] is not here:

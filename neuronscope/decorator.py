@@ -22,6 +22,7 @@ from typing import Any, TypeVar, overload
 
 import wrapt
 
+from . import region as _region
 from .config import (
     DEFAULT_ACTIVE,
     DEFAULT_WARMUP,
@@ -30,7 +31,7 @@ from .config import (
     disabled_by_env,
 )
 from .errors import NeuronscopeError
-from .region import MAX_KEPT_RESULTS, _tls, captures_done, keep_result, run_captured, unmark_quiet  # noqa: F401 - MAX_KEPT_RESULTS: its former home
+from .region import MAX_KEPT_RESULTS, _tls, keep_result, run_captured, unmark_quiet  # noqa: F401 - MAX_KEPT_RESULTS: its former home
 from .result import ProfileResult
 
 __all__ = ["NotWrappableError", "profile_on_neuron", "wrap_callable"]
@@ -95,7 +96,7 @@ def _report_uncaptured() -> None:
     only inside torch.compile'd code while nothing at all was captured."""
     for state in _states:
         w = state.window
-        if state.compiled_through and not state.results and not captures_done[0]:
+        if state.compiled_through and not state.results and not _region.captures_done:
             log.warning(
                 "neuronscope: %s ran inside torch.compile'd code, where the compiled graph replaces "
                 "the profile_on_neuron wrapper and nothing is captured. Profile the compiled callable "

@@ -418,8 +418,9 @@ class _Entry:
 
 
 _OFF = _Entry("off")  # shared by every uncaptured entry: it holds nothing
-#: Captures this process completed (a one-item list, so that importers see it change).
-captures_done = [0]
+#: Captures this process completed.
+captures_done = 0
+
 
 def unmark_quiet(quiet: list[object], owner: object) -> None:
     """Take ``owner``'s innermost mark off a thread's list (the last one, unless asyncio tasks
@@ -522,7 +523,8 @@ def leave(entry: _Entry, exc: BaseException | None) -> ProfileResult | None:
         _tls.depth = 0
         _tls.session = None
         _capture_lock.release()
-    captures_done[0] += 1
+    global captures_done
+    captures_done += 1
     _announce(result, session.options)
     return result
 
@@ -784,20 +786,29 @@ class neuron_region:
         marks.append((quiet, caller, caller.f_lineno))
         return self
 
+    def _newest_mark_of(self, quiet: list[object]) -> int:
+        """Index in ``_quiet_marks`` of this object's newest mark held by ``quiet`` (one
+        thread's list), or -1."""
+        marks = self._quiet_marks
+        for i in range(len(marks) - 1, -1, -1):
+            if marks[i][0] is quiet:
+                return i
+        return -1
+
     def _entered_up_the_stack(self) -> bool:
         """Is this object's newest unprofiled entry on this thread still running further up the
         stack (the object entered again by recursion)? Not when the same frame enters it again
         from the same line: a loop whose last pass skipped the exit."""
-        quiet = _tls.quiet
-        entered = next(((frame, line) for home, frame, line in reversed(self._quiet_marks) if home is quiet), None)
-        if entered is None:
+        i = self._newest_mark_of(_tls.quiet)
+        if i < 0:
             return False
+        _, entered, line = self._quiet_marks[i]
         caller: FrameType | None = sys._getframe(2)
-        if caller is entered[0]:
-            return caller.f_lineno != entered[1]
+        if caller is entered:
+            return caller.f_lineno != line
         frame = caller
         while frame is not None:
-            if frame is entered[0]:
+            if frame is entered:
                 return True
             frame = frame.f_back
         return False
@@ -806,11 +817,10 @@ class neuron_region:
         """The object is entered again while its last unprofiled entry on this thread never
         exited (hooks: an exception skipped the ``__exit__``). Without this its mark would keep
         the thread unprofiled for good, and its window would never move on."""
+        i = self._newest_mark_of(quiet)
         marks = self._quiet_marks
-        for i in range(len(marks) - 1, -1, -1):
-            if marks[i][0] is quiet and isinstance(marks, list):
-                del marks[i]
-                break
+        if i >= 0 and isinstance(marks, list):
+            del marks[i]
         unmark_quiet(quiet, self)
         _ensure_log_handler()
         log.warning(
@@ -844,11 +854,7 @@ class neuron_region:
         if not self._open or threading.get_ident() not in self._open:
             marks = self._quiet_marks
             if marks and isinstance(marks, list):  # a pass that declined to capture: this thread's newest, if any
-                here = _tls.quiet
-                i = len(marks) - 1
-                while i > 0 and marks[i][0] is not here:
-                    i -= 1
-                home = marks.pop(i if marks[i][0] is here else len(marks) - 1)[0]
+                home = marks.pop(self._newest_mark_of(_tls.quiet))[0]
                 unmark_quiet(home, self)
             return
         entries = self._entries()

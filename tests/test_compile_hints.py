@@ -163,7 +163,9 @@ def test_inductor_graph_is_named_after_the_compiled_function() -> None:
     assert graph.self_cpu_us == pytest.approx(graph.cpu_total_us)  # no aten op runs inside it
 
 
-def test_a_decorated_function_compiled_through_runs_uncaptured_and_says_so(caplog: pytest.LogCaptureFixture) -> None:
+def test_a_decorated_function_compiled_through_runs_uncaptured_and_says_so(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """torch.compile(decorated): the compiled graph replaces the wrapper, which therefore gets
     out of Dynamo's way (no graph break, nothing compiled inside a capture) and says at exit
     what to do instead; the wrapper around the compiled function captures it."""
@@ -184,21 +186,16 @@ def test_a_decorated_function_compiled_through_runs_uncaptured_and_says_so(caplo
     assert torch.equal(out, (torch.ones(4) * 2).sin())
     assert sum(counters["graph_break"].values()) == breaks
     assert doubled_sin.results == [] and doubled_sin.__neuronscope_state__.compiled_through
-    done = region_module.captures_done
-    before = done[0]
-    try:
-        done[0] = 0  # as in a process that captured nothing
-        with caplog.at_level("WARNING", logger="neuronscope"):
-            _report_uncaptured()
-        assert "doubled_sin ran inside torch.compile'd code" in caplog.text
-        assert "profile_on_neuron(torch.compile(f))" in caplog.text
-        caplog.clear()
-        done[0] = 1  # something was captured, the compiled callable perhaps: nothing to say
-        with caplog.at_level("WARNING", logger="neuronscope"):
-            _report_uncaptured()
-        assert "doubled_sin" not in caplog.text
-    finally:
-        done[0] = before
+    monkeypatch.setattr(region_module, "captures_done", 0)  # as in a process that captured nothing
+    with caplog.at_level("WARNING", logger="neuronscope"):
+        _report_uncaptured()
+    assert "doubled_sin ran inside torch.compile'd code" in caplog.text
+    assert "profile_on_neuron(torch.compile(f))" in caplog.text
+    caplog.clear()
+    monkeypatch.setattr(region_module, "captures_done", 1)  # something was captured: nothing to say
+    with caplog.at_level("WARNING", logger="neuronscope"):
+        _report_uncaptured()
+    assert "doubled_sin" not in caplog.text
     doubled_sin.__neuronscope_state__.compiled_through = False  # said: not again at exit
 
     outside = profile_on_neuron(torch.compile(scale, backend="eager"), warmup=1, export=False)

@@ -39,6 +39,7 @@ Times come from the event table in both cases, so a hint's numbers agree with th
 from __future__ import annotations
 
 import bisect
+import functools
 import os
 import sys
 from collections.abc import Callable, Iterable
@@ -56,7 +57,6 @@ __all__ = [
     "OpGraph",
     "OpNode",
     "TensorArg",
-    "TimeRanges",
     "broadcast_shape",
     "graph_from_profiler",
     "graph_from_table",
@@ -246,6 +246,15 @@ class OpGraph:
         """The time that ranks an op: device time where the capture has it, else CPU time."""
         return node.device_ns if self.has_device else node.cpu_ns
 
+    @functools.cached_property
+    def first_takers(self) -> dict[int, int]:
+        """Storage -> the first op that took it as an input."""
+        first: dict[int, int] = {}
+        for n in self.nodes:
+            for t in n.inputs:
+                first.setdefault(t.key, n.index)
+        return first
+
 
 # ---- the user-level ops of an event table -----------------------------------------------------
 
@@ -380,7 +389,7 @@ def graph_from_table(table: EventTable, locations: list[str | None] | None = Non
 # ---- the live event tree ------------------------------------------------------------------
 
 
-class TimeRanges:
+class _Ranges:
     """Time ranges per thread, to ask whether an instant falls inside one of them."""
 
     def __init__(self, ranges: Iterable[tuple[int, int, int]]) -> None:
@@ -508,7 +517,7 @@ def _graph_from_profiler(prof: Any, table: EventTable | None) -> OpGraph | None:
                 annotations.add((table.tids[i], table.starts[i]))
                 if table.names[i].startswith(COMPILED_REGION_PREFIXES):
                     compiled.append((table.tids[i], table.starts[i], table.ends[i]))
-    in_compiled = TimeRanges(compiled)
+    in_compiled = _Ranges(compiled)
 
     # The user-level ops: the first op on each path down from a root. Annotations are passed
     # through; compiled regions are ops to the tree, which so hides what ran inside them. The

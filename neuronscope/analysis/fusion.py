@@ -638,12 +638,9 @@ def find_matches(g: OpGraph, reserved: Iterable[int] = ()) -> list[Match]:
     return out
 
 
-def _elementwise_chains(
-    g: OpGraph, claimed: set[int], within: Sequence[int] | None = None, first_seen: dict[int, int] | None = None
-) -> Iterable[Match]:
+def _elementwise_chains(g: OpGraph, claimed: set[int], within: Sequence[int] | None = None) -> Iterable[Match]:
     """Connected groups of unclaimed elementwise ops (producer -> consumer) of at least
-    :data:`MIN_CHAIN_OPS`; among the ops ``within`` only, where given. ``first_seen`` is
-    :func:`_first_takers` of the graph, where the caller has it already.
+    :data:`MIN_CHAIN_OPS`; among the ops ``within`` only, where given.
 
     An edge ``p -> n`` joins a group only when ``n`` could run in the same kernel as ``p``:
     each other input of ``n`` is older than ``p``, a constant, or itself elementwise. So the
@@ -665,8 +662,6 @@ def _elementwise_chains(
     nodes = g.nodes
     pool = nodes if within is None else [nodes[i] for i in within]
     exact = g.linking == "exact"
-    if first_seen is None:
-        first_seen = {} if exact else _first_takers(g)
     for n in pool:
         if n.elementwise and n.writes and n.index not in claimed:
             parent[n.index] = n.index
@@ -677,7 +672,7 @@ def _elementwise_chains(
             if p not in parent:
                 continue
             t = n.inputs[k]
-            if not exact and first_seen.get(t.key) == n.index and not _shape_carried(nodes[p], t):
+            if not exact and g.first_takers.get(t.key) == n.index and not _shape_carried(nodes[p], t):
                 continue  # a new tensor of another shape: only the element count matched
             others = (q for kk, q in enumerate(n.producers) if kk != k and q >= 0 and n.inputs[kk].sizes)
             if all(q < p or q in parent for q in others):
@@ -691,15 +686,6 @@ def _elementwise_chains(
             first = members[0]
             x = max(first.inputs, key=lambda t: t.numel) if first.inputs else None
             yield Match("elementwise_chain", members, x, {})
-
-
-def _first_takers(g: OpGraph) -> dict[int, int]:
-    """Storage -> the first op that took it as an input."""
-    first: dict[int, int] = {}
-    for n in g.nodes:
-        for t in n.inputs:
-            first.setdefault(t.key, n.index)
-    return first
 
 
 def _shape_carried(producer: OpNode, t: TensorArg) -> bool:
@@ -751,14 +737,13 @@ def optimizer_hints(g: OpGraph, steps: dict[str, list[list[int]]], backend: str,
     save is estimated as for an ``elementwise_chain``. A ``foreach`` or ``fused`` optimizer
     makes no such chains and gets no hint."""
     hints: list[Hint] = []
-    first_seen = {} if g.linking == "exact" else _first_takers(g)
     for cls, updates in steps.items():
         # Step by step: the in-place state links one step's update to the next one's. Chains
         # of 0-dim tensors only (the step counters) are bookkeeping, not the update.
         chains = [
             m
             for update in updates
-            for m in _elementwise_chains(g, set(), update, first_seen)
+            for m in _elementwise_chains(g, set(), update)
             if any(t.sizes for n in m.nodes for t in n.inputs)
         ]
         if len(chains) < MIN_OPTIMIZER_CHAINS:

@@ -18,7 +18,7 @@ from .decorator import profile_on_neuron
 from .errors import NeuronscopeError
 from .export import load
 from .pipeline import from_profiler
-from .region import neuron_region
+from .region import neuron_region, reset
 from .result import Comparison, Hint, OpStat, ProfileResult
 from .trace import from_trace
 
@@ -36,4 +36,5 @@ __all__ = [
     "load",
     "neuron_region",
     "profile_on_neuron",
+    "reset",
 ]

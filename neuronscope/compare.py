@@ -28,14 +28,11 @@ from .config import Options, build_options, disabled_by_env
 from .errors import ConfigError, NeuronscopeError
 from .events import KIND_ANNOTATION, EventTable, table_from_profiler
 from .pipeline import now_iso
-from .region import (
-    _ensure_log_handler,
-    _torch_profiler_running,
-    current_capture,
-    enter,
-    leave,
-    warn_user,
-)
+from .announce import ensure_log_handler as _ensure_log_handler
+from .announce import warn_user
+from .capture import profiler_running as _torch_profiler_running
+from .scope import CAPTURE, Owner, enter, leave
+from .scope import current as current_capture
 from .result import Comparison, ComparisonRow, Hint, ProfileResult, _fmt_us
 
 __all__ = [
@@ -232,8 +229,8 @@ def _run_variant(
     log.info("neuronscope compare: [%d/%d] %s: warm-up took %.2f s; capturing %d calls", index, total, label, warm_s, repeats)
     import torch.autograd.profiler as autograd_profiler
 
-    entry = enter(options.with_name(label), label, getattr(fn, "__qualname__", label))
-    if entry.kind != "outer":
+    entry = enter(Owner(options.with_name(label), label, getattr(fn, "__qualname__", label), None))
+    if entry.kind != CAPTURE:
         leave(entry, None)
         raise NeuronscopeError(
             "compare() could not start a capture: another capture or torch.profiler is running; "
@@ -252,8 +249,8 @@ def _run_variant(
         raise
     with _without_capture_line():
         captured = leave(entry, None)
-    assert captured is not None and entry.session is not None and entry.session.capture is not None
-    result, prof = captured, entry.session.capture.prof
+    assert captured is not None and entry.session is not None
+    result, prof = captured, entry.session.prof
     times = _repeat_times(result, label, repeats)
     ops = _ops_per_call(prof, result, label, repeats)
     if times:

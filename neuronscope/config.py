@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -23,8 +24,10 @@ __all__ = [
     "Options",
     "build_options",
     "disabled_by_env",
+    "env_true",
     "parse_cores",
     "parse_modes",
+    "rank_info",
 ]
 
 BACKENDS = ("auto", "neuron", "cuda", "cpu")
@@ -39,12 +42,37 @@ DEFAULT_OUTPUT_DIR = "neuronscope-runs"
 DEFAULT_WARMUP = 1
 DEFAULT_ACTIVE = 1
 
-_TRUE = {"1", "true", "yes", "on"}
+#: The values an on/off environment variable reads as "on" (any case, spaces ignored).
+TRUE_VALUES = frozenset({"1", "true", "yes", "on"})
+DISABLE_ENV = "NEURONSCOPE_DISABLE"
+
+
+def env_true(name: str) -> bool:
+    """True when the environment variable ``name`` is set to 1, true, yes or on (any case)."""
+    value = os.environ.get(name)
+    return value is not None and value.strip().lower() in TRUE_VALUES
 
 
 def disabled_by_env() -> bool:
-    """True when ``NEURONSCOPE_DISABLE`` is set to a true value (1, true, yes, on)."""
-    return os.environ.get("NEURONSCOPE_DISABLE", "").strip().lower() in _TRUE
+    """True when ``NEURONSCOPE_DISABLE`` is set to a true value; read afresh at each call, so
+    that setting or unsetting it takes effect at the next call of every wrapper and region."""
+    return env_true(DISABLE_ENV)
+
+
+def rank_info() -> tuple[int, int] | None:
+    """``(rank, world_size)`` when torch.distributed is initialised in this process, else None.
+
+    Imports nothing new: a process that never imported torch.distributed is not distributed.
+    """
+    dist = sys.modules.get("torch.distributed")
+    if dist is None:
+        return None
+    try:
+        if dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank()), int(dist.get_world_size())
+    except Exception:  # a half-torn-down process group: treat as one process
+        pass
+    return None
 
 
 def default_output_root() -> Path:
@@ -61,7 +89,8 @@ class Options:
     """
 
     name: str | None = None
-    backend: str = "auto"
+    #: One of :data:`BACKENDS`, or a ``capture.Backend`` subclass (built with these options).
+    backend: str | type = "auto"
     output_dir: str | None = None
     export: bool = True
     record_shapes: bool = True
@@ -84,8 +113,14 @@ class Options:
     def with_name(self, name: str) -> Options:
         return replace(self, name=name)
 
+    @property
+    def backend_name(self) -> str:
+        """``backend`` as a name: a Backend subclass gives its ``name``."""
+        return self.backend if isinstance(self.backend, str) else str(getattr(self.backend, "name", "custom"))
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        d["backend"] = self.backend_name
         d["modes"] = list(self.modes)
         d["cores"] = None if self.cores is None else list(self.cores)
         return d
@@ -239,9 +274,12 @@ def _build_options(defaults: dict[str, Any] | None, given: dict[str, Any]) -> Op
     if name is not None and (not isinstance(name, str) or not name.strip()):
         raise ConfigError(f"name must be a non-empty string, got {name!r}")
     backend = merged.get("backend", "auto")
-    if not isinstance(backend, str) or backend.lower() not in BACKENDS:
+    if isinstance(backend, type) and callable(getattr(backend, "make_profiler", None)):
+        pass  # a Backend subclass of the caller's own (a test's fake, a custom profiler)
+    elif not isinstance(backend, str) or backend.lower() not in BACKENDS:
         raise ConfigError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
-    merged["backend"] = backend.lower()
+    else:
+        merged["backend"] = backend.lower()
     out_dir = merged.get("output_dir")
     if out_dir is not None:
         if not isinstance(out_dir, (str, os.PathLike)) or not str(out_dir):

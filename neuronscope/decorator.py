@@ -15,14 +15,13 @@ from __future__ import annotations
 import atexit
 import functools
 import inspect
-import logging
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
 import wrapt
 
-from . import region as _region
+from .announce import log
 from .config import (
     DEFAULT_ACTIVE,
     DEFAULT_WARMUP,
@@ -31,12 +30,11 @@ from .config import (
     disabled_by_env,
 )
 from .errors import NeuronscopeError
-from .region import MAX_KEPT_RESULTS, _tls, keep_result, run_captured, unmark_quiet  # noqa: F401 - MAX_KEPT_RESULTS: its former home
 from .result import ProfileResult
+from .scope import CAPTURE, MAX_KEPT_RESULTS, OFF, CallWindow, Owner, captures_done, deliver, enter, keep_result, leave
 
-__all__ = ["NotWrappableError", "profile_on_neuron", "wrap_callable"]
+__all__ = ["MAX_KEPT_RESULTS", "NotWrappableError", "profile_on_neuron", "reset_windows", "wrap_callable"]
 
-log = logging.getLogger("neuronscope")
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -44,28 +42,17 @@ class NotWrappableError(NeuronscopeError, TypeError):
     """The object given to ``profile_on_neuron`` cannot be profiled as a call."""
 
 
-class _DecoratedState:
+class _DecoratedState(Owner):
     """Per decorated callable: its call window and the results it collected."""
 
     def __init__(self, options: Options, name: str, target: str) -> None:
-        from .region import CallWindow
-
-        self.options = options
-        self.name = name
-        self.target = target
-        self.window = CallWindow(options.warmup, options.active)
+        self.window: CallWindow = CallWindow(options.warmup, options.active)
+        super().__init__(options, name, target, self.window)
         self.results: list[ProfileResult] = []
         self.wrapper: Any = None
-        self.skipped = 0
         #: Set when torch.compile traced through the wrapper: the compiled code then runs the
         #: function without it, and nothing of it can be captured (see ``_report_uncaptured``).
         self.compiled_through = False
-        self._lock = threading.Lock()  # calls from several threads count skips and results
-
-    def skipped_so_far(self) -> int:
-        """Calls in the window that ran uncaptured until now; each result records this count
-        (as ``skipped_calls``) before it is exported."""
-        return self.skipped
 
     def on_result(self, result: ProfileResult) -> None:
         with self._lock:
@@ -74,20 +61,22 @@ class _DecoratedState:
                 self.wrapper.last_result = result
 
     def on_skip(self) -> None:
-        """A call in the window ran uncaptured because another capture held the profiler."""
-        from .region import on_skipped
-
-        with self._lock:
-            self.skipped += 1
-            count = self.skipped
-            if self.wrapper is not None:
-                self.wrapper.skipped_calls = count
-        self.window.give_back()
-        on_skipped(self.name, count)
+        super().on_skip()
+        if self.wrapper is not None:
+            self.wrapper.skipped_calls = self.skipped
 
 
+# Every decorated callable of the process, for the note at exit and for reset_windows().
 _states: list[_DecoratedState] = []
 _states_lock = threading.Lock()
+
+
+def reset_windows() -> None:
+    """Start every decorated callable's call window again (``neuronscope.reset()``)."""
+    with _states_lock:
+        states = list(_states)
+    for state in states:
+        state.window.restart()
 
 
 @atexit.register
@@ -96,16 +85,16 @@ def _report_uncaptured() -> None:
     only inside torch.compile'd code while nothing at all was captured."""
     for state in _states:
         w = state.window
-        if state.compiled_through and not state.results and not _region.captures_done:
+        if state.compiled_through and not state.results and not captures_done():
             log.warning(
-                "neuronscope: %s ran inside torch.compile'd code, where the compiled graph replaces "
+                "%s ran inside torch.compile'd code, where the compiled graph replaces "
                 "the profile_on_neuron wrapper and nothing is captured. Profile the compiled callable "
                 "instead: profile_on_neuron(torch.compile(f)), or a neuron_region around its call.",
                 state.name,
             )
         elif 0 < w.calls <= w.warmup and not state.results and state.options.enabled:
             log.warning(
-                "neuronscope: %s was called %d time(s), all warm-up (warmup=%d); nothing was "
+                "%s was called %d time(s), all warm-up (warmup=%d); nothing was "
                 "captured. Pass warmup=0 to capture the first call.",
                 state.name,
                 w.calls,
@@ -160,33 +149,37 @@ def _disabled_wrapper(func: F) -> F:
 
 
 def wrap_callable(func: F, options: Options) -> F:
-    """Wrap ``func`` so that calls inside its window are captured with ``options``."""
+    """Wrap ``func`` so that calls inside its window are captured with ``options``.
+
+    ``NEURONSCOPE_DISABLE`` is read at each call, so a function decorated while it is set
+    captures once it is unset; ``enabled=False`` gives a plain pass-through for good.
+    """
     if isinstance(func, (staticmethod, classmethod)):
         return type(func)(wrap_callable(func.__func__, options))
     _check_wrappable(func)
-    if not options.enabled or disabled_by_env():
+    if not options.enabled:
         return _disabled_wrapper(func)
     name = options.name or _describe(func)
     target = f"{getattr(func, '__module__', '?')}.{_describe(func)}"
     state = _DecoratedState(options, name, target)
-    window = state.window
-    tls = _tls
     compiling = _compiling_check()
-
-    def captured() -> bool:
-        """Whether this outermost call falls inside the window (and nothing disabled it since)."""
-        return window.next_call_captured() and not disabled_by_env()
 
     if inspect.iscoroutinefunction(func):
 
         @functools.wraps(func)
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-            # Unlike a plain call, an awaited one does not mark its body as running
-            # unprofiled: other tasks interleave with it on this thread, and would be held
-            # too (a region skipping a pass across an await does hold them).
-            if not tls.depth and (tls.quiet or window.closed or not captured()):
+            # Each asyncio task has its own scope: an unprofiled pass or a capture here holds
+            # this task's awaits, not the other tasks' that interleave with it.
+            entry = enter(state)
+            if entry is OFF:
                 return await func(*args, **kwargs)
-            return await _run_async(state, func, args, kwargs)
+            try:
+                value = await func(*args, **kwargs)
+            except BaseException as exc:
+                deliver(state, entry, exc)
+                raise
+            deliver(state, entry, None)
+            return value
 
         wrapper: Any = async_wrapper
     else:
@@ -199,25 +192,19 @@ def wrap_callable(func: F, options: Options) -> F:
                 # A plain store (no read, so no guard), replayed on each compiled call.
                 state.compiled_through = True
                 return func(*args, **kwargs)
-            # Fast path first: outside any capture and past the window, a few attribute reads.
-            # The call's body then runs unprofiled as a whole: regions and decorated calls
-            # inside it start no capture of their own (tls.quiet).
-            if not tls.depth:
-                quiet = tls.quiet
-                if quiet:
-                    return func(*args, **kwargs)
-                if window.closed or not captured():
-                    quiet.append(state)
-                    try:
-                        return func(*args, **kwargs)
-                    finally:
-                        if quiet and quiet[-1] is state:
-                            quiet.pop()
-                        else:  # a region inside left its mark above (a generator paused in it)
-                            unmark_quiet(quiet, state)
-            return run_captured(
-                options, name, target, state.on_result, func, args, kwargs, state.on_skip, state.skipped_so_far
-            )
+            entry = enter(state)  # past the window: an unprofiled pass, in a few reads
+            if entry is OFF:
+                return func(*args, **kwargs)
+            try:
+                value = func(*args, **kwargs)
+            except BaseException as exc:
+                deliver(state, entry, exc)
+                raise
+            if entry.kind is CAPTURE:
+                deliver(state, entry, None)
+            else:
+                leave(entry, None)
+            return value
 
         wrapper = sync_wrapper
     _own_code(wrapper, func)
@@ -258,23 +245,6 @@ def _compiling_check() -> Callable[[], bool]:
 
 def _never() -> bool:
     return False
-
-
-async def _run_async(state: _DecoratedState, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    from .region import enter, leave_and_deliver
-
-    entry = enter(state.options, state.name, state.target)
-    if entry.kind == "outer" and entry.session is not None:
-        entry.session.skipped = state.skipped_so_far
-    try:
-        value = await func(*args, **kwargs)
-    except BaseException as exc:
-        leave_and_deliver(entry, exc, state.on_result)
-        raise
-    result = leave_and_deliver(entry, None, state.on_result)
-    if result is None and entry.kind in ("skip", "foreign"):
-        state.on_skip()
-    return value
 
 
 class ProfiledModule(wrapt.ObjectProxy):
@@ -333,7 +303,8 @@ def profile_on_neuron(func: Any = None, /, **options: Any) -> Any:
     call. Inside another capture, a call becomes a labelled range of it instead.
 
     Options are validated here, so a bad one raises :class:`NeuronscopeError` at decoration
-    time. ``enabled=False`` or ``NEURONSCOPE_DISABLE=1`` make it a plain pass-through.
+    time. ``enabled=False`` makes it a plain pass-through; ``NEURONSCOPE_DISABLE=1`` does too,
+    read at each call. Either way the wrapper keeps ``.results`` and ``.last_result``.
     """
     defaults = {"warmup": DEFAULT_WARMUP, "active": DEFAULT_ACTIVE}
     opts = build_options(defaults, **options)
@@ -344,8 +315,7 @@ def profile_on_neuron(func: Any = None, /, **options: Any) -> Any:
 
     def decorate(target: Any) -> Any:
         if _is_module_instance(target):
-            if not opts.enabled or disabled_by_env():
-                return target
+            # Disabled too: code that reads model.last_result must run with the switch on.
             return ProfiledModule(target, opts)
         return wrap_callable(target, opts)
 

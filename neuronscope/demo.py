@@ -59,7 +59,7 @@ def run_demo(
     from .capture import resolve_backend
     from .compare import compare
     from .config import build_options
-    from .region import _ensure_log_handler
+    from .announce import ensure_log_handler as _ensure_log_handler
 
     name = resolve_backend(build_options(None, backend=backend)).name
     device = {"cuda": "cuda", "neuron": "neuron"}.get(name, "cpu")

@@ -1,7 +1,8 @@
-"""capture -> result -> analysis: turn an event table into a :class:`ProfileResult`.
+"""capture -> result -> analysis: turn an event table into a :class:`ProfileResult`, once.
 
-Shared by live captures (:mod:`neuronscope.region`), :func:`from_profiler` and
-:func:`from_trace`, so a trace file and a live capture give the same tables and hints.
+Shared by live captures (:func:`result_from_record`, from the capture stage's record),
+:func:`from_profiler` and :func:`from_trace`, so a trace file and a live capture give the same
+tables and hints. Every fact a result holds is passed in, and the result is built in one go.
 """
 
 from __future__ import annotations
@@ -10,15 +11,19 @@ import datetime as _dt
 import os
 import socket
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from .analysis import AnalysisContext, analyze
 from .analysis.compile import label_compiled_ops, promote_compiled_events
+from .capture import CaptureRecord
+from .config import Options, rank_info
 from .errors import NeuronscopeError
 from .events import EventTable, summarize, table_from_profiler
 from .result import HINTS_OFF_NOTE, ProfileResult
 
-__all__ = ["build_result", "from_profiler", "now_iso"]
+__all__ = ["CaptureFacts", "build_result", "from_profiler", "now_iso", "result_from_record"]
 
 
 def now_iso() -> str:
@@ -42,39 +47,102 @@ def build_result(
     source: str = "live",
     hints: bool = True,
     extra: dict[str, Any] | None = None,
+    facts: dict[str, Any] | None = None,
+    notes: list[str] | None = None,
 ) -> ProfileResult:
     """Summarise ``table``, run the hint rules, and return the result.
 
     ``wall_time_us`` defaults to the span of the recorded events (for trace files and
-    captures the user ran themselves, where no clock ran around the work).
+    captures the user ran themselves, where no clock ran around the work). ``facts`` are the
+    result's other fields (``target``, ``options``, ``device_name``, ``rank``,
+    ``world_size``, ``error``, ``skipped_calls``, ``artifacts``), and ``notes`` are added after
+    the summary's own: the result is built with all of them, not patched afterwards.
     """
     promote_compiled_events(table)  # compiled code recorded as a range is an op (torch 2.13)
     summary = summarize(table)
+    result_notes = list(summary.notes)
+    result_notes.extend(notes or ())
+    found = []
+    if hints:
+        ctx = AnalysisContext(
+            table=table, summary=summary, backend=backend, profiler=profiler, source=source, extra=extra or {}
+        )
+        found = analyze(ctx)
+    else:
+        result_notes.append(HINTS_OFF_NOTE)
     result = ProfileResult(
         name=name,
         backend=backend,
         status=status,
         wall_time_us=summary.span_us if wall_time_us is None else wall_time_us,
         ops=summary.ops,
+        hints=found,
         regions=summary.regions,
-        notes=list(summary.notes),
+        notes=result_notes,
         started_at=now_iso(),
         host=socket.gethostname(),
         pid=os.getpid(),
         torch_version=_torch_version() if source == "live" else None,
         event_count=table.raw_event_count or len(table),
         device_unattributed_us=(table.unattributed_device_ns / 1e3) if table.has_device else None,
+        **(facts or {}),
     )
-    if hints:
-        ctx = AnalysisContext(
-            table=table, summary=summary, backend=backend, profiler=profiler, source=source, extra=extra or {}
-        )
-        result.hints = analyze(ctx)
-    else:
-        result.notes.append(HINTS_OFF_NOTE)
     # After the rules, which see torch's own names: compiled code gets readable op names.
     label_compiled_ops(result, table, (extra or {}).get("compile"))
     return result
+
+
+@dataclass(frozen=True)
+class CaptureFacts:
+    """What the caller knows of a live capture beyond the capture stage's record."""
+
+    name: str
+    options: Options
+    target: str | None = None
+    #: The user's exception that ended the capture, as ``"Type: message"``.
+    error: str | None = None
+    skipped_calls: int = 0
+    #: The backend's notes for the result, given whether device time was recorded.
+    backend_notes: Callable[[bool], list[str]] | None = None
+
+
+def result_from_record(record: CaptureRecord, facts: CaptureFacts) -> ProfileResult:
+    """The result of a live capture, built once from the capture stage's record."""
+    error = facts.error or record.error
+    status = "ok" if error is None else "error"
+    notes = list(record.notes)
+    try:
+        table = table_from_profiler(record.prof, record_shapes=facts.options.record_shapes)
+    except Exception as err:  # a profiler that failed to stop has no events to read
+        table = EventTable()
+        status = "error"
+        error = error or f"profiler failed: {type(err).__name__}: {err}"
+    if record.interrupted is not None and not len(table):
+        notes.append("interrupted while the capture stopped: its events could not be read")
+    if facts.backend_notes is not None:
+        notes.extend(facts.backend_notes(table.has_device))
+    ranks = rank_info()
+    return build_result(
+        table,
+        name=facts.name,
+        backend=record.backend,
+        status=status,
+        wall_time_us=record.wall_time_us,
+        profiler=record.prof,
+        hints=facts.options.hints,
+        extra={"compile": record.compile_facts},
+        notes=notes,
+        facts={
+            "target": facts.target,
+            "options": facts.options.to_dict(),
+            "device_name": record.device_name,
+            "rank": None if ranks is None else ranks[0],
+            "world_size": None if ranks is None else ranks[1],
+            "error": error,
+            "skipped_calls": facts.skipped_calls,
+            "artifacts": dict(record.artifacts),
+        },
+    )
 
 
 def _backend_of(prof: Any) -> str:

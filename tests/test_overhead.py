@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 import torch
 
+import neuronscope
 from neuronscope import neuron_region, profile_on_neuron
-from neuronscope import region as region_mod
-from neuronscope.config import disabled_by_env
+from neuronscope.config import disabled_by_env, env_true
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
@@ -83,12 +83,19 @@ def test_region_reads_the_environment_at_each_entry(monkeypatch: pytest.MonkeyPa
         assert _profiling()
 
 
-@pytest.mark.parametrize("value", ["1", "true", "Yes", "on", "0", "", "no", "  on  ", "2"])
-def test_fast_environment_check_agrees(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+@pytest.mark.parametrize(
+    "value,disabled",
+    [("1", True), ("true", True), ("Yes", True), ("on", True), ("  on  ", True),
+     ("0", False), ("", False), ("no", False), ("2", False)],
+)
+def test_the_environment_switch_reads_true_values(monkeypatch: pytest.MonkeyPatch, value: str, disabled: bool) -> None:
     monkeypatch.setenv("NEURONSCOPE_DISABLE", value)
-    assert region_mod._disabled_now() == disabled_by_env()
+    assert disabled_by_env() is disabled and env_true("NEURONSCOPE_DISABLE") is disabled
+    with neuron_region("switch", backend="cpu", export=False, hints=False) as r:
+        assert _profiling() is not disabled
+    assert (r.result is None) is disabled
     monkeypatch.delenv("NEURONSCOPE_DISABLE")
-    assert region_mod._disabled_now() is False
+    assert disabled_by_env() is False
 
 
 def test_disabling_inside_a_capture_still_ends_it(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -113,13 +120,14 @@ def test_region_window_after_it_closed() -> None:
     # A region made again in the loop body (the usual way to write it) shares the window.
     with neuron_region("win-closed", warmup=1, active=1, backend="cpu", export=False, hints=False):
         assert not _profiling()
-    # A window dropped from the registry is not held by an object that cached it.
-    neuron_region._windows.pop("win-closed")
+    # neuronscope.reset() starts the window again, for every object of the name.
+    neuronscope.reset()
     seen = []
-    for _ in range(2):
+    for _ in range(3):
         with r:
             seen.append(_profiling())
-    assert seen == [False, True]
+    assert seen == [False, True, False]
+    assert len(r.results) == 2  # the captures before the reset stay
 
 
 def test_capture_does_not_change_the_work() -> None:

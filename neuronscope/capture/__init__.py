@@ -9,11 +9,21 @@ from __future__ import annotations
 
 from ..config import Options
 from ..errors import BackendUnavailableError
-from .base import Backend, Capture
+from .base import Backend, Capture, force_profiler_off, profiler_running
 from .cpu import CpuBackend
 from .cuda import CudaBackend, cuda_available
+from .session import CaptureRecord, CaptureSession
 
-__all__ = ["Backend", "Capture", "check_backend_available", "resolve_backend"]
+__all__ = [
+    "Backend",
+    "Capture",
+    "CaptureRecord",
+    "CaptureSession",
+    "check_backend_available",
+    "force_profiler_off",
+    "profiler_running",
+    "resolve_backend",
+]
 
 
 def _neuron_available() -> bool:
@@ -22,7 +32,7 @@ def _neuron_available() -> bool:
     return neuron_available()
 
 
-def check_backend_available(backend: str) -> None:
+def check_backend_available(backend: str | type) -> None:
     """Raise :class:`BackendUnavailableError` with the fix when ``backend`` cannot run here."""
     if backend == "cuda" and not cuda_available():
         raise BackendUnavailableError(
@@ -36,7 +46,11 @@ def check_backend_available(backend: str) -> None:
 
 
 def resolve_backend(options: Options) -> Backend:
-    """The backend object for ``options.backend`` (``"auto"`` picks the best present)."""
+    """The backend object for ``options.backend`` (``"auto"`` picks the best present; a
+    Backend subclass is built with ``options``)."""
+    if not isinstance(options.backend, str):
+        backend: Backend = options.backend(options)
+        return backend
     name = options.backend
     if name == "auto":
         if _neuron_available():

@@ -12,13 +12,14 @@ import contextlib
 import os
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from ..config import Options
 
-__all__ = ["Backend", "Capture", "quiet_native_stderr"]
+__all__ = ["Backend", "Capture", "force_profiler_off", "profiler_running", "quiet_native_stderr"]
 
 
 class Backend:
@@ -29,6 +30,16 @@ class Backend:
 
     def __init__(self, options: Options) -> None:
         self.options = options
+
+    @property
+    def writes_session_files(self) -> bool:
+        """Whether the profiler writes files of its own while it captures (Neuron's session
+        files), into a directory that must exist before the start."""
+        return self.name == "neuron"
+
+    def now_ns(self) -> int:
+        """The clock a capture's wall time is read from (a test's backend gives an exact one)."""
+        return time.perf_counter_ns()
 
     def activities(self) -> list[Any]:
         from torch.profiler import ProfilerActivity
@@ -120,6 +131,36 @@ def quiet_native_stderr() -> Iterator[None]:
                 os.write(2, b"".join(kept))
 
 
+def profiler_running() -> bool:
+    """True when a torch profiler (ours, or the user's own) is running in this process."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    try:
+        return bool(torch.autograd.profiler._is_profiler_enabled)
+    except AttributeError:  # pragma: no cover - another torch
+        return False
+
+
+def force_profiler_off() -> None:
+    """Leave torch's profiler off, whatever state an interrupted stop left it in.
+
+    ``torch.autograd.profiler.profile.__exit__`` stops the native profiler and only then resets
+    the Python-level "profiler enabled" flag: a Ctrl-C landing between the two (or before both)
+    left the flag set, and every later capture in the process saw "a profiler is running" and
+    skipped. Both are checked and put right here; torch names no public call for either.
+    """
+    try:
+        import torch.autograd.profiler as autograd_profiler
+        from torch._C._autograd import _profiler_enabled
+
+        if _profiler_enabled():
+            autograd_profiler._disable_profiler()
+        autograd_profiler._set_is_profiler_enabled(False)
+    except Exception:  # pragma: no cover - another torch: nothing more can be done
+        pass
+
+
 class Capture:
     """One ``torch.profiler.profile`` session, driven by a :class:`Backend`."""
 
@@ -145,11 +186,19 @@ class Capture:
         self.prof = getattr(self.runner, "torch_profiler", self.runner)
 
     def stop(self) -> Any:
-        """Synchronise the device, stop the profiler and return the finished profile object."""
+        """Synchronise the device, stop the profiler and return the finished profile object.
+
+        Whatever goes wrong (the device sync, the stop itself, an interrupt in either), the
+        profiler is off when this returns or raises.
+        """
         try:
             self.backend.synchronize()
         finally:
-            with quiet_native_stderr():
-                self.runner.stop()
-            self.prof = getattr(self.runner, "torch_profiler", self.runner)
+            try:
+                with quiet_native_stderr():
+                    self.runner.stop()
+            finally:
+                self.prof = getattr(self.runner, "torch_profiler", self.runner)
+                if profiler_running():
+                    force_profiler_off()
         return self.prof

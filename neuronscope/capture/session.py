@@ -1,0 +1,119 @@
+"""One capture, start to stop, and the record of what it gave (the capture stage's output).
+
+A :class:`CaptureSession` drives one ``torch.profiler`` run through an injected
+:class:`~.base.Backend` and clock, takes Dynamo's snapshot before the start and its facts after
+the stop, and returns a frozen :class:`CaptureRecord`. It knows nothing of results, run
+directories or logging: the later stages build those from the record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import dynamo
+from .base import Backend, Capture, force_profiler_off, profiler_running
+
+__all__ = ["CaptureRecord", "CaptureSession"]
+
+
+@dataclass(frozen=True)
+class CaptureRecord:
+    """What one capture gave, before any analysis: the facts a result is built from."""
+
+    backend: str
+    #: The finished ``torch.profiler.profile`` (None when the profiler never started).
+    prof: Any
+    wall_time_us: float
+    #: Dynamo's records during the capture (plain data for the compile hints).
+    compile_facts: dict[str, Any]
+    device_name: str | None = None
+    #: Why the capture itself failed (device sync, profiler stop), or None.
+    error: str | None = None
+    #: An interrupt (Ctrl-C) that landed while the capture stopped: the caller builds and keeps
+    #: the result first, then raises it again.
+    interrupted: BaseException | None = None
+    artifacts: dict[str, Any] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+
+class CaptureSession:
+    """Start and stop one capture. ``clock`` (ns) defaults to the backend's own."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        clock: Callable[[], int] | None = None,
+        scratch_dir: Path | None = None,
+    ) -> None:
+        self.backend = backend
+        self.clock = clock or backend.now_ns
+        self.capture = Capture(backend, scratch_dir=scratch_dir)
+        self._compile_before: dict[str, Any] = {}
+        self._started_ns = 0
+
+    @property
+    def prof(self) -> Any:
+        """The profile object (running between ``start`` and ``stop``, finished after)."""
+        return self.capture.prof
+
+    def start(self) -> None:
+        """Take Dynamo's snapshot and start the profiler; on failure the profiler is left off."""
+        self._compile_before = dynamo.snapshot()
+        try:
+            self.capture.start()
+        except BaseException:
+            self.abandon()
+            raise
+        self._started_ns = self.clock()
+
+    def abandon(self) -> None:
+        """Undo a start that failed half-way: torch's profiler is process-wide, and one left
+        running would make every later capture in the process skip."""
+        if self.capture.runner is not None and profiler_running():
+            try:
+                self.capture.stop()
+            except Exception:
+                pass
+        if profiler_running() and self.capture.runner is not None:
+            force_profiler_off()
+
+    def stop(self) -> CaptureRecord:
+        """Stop the profiler and return the record. Never raises: a failure or an interrupt
+        during the stop is kept in the record, and the profiler is off afterwards."""
+        error: str | None = None
+        interrupted: BaseException | None = None
+        try:
+            prof = self.capture.stop()
+        except Exception as err:  # the profiler failing must not break the user's program
+            error = f"profiler failed: {type(err).__name__}: {err}"
+            prof = self.capture.prof
+        except BaseException as err:  # Ctrl-C while stopping: keep what was measured
+            interrupted = err
+            error = f"{type(err).__name__} while the capture stopped"
+            prof = self.capture.prof
+        wall_us = (self.clock() - self._started_ns) / 1e3
+        notes: list[str] = []
+        artifacts: dict[str, Any] = {}
+        try:
+            artifacts = dict(self.backend.collect_artifacts(prof, self.capture.scratch_dir))
+        except Exception as err:  # listing files must not lose the measurement
+            notes.append(f"could not list the backend's session files: {type(err).__name__}: {err}")
+        try:
+            device = self.backend.device_name()
+        except Exception:
+            device = None
+        return CaptureRecord(
+            backend=self.backend.name,
+            prof=prof,
+            wall_time_us=wall_us,
+            compile_facts=dynamo.facts(self._compile_before),
+            device_name=device,
+            error=error,
+            interrupted=interrupted,
+            artifacts=artifacts,
+            notes=tuple(notes),
+        )

@@ -1,0 +1,464 @@
+"""Which capture the running code is in: the one scope model of regions and decorated calls.
+
+Each ``with neuron_region(...)`` or decorated call opens an :class:`Entry`, pushed on a chain
+held in a :class:`contextvars.ContextVar`, and closes it when it ends. The *scope* is the
+innermost open entry that is a capture or a quiet pass; it decides what a new entry is:
+
+- inside a capture, a labelled range of it (its time and ops land in the capture's
+  ``regions``); inside a quiet pass (a warm-up call, or one past the call window), nothing;
+- at the top, the entry's call window decides: a quiet pass, or a capture of its own; a
+  capture needs the process's one profiler, so an entry made while another thread's capture
+  holds it runs uncaptured and is counted (``skip``), and one made under the user's own
+  ``torch.profiler`` becomes a labelled range in theirs (``foreign``).
+
+Closing marks an entry closed and any thread may do it (a generator finished on another
+thread, a trainer hook): readers skip closed entries, so no frame or thread bookkeeping is
+needed. Each thread and each asyncio task has its own context, hence its own chain. A capture
+that ends while labelled ranges inside it are still open cuts them: they get no result.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+from .announce import announce_window, ensure_log_handler, log, on_skipped, warn_once, warn_user
+from .capture import profiler_running
+from .config import Options, disabled_by_env
+from .result import ProfileResult
+from .session import Session
+
+__all__ = [
+    "OFF",
+    "CallWindow",
+    "Entry",
+    "Owner",
+    "acquire_profiler",
+    "current",
+    "enter",
+    "idle",
+    "keep_result",
+    "leave",
+    "own_entry",
+    "placeholder",
+    "release_profiler",
+]
+
+#: Results a decorated callable or a region name keeps in ``.results`` (the newest): with
+#: ``active=None`` on a hot function the list would otherwise grow for the life of the
+#: process. Older ones are dropped; their run directories stay on disk.
+MAX_KEPT_RESULTS = 100
+
+CAPTURE, LABEL, QUIET, FOREIGN, SKIP, OFF_KIND = "capture", "label", "quiet", "foreign", "skip", "off"
+
+
+def keep_result(results: list[ProfileResult], result: ProfileResult) -> None:
+    """Append ``result``, dropping the oldest beyond :data:`MAX_KEPT_RESULTS`."""
+    results.append(result)
+    del results[:-MAX_KEPT_RESULTS]
+
+
+class CallWindow:
+    """Counts calls: ``warmup`` unprofiled, then ``active`` captured, then closed for good.
+
+    ``active=None`` never closes. Thread-safe: the count is taken under a lock while the
+    window is open; once closed, callers read one attribute.
+    """
+
+    def __init__(self, warmup: int, active: int | None) -> None:
+        self.warmup = warmup
+        self.active = active
+        self.calls = 0
+        self.closed = False
+        #: What the window's captures gave, oldest first.
+        self.results: list[ProfileResult] = []
+        self._lock = threading.Lock()
+
+    def next_call_captured(self) -> bool:
+        """Count one call; True when this call falls inside the capture window."""
+        with self._lock:
+            index = self.calls
+            self.calls += 1
+            if self.active is not None and index + 1 >= self.warmup + self.active:
+                self.closed = True
+            if index < self.warmup:
+                return False
+            return self.active is None or index < self.warmup + self.active
+
+    def restart(self) -> None:
+        """Count from zero again: warm-up first, then the captures (``neuronscope.reset()``)."""
+        with self._lock:
+            self.calls = 0
+            self.closed = False
+
+    def give_back(self) -> None:
+        """A call counted as captured could not be (another capture held the profiler): its
+        slot goes back, so that ``active`` calls are captured in the end."""
+        with self._lock:
+            if self.active is not None and self.calls > self.warmup:
+                self.calls -= 1
+                self.closed = self.calls >= self.warmup + self.active
+
+
+class Owner:
+    """What a region object or a decorated callable brings to its entries: options, name,
+    call window, the count of calls that ran uncaptured, and where results go."""
+
+    #: Whether re-entering this owner inside its own quiet pass may be a skipped exit (a region
+    #: entered by hooks) rather than recursion; decorated calls always pair their exits.
+    reentry_check = False
+
+    def __init__(self, options: Options, name: str, target: str | None, window: CallWindow | None) -> None:
+        self.options = options
+        self.name = name
+        self.target = target
+        self.window = window
+        self.skipped = 0
+        self._lock = threading.Lock()
+
+    def skipped_so_far(self) -> int:
+        """Calls that ran uncaptured until now; each result records this count."""
+        return self.skipped
+
+    def on_skip(self) -> None:
+        """A call ran uncaptured because another capture held the profiler."""
+        with self._lock:
+            self.skipped += 1
+            count = self.skipped
+        if self.window is not None:
+            self.window.give_back()
+        on_skipped(self.name, count)
+
+    def on_first_warmup(self) -> None:
+        """The window's first warm-up call: say what will be captured, and when."""
+        if self.window is not None:
+            announce_window(self.name, self.window.warmup, self.window.active)
+
+    def on_result(self, result: ProfileResult) -> None:
+        """A capture of this owner ended with ``result``."""
+
+    def on_abandoned(self, entry: Entry) -> None:
+        """``entry`` of this owner was closed because its exit never came (see :func:`enter`)."""
+
+
+class Entry:
+    """One open region or decorated call, on its context's chain."""
+
+    __slots__ = ("cut", "frame", "holder", "inner", "kind", "line", "open", "owner", "parent", "range", "session")
+
+    def __init__(self, kind: str, owner: Owner | None, parent: Entry | None) -> None:
+        self.kind = kind
+        self.owner = owner
+        self.parent = parent
+        self.open = True
+        #: Set when the capture holding this labelled range ended before it.
+        self.cut = False
+        self.session: Session | None = None  # a capture's own; a label's holder's
+        self.holder: Entry | None = None  # a label's capture entry
+        self.inner: list[Entry] = []  # a capture's open labels
+        self.range: Any = None  # the record_function of a label, foreign label or capture
+        self.frame: FrameType | None = None  # where a region's quiet pass was entered ...
+        self.line = 0  # ... and from which line
+
+    def __repr__(self) -> str:
+        return f"Entry({self.kind}, {getattr(self.owner, 'name', None)!r}, {'open' if self.open else 'closed'})"
+
+
+#: An entry that did nothing and holds nothing (disabled): shared, never on a chain.
+OFF = Entry(OFF_KIND, None, None)
+OFF.open = False
+
+# The chain of each context (thread, asyncio task): its innermost entry. A ContextVar, so that
+# tasks and threads each have their own, and a generator's entries live in its consumer's.
+_chain: contextvars.ContextVar[Entry | None] = contextvars.ContextVar("neuronscope_scope", default=None)
+# torch's profiler is process-wide and not re-entrant: one capture at a time, in any thread.
+_profiler_lock = threading.Lock()
+
+
+def _open_head() -> Entry | None:
+    e = _chain.get()
+    while e is not None and not e.open:
+        e = e.parent
+    return e
+
+
+def current() -> Entry | None:
+    """The scope of the running code: the innermost open capture or quiet entry, or None."""
+    e = _chain.get()
+    while e is not None and (not e.open or e.kind not in (CAPTURE, QUIET)):
+        e = e.parent
+    return e
+
+
+def idle() -> bool:
+    """True when this context is in no capture or quiet pass and no capture holds the
+    profiler (used by tests and by ``compare()`` before it starts)."""
+    return current() is None and not _profiler_lock.locked()
+
+
+def acquire_profiler() -> bool:
+    """Take the process's one profiler for a capture of the caller's own (``compare()``);
+    False when another capture or the user's own torch.profiler holds it."""
+    if profiler_running() or not _profiler_lock.acquire(blocking=False):
+        return False
+    if profiler_running():  # the user's own started meanwhile
+        _profiler_lock.release()
+        return False
+    return True
+
+
+def release_profiler() -> None:
+    """Give back what :func:`acquire_profiler` took."""
+    _profiler_lock.release()
+
+
+def _push(kind: str, owner: Owner | None) -> Entry:
+    entry = Entry(kind, owner, _open_head())
+    _chain.set(entry)
+    return entry
+
+
+def placeholder(owner: Owner) -> Entry:
+    """An entry that does nothing, on the chain: for an owner whose exits must pair with its
+    entries (a region object entered while disabled, with another entry of it still open)."""
+    return _push(OFF_KIND, owner)
+
+
+def own_entry(owner: Owner, candidates: list[Entry]) -> Entry | None:
+    """The innermost of ``candidates`` (``owner``'s entries not yet exited) on this context's
+    chain, open or not; None when none is here (a generator that entered it on another
+    thread, say)."""
+    e = _chain.get()
+    while e is not None:
+        if e.owner is owner and e in candidates:
+            return e
+        e = e.parent
+    return None
+
+
+def _close(entry: Entry) -> None:
+    """Mark ``entry`` closed; if it heads this context's chain, the chain moves up."""
+    entry.open = False
+    head = _chain.get()
+    if head is entry or (head is not None and not head.open):
+        _chain.set(_open_head())
+
+
+def _printable(name: str) -> str:
+    """``name`` as text that torch's record_function accepts (no lone surrogates, as
+    ``os.fsdecode`` gives for a file name that is not UTF-8)."""
+    try:
+        name.encode("utf-8")
+        return name
+    except UnicodeEncodeError:
+        return name.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _open_range(name: str) -> Any:
+    """A ``record_function`` range named ``name``, entered; None when torch refuses it."""
+    import torch.autograd.profiler as autograd_profiler
+
+    rf = autograd_profiler.record_function(_printable(name))
+    try:
+        rf.__enter__()
+    except Exception as err:
+        warn_once(("range", name), f"neuronscope: region {name!r} is not labelled in the capture ({type(err).__name__}: {err})")
+        return None
+    return rf
+
+
+def _close_range(entry: Entry) -> None:
+    rf, entry.range = entry.range, None
+    if rf is not None:
+        try:
+            rf.__exit__(None, None, None)
+        except Exception:  # the profiler it belonged to already stopped
+            pass
+
+
+def enter(owner: Owner, frame: FrameType | None = None) -> Entry:
+    """Open an entry for ``owner`` in this context (see the module docstring for what it
+    becomes). ``frame`` is the caller's, for a region object (see :func:`_abandoned`)."""
+    if not owner.options.enabled or disabled_by_env():
+        return OFF  # a disabled call counts for nothing, not even its window
+    scope = current()
+    if scope is not None and scope.kind == QUIET and owner.reentry_check and scope.owner is owner:
+        if _abandoned(scope, frame):
+            scope = current()
+        else:
+            return _push(OFF_KIND, owner)  # recursion inside its own quiet pass
+    if scope is not None:
+        if scope.kind == QUIET:
+            return _push(OFF_KIND, owner)
+        entry = _push(LABEL, owner)
+        entry.holder, entry.session = scope, scope.session
+        scope.inner.append(entry)
+        entry.range = _open_range(owner.name)
+        return entry
+    window = owner.window
+    if window is not None and (window.closed or not window.next_call_captured()):
+        if window.calls == 1 and window.warmup:
+            owner.on_first_warmup()
+        entry = _push(QUIET, owner)
+        if frame is not None:
+            entry.frame, entry.line = frame, frame.f_lineno
+        return entry
+    if profiler_running() and not _profiler_lock.locked():
+        # The user's own torch.profiler is running: no capture of ours (torch's profiler is
+        # process-wide and not re-entrant), but the block shows in theirs as a labelled range.
+        entry = _push(FOREIGN, owner)
+        entry.range = _open_range(owner.name)
+        owner.on_skip()
+        return entry
+    if not acquire_profiler():
+        owner.on_skip()  # another capture of ours (another thread or task) holds it
+        return _push(SKIP, owner)
+    return _start_capture(owner)
+
+
+def _start_capture(owner: Owner) -> Entry:
+    session = Session(owner.options, owner.name, owner.target, skipped=owner.skipped_so_far)
+    entry = _push(CAPTURE, owner)
+    entry.session = session
+    try:
+        session.start()
+        entry.range = _open_range(owner.name)
+    except BaseException as err:
+        _close(entry)
+        try:
+            session.abandon()
+        finally:
+            release_profiler()
+        if not isinstance(err, Exception):  # KeyboardInterrupt, SystemExit: the user's own
+            raise
+        # The profiler failing to start must not stop the user's program.
+        warn_user(f"neuronscope: could not start capture {owner.name!r} ({type(err).__name__}: {err}); this call runs unprofiled")
+        return _push(OFF_KIND, owner)
+    return entry
+
+
+def _abandoned(scope: Entry, frame: FrameType | None) -> bool:
+    """``scope`` (a quiet pass of a region object) is entered again by its own object. That is
+    recursion while the frame that entered it still runs further up the stack; otherwise its
+    exit was skipped (trainer hooks, with an exception between them), and it is closed here,
+    so that it does not keep the thread unprofiled for good."""
+    entered = scope.frame
+    if frame is not None and entered is not None:
+        if frame is entered:
+            if frame.f_lineno != scope.line:
+                return False  # `with r:` inside `with r:` in one function
+        else:
+            up: FrameType | None = frame.f_back
+            while up is not None:
+                if up is entered:
+                    return False
+                up = up.f_back
+    _close(scope)
+    if scope.owner is not None:
+        scope.owner.on_abandoned(scope)
+    ensure_log_handler()
+    log.warning(
+        "region %r entered again before its last entry exited (was __exit__ skipped, by an "
+        "exception between hooks?); that entry is closed now",
+        getattr(scope.owner, "name", "?"),
+    )
+    return True
+
+
+def leave(entry: Entry, exc: BaseException | None) -> ProfileResult | None:
+    """Close ``entry`` (from any thread); for a capture, stop it and return its result.
+
+    An interrupt that landed while the profiler stopped is raised again after the result was
+    kept in ``entry.session.result``.
+    """
+    if entry is OFF:
+        return None
+    kind = entry.kind
+    was_open = entry.open
+    _close(entry)
+    if kind == LABEL:
+        holder = entry.holder
+        if entry.cut or holder is None:
+            _said_cut(entry)
+            return None
+        if entry in holder.inner:
+            holder.inner.remove(entry)
+        _close_range(entry)
+        return None
+    if kind == FOREIGN:
+        _close_range(entry)
+        return None
+    if kind != CAPTURE or not was_open:
+        return None
+    session = entry.session
+    assert session is not None
+    try:
+        for label in reversed(entry.inner):  # ranges still open: cut at the capture's end
+            label.cut = True
+            label.open = False
+            _close_range(label)
+        entry.inner.clear()
+        _close_range(entry)
+        return session.stop(exc)
+    finally:
+        release_profiler()
+        _count_capture()
+
+
+def _said_cut(entry: Entry) -> None:
+    owner = entry.owner
+    holder = entry.holder
+    warn_once(
+        ("cut", getattr(owner, "name", None)),
+        f"neuronscope: region {getattr(owner, 'name', '?')!r} ended after the capture "
+        f"{getattr(holder.owner if holder else None, 'name', '?')!r} that held it; its range was cut at "
+        "that capture's end, and it gets no result of its own",
+    )
+
+
+# How many captures this process completed: the decorator's note at exit about functions
+# that ran only inside torch.compile'd code is said only when nothing at all was captured.
+_captures_done = 0
+
+
+def _count_capture() -> None:
+    global _captures_done
+    _captures_done += 1
+
+
+def captures_done() -> int:
+    """Captures this process completed."""
+    return _captures_done
+
+
+def run(owner: Owner, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``fn(*args, **kwargs)`` inside an entry of ``owner``: enter, call, exit. The user's
+    exception passes through unchanged; the capture up to it is kept (``status="error"``)."""
+    entry = enter(owner)
+    if entry is OFF:
+        return fn(*args, **kwargs)
+    try:
+        value = fn(*args, **kwargs)
+    except BaseException as exc:
+        deliver(owner, entry, exc)
+        raise
+    deliver(owner, entry, None)
+    return value
+
+
+def deliver(owner: Owner, entry: Entry, exc: BaseException | None) -> ProfileResult | None:
+    """``leave``, then hand a capture's result to ``owner`` (before an interrupt that landed
+    during the stop or the export goes on)."""
+    try:
+        result = leave(entry, exc)
+    except BaseException:
+        if entry.session is not None and entry.session.result is not None and entry.kind == CAPTURE:
+            owner.on_result(entry.session.result)
+        raise
+    if result is not None:
+        owner.on_result(result)
+    return result
+

@@ -1,0 +1,209 @@
+"""One outermost capture, from the start of the profiler to the exported, announced result.
+
+The stages run in order: the capture stage (:class:`~neuronscope.capture.CaptureSession`)
+gives a :class:`~neuronscope.capture.CaptureRecord`; :func:`~neuronscope.pipeline.result_from_record`
+builds the result once from it; the export stage writes the run directory; :mod:`.announce`
+says where it went. Regions and decorated calls reach this through :mod:`neuronscope.scope`.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from . import distributed as _distributed
+from . import export as _export
+from .announce import announce_result, backend_ignores, log, warn_once, warn_user
+from .capture import Backend, CaptureRecord, CaptureSession, resolve_backend
+from .config import Options
+from .pipeline import CaptureFacts, result_from_record
+from .report import render_result
+from .result import ProfileResult
+
+__all__ = ["GZIP_TRACE_ABOVE_EVENTS", "Session"]
+
+#: Above this many raw events the trace is written gzip-compressed (``trace_format="auto"``):
+#: Chrome traces compress about 10x, and below this size the plain file opens faster.
+GZIP_TRACE_ABOVE_EVENTS = 20_000
+
+
+class Session:
+    """The outermost capture of a region or decorated call.
+
+    ``skipped`` says how many calls of the caller ran uncaptured so far (read before the
+    export, so that the result on disk and in memory say the same).
+    """
+
+    def __init__(
+        self,
+        options: Options,
+        name: str,
+        target: str | None,
+        skipped: Callable[[], int] | None = None,
+    ) -> None:
+        self.options = options
+        self.name = name
+        self.target = target
+        self.skipped = skipped
+        self.backend: Backend | None = None
+        self.capture: CaptureSession | None = None
+        self.record: CaptureRecord | None = None
+        self.result: ProfileResult | None = None
+        self.run_dir: Path | None = None
+        self.dist: _distributed.DistCapture | None = None
+        self._run_dir_error: BaseException | None = None
+
+    @property
+    def prof(self) -> Any:
+        """The torch profile of this capture (finished once the session has stopped)."""
+        return None if self.capture is None else self.capture.prof
+
+    def start(self) -> None:
+        """Resolve the backend, warn about the environment, start the profiler."""
+        # The name goes with the options: a backend may warn once per capture name (Neuron: the
+        # first capture of a name without warm-up holds NEFF compilation).
+        backend = self.backend = resolve_backend(self.options.with_name(self.name))
+        for message in backend.environment_warnings():
+            warn_user(message)
+        backend_ignores(backend.name, self.options)
+        # Before the run directory: rank 0's start time names every rank's directory.
+        self.dist = _distributed.begin(self.name, exchange_stamp=self.options.export)
+        scratch = None
+        if self.options.export and backend.writes_session_files:
+            # The one backend that writes files while it captures (Neuron) writes them into the
+            # run directory, which therefore exists from the start; the others' is made when
+            # there is something to put in it, at the export.
+            try:
+                self.run_dir = self._new_run_dir()
+                scratch = self.run_dir / "neuron"
+            except Exception as err:  # OSError, or ValueError for a path the OS cannot name
+                self._run_dir_error = err
+        self.capture = CaptureSession(backend, scratch_dir=scratch)
+        try:
+            self.capture.start()
+        except BaseException:
+            if self.run_dir is not None:
+                _discard_partial_run(self.run_dir)
+                self.run_dir = None
+            raise
+
+    def _new_run_dir(self) -> Path:
+        return _export.new_run_dir(
+            self.options.output_root,
+            self.name,
+            rank=None if self.dist is None else self.dist.rank,
+            when=None if self.dist is None else self.dist.started,  # one timestamp for all ranks
+        )
+
+    def stop(self, exc: BaseException | None) -> ProfileResult:
+        """Stop the capture, build the result, export and announce it.
+
+        An interrupt that landed while the profiler stopped is raised again here, after the
+        result was built (``self.result``) and exported: what was measured is kept.
+        """
+        assert self.capture is not None and self.backend is not None
+        record = self.record = self.capture.stop()
+        facts = CaptureFacts(
+            name=self.name,
+            options=self.options,
+            target=self.target,
+            error=None if exc is None else f"{type(exc).__name__}: {exc}",
+            skipped_calls=0 if self.skipped is None else self.skipped(),
+            backend_notes=self.backend.extra_notes,
+        )
+        result = result_from_record(record, facts)
+        self.result = result
+        # Every rank calls this: rank 0 gathers the per-rank table (with a timeout).
+        _distributed.finish(self.dist, result, self.run_dir, hints=self.options.hints)
+        if self.options.export:
+            self._export(result, record.prof)
+        announce_result(result, self.options.print_summary)
+        if record.interrupted is not None:
+            raise record.interrupted
+        return result
+
+    def _trace_writer(self, prof: Any, event_count: int) -> Callable[[Path], Path | None]:
+        fmt = self.options.trace_format
+        if fmt == "auto":
+            fmt = "gz" if event_count > GZIP_TRACE_ABOVE_EVENTS else "json"
+        backend = self.backend
+        assert backend is not None
+
+        def write(run_dir: Path) -> Path | None:
+            if fmt == "none" or prof is None:
+                return None
+            plain = run_dir / "trace.json"
+            saved = backend.saved_trace()
+            if saved is not None:  # the profiler saved it already; a second save raises
+                if fmt == "gz":
+                    _export.gzip_file(saved, run_dir / "trace.json.gz")
+                    return run_dir / "trace.json.gz"
+                _export.atomic_write_with(plain, lambda tmp: shutil.copyfile(saved, tmp))
+                return plain
+            if fmt == "gz":
+                tmp = run_dir / ".trace.json.raw"
+                try:
+                    _export.save_chrome_trace(prof, tmp)
+                    _export.gzip_file(tmp, run_dir / "trace.json.gz")
+                finally:
+                    tmp.unlink(missing_ok=True)
+                return run_dir / "trace.json.gz"
+            _export.atomic_write_with(plain, lambda tmp: _export.save_chrome_trace(prof, tmp))
+            return plain
+
+        return write
+
+    def _export(self, result: ProfileResult, prof: Any) -> None:
+        run_dir = self.run_dir
+        try:
+            if self._run_dir_error is not None:
+                raise self._run_dir_error
+            if run_dir is None:
+                run_dir = self.run_dir = self._new_run_dir()
+            _export.write_run(
+                run_dir,
+                result,
+                render_result(result),
+                trace_writer=self._trace_writer(prof, result.event_count),
+            )
+        except Exception as err:
+            result.run_dir = None
+            self.run_dir = None
+            cause = f"{type(err).__name__}: {err}"
+            result.notes.append(f"not exported: {cause}")
+            key = (str(self.options.output_root), type(err).__name__, getattr(err, "errno", None))
+            if not warn_once(
+                ("export", *key),
+                f"neuronscope: could not export capture {self.name!r} to {self.options.output_root} "
+                f"({cause}); the result stays in memory (run_dir=None). Later captures that fail "
+                f"the same way are not warned about again; their results' notes say so",
+            ):
+                log.debug("capture %r not exported: %s", self.name, cause)
+            if run_dir is not None:
+                _discard_partial_run(run_dir)
+        except BaseException as err:  # Ctrl-C during the export: the result stays in memory
+            result.run_dir = None
+            self.run_dir = None
+            result.notes.append(f"not exported: interrupted ({type(err).__name__})")
+            if run_dir is not None:
+                _discard_partial_run(run_dir)
+            raise
+
+    def abandon(self) -> None:
+        """Undo a start that failed after the profiler started (the outer label, say)."""
+        if self.capture is not None:
+            self.capture.abandon()
+        if self.run_dir is not None:
+            _discard_partial_run(self.run_dir)
+            self.run_dir = None
+
+
+def _discard_partial_run(run_dir: Path) -> None:
+    """Remove a run directory whose export failed, unless the backend wrote measurements into
+    it (Neuron session files): those stay, in a directory still marked incomplete."""
+    backend_files = run_dir / "neuron"
+    if backend_files.is_dir() and any(backend_files.iterdir()):
+        return
+    shutil.rmtree(run_dir, ignore_errors=True)

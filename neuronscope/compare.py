@@ -23,17 +23,17 @@ from pathlib import Path
 from typing import Any
 
 from . import export as _export
+from .announce import ensure_log_handler as _ensure_log_handler
+from .announce import warn_user
 from .capture import Backend, resolve_backend
+from .capture import profiler_running as _torch_profiler_running
 from .config import Options, build_options, disabled_by_env
 from .errors import ConfigError, NeuronscopeError
 from .events import KIND_ANNOTATION, EventTable, table_from_profiler
 from .pipeline import now_iso
-from .announce import ensure_log_handler as _ensure_log_handler
-from .announce import warn_user
-from .capture import profiler_running as _torch_profiler_running
+from .result import Comparison, ComparisonRow, Hint, ProfileResult, _fmt_us
 from .scope import CAPTURE, Owner, enter, leave
 from .scope import current as current_capture
-from .result import Comparison, ComparisonRow, Hint, ProfileResult, _fmt_us
 
 __all__ = [
     "COMPARE_REPEATS",

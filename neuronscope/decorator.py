@@ -33,7 +33,7 @@ from .errors import NeuronscopeError
 from .result import ProfileResult
 from .scope import CAPTURE, MAX_KEPT_RESULTS, OFF, CallWindow, Owner, captures_done, deliver, enter, keep_result, leave
 
-__all__ = ["MAX_KEPT_RESULTS", "NotWrappableError", "profile_on_neuron", "reset_windows", "wrap_callable"]
+__all__ = ["MAX_KEPT_RESULTS", "NotWrappableError", "profile_on_neuron", "report_uncaptured", "reset_windows", "wrap_callable"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -51,14 +51,13 @@ class _DecoratedState(Owner):
         self.results: list[ProfileResult] = []
         self.wrapper: Any = None
         #: Set when torch.compile traced through the wrapper: the compiled code then runs the
-        #: function without it, and nothing of it can be captured (see ``_report_uncaptured``).
+        #: function without it, and nothing of it can be captured (see ``report_uncaptured``).
         self.compiled_through = False
 
     def on_result(self, result: ProfileResult) -> None:
-        with self._lock:
-            keep_result(self.results, result)
-            if self.wrapper is not None:
-                self.wrapper.last_result = result
+        keep_result(self.results, result)  # one capture at a time: no two results race
+        if self.wrapper is not None:
+            self.wrapper.last_result = result
 
     def on_skip(self) -> None:
         super().on_skip()
@@ -80,12 +79,14 @@ def reset_windows() -> None:
 
 
 @atexit.register
-def _report_uncaptured() -> None:
+def report_uncaptured(captures: int | None = None) -> None:
     """Say once, at exit, when a decorated callable never reached its capture window, or ran
-    only inside torch.compile'd code while nothing at all was captured."""
+    only inside torch.compile'd code while nothing at all was captured (``captures``: how many
+    captures the process completed; by default, counted)."""
+    done = captures_done() if captures is None else captures
     for state in _states:
         w = state.window
-        if state.compiled_through and not state.results and not captures_done():
+        if state.compiled_through and not state.results and not done:
             log.warning(
                 "%s ran inside torch.compile'd code, where the compiled graph replaces "
                 "the profile_on_neuron wrapper and nothing is captured. Profile the compiled callable "

@@ -56,10 +56,10 @@ def run_demo(
     """
     import torch
 
+    from .announce import ensure_log_handler as _ensure_log_handler
     from .capture import resolve_backend
     from .compare import compare
     from .config import build_options
-    from .announce import ensure_log_handler as _ensure_log_handler
 
     name = resolve_backend(build_options(None, backend=backend)).name
     device = {"cuda": "cuda", "neuron": "neuron"}.get(name, "cpu")

@@ -30,6 +30,7 @@ from .scope import (
     deliver,
     enter,
     idle,
+    leave,
     own_entry,
     placeholder,
 )
@@ -173,10 +174,13 @@ class neuron_region(Owner):
             return
         entry = own_entry(self, opened) or opened[-1]
         opened.remove(entry)
+        if entry.session is None:  # an unprofiled pass: nothing to hand over
+            leave(entry, exc)
+            return
         try:
             deliver(self, entry, exc)
         finally:  # an interrupt during the stop or the export keeps r.result
-            if entry.session is not None and not (entry.kind == LABEL and entry.cut):
+            if not (entry.kind == LABEL and entry.cut):
                 self._last = entry.session
         return  # never swallow the user's exception
 

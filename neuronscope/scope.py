@@ -45,6 +45,7 @@ __all__ = [
     "own_entry",
     "placeholder",
     "release_profiler",
+    "run",
 ]
 
 #: Results a decorated callable or a region name keeps in ``.results`` (the newest): with
@@ -103,6 +104,10 @@ class CallWindow:
                 self.closed = self.calls >= self.warmup + self.active
 
 
+# Guards the owners' counts of skipped calls (taken only when a call had to skip).
+_count_lock = threading.Lock()
+
+
 class Owner:
     """What a region object or a decorated callable brings to its entries: options, name,
     call window, the count of calls that ran uncaptured, and where results go."""
@@ -117,7 +122,6 @@ class Owner:
         self.target = target
         self.window = window
         self.skipped = 0
-        self._lock = threading.Lock()
 
     def skipped_so_far(self) -> int:
         """Calls that ran uncaptured until now; each result records this count."""
@@ -125,7 +129,7 @@ class Owner:
 
     def on_skip(self) -> None:
         """A call ran uncaptured because another capture held the profiler."""
-        with self._lock:
+        with _count_lock:
             self.skipped += 1
             count = self.skipped
         if self.window is not None:
@@ -145,23 +149,24 @@ class Owner:
 
 
 class Entry:
-    """One open region or decorated call, on its context's chain."""
+    """One open region or decorated call, on its context's chain. The fields most entries
+    never set (all but a capture's and a label's) keep their class defaults: an unprofiled
+    pass, the common case in a loop, sets four."""
 
-    __slots__ = ("cut", "frame", "holder", "inner", "kind", "line", "open", "owner", "parent", "range", "session")
+    #: Set when the capture holding this labelled range ended before it.
+    cut = False
+    session: Session | None = None  # a capture's own; a label's holder's
+    holder: Entry | None = None  # a label's capture entry
+    inner: list[Entry] | None = None  # a capture's open labels
+    range: Any = None  # the record_function of a label, foreign label or capture
+    frame: FrameType | None = None  # where a region's quiet pass was entered ...
+    line = 0  # ... and from which line
 
     def __init__(self, kind: str, owner: Owner | None, parent: Entry | None) -> None:
         self.kind = kind
         self.owner = owner
         self.parent = parent
         self.open = True
-        #: Set when the capture holding this labelled range ended before it.
-        self.cut = False
-        self.session: Session | None = None  # a capture's own; a label's holder's
-        self.holder: Entry | None = None  # a label's capture entry
-        self.inner: list[Entry] = []  # a capture's open labels
-        self.range: Any = None  # the record_function of a label, foreign label or capture
-        self.frame: FrameType | None = None  # where a region's quiet pass was entered ...
-        self.line = 0  # ... and from which line
 
     def __repr__(self) -> str:
         return f"Entry({self.kind}, {getattr(self.owner, 'name', None)!r}, {'open' if self.open else 'closed'})"
@@ -282,9 +287,16 @@ def _close_range(entry: Entry) -> None:
 def enter(owner: Owner, frame: FrameType | None = None) -> Entry:
     """Open an entry for ``owner`` in this context (see the module docstring for what it
     becomes). ``frame`` is the caller's, for a region object (see :func:`_abandoned`)."""
-    if not owner.options.enabled or disabled_by_env():
-        return OFF  # a disabled call counts for nothing, not even its window
+    if not owner.options.enabled:
+        return OFF
     scope = current()
+    window = owner.window
+    if scope is None and window is not None and window.closed:
+        # Past its window, the common case in a loop: an unprofiled pass, decided before the
+        # environment is read (os.environ.get of an unset name costs about 1 us).
+        return _quiet(owner, frame)
+    if disabled_by_env():
+        return OFF  # a disabled call counts for nothing, not even its window
     if scope is not None and scope.kind == QUIET and owner.reentry_check and scope.owner is owner:
         if _abandoned(scope, frame):
             scope = current()
@@ -295,17 +307,15 @@ def enter(owner: Owner, frame: FrameType | None = None) -> Entry:
             return _push(OFF_KIND, owner)
         entry = _push(LABEL, owner)
         entry.holder, entry.session = scope, scope.session
+        if scope.inner is None:
+            scope.inner = []
         scope.inner.append(entry)
         entry.range = _open_range(owner.name)
         return entry
-    window = owner.window
     if window is not None and (window.closed or not window.next_call_captured()):
         if window.calls == 1 and window.warmup:
             owner.on_first_warmup()
-        entry = _push(QUIET, owner)
-        if frame is not None:
-            entry.frame, entry.line = frame, frame.f_lineno
-        return entry
+        return _quiet(owner, frame)
     if profiler_running() and not _profiler_lock.locked():
         # The user's own torch.profiler is running: no capture of ours (torch's profiler is
         # process-wide and not re-entrant), but the block shows in theirs as a labelled range.
@@ -317,6 +327,13 @@ def enter(owner: Owner, frame: FrameType | None = None) -> Entry:
         owner.on_skip()  # another capture of ours (another thread or task) holds it
         return _push(SKIP, owner)
     return _start_capture(owner)
+
+
+def _quiet(owner: Owner, frame: FrameType | None) -> Entry:
+    entry = _push(QUIET, owner)
+    if frame is not None:
+        entry.frame, entry.line = frame, frame.f_lineno
+    return entry
 
 
 def _start_capture(owner: Owner) -> Entry:
@@ -379,12 +396,14 @@ def leave(entry: Entry, exc: BaseException | None) -> ProfileResult | None:
     kind = entry.kind
     was_open = entry.open
     _close(entry)
+    if kind is QUIET or kind is OFF_KIND:
+        return None
     if kind == LABEL:
         holder = entry.holder
         if entry.cut or holder is None:
             _said_cut(entry)
             return None
-        if entry in holder.inner:
+        if holder.inner and entry in holder.inner:
             holder.inner.remove(entry)
         _close_range(entry)
         return None
@@ -396,11 +415,11 @@ def leave(entry: Entry, exc: BaseException | None) -> ProfileResult | None:
     session = entry.session
     assert session is not None
     try:
-        for label in reversed(entry.inner):  # ranges still open: cut at the capture's end
+        for label in reversed(entry.inner or ()):  # ranges still open: cut at the capture's end
             label.cut = True
             label.open = False
             _close_range(label)
-        entry.inner.clear()
+        entry.inner = None
         _close_range(entry)
         return session.stop(exc)
     finally:

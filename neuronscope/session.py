@@ -132,7 +132,7 @@ class Session:
         assert backend is not None
 
         def write(run_dir: Path) -> Path | None:
-            if fmt == "none" or prof is None:
+            if fmt == "none" or not _has_events(prof):
                 return None
             plain = run_dir / "trace.json"
             saved = backend.saved_trace()
@@ -198,6 +198,12 @@ class Session:
         if self.run_dir is not None:
             _discard_partial_run(self.run_dir)
             self.run_dir = None
+
+
+def _has_events(prof: Any) -> bool:
+    """Whether ``prof`` is a torch profile that stopped and holds events to save (one whose
+    stop was interrupted holds none)."""
+    return getattr(getattr(prof, "profiler", None), "kineto_results", None) is not None
 
 
 def _discard_partial_run(run_dir: Path) -> None:

@@ -172,8 +172,7 @@ def test_a_decorated_function_compiled_through_runs_uncaptured_and_says_so(
     from torch._dynamo.utils import counters
 
     from neuronscope import profile_on_neuron
-    from neuronscope import region as region_module
-    from neuronscope.decorator import _report_uncaptured
+    from neuronscope.decorator import report_uncaptured
 
     @profile_on_neuron(warmup=1, export=False)
     def doubled_sin(x: torch.Tensor) -> torch.Tensor:
@@ -186,15 +185,13 @@ def test_a_decorated_function_compiled_through_runs_uncaptured_and_says_so(
     assert torch.equal(out, (torch.ones(4) * 2).sin())
     assert sum(counters["graph_break"].values()) == breaks
     assert doubled_sin.results == [] and doubled_sin.__neuronscope_state__.compiled_through
-    monkeypatch.setattr(region_module, "captures_done", 0)  # as in a process that captured nothing
     with caplog.at_level("WARNING", logger="neuronscope"):
-        _report_uncaptured()
+        report_uncaptured(captures=0)  # as in a process that captured nothing
     assert "doubled_sin ran inside torch.compile'd code" in caplog.text
     assert "profile_on_neuron(torch.compile(f))" in caplog.text
     caplog.clear()
-    monkeypatch.setattr(region_module, "captures_done", 1)  # something was captured: nothing to say
     with caplog.at_level("WARNING", logger="neuronscope"):
-        _report_uncaptured()
+        report_uncaptured(captures=1)  # something was captured: nothing to say
     assert "doubled_sin" not in caplog.text
     doubled_sin.__neuronscope_state__.compiled_through = False  # said: not again at exit
 

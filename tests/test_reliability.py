@@ -48,19 +48,14 @@ from typing import Any
 
 import pytest
 import torch
+from fake_backends import CountingBackend, faulty_backend
 
-import neuronscope.region as region_mod
-from neuronscope import export, load, neuron_region, profile_on_neuron
-from neuronscope.capture.base import Capture
+from neuronscope import export, load, neuron_region, profile_on_neuron, scope
 from neuronscope.cli import main as cli_main
 from neuronscope.config import build_options
 from neuronscope.decorator import MAX_KEPT_RESULTS
 from neuronscope.errors import ConfigError, RunLoadError
-from neuronscope.region import (
-    NeuronscopeWarning,
-    ensure_no_capture_running,
-    run_captured,
-)
+from neuronscope.region import NeuronscopeWarning, ensure_no_capture_running
 from neuronscope.result import SCHEMA_VERSION, OpStat, ProfileResult
 
 HELPERS = Path(__file__).parent / "reliability_helpers"
@@ -236,7 +231,9 @@ def test_nul_in_output_dir_is_refused_when_built_and_never_raises_at_call(tmp_pa
     got: list[ProfileResult] = []
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
-        value = run_captured(bad, "nul", None, got.append, lambda: 41 + 1, (), {})
+        owner = scope.Owner(bad, "nul", None, None)
+        owner.on_result = got.append  # type: ignore[method-assign]
+        value = scope.run(owner, lambda: 41 + 1, (), {})
     TALLY["faults_injected"] += 2
     assert value == 42 and len(got) == 1 and got[0].run_dir is None
     assert len(_ns_warnings(record)) == 1 and "null" in _ns_warnings(record)[0]
@@ -323,13 +320,12 @@ def test_disk_full_for_real(tmp_path: Path, free: int) -> None:
         with warnings.catch_warnings(record=True) as record:
             warnings.simplefilter("always")
             with neuron_region("full", backend="cpu", output_dir=str(root), trace_format="json") as r:
-                session = region_mod.current_capture()
-                seen_dir.append(None if session is None else session.run_dir)
+                entry = scope.current()
+                seen_dir.append(None if entry is None or entry.session is None else entry.session.run_dir)
                 value = _work(200).shape
         TALLY["faults_injected"] += 1
         assert value == (16, 16)
-        if free:  # the run directory was made; the trace did not fit
-            assert seen_dir[0] is not None
+        assert seen_dir == [None]  # the run directory is made at the export, not before the capture
         assert r.result is not None and r.result.run_dir is None and r.result.ops
         msgs = _ns_warnings(record)
         assert len(msgs) == 1 and "No space left on device" in msgs[0], msgs
@@ -437,20 +433,17 @@ def test_marker_write_failing_leaves_no_stray_directory(patch: pytest.MonkeyPatc
 # ---- the profiler itself failing ------------------------------------------------------------
 
 
-def test_profiler_failing_to_start_runs_the_call_unprofiled(patch: pytest.MonkeyPatch) -> None:
-    def broken_start(self: Capture) -> None:
+def test_profiler_failing_to_start_runs_the_call_unprofiled() -> None:
+    def broken_start(_: Any) -> None:
         raise RuntimeError("kineto could not start")
 
-    patch.setattr(Capture, "start", broken_start)
-
-    @profile_on_neuron(warmup=0, backend="cpu", export=False)
+    @profile_on_neuron(warmup=0, backend=faulty_backend(before_start=broken_start), export=False)
     def step(x: int) -> int:
         return x + 1
 
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
         assert step(1) == 2
-    patch.undo()
     TALLY["faults_injected"] += 1
     msgs = _ns_warnings(record)
     assert len(msgs) == 1 and "kineto could not start" in msgs[0]
@@ -460,21 +453,17 @@ def test_profiler_failing_to_start_runs_the_call_unprofiled(patch: pytest.Monkey
     assert r.result is not None and r.result.status == "ok"
 
 
-def test_start_failing_after_the_profiler_started_stops_it(patch: pytest.MonkeyPatch) -> None:
-    """The torch profiler is running when the failure comes (here: the outer label). Left
-    running, it made every later capture in the process skip, and the error reached the user."""
-    real_label = region_mod._Label
+def test_start_failing_after_the_profiler_started_stops_it() -> None:
+    """The torch profiler is running when the failure comes. Left running, it made every
+    later capture in the process skip, and the error reached the user."""
 
-    class BrokenLabel(real_label):  # type: ignore[misc, valid-type]
-        def __init__(self, name: str) -> None:
-            raise RuntimeError("record_function failed")
+    def broken(_: Any) -> None:
+        raise RuntimeError("failed after the start")
 
-    patch.setattr(region_mod, "_Label", BrokenLabel)
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
-        with neuron_region("half-started", backend="cpu") as r:
+        with neuron_region("half-started", backend=faulty_backend(after_start=broken)) as r:
             value = 7
-    patch.undo()
     TALLY["faults_injected"] += 1
     assert value == 7 and r.result is None
     assert len(_ns_warnings(record)) == 1
@@ -601,7 +590,7 @@ EXCEPTIONS: list[Callable[[], BaseException]] = [
 
 
 def _assert_clean_and_working() -> None:
-    assert region_mod._tls.depth == 0 and ensure_no_capture_running()
+    assert ensure_no_capture_running()
     assert not torch.autograd.profiler._is_profiler_enabled
     with neuron_region("next", backend="cpu", export=False) as r:
         _work(3)
@@ -716,30 +705,8 @@ def test_asyncio_tasks_interleaving_keep_the_count_at_zero() -> None:
 
 @contextlib.contextmanager
 def _count_concurrent_captures() -> Iterator[dict[str, int]]:
-    """Track how many torch captures run at once (Capture.start .. Capture.stop)."""
-    seen = {"now": 0, "max": 0, "total": 0}
-    lock = threading.Lock()
-    real_start, real_stop = Capture.start, Capture.stop
-
-    def start(self: Capture) -> None:
-        with lock:
-            seen["now"] += 1
-            seen["total"] += 1
-            seen["max"] = max(seen["max"], seen["now"])
-        real_start(self)
-
-    def stop(self: Capture) -> Any:
-        try:
-            return real_stop(self)
-        finally:
-            with lock:
-                seen["now"] -= 1
-
-    Capture.start, Capture.stop = start, stop  # type: ignore[method-assign]
-    try:
-        yield seen
-    finally:
-        Capture.start, Capture.stop = real_start, real_stop  # type: ignore[method-assign]
+    """Track how many torch captures of CountingBackend run at once, and in all."""
+    yield CountingBackend.reset()
 
 
 @pytest.fixture
@@ -757,7 +724,7 @@ def test_threads_get_right_values_one_capture_at_a_time_and_every_skip_counted(
 ) -> None:
     base = torch.arange(16.0).reshape(4, 4)
 
-    @profile_on_neuron(warmup=0, active=None, backend="cpu", export=False)
+    @profile_on_neuron(warmup=0, active=None, backend=CountingBackend, export=False)
     def work(i: int) -> tuple[int, torch.Tensor]:
         y = base * i
         for _ in range(4):
@@ -776,7 +743,7 @@ def test_threads_get_right_values_one_capture_at_a_time_and_every_skip_counted(
     logger.addHandler(caplog.handler)
     request.addfinalizer(lambda: logger.removeHandler(caplog.handler))
     # 1. Deterministic: a capture holds the profiler; 7 threads x 5 calls must all skip.
-    with _count_concurrent_captures() as seen, neuron_region("holder", backend="cpu", export=False) as holder:
+    with _count_concurrent_captures() as seen, neuron_region("holder", backend=CountingBackend, export=False) as holder:
         barrier = threading.Barrier(7)
         with ThreadPoolExecutor(7) as pool:
             assert sum(pool.map(lambda t: call_many(t, 5, barrier), range(7))) == 35

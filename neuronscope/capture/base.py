@@ -155,7 +155,8 @@ def force_profiler_off() -> None:
         from torch._C._autograd import _profiler_enabled
 
         if _profiler_enabled():
-            autograd_profiler._disable_profiler()
+            with quiet_native_stderr():
+                autograd_profiler._disable_profiler()
         autograd_profiler._set_is_profiler_enabled(False)
     except Exception:  # pragma: no cover - another torch: nothing more can be done
         pass

@@ -1,0 +1,79 @@
+"""In a notebook, through a real Jupyter kernel (nbclient): immediate feedback at the first
+warm-up call, a re-run cell with a new window captures again, and ``neuronscope.reset()``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+pytest.importorskip("ipykernel")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CELLS = [
+    # 0: set-up: this checkout's neuronscope, runs under the test's directory
+    """
+import os, sys
+sys.path.insert(0, {root!r})
+os.environ["NEURONSCOPE_OUTPUT_DIR"] = {runs!r}
+import torch, neuronscope
+from neuronscope import neuron_region, profile_on_neuron
+assert neuronscope.__file__.startswith({root!r}), neuronscope.__file__
+""",
+    # 1: decorate and call once: all warm-up, said at once (a kernel never reaches exit)
+    """
+@profile_on_neuron(backend="cpu", export=False)
+def step(x):
+    return x.sin()
+
+step(torch.ones(4))
+""",
+    # 2: a loop cell with a window counted by region name
+    """
+for _ in range(3):
+    with neuron_region("nb_loop", warmup=2, active=1, backend="cpu", export=False) as r:
+        torch.ones(8).exp()
+print("RESULTS", len(r.results), [op.name for op in r.results[-1].ops])
+""",
+    # 3: the same cell re-run with a new window and new work: a fresh window
+    """
+for _ in range(2):
+    with neuron_region("nb_loop", warmup=1, active=1, backend="cpu", export=False) as r:
+        torch.ones(8).cos()
+print("RESULTS", len(r.results), [op.name for op in r.results[-1].ops])
+""",
+    # 4: the same window again: only after neuronscope.reset()
+    """
+neuronscope.reset()
+for _ in range(2):
+    with neuron_region("nb_loop", warmup=1, active=1, backend="cpu", export=False) as r:
+        torch.ones(8).tanh()
+print("RESULTS", len(r.results), [op.name for op in r.results[-1].ops])
+""",
+]
+
+
+def _text(cell: Any) -> str:
+    return "".join(out.get("text", "") for out in cell.outputs if out.get("output_type") == "stream")
+
+
+def test_notebook_feedback_rerun_and_reset(tmp_path: Path) -> None:
+    runs = str(tmp_path / "runs")
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(src.format(root=str(ROOT), runs=runs)) for src in CELLS]
+    client = nbclient.NotebookClient(nb, timeout=240, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
+    client.execute()
+    out = [_text(cell) for cell in nb.cells]
+    # 1: one line at the first warm-up call, saying what will be captured when
+    assert "step: warm-up (1 call, not captured); will capture call 2" in out[1], out[1]
+    # 2: the window's line, then the capture's line
+    assert "nb_loop: warm-up (2 calls, not captured); will capture call 3" in out[2], out[2]
+    assert "nb_loop ok [cpu]" in out[2] and "RESULTS 1" in out[2] and "aten::exp" in out[2]
+    # 3: a new warmup= / active= starts a fresh window; results[-1] is the new capture
+    assert "nb_loop ok [cpu]" in out[3] and "aten::cos" in out[3], out[3]
+    # 4: reset() starts the windows again
+    assert "nb_loop ok [cpu]" in out[4] and "aten::tanh" in out[4] and "RESULTS 2" in out[4], out[4]

@@ -37,7 +37,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-SHARED = REPO.parent / "shared" / "traces" / "a100_training_step.json.gz"
+SHARED = REPO / "tests" / "data" / "traces" / "a100_training_step.json.gz"
 
 
 # ---- building the traces ---------------------------------------------------------------------

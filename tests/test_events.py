@@ -55,7 +55,7 @@ from neuronscope.events import (
 )
 from neuronscope.pipeline import from_profiler
 
-SHARED_TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
+SHARED_TRACES = Path(__file__).resolve().parent / "data" / "traces"
 
 
 # ---- real captures --------------------------------------------------------------------------
@@ -452,8 +452,6 @@ def _table_from_chrome_trace(path: Path) -> EventTable:
 
 def test_real_cuda_trace_device_time_matches_event_list() -> None:
     path = SHARED_TRACES / "a100_alexnet.json.gz"
-    if not path.is_file():
-        pytest.skip(f"the shared A100 traces are not at {SHARED_TRACES}")
     table = _table_from_chrome_trace(path)
     assert table.has_device and sum(table.device_ns) > 0
     summary = summarize(table)

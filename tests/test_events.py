@@ -39,6 +39,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from neuronscope import events as ev
+from neuronscope.events import live
 from neuronscope.events import (
     FLAG_ASYNC,
     FLAG_LEGACY_DEVICE,
@@ -262,7 +263,7 @@ def test_memory_markers_are_dropped() -> None:
 def test_reading_in_small_chunks_gives_the_same_table(monkeypatch: pytest.MonkeyPatch) -> None:
     prof = _capture("all")
     whole = table_from_profiler(prof, record_shapes=True)
-    monkeypatch.setattr(ev, "READ_CHUNK", 7)
+    monkeypatch.setattr(live, "READ_CHUNK", 7)
     chunked = table_from_profiler(prof, record_shapes=True)
     for attr in ("names", "kinds", "tids", "starts", "ends", "device_ns", "shapes", "flags"):
         assert getattr(chunked, attr) == getattr(whole, attr), attr
@@ -275,7 +276,7 @@ def test_fallback_through_function_events_gives_the_same_numbers(monkeypatch: py
     """An older torch whose raw events lack an accessor is read through prof.events()."""
     prof = _capture("all")
     fast = summarize(table_from_profiler(prof, record_shapes=True))
-    monkeypatch.setattr(ev, "_ACCESSORS", ev._ACCESSORS + ("no_such_accessor",))
+    monkeypatch.setattr(live, "_ACCESSORS", live._ACCESSORS + ("no_such_accessor",))
     table = table_from_profiler(prof, record_shapes=True)
     assert table.others is not None and set(table.others.kinds) == {KIND_PYTHON}
     slow = {o.name: o for o in summarize(table).ops}

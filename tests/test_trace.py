@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-import neuronscope.trace as trace_mod
+import neuronscope.trace.reader as trace_mod
 from neuronscope.errors import NeuronscopeError, TraceFormatError
 from neuronscope.events import IGNORED_NAMES, KIND_OP
 from neuronscope.trace import find_trace_files, from_trace, table_from_trace

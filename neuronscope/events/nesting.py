@@ -1,0 +1,76 @@
+"""The one nesting sweep: which event is open around which, per thread.
+
+:func:`parents` nests a whole table at once (array operations, for :func:`summarize` and the
+breakdown); :func:`innermost_open` answers "which of these events was open at this instant"
+for a sorted list of instants (a trace's launches and frames).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+__all__ = ["innermost_open", "parents"]
+
+
+def parents(starts: np.ndarray, ends: np.ndarray, new_thread: np.ndarray) -> np.ndarray:
+    """Parent of each event, as ``key_averages`` nests them; events sorted by thread, then
+    (start, -end). Returns positions in that order, -1 for none.
+
+    key_averages walks a stack: an event closes the open ones that end before it starts or
+    that it outlasts, and becomes the child of the one left on top. That top is the nearest
+    earlier event (same thread) whose end is at least this event's end, and after this
+    event's start: ``end >= thr`` with ``thr = end``, or ``start + 1`` for an instant. Found
+    for all events at once by pointer jumping: ``ans[i]`` starts at ``i - 1`` and, while the
+    candidate ends too early, jumps to the candidate's own candidate. Everything skipped ends
+    before the candidate's threshold, which is at most ``thr[i]``, so no jump passes the answer;
+    the events that have no parent at all are settled first, from the running maximum end.
+    """
+    m = len(starts)
+    thr = np.where(ends > starts, ends, starts + 1)
+    ans = np.arange(-1, m - 1, dtype=np.int64)
+    ans[new_thread] = -1
+    # Running max of ends within each thread, up to the previous event.
+    seg_starts = np.flatnonzero(new_thread)
+    run_max = np.empty(m, dtype=np.int64)
+    bounds = list(seg_starts) + [m]
+    for a, b in itertools.pairwise(bounds):
+        np.maximum.accumulate(ends[a:b], out=run_max[a:b])
+    before = np.empty(m, dtype=np.int64)
+    before[0] = -1
+    before[1:] = run_max[:-1]
+    orphan = new_thread | (before < thr)
+    ans[orphan] = -1
+    todo = np.flatnonzero(~orphan)
+    while todo.size:
+        cand = ans[todo]
+        miss = ends[cand] < thr[todo]
+        todo = todo[miss]
+        if not todo.size:
+            break
+        nxt = ans[cand[miss]]
+        ans[todo] = nxt
+        todo = todo[nxt >= 0]
+    return ans
+
+
+def innermost_open(rows: list[int], starts: list[int], ends: list[int], instants: list[tuple[int, int]]) -> list[int]:
+    """For each ``(instant, key)`` (in time order), the innermost of ``rows`` (one thread's
+    events, parents first) open at that instant, or -1: one sweep with a stack."""
+    out: list[int] = []
+    stack: list[int] = []
+    j, n = 0, len(rows)
+    for when, _ in instants:
+        # Open every row that starts at or before the instant...
+        while j < n and starts[rows[j]] <= when:
+            i = rows[j]
+            while stack and ends[stack[-1]] <= starts[i]:
+                stack.pop()
+            stack.append(i)
+            j += 1
+        # ...close those that ended before it; the innermost still open holds it.
+        while stack and ends[stack[-1]] < when:
+            stack.pop()
+        out.append(stack[-1] if stack else -1)
+    return out

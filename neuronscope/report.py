@@ -54,11 +54,12 @@ def _shape(op: OpStat) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def render_ops(ops: list[OpStat], row_limit: int = 15, device_label: str = "device") -> str:
+def render_ops(ops: list[OpStat], row_limit: int = 15, device_label: str = "device", outside_us: float = 0.0) -> str:
     """The op table, costliest first: calls, self/total CPU, device times where present, and
-    each op's share of the total."""
+    each op's share of the total (with ``outside_us``, device time launched outside any op, in
+    the total: it ran on the device too)."""
     has_device = any(o.self_device_us is not None for o in ops)
-    total = sum(o.time_us for o in ops)
+    total = sum(o.time_us for o in ops) + (outside_us if has_device else 0.0)
     headers = ["Op", "Calls", "Self CPU", "CPU total"]
     if has_device:
         headers += [f"Self {device_label}", f"{device_label} total"]
@@ -122,7 +123,8 @@ def render_result(result: ProfileResult, row_limit: int = 15) -> str:
     if result.error:
         parts.append(f"error: {result.error}")
     if result.ops:
-        parts.append(render_ops(result.ops, row_limit=row_limit, device_label=device_label))
+        outside = result.device_unattributed_us or 0.0
+        parts.append(render_ops(result.ops, row_limit=row_limit, device_label=device_label, outside_us=outside))
     else:
         parts.append("(no ops recorded)")
     if result.device_unattributed_us:
@@ -174,7 +176,7 @@ def _html_table(headers: list[str], rows: list[list[Any]]) -> str:
 
 def result_html_table(result: ProfileResult, row_limit: int = 15) -> str:
     """An HTML table of the top ops (for Jupyter's ``_repr_html_``)."""
-    total = sum(o.time_us for o in result.ops)
+    total = result.share_total_us
     rows = [
         [o.name, o.calls, _fmt_us(o.self_cpu_us), _fmt_us(o.self_device_us), _pct(o.time_us, total)]
         for o in result.ops[:row_limit]

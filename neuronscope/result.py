@@ -368,6 +368,13 @@ class ProfileResult:
         return dev if dev is not None else self.total_cpu_us
 
     @property
+    def share_total_us(self) -> float:
+        """What op shares are of: the ops' time, plus (where there is device time) the device
+        time launched outside any op (a replayed CUDA graph, C++ launches), which ran too."""
+        total = sum(o.time_us for o in self.ops)
+        return total + (self.device_unattributed_us or 0.0) if self.has_device_time else total
+
+    @property
     def top_op(self) -> OpStat | None:
         return self.ops[0] if self.ops else None
 

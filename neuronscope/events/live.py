@@ -6,41 +6,40 @@ import itertools
 from collections.abc import Iterable
 from typing import Any
 
+from .nesting import add_inner_range_device_time
 from .table import (
     FLAG_ASYNC,
     FLAG_LEGACY_DEVICE,
     IGNORED_NAMES,
     KIND_ANNOTATION,
+    KIND_DEVICE,
     KIND_OP,
     KIND_PYTHON,
     KIND_RUNTIME,
+    KIND_SKIP,
+    KIND_SPAN,
     READ_CHUNK,
+    SYNC_CATEGORIES,
+    DeviceEvents,
     EventTable,
+    category_kind,
+    device_class,
     gc_paused,
+    is_sync_call,
 )
 
 # ---- reading a live capture ---------------------------------------------------------------
 
-_DEVICE = -1  # device work: its duration goes to the op that launched it
-_SKIP = -2  # neither CPU-side nor device work that key_averages attributes
-
-_FIXED_CLASSES = {
-    "cpu_op": KIND_OP,
-    "user_annotation": KIND_ANNOTATION,
-    "python_function": KIND_PYTHON,
-    # Allocation markers: their device_type() is the allocation's device, not where they ran.
-    "cpu_instant_event": KIND_RUNTIME,
-    # The device-side copy of a record_function range: a span over kernels, not work.
-    "gpu_user_annotation": _SKIP,
-}
 # Device types whose linked events key_averages adds to an op's device time.
 _DEVICE_TYPES = frozenset({"CUDA", "PrivateUse1", "XPU"})
 
 
 def _classify(activity: str, sample: Any) -> int:
-    kind = _FIXED_CLASSES.get(activity)
+    """The kind of an activity: the shared category table first, then (for activities the table
+    does not know) the event's device type, as ``key_averages()`` decides."""
+    kind = category_kind(activity)
     if kind is not None:
-        return kind
+        return KIND_SKIP if kind == KIND_SPAN else kind
     try:
         dtype = sample.device_type()
         dname = str(getattr(dtype, "name", dtype)).rsplit(".", 1)[-1]
@@ -49,8 +48,8 @@ def _classify(activity: str, sample: Any) -> int:
     if dname == "CPU":
         return KIND_RUNTIME
     if dname in _DEVICE_TYPES:
-        return _DEVICE
-    return _SKIP
+        return KIND_DEVICE
+    return KIND_SKIP
 
 
 def _read_names(getter: Any, events: list[Any], canon: dict[str, str]) -> list[str]:
@@ -166,17 +165,17 @@ def _table_from_events(raw: list[Any], record_shapes: bool, legacy_device: bool)
             classes[act] = _classify(act, chunk[acts.index(act)])
         kinds = list(map(classes.__getitem__, acts))
         del acts
-        if all(k <= KIND_ANNOTATION and k >= 0 for k in set(kinds)):
+        if all(k <= KIND_ANNOTATION for k in set(kinds)):
             main_events.extend(chunk)
             main_kinds.extend(kinds)
             continue
-        main_mask = [0 <= k <= KIND_ANNOTATION for k in kinds]
+        main_mask = [k <= KIND_ANNOTATION for k in kinds]
         main_events.extend(itertools.compress(chunk, main_mask))
         main_kinds.extend(itertools.compress(kinds, main_mask))
-        other_mask = [k >= KIND_PYTHON for k in kinds]
+        other_mask = [KIND_PYTHON <= k <= KIND_RUNTIME for k in kinds]
         other_events.extend(itertools.compress(chunk, other_mask))
         other_kinds.extend(itertools.compress(kinds, other_mask))
-        device_events.extend(itertools.compress(chunk, [k == _DEVICE for k in kinds]))
+        device_events.extend(itertools.compress(chunk, [k == KIND_DEVICE for k in kinds]))
     del raw
 
     names = _read_chunked(get_name, main_events, canon)
@@ -303,6 +302,7 @@ def _link_device(
         d_linked = list(map(ev_type.linked_correlation_id, device_events))
         d_dur = list(map(ev_type.duration_ns, device_events))
         attach_device_time(table, zip(d_linked, d_dur), index_by_corr)
+        _device_intervals(table, ev_type, device_events, other_events, index_by_corr)
     others = table.others
     if others is not None and other_events:
         o_linked = list(map(ev_type.linked_correlation_id, other_events))
@@ -313,6 +313,53 @@ def _link_device(
                 i = index_by_corr.get(c)
                 if i is not None:
                     o_tids[j] = tids[i]
+
+
+def _device_intervals(
+    table: EventTable, ev_type: Any, device_events: list[Any], other_events: list[Any], index_by_corr: dict[int, int]
+) -> None:
+    """Each device event's interval, stream, class and launch call (for the step breakdown), the
+    host's synchronisation calls, and the device time of ranges opened inside an op."""
+    others = table.others
+    launch_at: dict[int, tuple[int, int]] = {}  # runtime call's correlation -> (start, end)
+    dev = DeviceEvents()
+    if others is not None and other_events:
+        o_corr = list(map(ev_type.correlation_id, other_events))
+        for j, c in enumerate(o_corr):
+            if others.kinds[j] == KIND_RUNTIME:
+                if c:
+                    launch_at[c] = (others.starts[j], others.ends[j])
+                if is_sync_call(others.names[j]):
+                    dev.sync_starts.append(others.starts[j])
+                    dev.sync_ends.append(others.ends[j])
+    acts = list(map(ev_type.activity_type, device_events))
+    names = list(map(ev_type.name, device_events))
+    starts = list(map(ev_type.start_ns, device_events))
+    ends = list(map(ev_type.end_ns, device_events))
+    get_stream = getattr(ev_type, "device_resource_id", None)  # the stream: torch 2.1 and later
+    streams = list(map(get_stream, device_events)) if get_stream is not None else [0] * len(device_events)
+    corr = list(map(ev_type.correlation_id, device_events))
+    linked = list(map(ev_type.linked_correlation_id, device_events))
+    inner: list[tuple[int, int, int, int]] = []
+    tids = table.tids
+    for k, act in enumerate(acts):
+        if act in SYNC_CATEGORIES:
+            dev.sync_starts.append(starts[k])
+            dev.sync_ends.append(ends[k])
+            continue
+        launch = launch_at.get(corr[k])
+        dev.starts.append(starts[k])
+        dev.ends.append(ends[k])
+        dev.streams.append(int(streams[k]))
+        dev.classes.append(device_class(act, names[k]))
+        dev.launch_starts.append(launch[0] if launch else -1)
+        dev.launch_ends.append(launch[1] if launch else -1)
+        op = index_by_corr.get(linked[k])
+        if launch is not None and op is not None:
+            inner.append((tids[op], launch[0], op, ends[k] - starts[k]))
+    if len(dev):
+        table.device = dev
+    add_inner_range_device_time(table, inner)
 
 
 def attach_device_time(table: EventTable, device_events: Iterable[tuple[int, int]], index_by_corr: dict[int, int]) -> None:

@@ -11,7 +11,9 @@ import itertools
 
 import numpy as np
 
-__all__ = ["innermost_open", "parents"]
+from .table import KIND_ANNOTATION, EventTable
+
+__all__ = ["add_inner_range_device_time", "innermost_open", "parents"]
 
 
 def parents(starts: np.ndarray, ends: np.ndarray, new_thread: np.ndarray) -> np.ndarray:
@@ -74,3 +76,33 @@ def innermost_open(rows: list[int], starts: list[int], ends: list[int], instants
             stack.pop()
         out.append(stack[-1] if stack else -1)
     return out
+
+
+def add_inner_range_device_time(table: EventTable, launches: list[tuple[int, int, int, int]], base: int = 0) -> None:
+    """For each ``(thread, launch instant, op row, device ns)`` (device work linked to the op
+    that launched it), add the time to the innermost range open at the launch on that thread
+    when the range opened inside the op (``nccl:all_reduce`` inside ``record_param_comms``):
+    :attr:`EventTable.range_device_ns`. Only rows from ``base`` on are ranges considered."""
+    if not launches:
+        return
+    kinds, tids, starts, ends = table.kinds, table.tids, table.starts, table.ends
+    threads = {t for t, _, _, _ in launches}
+    rows: dict[int, list[int]] = {t: [] for t in threads}
+    for i in range(base, len(table)):
+        if kinds[i] == KIND_ANNOTATION:
+            lst = rows.get(tids[i])
+            if lst is not None:
+                lst.append(i)
+    by_thread: dict[int, list[tuple[int, int]]] = {}
+    for k, (t, when, _, _) in enumerate(launches):
+        if rows[t]:
+            by_thread.setdefault(t, []).append((when, k))
+    extra = table.range_device_ns
+    for t, items in by_thread.items():
+        ranges = rows[t]
+        ranges.sort(key=lambda i: (starts[i] << 64) - ends[i])
+        items.sort()
+        for (_, k), r in zip(items, innermost_open(ranges, starts, ends, items)):
+            _, _, op, dur = launches[k]
+            if r >= 0 and starts[r] >= starts[op] and r != op:
+                extra[r] = extra.get(r, 0) + dur

@@ -232,6 +232,12 @@ def summarize(table: EventTable) -> Summary:
         if s_dev_total is not None:
             s_ann = np.flatnonzero(s_kind == KIND_ANNOTATION)
             r_dev = np.bincount(s_code[s_ann], weights=s_dev_total[s_ann], minlength=n_codes)
+            if table.range_device_ns:
+                # Work an op launched while a range inside it was open (nccl:all_reduce inside
+                # record_param_comms): the range's own, and not passed up (the op has it).
+                rows = np.fromiter(table.range_device_ns, dtype=np.int64, count=len(table.range_device_ns))
+                vals = np.fromiter(table.range_device_ns.values(), dtype=np.int64, count=len(rows))
+                r_dev += np.bincount(codes[rows], weights=vals, minlength=n_codes)
         inner = _region_ops(parent, s_kind, s_code, op_pos, n_codes)
         # Work the range's thread handed to other threads of its process while it was open
         # (CUDA backward runs on autograd's device threads while the caller waits in

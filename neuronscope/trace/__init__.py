@@ -85,7 +85,7 @@ def _result(table: EventTable, meta: dict[str, Any], name: str, hints: bool = Tr
         share = 100.0 * table.unattributed_device_ns / total if total else 0.0
         result.notes.append(
             f"{share:.1f}% of device time ({meta['device_unattributed_events']} device events) "
-            f"was launched outside any op; op shares are of the device time ops launched"
+            f"was launched outside any op (the shares' total includes it)"
         )
     return result
 

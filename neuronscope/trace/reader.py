@@ -15,7 +15,7 @@ from typing import Any
 from ..errors import TraceFormatError
 from ..events import IGNORED_NAMES, KIND_ANNOTATION, KIND_OP, KIND_PYTHON, KIND_RUNTIME, EventTable, gc_paused
 from ..events.frames import user_location
-from ..events.nesting import innermost_open
+from ..events.nesting import add_inner_range_device_time, innermost_open
 from ..events.table import (
     KIND_DEVICE,
     KIND_SKIP,
@@ -557,8 +557,7 @@ class _Reader:
             table.device_event_count += len(dev_dur)
 
         launched_at: dict[int, tuple[int, int]] = {}  # orphan -> (thread, launch instant)
-        inside_op: dict[int, list[tuple[int, int]]] = {}  # thread -> (launch, k) linked to an op
-        op_of: dict[int, int] = {}
+        inside_op: list[tuple[int, int, int, int]] = []  # (thread, launch, op, ns) linked to an op
         if launches:
             per_thread = self._rows_by_thread(base, KIND_OP, launches)
             for t, items in launches.items():
@@ -567,22 +566,13 @@ class _Reader:
                     if i >= 0:
                         device[i] += dev_dur[k]
                         self.linked_correlation += 1
-                        inside_op.setdefault(t, []).append((when, k))
-                        op_of[k] = i
+                        inside_op.append((t, when, i, dev_dur[k]))
                     else:
                         orphans.append(k)
                         launched_at[k] = (t, when)
-        if inside_op:
-            # A range opened inside the op that launched the work (nccl:all_reduce inside
-            # record_param_comms) ran that work: the range's device time too.
-            ranges = self._rows_by_thread(base, KIND_ANNOTATION, inside_op)
-            extra = table.range_device_ns
-            for t, items in inside_op.items():
-                if not ranges[t]:
-                    continue
-                for (_, k), r in zip(items, innermost_open(ranges[t], starts, ends, items)):
-                    if r >= 0 and starts[r] >= starts[op_of[k]]:
-                        extra[r] = extra.get(r, 0) + dev_dur[k]
+        # A range opened inside the op that launched the work (nccl:all_reduce inside
+        # record_param_comms) ran that work: the range's device time too.
+        add_inner_range_device_time(table, inside_op, base)
 
         if orphans:
             outside: dict[int, list[tuple[int, int]]] = {}

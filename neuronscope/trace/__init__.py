@@ -61,6 +61,8 @@ def table_from_trace(path: TracePath | Sequence[TracePath]) -> tuple[EventTable,
 
 def _result(table: EventTable, meta: dict[str, Any], name: str, hints: bool = True) -> ProfileResult:
     locations = meta.get("locations")
+    # Counter mode replays each kernel: its timeline is the replays', not the run's.
+    breakdown = None if meta["counter_mode"] else step_breakdown(table)
     result = build_result(
         table,
         name=name,
@@ -68,10 +70,14 @@ def _result(table: EventTable, meta: dict[str, Any], name: str, hints: bool = Tr
         wall_time_us=meta["wall_ns"] / 1e3,
         source="trace",
         hints=hints,
-        extra={"locations": locations, "trace": {k: v for k, v in meta.items() if k != "locations"}},
+        extra={
+            "locations": locations,
+            "trace": {k: v for k, v in meta.items() if k != "locations"},
+            "breakdown": breakdown,
+        },
     )
     result.device_name = meta.get("device_name")
-    result.breakdown = step_breakdown(table)
+    result.breakdown = breakdown
     if meta["platform"] in ("rocm", "mtia"):
         result.platform = meta["platform"]
     result.notes.extend(meta["notes"])

@@ -25,7 +25,9 @@ def find_trace_files(directory: TracePath) -> list[Path]:
 
     First ``*.pt.trace.json[.gz]`` (what ``tensorboard_trace_handler`` writes), searched
     recursively; failing those, Neuron's and neuronscope's ``trace.json``,
-    ``pytorch_trace.json`` and ``neuron_framework_trace_rank_*.json``.
+    ``pytorch_trace.json`` and ``neuron_framework_trace_rank_*.json``; failing those, the
+    ``*.json[.gz]`` files directly in ``directory`` that begin as a Chrome trace does (a folder
+    of rank traces named at will: ``r0.json.gz``, ``r1.json.gz``).
     """
     root = Path(directory)
     found = sorted(p for p in root.rglob("*.pt.trace.json*") if p.name.endswith((".json", ".json.gz")))
@@ -36,7 +38,18 @@ def find_trace_files(directory: TracePath) -> list[Path]:
             if p.is_file()
             and (p.name in _NAMED_TRACES or re.fullmatch(r"neuron_framework_trace_rank_\d+\.json(\.gz)?", p.name))
         )
+    if not found:
+        found = sorted(p for p in root.glob("*.json*") if p.name.endswith((".json", ".json.gz")) and _begins_as_trace(p))
     return [p for p in found if p.is_file()]
+
+
+def _begins_as_trace(path: Path) -> bool:
+    """Whether the first block of ``path`` looks like a Chrome trace (object or array form)."""
+    try:
+        head = next(iter(blocks(path)), b"")[:1 << 16]
+    except (OSError, EOFError, zlib.error):
+        return False
+    return b'"traceEvents"' in head or (head.lstrip()[:1] == b"[" and b'"ph"' in head)
 
 
 def _stem(path: Path) -> str:

@@ -769,7 +769,7 @@ def _metadata(reader: _Reader) -> dict[str, Any]:
         notes.append(
             "CUPTI counter-mode trace: device times are cuda_profiler_range records, each kernel "
             "replayed to read hardware counters, so they are the replays' durations, not the run's "
-            "timing; use a trace without counters for times"
+            "timing (no busy/idle breakdown); use a trace without counters for times"
         )
     if reader.negative:
         notes.append(f"{reader.negative:,} event(s) with a negative duration were read as 0")
@@ -801,6 +801,7 @@ def _metadata(reader: _Reader) -> dict[str, Any]:
         "device_categories": sorted(reader.device_categories),
         "record_shapes": bool(table.shapes),
         "notes": notes,
+        "counter_mode": reader.saw_counters,
         "locations": reader.locations,
         "top_level": {k: v for k, v in meta.items() if k not in ("deviceProperties", "INFO")},
     }

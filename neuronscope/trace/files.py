@@ -81,8 +81,9 @@ def _peek_rank(path: Path) -> tuple[int | None, int | None]:
     if at < 0:
         return None, None
     info = head[at:]
-    rank = re.search(rb'"rank"\s*:\s*(\d+)', info)
-    world = re.search(rb'"world_size"\s*:\s*(\d+)', info)
+    # At most 9 digits: a rank of thousands of digits is no rank (and int() would refuse it).
+    rank = re.search(rb'"rank"\s*:\s*(\d{1,9})\b', info)
+    world = re.search(rb'"world_size"\s*:\s*(\d{1,9})\b', info)
     return (int(rank.group(1)) if rank else None, int(world.group(1)) if world else None)
 
 

@@ -58,7 +58,7 @@ _MAX_NS = 1 << 62
 #: profiler's): beyond it the file is refused rather than buffered without bound.
 MAX_EVENT_BYTES = 16 << 20
 #: Largest document read whole (layouts the streaming reader does not take): bounds memory.
-MAX_WHOLE_BYTES = 256 << 20
+MAX_WHOLE_BYTES = 64 << 20
 _NO_ARGS: dict[str, Any] = {}
 
 
@@ -189,6 +189,7 @@ class _Reader:
         buf = b""
         head: bytes | None = None
         array = False  # the JSON Array Format: a bare list of events, no metadata
+        searched = 0
         seen_any = False
         for block in _guard_io(path, name):
             seen_any = seen_any or bool(block.strip())
@@ -198,7 +199,9 @@ class _Reader:
                     head, array = b'{"traceEvents":[', True
                     buf = buf.lstrip()[1:]
                 else:
-                    m = _EVENTS_KEY.search(buf)
+                    # Search only the new bytes (and a key's length before them): linear work.
+                    m = _EVENTS_KEY.search(buf, max(0, searched - 64))
+                    searched = len(buf)
                     if m is None:
                         if len(buf) > _HEAD_LIMIT:
                             raise _Fallback
@@ -776,10 +779,12 @@ def _metadata(reader: _Reader) -> dict[str, Any]:
     pids = sorted({k[0] for k in reader.thread_ids}, key=str)
 
     def _int(v: Any) -> int | None:
-        try:
-            return None if v is None else int(v)
-        except (TypeError, ValueError):
+        # A rank or world size is a small non-negative integer; anything else is not one.
+        if v.__class__ is str and v.isdigit() and len(v) <= 9:
+            return int(v)
+        if v.__class__ is not int or not 0 <= v < 1 << 31:
             return None
+        return int(v)
 
     return {
         "files": list(reader.files),

@@ -633,3 +633,32 @@ def test_summarize_small_tables_exactly() -> None:
     assert [(o.name, o.calls) for o in s.regions["r"].ops] == [("aten::mul", 2), ("aten::add", 1)]
     assert s.op_events == 3 and s.span_us == 0.1
     assert summarize(EventTable()) == Summary(ops=[], regions={}, span_us=0.0, op_events=0)
+
+
+def test_live_capture_keeps_device_intervals_launches_and_inner_ranges() -> None:
+    """The same device intervals and nested-range device time as a trace file gives."""
+    events = [
+        _Fake("record_param_comms", "cpu_op", 1, 10, 500, corr=2),
+        _Fake("nccl:all_reduce", "user_annotation", 1, 15, 480, corr=3),
+        _Fake("cudaLaunchKernel", "cuda_runtime", 1, 20, 60, corr=50, linked=2),
+        _Fake("cudaStreamSynchronize", "cuda_runtime", 1, 470, 560, corr=60),
+        _Fake("ncclKernel_AllReduce", "kernel", 7, 100, 400, corr=50, linked=2, device=CUDA, stream=21),
+        _Fake("Memset (Device)", "gpu_memset", 7, 600, 650, corr=53, linked=999, device=CUDA),
+    ]
+    type(events[0]).device_resource_id = lambda self: int(self._d.get("stream", 7))  # type: ignore[attr-defined]
+    try:
+        table = table_from_profiler(_FakeProf(events))
+    finally:
+        del type(events[0]).device_resource_id  # type: ignore[attr-defined]
+    dev = table.device
+    assert dev is not None and dev.starts == [100, 600] and dev.ends == [400, 650]
+    assert dev.streams == [21, 7] and dev.launch_starts == [20, -1] and dev.launch_ends == [60, -1]
+    assert (dev.sync_starts, dev.sync_ends) == ([470], [560])
+    regions = summarize(table).regions
+    assert regions["nccl:all_reduce"].device_time_us == pytest.approx(0.3)  # launched inside it
+    from neuronscope.events.timeline import step_breakdown
+
+    bd = step_breakdown(table)
+    assert bd is not None and bd["window_us"] == 0.55 and bd["busy_us"] == 0.35
+    assert bd["communication_us"] == 0.3 and bd["memory_us"] == 0.05
+    assert bd["idle_sync_us"] == 0.09  # the host sat in cudaStreamSynchronize 470-560 of the 400-600 gap

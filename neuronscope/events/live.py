@@ -22,6 +22,7 @@ from .table import (
     SYNC_CATEGORIES,
     DeviceEvents,
     EventTable,
+    blocks_host,
     category_kind,
     device_class,
     gc_paused,
@@ -344,8 +345,9 @@ def _device_intervals(
     tids = table.tids
     for k, act in enumerate(acts):
         if act in SYNC_CATEGORIES:
-            dev.sync_starts.append(starts[k])
-            dev.sync_ends.append(ends[k])
+            if blocks_host(names[k]):
+                dev.sync_starts.append(starts[k])
+                dev.sync_ends.append(ends[k])
             continue
         launch = launch_at.get(corr[k])
         dev.starts.append(starts[k])

@@ -58,6 +58,12 @@ CATEGORY_KINDS: dict[str, int] = {
 SYNC_CATEGORIES = frozenset({"cuda_sync"})
 
 
+def blocks_host(sync_record: str) -> bool:
+    """Whether a sync record (:data:`SYNC_CATEGORIES`) is the host waiting: "Stream Sync",
+    "Event Sync", "Context Sync" are; "Stream Wait Event" is one stream waiting on another."""
+    return "Wait Event" not in sync_record
+
+
 def category_kind(category: str) -> int | None:
     """The kind of events of ``category`` (a Kineto activity name, or a trace's ``cat``), or None
     when the table does not know it (a live capture then asks the event's device type)."""

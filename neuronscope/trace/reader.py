@@ -22,6 +22,7 @@ from ..events.table import (
     KIND_SPAN,
     SYNC_CATEGORIES,
     DeviceEvents,
+    blocks_host,
     category_kind,
     clean_name,
     device_class,
@@ -398,7 +399,8 @@ class _Reader:
                     dev_class.append(c)
                     continue
                 if code == _SYNC:
-                    syncs.append((start, start + dur_ns))
+                    if blocks_host(str(e.get("name"))):
+                        syncs.append((start, start + dur_ns))
                     continue
                 pid = e.get("pid")
                 tid = e.get("tid")

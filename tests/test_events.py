@@ -220,7 +220,10 @@ def test_regions_match_key_averages_ranges() -> None:
     assert step_ops["aten::addmm"].calls == {o.name: o for o in summary.ops}["aten::addmm"].calls
     if _all_threads():
         mm_in_side = {o.name: o for o in summary.regions["side"].ops}["aten::mm"]
-        assert mm_in_side.calls == 15
+        # Its own 15, plus any the main thread's backward started while a "side" range was open
+        # (other threads' work inside a range counts: that depends on how the threads
+        # interleaved, so only the lower bound is fixed).
+        assert 15 <= mm_in_side.calls <= {o.name: o for o in summary.ops}["aten::mm"].calls
     head_ops = {o.name for o in summary.regions["head"].ops}
     assert "aten::softmax" in head_ops and "aten::relu" not in head_ops
     mlp_ops = {o.name: o for o in summary.regions["mlp"].ops}

@@ -14,7 +14,12 @@ Two sources of events:
   step, 109k events with kernels and launches) repeated with shifted timestamps and ids;
 - ``cpu``: a real ``torch.profiler`` CPU capture of a loop, written by ``export_chrome_trace``.
 
-    python benchmarks/bench_trace.py [--quick] [--source a100|cpu|both] [--runs N] [--keep DIR]
+With Holistic Trace Analysis importable (``pip install --no-deps HolisticTraceAnalysis``
+and its few pure-Python dependencies), also times HTA's load plus its temporal breakdown
+(``include_last_profiler_step=True``, ns rounding off) on the same file. ``--shared`` times
+each trace in ``tests/data/traces`` as it is (from_trace includes the step breakdown).
+
+    python benchmarks/bench_trace.py [--quick] [--source a100|cpu|both] [--runs N] [--keep DIR] [--shared]
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-SHARED = REPO.parent / "shared" / "traces" / "a100_training_step.json.gz"
+SHARED = REPO / "tests" / "data" / "traces" / "a100_training_step.json.gz"
 
 
 # ---- building the traces ---------------------------------------------------------------------
@@ -146,6 +151,28 @@ def analyse(path: Path) -> Any:
     return from_trace(path)
 
 
+def hta_available() -> bool:
+    try:
+        import hta.trace_analysis  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def hta_breakdown(path: Path) -> Any:
+    """HTA's load and temporal breakdown of one trace (a folder holding only that file)."""
+    import logging
+
+    os.environ["HTA_DISABLE_NS_ROUNDING"] = "1"
+    logging.disable(logging.WARNING)
+    from hta.trace_analysis import TraceAnalysis
+
+    with tempfile.TemporaryDirectory() as d:
+        os.symlink(path.resolve(), Path(d) / path.name)
+        ta = TraceAnalysis(trace_dir=d, include_last_profiler_step=True)
+        return ta.get_temporal_breakdown(visualize=False)
+
+
 def timed(fn: Callable[[Path], Any], path: Path) -> tuple[float, float]:
     gc.collect()
     w0, c0 = time.perf_counter(), time.process_time()
@@ -218,6 +245,8 @@ def run(source: str, n_events: int, runs: int, tmp: Path) -> dict[str, Any]:
         fns["orjson_nogc"] = baseline_orjson_nogc
     except ImportError:
         pass
+    if hta_available() and source != "cpu":
+        fns["hta"] = hta_breakdown
     wall: dict[str, list[float]] = {k: [] for k in fns}
     cpu: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(runs):  # interleaved, so that load from other processes hits all alike
@@ -239,6 +268,8 @@ def run(source: str, n_events: int, runs: int, tmp: Path) -> dict[str, Any]:
                 f"  from_trace / ({label}): wall {med['from_trace'] / med[k]:.2f}x, "
                 f"cpu {cmed['from_trace'] / cmed[k]:.2f}x"
             )
+    if "hta" in med:
+        print(f"  HTA load + temporal breakdown / from_trace: wall {med['hta'] / med['from_trace']:.2f}x")
     ratio = med["from_trace"] / med["json"]
     cratio = cmed["from_trace"] / cmed["json"]
     peak_ft = traced_peak(analyse, path)
@@ -251,6 +282,28 @@ def run(source: str, n_events: int, runs: int, tmp: Path) -> dict[str, Any]:
     return {"ratio": ratio, "cpu_ratio": cratio, "peak_mib": peak_ft, "baseline_peak_mib": peak_js}
 
 
+def run_shared(runs: int) -> None:
+    """Each trace of tests/data/traces as it is: from_trace (with the step breakdown) against
+    gunzip + json.loads, and against HTA's load + temporal breakdown where HTA is installed."""
+    fns: dict[str, Callable[[Path], Any]] = {"json": baseline, "from_trace": analyse}
+    if hta_available():
+        fns["hta"] = hta_breakdown
+    for path in sorted(SHARED.parent.glob("*.json.gz")):
+        analyse(path)
+        wall: dict[str, list[float]] = {k: [] for k in fns}
+        for _ in range(runs):
+            for k, fn in fns.items():
+                try:
+                    wall[k].append(timed(fn, path)[0])
+                except Exception:  # HTA fails on some traces (no kernels)
+                    wall[k].append(float("nan"))
+        med = {k: statistics.median(v) for k, v in wall.items()}
+        line = f"  {path.name:<36} from_trace {med['from_trace']:.3f} s = {med['from_trace'] / med['json']:.2f}x gunzip+json"
+        if "hta" in med:
+            line += f"; HTA {med['hta']:.3f} s = {med['hta'] / med['from_trace']:.1f}x from_trace"
+        print(line)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="20,000 events and 3 runs: a smoke test")
@@ -258,7 +311,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=None, help="timed runs of each (default 5)")
     ap.add_argument("--source", choices=["a100", "cpu", "both"], default="both")
     ap.add_argument("--keep", type=Path, default=None, help="build the traces into DIR once and reuse them")
+    ap.add_argument("--shared", action="store_true", help="time each trace of tests/data/traces as it is")
     args = ap.parse_args(argv)
+    if args.shared:
+        run_shared(args.runs or 5)
+        return 0
     n = args.events or (20_000 if args.quick else 200_000)
     runs = args.runs or (3 if args.quick else 5)
     sources = ["a100", "cpu"] if args.source == "both" else [args.source]

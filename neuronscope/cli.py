@@ -16,12 +16,18 @@ from pathlib import Path
 from typing import Any
 
 from .errors import NeuronscopeError
+from .report import printable
 from .result import dumps_json
 
 __all__ = ["build_parser", "main"]
 
 #: Separates a comparison's run directory from one of its variants: ``RUN_DIR#fused``.
 VARIANT_SEP = "#"
+
+
+def _out(text: str) -> None:
+    """Print ``text`` with anything a terminal would act on escaped (names come from traces)."""
+    print(printable(text))
 
 
 def _looks_like_trace(path: Path) -> bool:
@@ -34,10 +40,11 @@ def _looks_like_trace(path: Path) -> bool:
             head = fh.read(4096)
     except OSError:
         return False
-    return b"traceEvents" in head
+    # The object format names its events; the array format is a bare list of events.
+    return b"traceEvents" in head or (head.lstrip()[:1] == b"[" and b'"ph"' in head)
 
 
-def _read_trace(path: Path) -> Any:
+def _read_trace(path: Path | list[Path]) -> Any:
     from .trace import from_trace
 
     try:
@@ -65,6 +72,12 @@ def _open(path_text: str) -> Any:
             return obj.results[label]
     if path.is_file() and _looks_like_trace(path):
         return _read_trace(path)
+    if path.is_dir() and not (path / "result.json").exists():
+        from .trace import find_trace_files
+
+        # A folder of rank traces, or what tensorboard_trace_handler wrote (traces inside).
+        if find_trace_files(path):
+            return _read_trace(path)
     return load(path)
 
 
@@ -89,18 +102,22 @@ def _top_hint_text(obj: Any) -> str | None:
 def cmd_show(args: argparse.Namespace) -> int:
     from .result import Comparison
 
-    obj = _open(args.run)
+    runs = args.run if isinstance(args.run, list) else [args.run]
+    if len(runs) > 1:  # several trace files: the ranks of one job
+        obj = _read_trace([Path(r) for r in runs])
+    else:
+        obj = _open(runs[0])
     rows = {} if args.rows is None else {"row_limit": args.rows}
     if args.json:
-        print(obj.to_json())
+        _out(obj.to_json())
     elif isinstance(obj, Comparison):
-        print(obj.table())
+        _out(obj.table())
         for result in obj.results.values():
-            print(result.table(**rows))
+            _out(result.table(**rows))
     else:
-        print(obj.table(**rows))
+        _out(obj.table(**rows))
     if not args.json and getattr(obj, "run_dir", None):
-        print(f"run: {obj.run_dir}")
+        _out(f"run: {obj.run_dir}")
     return 0
 
 
@@ -166,10 +183,10 @@ def cmd_ls(args: argparse.Namespace) -> int:
         raise NeuronscopeError(f"{root}: not a directory (pass the output root that holds your runs)")
     rows = _run_rows(root)
     if args.json:
-        print(dumps_json(rows))
+        _out(dumps_json(rows))
         return 0
     if not rows:
-        print(f"no runs under {root}")
+        _out(f"no runs under {root}")
         return 0
     table = [
         [
@@ -184,7 +201,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
         for r in rows
     ]
     headers = ["Name", "Time", "Backend", "Status", "Total", "Top hint", "Run"]
-    print(tabulate(table, headers=headers, tablefmt="simple", disable_numparse=True))
+    _out(tabulate(table, headers=headers, tablefmt="simple", disable_numparse=True))
     return 0
 
 
@@ -201,7 +218,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
                 f"as {label}{VARIANT_SEP}{first}"
             )
     d = diff_results(a, b)
-    print(dumps_json(d) if args.json else render_diff(d, row_limit=args.rows).rstrip("\n"))
+    _out(dumps_json(d) if args.json else render_diff(d, row_limit=args.rows).rstrip("\n"))
     return 0
 
 
@@ -209,7 +226,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from .html_report import write_report
 
     path = write_report(args.run)
-    print(path)
+    _out(str(path))
     return 0
 
 
@@ -222,17 +239,17 @@ def cmd_demo(args: argparse.Namespace) -> int:
         export=not args.no_export,
         compile=not args.no_compile,
     )
-    print(cmp.table())
+    _out(cmp.table())
     for result in cmp.results.values():
-        print(result.table(row_limit=8))
+        _out(result.table(row_limit=8))
     if cmp.run_dir:
-        print(f"written to {cmp.run_dir}")
+        _out(f"written to {cmp.run_dir}")
         if args.report:
             from .html_report import write_report
 
-            print(f"report: {write_report(cmp.run_dir)}")
+            _out(f"report: {write_report(cmp.run_dir)}")
         else:
-            print(f"reopen with: neuronscope show {cmp.run_dir}\nreport with: neuronscope report {cmp.run_dir}")
+            _out(f"reopen with: neuronscope show {cmp.run_dir}\nreport with: neuronscope report {cmp.run_dir}")
     return 0
 
 
@@ -254,8 +271,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "run",
-        help="run directory, its result.json, a torch.profiler trace (.json / .json.gz), "
-        f"or RUN_DIR{VARIANT_SEP}LABEL for one variant of a comparison",
+        nargs="+",
+        help="run directory, its result.json, a torch.profiler trace (.json / .json.gz), a folder of "
+        "traces (one per rank, or tensorboard_trace_handler's), several trace files (the ranks of one "
+        f"job), or RUN_DIR{VARIANT_SEP}LABEL for one variant of a comparison",
     )
     p.add_argument("--rows", type=int, default=None, help="ops to show per table (default: as many as the capture printed)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -313,7 +332,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except NeuronscopeError as exc:
-        print(f"neuronscope: error: {exc}", file=sys.stderr)
+        print(printable(f"neuronscope: error: {exc}"), file=sys.stderr)
         return 2
     except OSError as exc:  # a path that cannot be read or written
         if isinstance(exc, BrokenPipeError):  # `neuronscope ls | head`

@@ -116,6 +116,10 @@ def _chart_label(text: str) -> str:
     return _plain(text)
 
 
+#: Steps drawn one by one in the timeline chart (the rest are in result.json).
+TIMELINE_STEPS = 24
+
+
 # ---- charts ------------------------------------------------------------------------------------
 class _Charts:
     """Draws charts as inline SVG. One instance per page, so that every element id in every
@@ -186,7 +190,7 @@ class _Charts:
     def ops(self, result: ProfileResult) -> str:
         """Top ops by share of the total op time; the rest as one grey bar."""
         ops = result.ops
-        total = sum(o.time_us for o in ops)
+        total = result.share_total_us
         if not ops or total <= 0:
             return ""
         shown = ops[:TOP_OPS_IN_CHART]
@@ -203,6 +207,53 @@ class _Charts:
         kind = f"self {_device_label(result.backend)} time" if result.has_device_time else "self CPU time"
         title = f"Where the time went: {result.name} (share of {_fmt_us(total)} {kind})"
         return self._bars(labels, shares, texts, colors, title, "share of total op time (%)")
+
+    def timeline(self, bd: dict[str, Any], name: str) -> str:
+        """The device's timeline: how busy each kind of work kept it, bin by bin, with the step
+        starts; under it, each step's window split into busy and idle by cause."""
+        chart = bd.get("chart") or {}
+        lanes = [(k, chart.get(k) or []) for k in ("compute", "communication", "memory")]
+        if not any(v for _, v in lanes):
+            return ""
+        steps = (bd.get("steps") or [])[:TIMELINE_STEPS]
+        fig = self._figure(figsize=(8.6, 2.2 + 0.28 * len(steps)), dpi=100)
+        self._canvas(fig)
+        grid = fig.add_gridspec(2, 1, height_ratios=[1.6, 0.5 + 0.28 * len(steps)], hspace=0.55)
+        ax = fig.add_subplot(grid[0])
+        unit, scale = _unit(float(bd.get("window_us") or 1.0))
+        width = float(chart.get("bin_us") or 0.0) / scale
+        colors = {"compute": _ACCENT, "communication": "#c77c02", "memory": "#6b8e23"}
+        for i, (key, vals) in enumerate(lanes):
+            xs = [j * width for j in range(len(vals) + 1)]
+            ys = [i + 0.85 * v for v in vals] + [i + 0.85 * (vals[-1] if vals else 0.0)]
+            ax.fill_between(xs, i, ys, step="post", color=colors[key], linewidth=0)
+        for start in chart.get("step_starts_us") or []:
+            ax.axvline(start / scale, color=_GREY, linewidth=0.8, linestyle=":")
+        ax.set_yticks([i + 0.4 for i in range(len(lanes))])
+        ax.set_yticklabels([k for k, _ in lanes], fontsize=9)
+        ax.set_xlim(0, width * max(len(v) for _, v in lanes))
+        ax.set_xlabel(f"time from the first device event ({unit}); dotted: step starts", fontsize=9)
+        ax.set_title(_plain(f"Device timeline: {name} (busy {bd.get('busy_pct', 0):.1f}%)"), fontsize=10.5, loc="left")
+        for side in ("top", "right"):
+            ax.spines[side].set_visible(False)
+        if steps:
+            bx = fig.add_subplot(grid[1])
+            parts = [("busy", "busy_us", _ACCENT), ("host not launching", "idle_host_us", _SLOWER),
+                     ("blocked in sync", "idle_sync_us", "#8e44ad"), ("other idle", "idle_other_us", _GREY)]
+            left = [0.0] * len(steps)
+            for label, key, color in parts:
+                vals = [100.0 * s[key] / s["window_us"] if s["window_us"] else 0.0 for s in steps]
+                bx.barh(range(len(steps)), vals, left=left, color=color, label=label, height=0.7)
+                left = [a + b for a, b in zip(left, vals)]
+            bx.set_yticks(list(range(len(steps))))
+            bx.set_yticklabels([_chart_label(s["name"]) for s in steps], fontsize=8.5)
+            bx.invert_yaxis()
+            bx.set_xlim(0, 100)
+            bx.set_xlabel("share of the step's device window (%)", fontsize=9)
+            bx.legend(fontsize=8, ncol=4, loc="upper left", bbox_to_anchor=(0, -0.35 - 0.5 / max(len(steps), 1)), frameon=False)
+            for side in ("top", "right"):
+                bx.spines[side].set_visible(False)
+        return self._svg(fig, f"Device timeline of {name}")
 
     def variants(self, cmp: Comparison) -> str:
         """Median time per call of each variant, with its spread and speedup."""
@@ -291,7 +342,7 @@ def _ops_table(result: ProfileResult) -> str:
     ops = result.ops
     has_device = result.has_device_time
     dev = _device_label(result.backend)
-    total = sum(o.time_us for o in ops)
+    total = result.share_total_us
     headers = ["Op", "Calls", "Self CPU", "CPU total"]
     if has_device:
         headers += [f"Self {dev}", f"{dev} total"]
@@ -406,6 +457,7 @@ def _result_sections(result: ProfileResult, charts: _Charts, heading: str = "h2"
         time_html.append(f'<p class="note">Device time launched outside any op: {_e(_fmt_us(result.device_unattributed_us))}.</p>')
     time_html.append("</section>")
     parts.append("".join(time_html))
+    parts.append(_timeline_section(result, charts, heading, sfx))
     parts.append(_hints_section(result.hints, heading, sfx))
     nested, repeats = _repeat_regions(result)
     if repeats:
@@ -427,6 +479,21 @@ def _result_sections(result: ProfileResult, charts: _Charts, heading: str = "h2"
     if notes:
         parts.append(f'<section id="notes{sfx}"><{heading}>Notes</{heading}><ul>' + "".join(f"<li>{_e(n)}</li>" for n in notes) + "</ul></section>")
     return parts
+
+
+def _timeline_section(result: ProfileResult, charts: _Charts, heading: str, sfx: str) -> str:
+    """The device's busy and idle time (the step breakdown), as a chart and its text."""
+    bd = result.breakdown
+    if not bd:
+        return ""
+    from .report import render_breakdown
+
+    text = render_breakdown(bd)
+    return (
+        f'<section id="timeline{sfx}"><{heading}>Device busy and idle</{heading}>'
+        + charts.timeline(bd, result.name)
+        + f"<pre>{_e(text)}</pre></section>"
+    )
 
 
 def _files_section(run_dir: str | None, artifacts: dict[str, Any]) -> str:

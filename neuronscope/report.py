@@ -21,10 +21,13 @@ from .result import (
 )
 
 __all__ = [
+    "breakdown_dataframe",
     "comparison_dataframe",
     "comparison_html_table",
     "fmt_us",
     "ops_dataframe",
+    "printable",
+    "render_breakdown",
     "render_comparison",
     "render_hints",
     "render_ops",
@@ -51,11 +54,12 @@ def _shape(op: OpStat) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def render_ops(ops: list[OpStat], row_limit: int = 15, device_label: str = "device") -> str:
+def render_ops(ops: list[OpStat], row_limit: int = 15, device_label: str = "device", outside_us: float = 0.0) -> str:
     """The op table, costliest first: calls, self/total CPU, device times where present, and
-    each op's share of the total."""
+    each op's share of the total (with ``outside_us``, device time launched outside any op, in
+    the total: it ran on the device too)."""
     has_device = any(o.self_device_us is not None for o in ops)
-    total = sum(o.time_us for o in ops)
+    total = sum(o.time_us for o in ops) + (outside_us if has_device else 0.0)
     headers = ["Op", "Calls", "Self CPU", "CPU total"]
     if has_device:
         headers += [f"Self {device_label}", f"{device_label} total"]
@@ -110,19 +114,23 @@ def render_ranks(ranks: list[dict[str, Any]]) -> str:
 
 def render_result(result: ProfileResult, row_limit: int = 15) -> str:
     """Header, op table, regions, per-rank table and hints of one result."""
-    device_label = "NEURON" if result.backend == "neuron" else ("CUDA" if result.backend == "cuda" else "device")
-    head = f"neuronscope: {result.name} [{result.backend}] {result.status}, wall {_fmt_us(result.wall_time_us)}"
+    device_label = {"neuron": "NEURON", "cuda": "CUDA"}.get(result.backend, "device")
+    device_label = {"rocm": "HIP", "mtia": "MTIA"}.get(result.platform or "", device_label)
+    head = f"neuronscope: {result.name} [{result.platform or result.backend}] {result.status}, wall {_fmt_us(result.wall_time_us)}"
     if result.rank is not None:
-        head += f", rank {result.rank}/{result.world_size}"
+        head += f", rank {result.rank}" + (f"/{result.world_size}" if result.world_size is not None else "")
     parts = [head]
     if result.error:
         parts.append(f"error: {result.error}")
     if result.ops:
-        parts.append(render_ops(result.ops, row_limit=row_limit, device_label=device_label))
+        outside = result.device_unattributed_us or 0.0
+        parts.append(render_ops(result.ops, row_limit=row_limit, device_label=device_label, outside_us=outside))
     else:
         parts.append("(no ops recorded)")
     if result.device_unattributed_us:
         parts.append(f"device time launched outside any op: {_fmt_us(result.device_unattributed_us)}")
+    if result.breakdown:
+        parts.append(render_breakdown(result.breakdown))
     nested = {k: v for k, v in result.regions.items() if k != result.name}
     if nested:
         parts.append("Regions:\n" + render_regions(nested))
@@ -136,7 +144,7 @@ def render_result(result: ProfileResult, row_limit: int = 15) -> str:
         parts.append(f"note: {note}")
     if result.skipped_calls:
         parts.append(f"note: {result.skipped_calls} call(s) ran uncaptured while another capture was running")
-    return "\n\n".join(parts) + "\n"
+    return printable("\n\n".join(parts) + "\n")
 
 
 def render_comparison(cmp: Comparison) -> str:
@@ -168,7 +176,7 @@ def _html_table(headers: list[str], rows: list[list[Any]]) -> str:
 
 def result_html_table(result: ProfileResult, row_limit: int = 15) -> str:
     """An HTML table of the top ops (for Jupyter's ``_repr_html_``)."""
-    total = sum(o.time_us for o in result.ops)
+    total = result.share_total_us
     rows = [
         [o.name, o.calls, _fmt_us(o.self_cpu_us), _fmt_us(o.self_device_us), _pct(o.time_us, total)]
         for o in result.ops[:row_limit]
@@ -252,3 +260,68 @@ def _dataframe(records: list[dict[str, Any]], columns: list[str] | None = None) 
 
         raise NeuronscopeError("to_dataframe() needs pandas; pip install 'neuronscope[pandas]'") from exc
     return pd.DataFrame(records, columns=columns)
+
+
+def printable(text: str) -> str:
+    """``text`` with every character a terminal would act on (control characters and escape
+    sequences, bidirectional overrides, lone surrogates) written as a ``\\x..`` / ``\\u....``
+    escape; newlines and tabs are kept. Names in a trace are anyone's text: printed raw, an
+    escape sequence in one could retitle or clear the terminal, or write the clipboard."""
+    if text.isascii() and text.isprintable():
+        return text
+    out = []
+    for ch in text:
+        if ch in "\n\t" or (ch.isprintable() and not 0xD800 <= ord(ch) <= 0xDFFF):
+            out.append(ch)
+        else:
+            code = ord(ch)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+    return "".join(out)
+
+
+def _share(part: float, whole: float) -> str:
+    return f"{100.0 * part / whole:.1f}%" if whole > 0 else "-"
+
+
+def render_breakdown(bd: dict[str, Any]) -> str:
+    """The device's busy and idle time in a few lines (see :mod:`neuronscope.events.timeline`)."""
+    w = float(bd.get("window_us") or 0.0)
+    lines = [
+        (
+            f"Device: busy {_share(bd['busy_us'], w)} of {_fmt_us(w)}, idle {_share(bd['idle_us'], w)} "
+        f"(host not launching {_share(bd['idle_host_us'], w)}, blocked in sync "
+            f"{_share(bd['idle_sync_us'], w)}, other {_share(bd['idle_other_us'], w)})"
+        ),
+        (
+            f"  compute {_share(bd['compute_us'], w)}, communication {_share(bd['communication_us'], w)}, "
+        f"memory {_share(bd['memory_us'], w)}; overlapped: compute+communication "
+        f"{_fmt_us(bd['overlap_compute_communication_us'])}, compute+memory {_fmt_us(bd['overlap_compute_memory_us'])}"
+        ),
+    ]
+    steps = bd.get("steps") or []
+    streams = bd.get("streams") or []
+    parts = []
+    if len(steps) > 1:
+        busy = [s["busy_us"] / s["window_us"] if s["window_us"] else 0.0 for s in steps]
+        lo = min(range(len(steps)), key=busy.__getitem__)
+        parts.append(f"{len(steps)} steps, busy {100 * min(busy):.0f}% ({steps[lo]['name']}) to {100 * max(busy):.0f}%")
+    if streams:
+        top = ", ".join(f"{s['stream']}: {_share(s['busy_us'], w)}" for s in streams[:3])
+        parts.append(f"{len(streams)} stream(s) ({top}{', ...' if len(streams) > 3 else ''})")
+    if parts:
+        lines.append("  " + "; ".join(parts))
+    la = bd.get("launch") or {}
+    if la.get("linked"):
+        lines.append(
+            f"  launches: {la['shorter_than_launch']:,} of {la['linked']:,} kernels ran shorter than their "
+            f"launch call (median kernel {_fmt_us(la['median_kernel_us'])}, launch {_fmt_us(la['median_launch_us'])}); "
+            f"launch to start median {_fmt_us(la['median_delay_us'])}, p90 {_fmt_us(la['p90_delay_us'])}"
+        )
+    return "\n".join(lines)
+
+
+def breakdown_dataframe(bd: dict[str, Any] | None) -> Any:
+    """One row per step of the breakdown (times in us), as a pandas DataFrame."""
+    rows = list((bd or {}).get("steps") or [])
+    columns = list(rows[0]) if rows else ["name", "start_us", "window_us", "busy_us", "idle_us"]
+    return _dataframe(rows, columns=columns)

@@ -339,6 +339,10 @@ class ProfileResult:
     skipped_calls: int = 0
     artifacts: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    #: the device's busy / idle time per step (see :mod:`neuronscope.events.timeline`), or None
+    breakdown: dict[str, Any] | None = None
+    #: the device's software stack where ``backend`` does not tell it: "rocm", "mtia"
+    platform: str | None = None
 
     # ---- derived -------------------------------------------------------------------------
     @property
@@ -362,6 +366,13 @@ class ProfileResult:
         """The total that comparisons rank by: device time where there is one, else CPU."""
         dev = self.total_device_us
         return dev if dev is not None else self.total_cpu_us
+
+    @property
+    def share_total_us(self) -> float:
+        """What op shares are of: the ops' time, plus (where there is device time) the device
+        time launched outside any op (a replayed CUDA graph, C++ launches), which ran too."""
+        total = sum(o.time_us for o in self.ops)
+        return total + (self.device_unattributed_us or 0.0) if self.has_device_time else total
 
     @property
     def top_op(self) -> OpStat | None:
@@ -393,16 +404,20 @@ class ProfileResult:
     def to_dataframe(self, table: str = "ops") -> Any:
         """A table of this result as a pandas DataFrame (needs pandas, an optional extra):
         ``"ops"`` (one row per op), ``"regions"`` (one per region, indexed by name) or
-        ``"hints"`` (one per hint, largest estimated saving first)."""
-        from .report import hints_dataframe, ops_dataframe, regions_dataframe
+        ``"hints"`` (one per hint, largest estimated saving first) or ``"steps"`` (the device's
+        busy and idle time per step, from :attr:`breakdown`)."""
+        from .report import breakdown_dataframe, hints_dataframe, ops_dataframe, regions_dataframe
 
         makers = {
             "ops": lambda: ops_dataframe(self.ops),
             "regions": lambda: regions_dataframe(self.regions),
             "hints": lambda: hints_dataframe(self.hints),
+            "steps": lambda: breakdown_dataframe(self.breakdown),
         }
         if table not in makers:
-            raise NeuronscopeError(f"to_dataframe() makes the 'ops', 'regions' or 'hints' table, not {table!r}")
+            raise NeuronscopeError(
+                f"to_dataframe() makes the 'ops', 'regions' or 'hints' table (or 'steps'), not {table!r}"
+            )
         return makers[table]()
 
     def __repr__(self) -> str:
@@ -447,6 +462,8 @@ class ProfileResult:
             "skipped_calls": self.skipped_calls,
             "artifacts": self.artifacts,
             "notes": self.notes,
+            "breakdown": self.breakdown,
+            "platform": self.platform,
         }
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -484,6 +501,8 @@ class ProfileResult:
                 skipped_calls=int(d.get("skipped_calls") or 0),
                 artifacts=dict(d.get("artifacts") or {}),
                 notes=[str(n) for n in d.get("notes") or []],
+                breakdown=dict(d["breakdown"]) if isinstance(d.get("breakdown"), Mapping) else None,
+                platform=_opt_str(d.get("platform")),
             )
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
             raise RunLoadError(_malformed("result", exc)) from exc

@@ -11,7 +11,8 @@ import torch
 
 from neuronscope.region import ensure_no_capture_running
 
-SHARED_TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
+#: Real torch.profiler traces carried with the tests (sources and licences in its README.md).
+SHARED_TRACES = Path(__file__).resolve().parent / "data" / "traces"
 
 
 @pytest.fixture(autouse=True)
@@ -33,6 +34,5 @@ def runs_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def shared_traces() -> Path:
-    if not SHARED_TRACES.is_dir():
-        pytest.skip(f"the shared A100 traces are not at {SHARED_TRACES}")
+    """The folder of real traces in tests/data/traces (part of the repository: never skipped)."""
     return SHARED_TRACES

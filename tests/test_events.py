@@ -39,6 +39,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from neuronscope import events as ev
+from neuronscope.events import live
 from neuronscope.events import (
     FLAG_ASYNC,
     FLAG_LEGACY_DEVICE,
@@ -55,7 +56,7 @@ from neuronscope.events import (
 )
 from neuronscope.pipeline import from_profiler
 
-SHARED_TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
+SHARED_TRACES = Path(__file__).resolve().parent / "data" / "traces"
 
 
 # ---- real captures --------------------------------------------------------------------------
@@ -219,7 +220,10 @@ def test_regions_match_key_averages_ranges() -> None:
     assert step_ops["aten::addmm"].calls == {o.name: o for o in summary.ops}["aten::addmm"].calls
     if _all_threads():
         mm_in_side = {o.name: o for o in summary.regions["side"].ops}["aten::mm"]
-        assert mm_in_side.calls == 15
+        # Its own 15, plus any the main thread's backward started while a "side" range was open
+        # (other threads' work inside a range counts: that depends on how the threads
+        # interleaved, so only the lower bound is fixed).
+        assert 15 <= mm_in_side.calls <= {o.name: o for o in summary.ops}["aten::mm"].calls
     head_ops = {o.name for o in summary.regions["head"].ops}
     assert "aten::softmax" in head_ops and "aten::relu" not in head_ops
     mlp_ops = {o.name: o for o in summary.regions["mlp"].ops}
@@ -262,7 +266,7 @@ def test_memory_markers_are_dropped() -> None:
 def test_reading_in_small_chunks_gives_the_same_table(monkeypatch: pytest.MonkeyPatch) -> None:
     prof = _capture("all")
     whole = table_from_profiler(prof, record_shapes=True)
-    monkeypatch.setattr(ev, "READ_CHUNK", 7)
+    monkeypatch.setattr(live, "READ_CHUNK", 7)
     chunked = table_from_profiler(prof, record_shapes=True)
     for attr in ("names", "kinds", "tids", "starts", "ends", "device_ns", "shapes", "flags"):
         assert getattr(chunked, attr) == getattr(whole, attr), attr
@@ -275,7 +279,7 @@ def test_fallback_through_function_events_gives_the_same_numbers(monkeypatch: py
     """An older torch whose raw events lack an accessor is read through prof.events()."""
     prof = _capture("all")
     fast = summarize(table_from_profiler(prof, record_shapes=True))
-    monkeypatch.setattr(ev, "_ACCESSORS", ev._ACCESSORS + ("no_such_accessor",))
+    monkeypatch.setattr(live, "_ACCESSORS", live._ACCESSORS + ("no_such_accessor",))
     table = table_from_profiler(prof, record_shapes=True)
     assert table.others is not None and set(table.others.kinds) == {KIND_PYTHON}
     slow = {o.name: o for o in summarize(table).ops}
@@ -452,8 +456,6 @@ def _table_from_chrome_trace(path: Path) -> EventTable:
 
 def test_real_cuda_trace_device_time_matches_event_list() -> None:
     path = SHARED_TRACES / "a100_alexnet.json.gz"
-    if not path.is_file():
-        pytest.skip(f"the shared A100 traces are not at {SHARED_TRACES}")
     table = _table_from_chrome_trace(path)
     assert table.has_device and sum(table.device_ns) > 0
     summary = summarize(table)
@@ -634,3 +636,32 @@ def test_summarize_small_tables_exactly() -> None:
     assert [(o.name, o.calls) for o in s.regions["r"].ops] == [("aten::mul", 2), ("aten::add", 1)]
     assert s.op_events == 3 and s.span_us == 0.1
     assert summarize(EventTable()) == Summary(ops=[], regions={}, span_us=0.0, op_events=0)
+
+
+def test_live_capture_keeps_device_intervals_launches_and_inner_ranges() -> None:
+    """The same device intervals and nested-range device time as a trace file gives."""
+    events = [
+        _Fake("record_param_comms", "cpu_op", 1, 10, 500, corr=2),
+        _Fake("nccl:all_reduce", "user_annotation", 1, 15, 480, corr=3),
+        _Fake("cudaLaunchKernel", "cuda_runtime", 1, 20, 60, corr=50, linked=2),
+        _Fake("cudaStreamSynchronize", "cuda_runtime", 1, 470, 560, corr=60),
+        _Fake("ncclKernel_AllReduce", "kernel", 7, 100, 400, corr=50, linked=2, device=CUDA, stream=21),
+        _Fake("Memset (Device)", "gpu_memset", 7, 600, 650, corr=53, linked=999, device=CUDA),
+    ]
+    type(events[0]).device_resource_id = lambda self: int(self._d.get("stream", 7))  # type: ignore[attr-defined]
+    try:
+        table = table_from_profiler(_FakeProf(events))
+    finally:
+        del type(events[0]).device_resource_id  # type: ignore[attr-defined]
+    dev = table.device
+    assert dev is not None and dev.starts == [100, 600] and dev.ends == [400, 650]
+    assert dev.streams == [21, 7] and dev.launch_starts == [20, -1] and dev.launch_ends == [60, -1]
+    assert (dev.sync_starts, dev.sync_ends) == ([470], [560])
+    regions = summarize(table).regions
+    assert regions["nccl:all_reduce"].device_time_us == pytest.approx(0.3)  # launched inside it
+    from neuronscope.events.timeline import step_breakdown
+
+    bd = step_breakdown(table)
+    assert bd is not None and bd["window_us"] == 0.55 and bd["busy_us"] == 0.35
+    assert bd["communication_us"] == 0.3 and bd["memory_us"] == 0.05
+    assert bd["idle_sync_us"] == 0.09  # the host sat in cudaStreamSynchronize 470-560 of the 400-600 gap

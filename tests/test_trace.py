@@ -1,6 +1,6 @@
 """Tests of neuronscope.trace: Chrome-trace files from torch.profiler become results.
 
-The expectations on the real A100 traces in ``shared/traces`` are derived here, independently,
+The expectations on the real A100 traces in ``tests/data/traces`` are derived here, independently,
 by reading the JSON directly (counting events, summing durations, finding each launch's op by
 brute force), never copied from neuronscope's own output.
 """
@@ -17,20 +17,14 @@ from typing import Any
 
 import pytest
 
-import neuronscope.trace as trace_mod
+import neuronscope.trace.reader as trace_mod
 from neuronscope.errors import NeuronscopeError, TraceFormatError
 from neuronscope.events import IGNORED_NAMES, KIND_OP
 from neuronscope.trace import find_trace_files, from_trace, table_from_trace
 
-TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
+TRACES = Path(__file__).resolve().parent / "data" / "traces"
 DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
 RUNTIME_CATS = {"cuda_runtime", "cuda_driver"}
-
-needs_traces = pytest.mark.skipif(
-    not (TRACES / "a100_training_step.json.gz").exists(),
-    reason=f"the shared torch.profiler traces are not at {TRACES} (checkout without shared/)",
-)
-
 
 # ---- helpers ---------------------------------------------------------------------------------
 @functools.cache
@@ -77,7 +71,6 @@ def kernel(ts: float, dur: float, corr: int, ext: int | None = None, cat: str = 
 CUDA_TRACES = ["training_mm_record_shapes.json.gz", "a100_alexnet.json.gz", "a100_training_step.json.gz"]
 
 
-@needs_traces
 @pytest.mark.parametrize("name", CUDA_TRACES)
 def test_device_time_is_conserved(name: str) -> None:
     """Per-op self device time plus the unattributed rest is all the kernel/copy/set time."""
@@ -88,7 +81,7 @@ def test_device_time_is_conserved(name: str) -> None:
     assert res.device_unattributed_us is not None
     got = sum(o.self_device_us for o in res.ops) + res.device_unattributed_us
     assert got == pytest.approx(total_us, rel=1e-9, abs=1e-3)
-    # The README of shared/traces measured 98.5% to 100% launched from inside a cpu_op.
+    # The README of tests/data/traces measured 98.5% to 100% launched from inside a cpu_op.
     assert res.device_unattributed_us <= 0.02 * total_us
 
 
@@ -135,7 +128,6 @@ def _key_averages_counts(doc: dict[str, Any]) -> tuple[collections.Counter[str],
     return calls, total
 
 
-@needs_traces
 @pytest.mark.parametrize("name", CUDA_TRACES + ["cpu_only.json.gz"])
 def test_call_counts_and_cpu_totals_match_the_json(name: str) -> None:
     doc = raw(name)
@@ -178,7 +170,6 @@ def _device_time_by_brute_force(doc: dict[str, Any], op_name: str) -> tuple[floa
     return self_us, total_us
 
 
-@needs_traces
 @pytest.mark.parametrize(
     "name, op_name",
     [
@@ -199,7 +190,6 @@ def test_device_time_of_one_op_recomputed_independently(name: str, op_name: str)
         assert self_us > 0
 
 
-@needs_traces
 def test_input_shapes_come_from_input_dims() -> None:
     doc = raw("training_mm_record_shapes.json.gz")
     dims = {json.dumps(e["args"]["Input Dims"]) for e in x_events(doc, {"cpu_op"}) if e["name"] == "aten::addmm"}
@@ -211,7 +201,6 @@ def test_input_shapes_come_from_input_dims() -> None:
     assert meta["record_shapes"] and len(table.shapes) == len(table)
 
 
-@needs_traces
 def test_user_annotations_become_regions() -> None:
     doc = raw("a100_training_step.json.gz")
     ann: collections.Counter[str] = collections.Counter()
@@ -229,7 +218,6 @@ def test_user_annotations_become_regions() -> None:
     assert step.calls == 6 and step.ops and step.device_time_us > 0
 
 
-@needs_traces
 def test_kernels_launched_outside_any_op_count_for_the_range_they_were_launched_in() -> None:
     """FusedAdam launches its kernels from C++, outside any cpu_op but inside the
     ``## optimizer ##`` range: that region's device time is theirs (derived from the JSON:
@@ -254,7 +242,6 @@ def test_kernels_launched_outside_any_op_count_for_the_range_they_were_launched_
     assert res.device_unattributed_us >= expected
 
 
-@needs_traces
 def test_backward_on_its_own_thread_counts_for_the_backward_range() -> None:
     """The A100 step runs backward on autograd's device thread while the main thread waits
     in ``## backward ##``: the kernels launched during that range, from any thread of the
@@ -272,7 +259,6 @@ def test_backward_on_its_own_thread_counts_for_the_backward_range() -> None:
     assert "aten::mm" in {o.name for o in res.regions["## backward ##"].ops}
 
 
-@needs_traces
 def test_metadata_backend_device_and_rank() -> None:
     res = result_of("a100_training_step.json.gz")
     assert res.device_name == "NVIDIA A100-PG509-200"
@@ -287,7 +273,6 @@ def test_metadata_backend_device_and_rank() -> None:
     assert set(cpu.regions) == {"ProfilerStep*", "gloo:all_reduce"}
 
 
-@needs_traces
 def test_several_threads_kept_apart() -> None:
     """a100_training_step has ops on a forward and a backward thread; each thread is its own
     stack, so no op's self time goes negative and every thread key is (pid, tid)."""
@@ -302,7 +287,6 @@ def test_several_threads_kept_apart() -> None:
     )
 
 
-@needs_traces
 def test_streaming_and_whole_document_paths_agree(monkeypatch: pytest.MonkeyPatch) -> None:
     path = TRACES / "training_mm_record_shapes.json.gz"
     streamed = from_trace(path).to_dict()
@@ -673,7 +657,6 @@ def test_missing_paths_and_empty_directories(tmp_path: Path) -> None:
         from_trace([])
 
 
-@needs_traces
 def test_shared_traces_are_untouched(tmp_path: Path) -> None:
     """Reading never writes: a copy read in place keeps its bytes."""
     copy = tmp_path / "cpu_only.json.gz"

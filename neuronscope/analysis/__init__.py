@@ -44,8 +44,9 @@ Rule = Callable[[AnalysisContext], list[Hint]]
 # The rule modules name AnalysisContext in annotations only, so they import after it.
 from .compile import compile_hints
 from .fusion import fusion_hints
+from .launch import launch_hints
 
-RULES: list[Rule] = [fusion_hints, compile_hints]
+RULES: list[Rule] = [fusion_hints, compile_hints, launch_hints]
 
 
 def _rank(h: Hint) -> float:

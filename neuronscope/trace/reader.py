@@ -1,58 +1,34 @@
-"""Bring your own trace: Chrome-trace files written by ``torch.profiler`` become results.
-
-``tensorboard_trace_handler``, ``prof.export_chrome_trace`` and the Neuron profiler's
-``export_trace`` all write the same Chrome-trace JSON. :func:`table_from_trace` reads one (or
-several files of one run) into the :class:`~neuronscope.events.EventTable` that live captures
-produce, and :func:`from_trace` runs it through :func:`~neuronscope.pipeline.build_result`, so
-a trace file gets the same op table, regions and hints as a live capture.
-
-What is read, by event category:
-
-- ``cpu_op`` (ops) and ``user_annotation`` (``record_function`` ranges, which become regions);
-  their GPU-side copies, ``gpu_user_annotation``, are skipped so nothing is counted twice.
-- ``python_function`` frames (``with_stack=True``) and runtime calls (``cudaLaunchKernel`` ...)
-  go to :attr:`EventTable.others`: children in the nesting, as in ``key_averages()`` (runtime
-  calls are listed as ops there, Python frames are not). The innermost user frame around each
-  op is kept as its location (``file:line``), for the hints.
-- Device work: ``kernel``, ``gpu_memcpy``, ``gpu_memset`` (CUDA and ROCm) and ``privateuse1*``
-  events (Neuron). Each is linked through its ``correlation`` argument to the runtime call that
-  launched it (``cuda_runtime``, ``cuda_driver``, HIP, ``privateuse1_runtime`` ...), and its
-  duration goes to the innermost ``cpu_op`` around that launch on the same (pid, tid) thread.
-  Where the launch is missing, a kernel whose ``External id`` names a ``cpu_op`` goes to that op.
-  Device time launched outside any op is kept as ``unattributed_device_ns``, never dropped.
-
-Reading is a stream: the file is decompressed and parsed a few megabytes of events at a time,
-so memory follows the events kept, not the JSON text. ``orjson`` is used when installed (the
-``fast`` extra); the standard library's ``json`` otherwise.
-"""
+"""The streaming reader: a Chrome-trace file, a few megabytes of events at a time, into an
+:class:`~neuronscope.events.EventTable` (see :mod:`neuronscope.trace` for what is read)."""
 
 from __future__ import annotations
 
 import itertools
 import json
 import operator
-import os
 import re
-import sys
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
-from .analysis.compile import promote_compiled_events
-from .distributed import rank_entry, straggler_hints
-from .errors import TraceFormatError
-from .events import (
-    IGNORED_NAMES,
-    KIND_ANNOTATION,
-    KIND_OP,
-    KIND_PYTHON,
-    KIND_RUNTIME,
-    EventTable,
-    gc_paused,
+from ..errors import TraceFormatError
+from ..events import IGNORED_NAMES, KIND_ANNOTATION, KIND_OP, KIND_PYTHON, KIND_RUNTIME, EventTable, gc_paused
+from ..events.frames import user_location
+from ..events.nesting import add_inner_range_device_time, innermost_open
+from ..events.table import (
+    KIND_DEVICE,
+    KIND_SKIP,
+    KIND_SPAN,
+    SYNC_CATEGORIES,
+    DeviceEvents,
+    blocks_host,
+    category_kind,
+    clean_name,
+    device_class,
+    is_sync_call,
+    promote_compiled_events,
 )
-from .pipeline import build_result
-from .result import ProfileResult
 
 _loads: Callable[[Any], Any]
 try:  # optional (the "fast" extra): about twice as fast as the standard library here
@@ -60,9 +36,6 @@ try:  # optional (the "fast" extra): about twice as fast as the standard library
 except ImportError:  # pragma: no cover - depends on the environment
     _loads = json.loads
 
-__all__ = ["TracePath", "find_trace_files", "from_trace", "table_from_trace"]
-
-TracePath = Union[str, "os.PathLike[str]"]
 
 #: Bytes of decompressed JSON read and parsed at once. Big enough that per-parse overhead
 #: vanishes, small enough that one chunk's Python objects (about 8x the text) stay a few tens
@@ -78,75 +51,15 @@ _HEAD_LIMIT = 64 << 20
 
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
-
-# Category codes. Everything from _SKIP on carries no time of its own.
-_OP, _ANN, _PY, _RUNTIME, _DEVICE, _SKIP, _SPAN = range(7)
-_KNOWN_CATEGORIES = {
-    "cpu_op": _OP,
-    "operator": _OP,  # torch 1.8's name for cpu_op
-    "user_annotation": _ANN,
-    "python_function": _PY,
-    "cuda_runtime": _RUNTIME,
-    "cuda_driver": _RUNTIME,
-    "runtime": _RUNTIME,
-    "kernel": _DEVICE,
-    "gpu_memcpy": _DEVICE,
-    "gpu_memset": _DEVICE,
-    "memcpy": _DEVICE,
-    "memset": _DEVICE,
-    "concurrent_kernel": _DEVICE,
-    # The GPU-side copy of a record_function range: its time is the kernels' time, already
-    # counted through them.
-    "gpu_user_annotation": _SKIP,
-    "trace": _SPAN,
-}
-
-
-def _classify(cat: Any) -> int:
-    c = str(cat).lower()
-    code = _KNOWN_CATEGORIES.get(c)
-    if code is not None:
-        return code
-    if c.endswith(("_runtime", "_driver")):  # hip_runtime, privateuse1_runtime, xpu_runtime...
-        return _RUNTIME
-    if c.startswith("privateuse1"):
-        return _DEVICE
-    return _SKIP
-
-
-_FRAME_NAME = re.compile(r"^(.+?)\((\d+)\): ")
-_STDLIB = frozenset(getattr(sys, "stdlib_module_names", ()))
-_LIBRARY_ROOTS = frozenset({"torch", "neuronscope", "torchgen", "functorch", "torch_neuronx", "wrapt"})
-_STDLIB_DIR = re.compile(r"/lib/python3\.\d+/(?!site-packages/|dist-packages/)")
-
-
-def _user_location(name: str) -> str | None:
-    """'file:line' of a ``python_function`` frame in user code, None for library frames.
-
-    torch writes frames as ``path/file.py(LINE): func``, with the site-packages and stdlib
-    directories cut from the path, so the first component tells torch, neuronscope and the
-    stdlib from the user's code (a script named like a stdlib module, ``test.py``, is missed).
-    """
-    if name.startswith(("<built-in", "<frozen", "nn.Module:", "<string>")):
-        return None
-    m = _FRAME_NAME.match(name)
-    if m is None:
-        return None
-    path = m.group(1).replace("\\", "/")
-    if _STDLIB_DIR.search(path):  # an absolute path into the stdlib
-        return None
-    for marker in ("/site-packages/", "/dist-packages/"):
-        if marker in path:
-            path = path.rsplit(marker, 1)[1]  # as torch shortens it
-            break
-    first = path.lstrip("/").split("/", 1)[0]
-    root = first.removesuffix(".py")
-    if root in _LIBRARY_ROOTS or (root in _STDLIB and not path.startswith("/")):
-        return None
-    return f"{m.group(1)}:{m.group(2)}"
-
-
 _UNSET = object()
+_SYNC = 7  # a category of host intervals blocked in a synchronisation (read, not a row)
+#: Timestamps beyond this (ns) are refused: they overflow the int64 arrays of the summary.
+_MAX_NS = 1 << 62
+#: Largest single event the streaming reader holds (a name or args of megabytes is no
+#: profiler's): beyond it the file is refused rather than buffered without bound.
+MAX_EVENT_BYTES = 16 << 20
+#: Largest document read whole (layouts the streaming reader does not take): bounds memory.
+MAX_WHOLE_BYTES = 64 << 20
 _NO_ARGS: dict[str, Any] = {}
 
 
@@ -154,7 +67,7 @@ class _Fallback(Exception):
     """The streaming reader met a layout it does not handle; parse the whole file instead."""
 
 
-def _blocks(path: Path) -> Iterator[bytes]:
+def blocks(path: Path) -> Iterator[bytes]:
     """The decompressed bytes of ``path`` (gzip or plain), in blocks of about CHUNK_BYTES."""
     with open(path, "rb") as fh:
         data = fh.read(CHUNK_BYTES)
@@ -216,20 +129,27 @@ class _Reader:
         self.linked_external = 0
         self.unattributed_events = 0
         self.device_categories: set[str] = set()
+        self.class_cache: dict[tuple[Any, Any], int] = {}  # (category, name) -> device class
+        self.saw_mtia = False
+        self.saw_counters = False
+        self.negative = 0  # events with a negative duration, read as 0
+        self.device = DeviceEvents()
         self._reset_file()
 
     # ---- per file --------------------------------------------------------------------------
     def _reset_file(self) -> None:
-        self.runtime: dict[Any, tuple[int, int]] = {}  # correlation -> (thread, launch ns)
+        self.runtime: dict[Any, tuple[int, int, int]] = {}  # correlation -> (thread, start, end)
         self.dev_corr: list[Any] = []
         self.dev_ext: list[Any] = []
         self.dev_dur: list[int] = []
+        self.dev_start: list[int] = []
+        self.dev_stream: list[int] = []
+        self.dev_class: list[int] = []
+        self.syncs: list[tuple[int, int]] = []  # host intervals blocked in a synchronisation
         self.frames: list[tuple[int, int, int, str]] = []  # (thread, start, end, location)
         self.raw_events = 0
         self.recognised = 0
         self.saw_span = False
-        self.dev_first: int | None = None
-        self.dev_last: int | None = None
 
     def _truncate(self, n: int, n_others: int) -> None:
         t, o = self.table, self.others
@@ -246,16 +166,20 @@ class _Reader:
         base, base_others = len(self.table), len(self.others)
         self._reset_file()
         try:
-            meta = self._stream(path, name)
-        except _Fallback:
-            self._truncate(base, base_others)
-            self._reset_file()
-            meta = self._whole(path, name)
+            try:
+                meta = self._stream(path, name)
+            except _Fallback:
+                self._truncate(base, base_others)
+                self._reset_file()
+                meta = self._whole(path, name)
+        except RecursionError:
+            raise TraceFormatError(f"{name}: a value is nested too deeply to be a trace event") from None
         if self.recognised == 0 and not self.saw_span and "schemaVersion" not in meta:
             raise TraceFormatError(
                 f"{name}: holds no torch.profiler events (no cpu_op, user_annotation, kernel or "
                 f"PyTorch Profiler span); is it a Chrome trace written by torch.profiler?"
             )
+        self.files_pending = name
         self._finish_file(base)
         self.files.append(name)
         self.metas.append(meta)
@@ -265,20 +189,35 @@ class _Reader:
         loads = _loads
         buf = b""
         head: bytes | None = None
+        array = False  # the JSON Array Format: a bare list of events, no metadata
+        searched = 0
         seen_any = False
         for block in _guard_io(path, name):
             seen_any = seen_any or bool(block.strip())
             buf = buf + block if buf else block
             if head is None:
-                m = _EVENTS_KEY.search(buf)
-                if m is None:
-                    if len(buf) > _HEAD_LIMIT:
-                        raise _Fallback
-                    continue
-                head = buf[: m.end()]
-                buf = buf[m.end() :]
+                if buf.lstrip()[:1] == b"[":
+                    head, array = b'{"traceEvents":[', True
+                    buf = buf.lstrip()[1:]
+                else:
+                    # Search only the new bytes (and a key's length before them): linear work.
+                    m = _EVENTS_KEY.search(buf, max(0, searched - 64))
+                    searched = len(buf)
+                    if m is None:
+                        if len(buf) > _HEAD_LIMIT:
+                            raise _Fallback
+                        continue
+                    head = buf[: m.end()]
+                    buf = buf[m.end() :]
             if len(buf) >= CHUNK_BYTES:
                 buf = self._cut(buf, name)
+                # Work per byte stays bounded: a buffer that holds no event boundary is
+                # rescanned once per block, so its size is capped.
+                if len(buf) > MAX_EVENT_BYTES:
+                    raise TraceFormatError(
+                        f"{name}: an event (or a run of whitespace) is over "
+                        f"{MAX_EVENT_BYTES >> 20} MiB; a torch.profiler trace has no such event"
+                    )
         if not seen_any:
             raise TraceFormatError(f"{name}: the file is empty")
         if head is None:
@@ -292,6 +231,10 @@ class _Reader:
         except ValueError:
             raise _Fallback from None
         self._ingest(events, name)
+        if array:
+            if text[end - 1 :].strip():
+                raise _Fallback
+            return {}
         try:
             meta = loads(head + b"]" + text[end - 1 :].encode("utf-8"))
         except ValueError:
@@ -322,7 +265,17 @@ class _Reader:
 
     def _whole(self, path: Path, name: str) -> dict[str, Any]:
         """Slow path: the whole document at once (odd layouts, and precise error messages)."""
-        data = b"".join(_guard_io(path, name))
+        parts, size = [], 0
+        for block in _guard_io(path, name):
+            size += len(block)
+            if size > MAX_WHOLE_BYTES:
+                raise TraceFormatError(
+                    f"{name}: over {MAX_WHOLE_BYTES >> 20} MiB of JSON in a layout the streaming "
+                    f"reader does not take (no 'traceEvents' list near the top); not a torch.profiler trace"
+                )
+            parts.append(block)
+        data = b"".join(parts)
+        del parts
         if not data.strip():
             raise TraceFormatError(f"{name}: the file is empty")
         try:
@@ -379,16 +332,19 @@ class _Reader:
         o_starts, o_ends, o_device = others.starts.append, others.ends.append, others.device_ns.append
         shapes_append = self.shapes.append
         codes, thread_ids, runtime = self.cat_codes, self.thread_ids, self.runtime
-        dev_corr, dev_ext, dev_dur, frames = self.dev_corr, self.dev_ext, self.dev_dur, self.frames
+        dev_corr, dev_ext, dev_dur = self.dev_corr, self.dev_ext, self.dev_dur
+        dev_start, dev_stream, dev_class = self.dev_start, self.dev_stream, self.dev_class
+        frames, syncs = self.frames, self.syncs
         ignored = IGNORED_NAMES
         locations = self.location_cache
         last_dims = self.last_dims
-        intern_name = self.name_cache.setdefault
-        dev_first, dev_last = self.dev_first, self.dev_last
+        name_cache = self.name_cache
+        class_cache = self.class_cache
         last_pid: Any = _UNSET
         last_tid: Any = _UNSET
         thread = -1
         recognised = 0
+        negative = 0
         e: Any = None
         try:
             for e in events:
@@ -397,29 +353,54 @@ class _Reader:
                     continue
                 code = codes.get(cat)
                 if code is None:
-                    code = codes[cat] = _classify(cat)
-                    self._note_category(cat, code)
-                if code >= _SKIP:
-                    if code == _SPAN:
+                    code = codes[cat] = self._classify(cat)
+                if code >= KIND_SKIP:
+                    if code == KIND_SPAN:
                         self.saw_span = True
-                    continue
+                    if code != _SYNC:
+                        continue
                 dur = e.get("dur")
                 if dur is None:  # not a complete ("X") event
                     continue
                 recognised += 1
                 ts = e["ts"]
-                # Microseconds, as int or as float with nanosecond decimals, to integer ns.
-                start = ts * 1000 if ts.__class__ is int else int(ts * 1000 + 0.5)
-                dur_ns = dur * 1000 if dur.__class__ is int else int(dur * 1000 + 0.5)
-                if code == _DEVICE:
+                # Microseconds, as int or as float with nanosecond decimals, to integer ns. The
+                # type is checked before any arithmetic: "x" * 1000 would build a huge string.
+                tc = ts.__class__
+                if tc is int:
+                    start = ts * 1000
+                elif tc is float:
+                    start = int(ts * 1000 + 0.5)
+                else:
+                    raise TypeError(f"'ts' is a {tc.__name__}, not a number")
+                tc = dur.__class__
+                if tc is int:
+                    dur_ns = dur * 1000
+                elif tc is float:
+                    dur_ns = int(dur * 1000 + 0.5)
+                else:
+                    raise TypeError(f"'dur' is a {tc.__name__}, not a number")
+                if dur_ns < 0:
+                    negative += 1
+                    dur_ns = 0
+                if code == KIND_DEVICE:
                     args = e.get("args") or _NO_ARGS
                     dev_corr.append(args.get("correlation"))
                     dev_ext.append(args.get("External id"))
                     dev_dur.append(dur_ns)
-                    if dev_first is None or start < dev_first:
-                        dev_first = start
-                    if dev_last is None or start + dur_ns > dev_last:
-                        dev_last = start + dur_ns
+                    dev_start.append(start)
+                    st = args.get("stream", e.get("tid"))
+                    dev_stream.append(st if st.__class__ is int else -1)
+                    ev_name = e["name"]
+                    key = (cat, ev_name)
+                    c = class_cache.get(key)
+                    if c is None:
+                        c = class_cache[key] = device_class(str(cat), str(ev_name))
+                    dev_class.append(c)
+                    continue
+                if code == _SYNC:
+                    if blocks_host(str(e.get("name"))):
+                        syncs.append((start, start + dur_ns))
                     continue
                 pid = e.get("pid")
                 tid = e.get("tid")
@@ -429,10 +410,13 @@ class _Reader:
                     if thread < 0:
                         thread = thread_ids[(pid, tid)] = len(thread_ids)
                 ev_name = e["name"]
-                if code <= _ANN:  # cpu_op, user_annotation
+                got = name_cache.get(ev_name)  # one str per distinct name
+                if got is None:
+                    got = name_cache[ev_name] = clean_name(ev_name)
+                ev_name = got
+                if code <= KIND_ANNOTATION:  # cpu_op, user_annotation
                     if ev_name in ignored:
                         continue
-                    ev_name = intern_name(ev_name, ev_name)  # one str per distinct name
                     names_append(ev_name)
                     tids_append(thread)
                     starts_append(start)
@@ -440,7 +424,7 @@ class _Reader:
                     device_append(0)
                     args = e.get("args")
                     if args:
-                        if code == _OP:
+                        if code == KIND_OP:
                             kinds_append(KIND_OP)
                             exts_append(args.get("External id"))
                         else:
@@ -457,52 +441,61 @@ class _Reader:
                                 last_dims[ev_name] = dims
                         shapes_append(dims)
                     else:
-                        kinds_append(KIND_OP if code == _OP else KIND_ANNOTATION)
+                        kinds_append(code)
                         exts_append(None)
                         shapes_append(None)
                 else:  # runtime call or Python frame: a child in the nesting, not an op
-                    if code == _RUNTIME:
+                    if code == KIND_RUNTIME:
                         args = e.get("args")
                         if args:
                             corr = args.get("correlation")
                             if corr is not None:
-                                runtime[corr] = (thread, start)
+                                runtime[corr] = (thread, start, start + dur_ns)
                         if ev_name.startswith("hip"):
                             self.saw_hip = True
+                        elif is_sync_call(ev_name):
+                            syncs.append((start, start + dur_ns))
                         kind = KIND_RUNTIME
                     else:
                         if ev_name in locations:
                             loc = locations[ev_name]
                         else:
-                            loc = locations[ev_name] = _user_location(ev_name)
+                            loc = locations[ev_name] = user_location(ev_name)
                         if loc is not None:
                             frames.append((thread, start, start + dur_ns, loc))
                         kind = KIND_PYTHON
                     if ev_name in ignored:
                         continue
-                    o_names(intern_name(ev_name, ev_name))
+                    o_names(ev_name)
                     o_kinds(kind)
                     o_tids(thread)
                     o_starts(start)
                     o_ends(start + dur_ns)
                     o_device(0)
-        except (AttributeError, KeyError, TypeError, ValueError) as exc:
-            what = repr(e)
-            if len(what) > 200:
-                what = what[:200] + "..."
+        except (AttributeError, KeyError, TypeError, ValueError, OverflowError) as exc:
             raise TraceFormatError(
-                f"{name}: malformed trace event ({type(exc).__name__}: {exc}): {what}"
+                f"{name}: malformed trace event ({type(exc).__name__}: {_short(str(exc))}): {_short(repr(e))}"
             ) from None
         self.raw_events += len(events)
         self.recognised += recognised
-        self.dev_first, self.dev_last = dev_first, dev_last
+        self.negative += negative
 
-    def _note_category(self, cat: Any, code: int) -> None:
-        c = str(cat).lower()
+    def _classify(self, cat: Any) -> int:
+        if cat.__class__ is not str:
+            return KIND_SKIP
+        c = cat.lower()
         if c.startswith("privateuse1"):
             self.saw_privateuse1 = True
-        if code == _DEVICE:
-            self.device_categories.add(str(cat))
+        elif c.startswith("mtia"):
+            self.saw_mtia = True
+        elif c == "cuda_profiler_range":
+            self.saw_counters = True
+        if c in SYNC_CATEGORIES:
+            return _SYNC
+        kind = category_kind(c)
+        if kind == KIND_DEVICE:
+            self.device_categories.add(cat)
+        return KIND_SKIP if kind is None else kind
 
     # ---- linking, once per file ------------------------------------------------------------
     def _rows_by_thread(self, base: int, kind: int, threads: Iterable[int]) -> dict[int, list[int]]:
@@ -523,12 +516,21 @@ class _Reader:
         table = self.table
         n = len(table)
         starts, ends, device = table.starts, table.ends, table.device_ns
+        dev_corr, dev_dur, dev_start = self.dev_corr, self.dev_dur, self.dev_start
         # File span: first to last event of ops, annotations and device work.
-        firsts = [v for v in (min(starts[base:], default=None), self.dev_first) if v is not None]
-        lasts = [v for v in (max(ends[base:], default=None), self.dev_last) if v is not None]
-        if firsts and lasts:
-            self.wall_ns += max(lasts) - min(firsts)
+        firsts = [min(starts[base:], default=None), min(dev_start, default=None)]
+        lasts = [max(ends[base:], default=None), max(map(operator.add, dev_start, dev_dur), default=None)]
+        lo = min((v for v in firsts if v is not None), default=None)
+        hi = max((v for v in lasts if v is not None), default=None)
+        if lo is not None and hi is not None:
+            if not (-_MAX_NS < lo and hi < _MAX_NS):
+                raise TraceFormatError(
+                    f"{self.files_pending}: a timestamp is out of range (beyond about 146 years in "
+                    f"microseconds); is this a torch.profiler trace?"
+                )
+            self.wall_ns += hi - lo
 
+        _legacy_ranges(table, base)
         # Compiled code recorded as a range is an op (the pipeline makes it one too): the
         # kernels it launches are its own.
         promote_compiled_events(table)
@@ -536,29 +538,46 @@ class _Reader:
         launches: dict[int, list[tuple[int, int]]] = {}
         orphans: list[int] = []  # device events whose launch found no op
         runtime = self.runtime
-        dev_corr, dev_dur = self.dev_corr, self.dev_dur
+        dev = self.device
         for k in range(len(dev_dur)):
-            launch = runtime.get(dev_corr[k])
+            c = dev_corr[k]
+            launch = runtime.get(c) if c.__class__ in (int, str) else None
             if launch is None:
                 orphans.append(k)
+                dev.launch_starts.append(-1)
+                dev.launch_ends.append(-1)
             else:
                 launches.setdefault(launch[0], []).append((launch[1], k))
+                dev.launch_starts.append(launch[1])
+                dev.launch_ends.append(launch[2])
+        dev.starts.extend(dev_start)
+        dev.ends.extend(map(operator.add, dev_start, dev_dur))
+        dev.streams.extend(self.dev_stream)
+        dev.classes.extend(self.dev_class)
+        for a, b in self.syncs:
+            dev.sync_starts.append(a)
+            dev.sync_ends.append(b)
         if dev_dur:
             table.has_device = True
             table.device_event_count += len(dev_dur)
 
         launched_at: dict[int, tuple[int, int]] = {}  # orphan -> (thread, launch instant)
+        inside_op: list[tuple[int, int, int, int]] = []  # (thread, launch, op, ns) linked to an op
         if launches:
             per_thread = self._rows_by_thread(base, KIND_OP, launches)
             for t, items in launches.items():
                 items.sort()
-                for (when, k), i in zip(items, _innermost_open(per_thread[t], starts, ends, items)):
+                for (when, k), i in zip(items, innermost_open(per_thread[t], starts, ends, items)):
                     if i >= 0:
                         device[i] += dev_dur[k]
                         self.linked_correlation += 1
+                        inside_op.append((t, when, i, dev_dur[k]))
                     else:
                         orphans.append(k)
                         launched_at[k] = (t, when)
+        # A range opened inside the op that launched the work (nccl:all_reduce inside
+        # record_param_comms) ran that work: the range's device time too.
+        add_inner_range_device_time(table, inside_op, base)
 
         if orphans:
             outside: dict[int, list[tuple[int, int]]] = {}
@@ -568,13 +587,13 @@ class _Reader:
                 ext = dev_ext[k]
                 # Old Kineto copies the correlation into "External id"; only a distinct value
                 # names the op (as newer torch writes it).
-                if ext is not None and ext != dev_corr[k]:
+                if ext.__class__ in (int, str) and ext != dev_corr[k]:
                     if by_ext is None:
                         by_ext = {}
                         exts = self.exts
                         for i in range(n - 1, base - 1, -1):
                             x = exts[i]
-                            if x is not None:
+                            if x.__class__ in (int, str):
                                 by_ext[x] = i
                     i = by_ext.get(ext, -1)
                     if i >= 0:
@@ -592,7 +611,7 @@ class _Reader:
                 ranges = self._rows_by_thread(base, KIND_ANNOTATION, outside)
                 for t, items in outside.items():
                     items.sort()
-                    for (_, k), i in zip(items, _innermost_open(ranges[t], starts, ends, items)):
+                    for (_, k), i in zip(items, innermost_open(ranges[t], starts, ends, items)):
                         if i >= 0:
                             device[i] += dev_dur[k]
 
@@ -654,31 +673,33 @@ class _Reader:
                 table.shapes = [table.shapes[i] for i in order]
             if self.locations is not None:
                 self.locations = [self.locations[i] for i in order]
+            if table.range_device_ns:
+                where = {old: new for new, old in enumerate(order)}
+                table.range_device_ns = {where[r]: v for r, v in table.range_device_ns.items()}
+        table.device = self.device if len(self.device) else None
         self.exts = []
         self.shapes = []
         table.others = self.others if len(self.others) else None
         return table
 
 
-def _innermost_open(rows: list[int], starts: list[int], ends: list[int], instants: list[tuple[int, int]]) -> list[int]:
-    """For each ``(instant, key)`` (in time order), the innermost of ``rows`` (one thread's
-    events, parents first) open at that instant, or -1: one sweep with a stack."""
-    out: list[int] = []
-    stack: list[int] = []
-    j, n = 0, len(rows)
-    for when, _ in instants:
-        # Open every row that starts at or before the instant...
-        while j < n and starts[rows[j]] <= when:
-            i = rows[j]
-            while stack and ends[stack[-1]] <= starts[i]:
-                stack.pop()
-            stack.append(i)
-            j += 1
-        # ...close those that ended before it; the innermost still open holds it.
-        while stack and ends[stack[-1]] < when:
-            stack.pop()
-        out.append(stack[-1] if stack else -1)
-    return out
+def _legacy_ranges(table: EventTable, base: int) -> None:
+    """torch 1.9 wrote ``record_function`` ranges (``ProfilerStep#N`` among them) as ops, and had
+    no ``user_annotation`` category: in a file like that, an "op" without a ``::`` namespace is
+    a range (every operator has one: ``aten::mm``, ``c10d::allreduce_``)."""
+    kinds, names = table.kinds, table.names
+    rows = range(base, len(table))
+    if any(kinds[i] == KIND_ANNOTATION for i in rows):
+        return
+    if not any(names[i].startswith("ProfilerStep#") for i in rows):
+        return
+    for i in rows:
+        if "::" not in names[i]:
+            kinds[i] = KIND_ANNOTATION
+
+
+def _short(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _order_keys(starts: list[int], ends: list[int]) -> list[int]:
@@ -688,9 +709,9 @@ def _order_keys(starts: list[int], ends: list[int]) -> list[int]:
 
 
 def _guard_io(path: Path, name: str) -> Iterator[bytes]:
-    """:func:`_blocks` with I/O and decompression errors turned into TraceFormatError."""
+    """:func:`blocks` with I/O and decompression errors turned into TraceFormatError."""
     try:
-        yield from _blocks(path)
+        yield from blocks(path)
     except FileNotFoundError:
         raise TraceFormatError(f"{name}: no such file") from None
     except IsADirectoryError:
@@ -710,149 +731,9 @@ def _json_error(name: str, data: bytes, exc: ValueError) -> str:
     return f"{name}: not valid JSON{where}: {msg}"
 
 
-# ---- files and ranks -------------------------------------------------------------------------
-_TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json")
-_RANK_IN_NAME = re.compile(r"rank[_\-.]?(\d+)", re.IGNORECASE)
-_NAMED_TRACES = ("trace.json", "trace.json.gz", "pytorch_trace.json", "pytorch_trace.json.gz")
-
-
-def find_trace_files(directory: TracePath) -> list[Path]:
-    """The torch.profiler traces in ``directory``, sorted by name.
-
-    First ``*.pt.trace.json[.gz]`` (what ``tensorboard_trace_handler`` writes), searched
-    recursively; failing those, Neuron's and neuronscope's ``trace.json``,
-    ``pytorch_trace.json`` and ``neuron_framework_trace_rank_*.json``.
-    """
-    root = Path(directory)
-    found = sorted(p for p in root.rglob("*.pt.trace.json*") if p.name.endswith((".json", ".json.gz")))
-    if not found:
-        found = sorted(
-            p
-            for p in root.rglob("*.json*")
-            if p.is_file()
-            and (p.name in _NAMED_TRACES or re.fullmatch(r"neuron_framework_trace_rank_\d+\.json(\.gz)?", p.name))
-        )
-    return [p for p in found if p.is_file()]
-
-
-def _stem(path: Path) -> str:
-    """The default result name: the file's name less its suffixes, or for a generic name
-    (``trace.json``, written into a run or session directory) that directory's name."""
-    name = path.name
-    if name in _NAMED_TRACES and path.resolve().parent.name:
-        return path.resolve().parent.name
-    for suffix in _TRACE_SUFFIXES:
-        if name.endswith(suffix):
-            return name[: -len(suffix)] or name
-    return name
-
-
-def _peek_rank(path: Path) -> tuple[int | None, int | None]:
-    """(rank, world_size) from ``distributedInfo`` in the file's first megabyte, if there."""
-    try:
-        head = b""
-        for block in _blocks(path):
-            head += block
-            if len(head) >= 1 << 20:
-                break
-    except (OSError, EOFError, zlib.error):
-        return None, None
-    cut = head.find(b'"traceEvents"')
-    if cut >= 0:
-        head = head[:cut]
-    at = head.find(b'"distributedInfo"')
-    if at < 0:
-        return None, None
-    info = head[at:]
-    rank = re.search(rb'"rank"\s*:\s*(\d+)', info)
-    world = re.search(rb'"world_size"\s*:\s*(\d+)', info)
-    return (int(rank.group(1)) if rank else None, int(world.group(1)) if world else None)
-
-
-def _group_by_rank(files: Sequence[Path]) -> list[tuple[int, list[Path]]]:
-    """Files grouped by rank: ``distributedInfo.rank``, else ``rank<N>`` in the file's or its
-    directory's name (``neuron_framework_trace_rank_3.json``, neuronscope's ``..._rank3/``),
-    else one rank per worker (``tensorboard_trace_handler`` names files
-    ``<worker>.<ms>.pt.trace.json``; a fixed name such as ``trace.json`` is its directory's),
-    numbered in name order after the known ranks."""
-    known: dict[int, list[Path]] = {}
-    unknown: dict[str, list[Path]] = {}
-    for p in files:
-        rank = _known_rank(p)
-        if rank is None:
-            worker = str(p.parent) if p.name in _NAMED_TRACES else p.name.split(".", 1)[0]
-            unknown.setdefault(worker, []).append(p)
-        else:
-            known.setdefault(rank, []).append(p)
-    nxt = max(known, default=-1) + 1
-    for worker in sorted(unknown):
-        known[nxt] = unknown[worker]
-        nxt += 1
-    return sorted(known.items())
-
-
-def _known_rank(path: Path) -> int | None:
-    """The rank a trace says it is: ``distributedInfo.rank``, else ``rank<N>`` in the file's or
-    its directory's name; None when neither says."""
-    rank, _ = _peek_rank(path)
-    if rank is None:
-        m = _RANK_IN_NAME.search(path.name) or _RANK_IN_NAME.search(path.parent.name)
-        rank = int(m.group(1)) if m else None
-    return rank
-
-
-def _refuse_separate_runs(directory: Path, files: list[Path]) -> None:
-    """A directory holding several run directories (neuronscope's, Neuron's) whose traces say
-    nothing of a rank holds separate runs, not the ranks of one job: reading them together
-    would add up unrelated captures. (A list of such files, given by hand, is read as ranks.)"""
-    dirs = {p.parent for p in files if p.name in _NAMED_TRACES}
-    if len(dirs) < 2 or any(_known_rank(p) is not None for p in files):
-        return
-    newest = max(dirs, key=lambda d: d.name)
-    raise TraceFormatError(
-        f"{directory}: {len(dirs)} run directories, and no trace says which rank it is: these "
-        f"look like separate runs; pass one of them (the newest is {newest}), or a list of one "
-        f"job's per-rank traces"
-    )
-
-
-def _resolve(path: TracePath | Sequence[TracePath]) -> tuple[list[Path], str]:
-    """The trace files named by ``path`` (a file, a directory or a list), and a default name."""
-    if isinstance(path, (str, os.PathLike)):
-        p = Path(path)
-        if p.is_dir():
-            found = find_trace_files(p)
-            if not found:
-                raise TraceFormatError(
-                    f"{p}: no torch.profiler trace files in this directory (looked for "
-                    f"*.pt.trace.json[.gz], trace.json[.gz], pytorch_trace.json)"
-                )
-            _refuse_separate_runs(p, found)
-            return found, p.resolve().name or "trace"
-        if not p.exists():
-            raise TraceFormatError(f"{p}: no such file or directory")
-        return [p], _stem(p)
-    try:
-        paths = [Path(x) for x in path]
-    except TypeError:
-        raise TypeError(
-            f"from_trace takes a path or a list of paths, got {type(path).__name__}"
-        ) from None
-    if not paths:
-        raise TraceFormatError("from_trace got an empty list of trace files")
-    files: list[Path] = []
-    for p in paths:
-        if p.is_dir():
-            files.extend(_resolve(p)[0])
-        elif not p.exists():
-            raise TraceFormatError(f"{p}: no such file or directory")
-        else:
-            files.append(p)
-    return files, _stem(files[0])
-
-
-# ---- public ----------------------------------------------------------------------------------
-def _read(files: Sequence[Path]) -> tuple[EventTable, dict[str, Any]]:
+def read_files(files: Sequence[Path]) -> tuple[EventTable, dict[str, Any]]:
+    """Read ``files`` (one rank's) into one table, and what the files say (see
+    :func:`neuronscope.trace.table_from_trace`)."""
     reader = _Reader()
     with gc_paused():
         for p in files:
@@ -876,18 +757,36 @@ def _metadata(reader: _Reader) -> dict[str, Any]:
     looks_neuron = any(w in (device_name or "").lower() for w in ("neuron", "trainium", "inferentia"))
     if reader.saw_privateuse1 or looks_neuron:
         backend = "neuron"
+    elif reader.saw_mtia:
+        backend = "mtia"
     elif table.has_device:
         backend = "cuda"
     else:
         backend = "cpu"
-    platform = {"neuron": "neuron", "cpu": "cpu"}.get(backend) or ("rocm" if reader.saw_hip else "cuda")
+    platform = {"neuron": "neuron", "cpu": "cpu", "mtia": "mtia"}.get(backend) or ("rocm" if reader.saw_hip else "cuda")
+    notes = []
+    if reader.saw_mtia and table.has_device:
+        notes.append(
+            "MTIA trace: device time from its mtia_ccp_events (a stream waiting on another, "
+            "event_wait, is not counted as busy)"
+        )
+    if reader.saw_counters:
+        notes.append(
+            "CUPTI counter-mode trace: device times are cuda_profiler_range records, each kernel "
+            "replayed to read hardware counters, so they are the replays' durations, not the run's "
+            "timing (no busy/idle breakdown); use a trace without counters for times"
+        )
+    if reader.negative:
+        notes.append(f"{reader.negative:,} event(s) with a negative duration were read as 0")
     pids = sorted({k[0] for k in reader.thread_ids}, key=str)
 
     def _int(v: Any) -> int | None:
-        try:
-            return None if v is None else int(v)
-        except (TypeError, ValueError):
+        # A rank or world size is a small non-negative integer; anything else is not one.
+        if v.__class__ is str and v.isdigit() and len(v) <= 9:
+            return int(v)
+        if v.__class__ is not int or not 0 <= v < 1 << 31:
             return None
+        return int(v)
 
     return {
         "files": list(reader.files),
@@ -908,115 +807,10 @@ def _metadata(reader: _Reader) -> dict[str, Any]:
         "device_unattributed_events": reader.unattributed_events,
         "device_categories": sorted(reader.device_categories),
         "record_shapes": bool(table.shapes),
+        "notes": notes,
+        "counter_mode": reader.saw_counters,
         "locations": reader.locations,
         "top_level": {k: v for k, v in meta.items() if k not in ("deviceProperties", "INFO")},
     }
 
 
-def table_from_trace(path: TracePath | Sequence[TracePath]) -> tuple[EventTable, dict[str, Any]]:
-    """Read a torch.profiler Chrome trace into an :class:`EventTable`, plus what the file says.
-
-    ``path`` is a ``.json`` or ``.json.gz`` file, or a directory or list of files, which are
-    then read into one table (use :func:`from_trace` to keep ranks apart). The metadata dict
-    holds ``backend`` ("cuda", "neuron" or "cpu"), ``device_name``, ``rank``, ``world_size``,
-    ``threads`` (table thread id to its ``(pid, tid)``), ``wall_ns``, ``locations`` (per row,
-    the user's ``file:line`` where stacks were recorded, else None) and link counts.
-
-    Raises :class:`TraceFormatError` for a missing, empty, truncated or non-trace file.
-    """
-    files, _ = _resolve(path)
-    return _read(files)
-
-
-def _result(table: EventTable, meta: dict[str, Any], name: str, hints: bool = True) -> ProfileResult:
-    locations = meta.get("locations")
-    result = build_result(
-        table,
-        name=name,
-        backend=meta["backend"],
-        wall_time_us=meta["wall_ns"] / 1e3,
-        source="trace",
-        hints=hints,
-        extra={"locations": locations, "trace": {k: v for k, v in meta.items() if k != "locations"}},
-    )
-    result.device_name = meta.get("device_name")
-    if meta.get("host_name"):
-        result.host = str(meta["host_name"])
-    if len(meta["pids"]) == 1 and isinstance(meta["pids"][0], int):
-        result.pid = meta["pids"][0]
-    result.artifacts["trace_files"] = list(meta["files"])
-    if table.has_device and table.unattributed_device_ns:
-        total = sum(d for d, kind in zip(table.device_ns, table.kinds) if kind == KIND_OP) + table.unattributed_device_ns
-        share = 100.0 * table.unattributed_device_ns / total if total else 0.0
-        result.notes.append(
-            f"{share:.1f}% of device time ({meta['device_unattributed_events']} device events) "
-            f"was launched outside any op"
-        )
-    return result
-
-
-def from_trace(path: TracePath | Sequence[TracePath], name: str | None = None) -> ProfileResult:
-    """Build a :class:`ProfileResult` from Chrome traces written by ``torch.profiler``.
-
-    ``path`` is one trace file (``.json`` or ``.json.gz``, from ``export_chrome_trace``,
-    ``tensorboard_trace_handler`` or the Neuron profiler's ``export_trace``), a directory of
-    them, or a list of files. Several files are read as the ranks of one run (by
-    ``distributedInfo.rank``, else ``rank<N>`` in the name, else one rank per worker); the
-    result is rank 0's, with ``ranks`` holding one entry per rank (its wall time, op time and
-    top op) and ``world_size`` set, as a live multi-process capture has them. Files of one
-    rank (a schedule's successive captures) are read together.
-
-    Device time comes from the kernels, copies and sets (or Neuron device events) linked to
-    the op that launched them; time launched outside any op is kept as
-    ``device_unattributed_us``. Raises :class:`TraceFormatError` naming the file and the
-    problem for a missing, empty, truncated, malformed or non-trace file, or a directory with
-    no traces.
-    """
-    files, default_name = _resolve(path)
-    with gc_paused():
-        return _from_files(files, name or default_name)
-
-
-def _from_files(files: list[Path], label: str) -> ProfileResult:
-    if len(files) == 1:
-        table, meta = _read(files)
-        result = _result(table, meta, label)
-        result.rank, result.world_size = meta["rank"], meta["world_size"]
-        return result
-
-    groups = _group_by_rank(files)
-    if len(groups) == 1:
-        table, meta = _read(groups[0][1])
-        result = _result(table, meta, label)
-        result.rank, result.world_size = meta["rank"], meta["world_size"]
-        if len(groups[0][1]) > 1:
-            result.notes.append(f"{len(groups[0][1])} trace files of one rank read together")
-        return result
-
-    main_rank = groups[0][0]  # rank 0, or the lowest present
-    entries: list[dict[str, Any]] = []
-    main: ProfileResult | None = None
-    worlds: set[int] = set()
-    for rank, group in groups:  # one rank in memory at a time
-        table, meta = _read(group)
-        if meta["world_size"] is not None:
-            worlds.add(meta["world_size"])
-        # The other ranks need their totals only: no hint rules.
-        res = _result(table, meta, label, hints=rank == main_rank)
-        del table
-        # "run_dir" names the rank's trace: `neuronscope show` opens it as it opens a run.
-        entries.append(rank_entry(rank, res, run_dir=group[0]))
-        if rank == main_rank:
-            main = res
-    assert main is not None
-    main.rank = main_rank
-    main.world_size = worlds.pop() if len(worlds) == 1 else len(groups)
-    main.ranks = entries
-    if main.world_size > len(groups):
-        main.notes.append(f"traces of {len(groups)} of {main.world_size} ranks found")
-    main.artifacts["trace_files"] = [str(p) for _, g in groups for p in g]
-    found = straggler_hints(entries)
-    if found:
-        main.hints.extend(found)
-        main.hints.sort(key=lambda h: h.est_saving_us, reverse=True)
-    return main

@@ -1,0 +1,428 @@
+"""Per-op and per-region totals of an event table, counted as ``key_averages()`` counts."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..result import OpStat, RegionStat
+from .nesting import parents
+from .table import (
+    FLAG_ASYNC,
+    FLAG_LEGACY_DEVICE,
+    KIND_ANNOTATION,
+    KIND_OP,
+    KIND_PYTHON,
+    KIND_RUNTIME,
+    MAX_SHAPES_PER_OP,
+    EventTable,
+)
+
+# ---- summarizing --------------------------------------------------------------------------
+
+
+@dataclass
+class Summary:
+    """Per-op and per-region totals of an :class:`EventTable`."""
+
+    ops: list[OpStat]
+    regions: dict[str, RegionStat]
+    span_us: float
+    op_events: int
+    notes: list[str] = field(default_factory=list)  # what the totals leave out, for the result
+
+
+def _sort_key(op: OpStat) -> tuple[float, float]:
+    return (op.time_us, op.cpu_total_us)
+
+
+def _agg_name(name: str) -> str:
+    """The name key_averages groups an event under."""
+    return "ProfilerStep*" if name.startswith("ProfilerStep#") else name
+
+
+def _int_array(values: list[int]) -> np.ndarray:
+    try:
+        return np.array(values, dtype=np.int64)
+    except OverflowError:  # thread ids beyond int64: number them instead
+        codes: dict[int, int] = {}
+        return np.array([codes.setdefault(v, len(codes)) for v in values], dtype=np.int64)
+
+
+def _without_python_frames(others: EventTable) -> EventTable | None:
+    """``others`` less its Python frames (``with_stack=True``), or None when nothing is left.
+
+    A frame is no child in the nesting here, so the time an op spends in Python that it calls
+    back into (the generated code of a compiled graph, a Python kernel, a custom autograd
+    Function's backward) stays that op's self time. ``key_averages()`` gives it to the frame's
+    own row, which is not an op: with ``with_stack=True`` a compiled graph's work would drop
+    out of the op table, and a comparison of eager and compiled code would be off by 100x.
+    """
+    kinds = others.kinds
+    if KIND_PYTHON not in kinds:
+        return others
+    keep = [k != KIND_PYTHON for k in kinds]
+    if not any(keep):
+        return None
+
+    def kept(values: list[Any]) -> list[Any]:
+        return list(itertools.compress(values, keep))
+
+    return EventTable(
+        names=kept(others.names),
+        kinds=kept(kinds),
+        tids=kept(others.tids),
+        starts=kept(others.starts),
+        ends=kept(others.ends),
+        device_ns=kept(others.device_ns),
+    )
+
+
+def summarize(table: EventTable) -> Summary:
+    """Compute per-op calls, self/total CPU time and self/total device time, and per-region
+    inclusive time with the ops inside, as ``key_averages()`` would (see the module notes).
+
+    An event's children are the events nested directly inside it on the same thread (ops,
+    ranges and runtime calls alike; not Python frames); self time is its duration less its
+    children's, and its total device time is its own plus its descendants'. A region's ops
+    are all the ops nested inside it, at any depth, and those that other threads of its
+    process started while it was open (autograd's backward threads, TorchScript forks; by
+    default a capture records only threads working for the one that started it); its device time is
+    what all of them launched. An op counts once per region name even where ranges of one
+    name nest.
+    """
+    n_main = len(table)
+    others = _without_python_frames(table.others) if table.others is not None and len(table.others) else None
+    n_other = len(others) if others is not None else 0
+    n = n_main + n_other
+    if n_main == 0:
+        return Summary(ops=[], regions={}, span_us=0.0, op_events=0)
+    has_device = table.has_device
+
+    def col(attr: str) -> list[Any]:
+        main = getattr(table, attr)
+        return main if others is None else main + getattr(others, attr)
+
+    # Name codes, with key_averages' grouping applied.
+    def all_names() -> Iterable[str]:
+        return table.names if others is None else itertools.chain(table.names, others.names)
+
+    key_code: dict[str, int] = {}
+    code_of: dict[str, int] = {}
+    for nm in dict.fromkeys(all_names()):
+        code_of[nm] = key_code.setdefault(_agg_name(nm), len(key_code))
+    key_names = list(key_code)
+    n_codes = len(key_names)
+    codes = np.fromiter(map(code_of.__getitem__, all_names()), dtype=np.int64, count=n)
+    kinds = np.array(col("kinds"), dtype=np.int8)
+    tids = _int_array(col("tids"))
+    starts = np.array(col("starts"), dtype=np.int64)
+    ends = np.array(col("ends"), dtype=np.int64)
+    dur = ends - starts
+    flags = np.zeros(n, dtype=np.int8)
+    if table.flags and len(table.flags) == n_main:
+        flags[:n_main] = table.flags
+    is_async = (flags & FLAG_ASYNC) != 0
+
+    # ---- nesting (sync events only), in (thread, start, -end) order ----
+    sync = np.flatnonzero(~is_async) if is_async.any() else np.arange(n)
+    order = sync[np.lexsort((-ends[sync], starts[sync], tids[sync]))]
+    m = len(order)
+    s_start, s_end, s_tid = starts[order], ends[order], tids[order]
+    new_thread = np.ones(m, dtype=bool)
+    new_thread[1:] = s_tid[1:] != s_tid[:-1]
+    parent = parents(s_start, s_end, new_thread)
+    has_p = parent >= 0
+    p_idx = parent[has_p]
+    s_dur = s_end - s_start
+    s_code = codes[order]
+    s_kind = kinds[order]
+    self_ns = s_dur - np.bincount(p_idx, weights=s_dur[has_p], minlength=m).astype(np.int64)
+
+    # key_averages folds an event into a same-named parent whose only child it is.
+    n_children = np.bincount(p_idx, minlength=m)
+    safe_p = np.where(has_p, parent, 0)
+    folded = has_p & (s_code[safe_p] == s_code) & (n_children[safe_p] == 1)
+    s_dev_own: np.ndarray | None = None
+    if has_device:
+        dev_all = np.zeros(n, dtype=np.int64)
+        dev_all[:n_main] = table.device_ns
+        s_dev_own = dev_all[order]
+    if folded.any():
+        for i in np.flatnonzero(folded)[::-1].tolist():  # children after parents: bottom-up
+            p = int(parent[i])
+            self_ns[p] += self_ns[i]
+            if s_dev_own is not None:
+                s_dev_own[p] = s_dev_own[i]
+                s_dev_own[i] = 0
+
+    # ---- device totals: own plus descendants' (a legacy event counts only its own) ----
+    s_dev_total = s_dev_self = None
+    if s_dev_own is not None:
+        s_dev_total = s_dev_own.copy()
+        # A folded event is gone in key_averages: its children count as its parent's, so it
+        # must pass everything up, whatever it was.
+        legacy = ((flags[order] & FLAG_LEGACY_DEVICE) != 0) & ~folded
+        any_legacy = bool(legacy.any())
+        pos = np.flatnonzero(s_dev_own)
+        w = s_dev_own[pos]
+        while pos.size:
+            up = parent[pos]
+            keep = up >= 0
+            if any_legacy:
+                keep &= ~legacy[np.where(keep, up, 0)]
+            pos, w = up[keep], w[keep]
+            np.add.at(s_dev_total, pos, w)
+        s_dev_self = s_dev_total - np.bincount(p_idx, weights=s_dev_total[has_p], minlength=m).astype(np.int64)
+
+    # ---- ops ----
+    s_is_op = ((s_kind == KIND_OP) | (s_kind == KIND_RUNTIME)) & ~folded
+    op_pos = np.flatnonzero(s_is_op)
+    op_codes = s_code[op_pos]
+    calls = np.bincount(op_codes, minlength=n_codes)
+    self_sum = np.bincount(op_codes, weights=self_ns[op_pos], minlength=n_codes)
+    total_sum = np.bincount(op_codes, weights=s_dur[op_pos], minlength=n_codes)
+    dev_self_sum = dev_total_sum = None
+    if s_dev_self is not None and s_dev_total is not None:
+        dev_self_sum = np.bincount(op_codes, weights=s_dev_self[op_pos], minlength=n_codes)
+        dev_total_sum = np.bincount(op_codes, weights=s_dev_total[op_pos], minlength=n_codes)
+    a_idx = np.flatnonzero(is_async)
+    a_is_op = a_idx[(kinds[a_idx] == KIND_OP) | (kinds[a_idx] == KIND_RUNTIME)] if a_idx.size else a_idx
+    if a_is_op.size:  # async: a call and its duration, no self time, no device time
+        calls += np.bincount(codes[a_is_op], minlength=n_codes)
+        total_sum += np.bincount(codes[a_is_op], weights=dur[a_is_op], minlength=n_codes)
+
+    shapes_by_code: dict[int, list[Any]] = {}
+    if len(table.shapes) == n_main:
+        gone = np.zeros(n, dtype=bool)  # folded events: key_averages never shows their shapes
+        gone[order[folded]] = True
+        shapes_by_code = _shapes(table, codes[:n_main], (kinds[:n_main] == KIND_OP) & ~gone[:n_main])
+    op_stats: list[OpStat] = []
+    calls_l = calls.tolist()
+    self_l, total_l = self_sum.tolist(), total_sum.tolist()
+    dself_l = dev_self_sum.tolist() if dev_self_sum is not None else None
+    dtotal_l = dev_total_sum.tolist() if dev_total_sum is not None else None
+    for c in np.flatnonzero(calls).tolist():
+        op_stats.append(
+            OpStat(
+                name=key_names[c],
+                calls=calls_l[c],
+                self_cpu_us=round(self_l[c]) / 1e3,
+                cpu_total_us=round(total_l[c]) / 1e3,
+                self_device_us=(round(dself_l[c]) / 1e3 if dself_l is not None else 0.0) if has_device else None,
+                device_total_us=(round(dtotal_l[c]) / 1e3 if dtotal_l is not None else 0.0) if has_device else None,
+                input_shapes=[list(map(list, s)) for s in shapes_by_code.get(c, ())],
+            )
+        )
+    op_stats.sort(key=_sort_key, reverse=True)
+    op_events = int(calls.sum())
+
+    # ---- regions: each range name, its inclusive time and the ops inside it ----
+    regions: dict[str, RegionStat] = {}
+    notes: list[str] = []
+    ann_all = np.flatnonzero(kinds == KIND_ANNOTATION)
+    if ann_all.size:
+        r_calls = np.bincount(codes[ann_all], minlength=n_codes)
+        r_time = np.bincount(codes[ann_all], weights=dur[ann_all], minlength=n_codes)
+        r_dev = None
+        if s_dev_total is not None:
+            s_ann = np.flatnonzero(s_kind == KIND_ANNOTATION)
+            r_dev = np.bincount(s_code[s_ann], weights=s_dev_total[s_ann], minlength=n_codes)
+            if table.range_device_ns:
+                # Work an op launched while a range inside it was open (nccl:all_reduce inside
+                # record_param_comms): the range's own, and not passed up (the op has it).
+                rows = np.fromiter(table.range_device_ns, dtype=np.int64, count=len(table.range_device_ns))
+                vals = np.fromiter(table.range_device_ns.values(), dtype=np.int64, count=len(rows))
+                r_dev += np.bincount(codes[rows], weights=vals, minlength=n_codes)
+        inner = _region_ops(parent, s_kind, s_code, op_pos, n_codes)
+        # Work the range's thread handed to other threads of its process while it was open
+        # (CUDA backward runs on autograd's device threads while the caller waits in
+        # ``## backward ##``): the range's too. By default a capture records only the threads
+        # working for the one that started it (not so with profile_all_threads=True).
+        cross = _other_thread_work(s_start, s_end, s_tid, s_kind, table.processes, n_main, order)
+        if cross is _TOO_MANY:
+            notes.append(
+                "regions count only their own thread's work here: the other threads' work inside "
+                f"them would be over {MAX_CROSS_PAIRS:,} (range, event) pairs"
+            )
+        elif cross is not None:
+            reg_x, ev_x = cross
+            keys = ev_x * n_codes + s_code[reg_x]
+            # Once per range name, and not where the event's own thread has a range of that
+            # name open around it (its own nesting counts it already).
+            own = _region_ops(parent, s_kind, s_code, np.unique(ev_x), n_codes)
+            if own is not None:
+                keys = np.setdiff1d(keys, own[2] * n_codes + own[0])
+            ev_x, reg_cx = np.divmod(np.unique(keys), n_codes)
+            if r_dev is not None and s_dev_own is not None:
+                r_dev += np.bincount(reg_cx, weights=s_dev_own[ev_x], minlength=n_codes).astype(r_dev.dtype)
+            is_op_x = s_is_op[ev_x]
+            ev_x, reg_cx = ev_x[is_op_x], reg_cx[is_op_x]
+            if inner is None:
+                inner = (reg_cx, s_code[ev_x], ev_x)
+            else:
+                both = np.unique(np.concatenate([inner[2] * n_codes + inner[0], ev_x * n_codes + reg_cx]))
+                ev_all, reg_all = np.divmod(both, n_codes)
+                inner = (reg_all, s_code[ev_all], ev_all)
+        per_region: dict[int, list[OpStat]] = {}
+        if inner is not None:
+            reg_c, op_c, ev = inner
+            key = reg_c * n_codes + op_c
+            uniq, inv = np.unique(key, return_inverse=True)
+            g_calls = np.bincount(inv, minlength=len(uniq)).tolist()
+            g_self = np.bincount(inv, weights=self_ns[ev], minlength=len(uniq)).tolist()
+            g_total = np.bincount(inv, weights=s_dur[ev], minlength=len(uniq)).tolist()
+            g_dself = g_dtotal = None
+            if s_dev_self is not None and s_dev_total is not None:
+                g_dself = np.bincount(inv, weights=s_dev_self[ev], minlength=len(uniq)).tolist()
+                g_dtotal = np.bincount(inv, weights=s_dev_total[ev], minlength=len(uniq)).tolist()
+            for g, k in enumerate(uniq.tolist()):
+                rc, oc = divmod(k, n_codes)
+                per_region.setdefault(rc, []).append(
+                    OpStat(
+                        name=key_names[oc],
+                        calls=g_calls[g],
+                        self_cpu_us=round(g_self[g]) / 1e3,
+                        cpu_total_us=round(g_total[g]) / 1e3,
+                        self_device_us=round(g_dself[g]) / 1e3 if g_dself is not None else None,
+                        device_total_us=round(g_dtotal[g]) / 1e3 if g_dtotal is not None else None,
+                    )
+                )
+        r_calls_l, r_time_l = r_calls.tolist(), r_time.tolist()
+        r_dev_l = r_dev.tolist() if r_dev is not None else None
+        for c in np.flatnonzero(r_calls).tolist():
+            ops_in = per_region.get(c, [])
+            ops_in.sort(key=_sort_key, reverse=True)
+            name = key_names[c]
+            regions[name] = RegionStat(
+                name=name,
+                calls=r_calls_l[c],
+                time_us=round(r_time_l[c]) / 1e3,
+                device_time_us=(round(r_dev_l[c]) / 1e3 if r_dev_l is not None else 0.0) if has_device else None,
+                ops=ops_in,
+            )
+    span_ns = int(ends[:n_main].max() - starts[:n_main].min())
+    return Summary(ops=op_stats, regions=regions, span_us=span_ns / 1e3, op_events=op_events, notes=notes)
+
+
+#: Most (range, other thread's event) pairs a summary builds: threads that all run ranges at
+#: once would otherwise make threads^2 x ranges x events of them (50 threads: gigabytes).
+MAX_CROSS_PAIRS = 5_000_000
+_TOO_MANY: Any = object()
+
+
+def _other_thread_work(
+    start: np.ndarray,
+    end: np.ndarray,
+    tid: np.ndarray,
+    kind: np.ndarray,
+    processes: dict[int, Any],
+    n_main: int,
+    order: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """(range position, event position) for each event that starts while a range of another
+    thread of the same process is open; positions in (thread, start, -end) order. Only the
+    table's own rows count (not Python frames or runtime calls: they hold no work of their
+    own), and a thread's events are found by binary search on their starts."""
+    threads = np.unique(tid)
+    if len(threads) < 2:
+        return None
+    main = order < n_main
+    is_range = (kind == KIND_ANNOTATION) & main
+    if not is_range.any():
+        return None
+    proc = np.array([hash(processes.get(int(t), 0)) for t in threads.tolist()], dtype=np.int64)
+    proc_of = proc[np.searchsorted(threads, tid)]
+    spans: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+    budget = MAX_CROSS_PAIRS
+    for t, p in zip(threads.tolist(), proc.tolist()):
+        mine = np.flatnonzero((tid == t) & main)  # by start, within the thread
+        ranges = np.flatnonzero(is_range & (tid != t) & (proc_of == p))
+        if not mine.size or not ranges.size:
+            continue
+        lo = np.searchsorted(start[mine], start[ranges], side="left")
+        hi = np.searchsorted(start[mine], end[ranges], side="left")
+        budget -= int((hi - lo).sum())
+        if budget < 0:
+            return _TOO_MANY
+        spans.append((mine, ranges, lo, hi))
+    reg_parts: list[np.ndarray] = []
+    ev_parts: list[np.ndarray] = []
+    for mine, ranges, lo, hi in spans:
+        counts = hi - lo
+        total = int(counts.sum())
+        if not total:
+            continue
+        first = np.repeat(lo - (np.cumsum(counts) - counts), counts)
+        ev_parts.append(mine[first + np.arange(total)])
+        reg_parts.append(np.repeat(ranges, counts))
+    if not ev_parts:
+        return None
+    return np.concatenate(reg_parts), np.concatenate(ev_parts)
+
+
+def _region_ops(
+    parent: np.ndarray, kind: np.ndarray, code: np.ndarray, op_pos: np.ndarray, n_codes: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(region code, op code, op position) for each op and each distinct range name around it.
+
+    ``near[i]``: the innermost range around event ``i`` (-1 for none), by pointer jumping over
+    the parents that are not ranges; then each op climbs from range to range.
+    """
+    is_ann = kind == KIND_ANNOTATION
+    near = parent.copy()
+    todo = np.flatnonzero(near >= 0)
+    todo = todo[~is_ann[near[todo]]]
+    while todo.size:
+        near[todo] = near[near[todo]]
+        nt = near[todo]
+        todo = todo[nt >= 0]
+        todo = todo[~is_ann[near[todo]]]
+    ev_parts: list[np.ndarray] = []
+    reg_parts: list[np.ndarray] = []
+    ev = op_pos
+    cur = near[op_pos]
+    while True:
+        live = cur >= 0
+        ev, cur = ev[live], cur[live]
+        if not ev.size:
+            break
+        ev_parts.append(ev)
+        reg_parts.append(code[cur])
+        cur = near[cur]
+    if not ev_parts:
+        return None
+    ev_all = np.concatenate(ev_parts)
+    reg_all = np.concatenate(reg_parts)
+    if len(ev_parts) > 1:  # ranges of one name nested: count the op once for that name
+        pair = np.unique(ev_all * n_codes + reg_all)
+        ev_all, reg_all = np.divmod(pair, n_codes)
+    return reg_all, code[ev_all], ev_all
+
+
+def _shapes(table: EventTable, codes: np.ndarray, rows: np.ndarray) -> dict[int, list[Any]]:
+    """The first few distinct input-shape signatures of each op, in capture order."""
+    out: dict[int, list[Any]] = {}
+    full: set[int] = set()
+    op_rows = np.flatnonzero(rows).tolist()
+    shapes = table.shapes
+    code_l = codes.tolist()
+    for i in op_rows:
+        sh = shapes[i]
+        if sh is None:
+            continue
+        c = code_l[i]
+        if c in full:
+            continue
+        seen = out.get(c)
+        if seen is None:
+            out[c] = [sh]
+        elif sh not in seen:
+            seen.append(sh)
+            if len(seen) >= MAX_SHAPES_PER_OP:
+                full.add(c)
+    return out

@@ -1,0 +1,225 @@
+"""Where did the step's time go: the device's busy and idle time, from the device events.
+
+:func:`step_breakdown` reads :attr:`EventTable.device` (each device event's interval, stream,
+class and launch) and the ``ProfilerStep#N`` ranges, and returns plain data (JSON-ready) for
+the result:
+
+- **Busy** is the union of the device's work intervals (kernels, copies, sets; a stream
+  waiting on another is no work); **idle** is the rest of the device window, from the first
+  device event's start to the last one's end, as Holistic Trace Analysis' temporal breakdown
+  counts it (its ``kernel_time``).
+- Each idle gap is split by cause: the part the host spent blocked in a synchronisation
+  (``cudaDeviceSynchronize``, ``cudaStreamSynchronize``, CUPTI's sync records) is **sync**; of
+  the rest, the part before the next kernel's launch call ended is **host** (the host had not
+  launched the work yet); what is left (the work was queued: dependencies, launch latency) is
+  **other**.
+- Steps: each device event belongs to the step whose ``ProfilerStep#N`` range was open when it
+  was launched (or when it ran, where the launch is unknown); a step's device window runs from
+  its first event's start to the next step's. The windows tile the device window, so the steps
+  add up to the total.
+- Compute, communication (NCCL/RCCL kernels) and memory (copies and sets) each as the union of
+  their intervals, and their overlap (time both ran at once); per stream busy time; launch
+  statistics (kernels shorter than their launch call, the delay from launch to start).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .table import (
+    DEVICE_CLASS_NAMES,
+    DEVICE_COMM,
+    DEVICE_COMPUTE,
+    DEVICE_MEMCPY,
+    DEVICE_MEMSET,
+    DEVICE_WAIT,
+    KIND_ANNOTATION,
+    KIND_OP,
+    EventTable,
+)
+
+__all__ = ["CHART_BINS", "step_breakdown"]
+
+#: Bins of the timeline chart's busy profile: enough to see a step's shape, few enough that
+#: result.json stays small whatever the capture.
+CHART_BINS = 120
+#: Most steps listed one by one (a long run: the first ones, then a note).
+MAX_STEPS = 64
+
+
+class _Cover:
+    """The union of intervals, with the covered length up to any instant in O(log n)."""
+
+    def __init__(self, starts: np.ndarray, ends: np.ndarray) -> None:
+        if starts.size:
+            order = np.argsort(starts, kind="stable")
+            s, e = starts[order], ends[order]
+            run = np.maximum.accumulate(e)
+            new = np.ones(s.size, dtype=bool)
+            new[1:] = s[1:] > run[:-1]  # touching intervals merge, as HTA merges them
+            group = np.cumsum(new) - 1
+            self.starts = s[new]
+            self.ends = np.maximum.reduceat(e, np.flatnonzero(new))
+            del group
+        else:
+            self.starts = self.ends = np.zeros(0, dtype=np.int64)
+        lengths = self.ends - self.starts
+        self.cum = np.concatenate([[0], np.cumsum(lengths)])
+
+    @property
+    def total(self) -> int:
+        return int(self.cum[-1])
+
+    def upto(self, x: np.ndarray) -> np.ndarray:
+        """Covered length before each instant of ``x``."""
+        i = np.searchsorted(self.starts, x, side="right") - 1
+        safe = np.maximum(i, 0)
+        inside = np.clip(x - self.starts[safe], 0, self.ends[safe] - self.starts[safe]) if self.starts.size else 0
+        return np.where(i >= 0, self.cum[safe] + inside, 0)
+
+    def within(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return self.upto(b) - self.upto(a)
+
+
+def _us(ns: float) -> float:
+    return round(float(ns)) / 1e3
+
+
+def _steps(table: EventTable) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """The ``ProfilerStep#N`` ranges (any kind: torch 1.9 wrote them as ops), by start."""
+    rows = [
+        i
+        for i, nm in enumerate(table.names)
+        if nm.startswith("ProfilerStep#") and table.kinds[i] in (KIND_OP, KIND_ANNOTATION)
+    ]
+    rows.sort(key=lambda i: table.starts[i])
+    names = [table.names[i] for i in rows]
+    return names, np.array([table.starts[i] for i in rows], dtype=np.int64), np.array(
+        [table.ends[i] for i in rows], dtype=np.int64
+    )
+
+
+def step_breakdown(table: EventTable) -> dict[str, Any] | None:
+    """The device's busy and idle time of the capture and of each step (see the module
+    notes), or None when the table holds no device intervals."""
+    dev = table.device
+    if dev is None or not len(dev):
+        return None
+    s = np.array(dev.starts, dtype=np.int64)
+    e = np.array(dev.ends, dtype=np.int64)
+    cls = np.array(dev.classes, dtype=np.int8)
+    stream = np.array(dev.streams, dtype=np.int64)
+    ls = np.array(dev.launch_starts, dtype=np.int64)
+    le = np.array(dev.launch_ends, dtype=np.int64)
+    work = (cls != DEVICE_WAIT) & (e > s)
+    if not work.any():
+        return None
+    s, e, cls, stream, ls, le = s[work], e[work], cls[work], stream[work], ls[work], le[work]
+    busy = _Cover(s, e)
+    syncs = _Cover(np.array(dev.sync_starts, dtype=np.int64), np.array(dev.sync_ends, dtype=np.int64))
+    t0, t1 = int(busy.starts[0]), int(busy.ends[-1])
+
+    # ---- idle gaps and their causes ----
+    g0, g1 = busy.ends[:-1], busy.starts[1:]
+    order = np.argsort(s, kind="stable")
+    # The event that ends each gap: the first to start at the next busy interval's start.
+    first_after = order[np.searchsorted(s[order], g1, side="left")]
+    launch_end = le[first_after]
+    sync_ns = syncs.within(g0, g1)
+    host_end = np.clip(np.where(launch_end >= 0, launch_end, g0), g0, g1)
+    host_ns = np.maximum((host_end - g0) - syncs.within(g0, host_end), 0)
+    other_ns = (g1 - g0) - sync_ns - host_ns
+
+    # ---- steps: each event to the step open at its launch (or start) ----
+    step_names, step_s, _ = _steps(table)
+    when = np.where(ls >= 0, ls, s)
+    if step_names:
+        step_of = np.clip(np.searchsorted(step_s, when, side="right") - 1, 0, len(step_names) - 1)
+        firsts = np.full(len(step_names), np.iinfo(np.int64).max, dtype=np.int64)
+        np.minimum.at(firsts, step_of, s)
+        has = firsts < np.iinfo(np.int64).max
+        names = [n for n, h in zip(step_names, has.tolist()) if h]
+        bounds = np.minimum.accumulate(firsts[has][::-1])[::-1]  # a later step cannot start earlier
+        bounds[0] = t0
+    else:
+        names = ["capture"]
+        bounds = np.array([t0], dtype=np.int64)
+    w0 = bounds
+    w1 = np.append(bounds[1:], t1)
+
+    covers = {
+        "compute": _Cover(s[cls == DEVICE_COMPUTE], e[cls == DEVICE_COMPUTE]),
+        "communication": _Cover(s[cls == DEVICE_COMM], e[cls == DEVICE_COMM]),
+        "memory": _Cover(*_pick(s, e, (cls == DEVICE_MEMCPY) | (cls == DEVICE_MEMSET))),
+    }
+    both_cc = _Cover(*_pick(s, e, (cls == DEVICE_COMPUTE) | (cls == DEVICE_COMM)))
+    both_cm = _Cover(*_pick(s, e, (cls == DEVICE_COMPUTE) | (cls == DEVICE_MEMCPY) | (cls == DEVICE_MEMSET)))
+
+    def part(a: np.ndarray, b: np.ndarray) -> dict[str, np.ndarray]:
+        span = b - a
+        out = {"window": span, "busy": busy.within(a, b)}
+        for key, cov in covers.items():
+            out[key] = cov.within(a, b)
+        out["overlap_compute_communication"] = out["compute"] + out["communication"] - both_cc.within(a, b)
+        out["overlap_compute_memory"] = out["compute"] + out["memory"] - both_cm.within(a, b)
+        # Gaps never straddle a window's bound (a bound is an event's start): each gap is its
+        # window's, found by its start.
+        gi = np.searchsorted(a, g0, side="right") - 1
+        for key, vals in (("idle_host", host_ns), ("idle_sync", sync_ns), ("idle_other", other_ns)):
+            out[key] = np.bincount(gi, weights=vals, minlength=len(a))[: len(a)] if gi.size else np.zeros(len(a))
+        out["idle"] = span - out["busy"]
+        return out
+
+    per_step = part(w0, w1)
+    total = part(np.array([t0]), np.array([t1]))
+
+    def row(d: dict[str, np.ndarray], k: int) -> dict[str, float]:
+        return {f"{key}_us": _us(vals[k]) for key, vals in d.items()}
+
+    out: dict[str, Any] = {"device_window_start_ns": t0, **row(total, 0)}
+    out["busy_pct"] = round(100.0 * out["busy_us"] / out["window_us"], 2) if out["window_us"] else 0.0
+    steps = []
+    for k, nm in enumerate(names[:MAX_STEPS]):
+        steps.append({"name": nm, "start_us": _us(w0[k] - t0), **row(per_step, k)})
+    out["steps"] = steps
+    if len(names) > MAX_STEPS:
+        out["steps_left_out"] = len(names) - MAX_STEPS
+
+    # ---- streams ----
+    streams = []
+    for st in np.unique(stream).tolist():
+        m = stream == st
+        streams.append({"stream": int(st), "events": int(m.sum()), "busy_us": _us(_Cover(s[m], e[m]).total)})
+    streams.sort(key=lambda r: r["busy_us"], reverse=True)
+    out["streams"] = streams
+
+    # ---- launches ----
+    kern = ((cls == DEVICE_COMPUTE) | (cls == DEVICE_COMM)) & (ls >= 0) & (le >= ls)
+    launch: dict[str, Any] = {"kernels": int(((cls == DEVICE_COMPUTE) | (cls == DEVICE_COMM)).sum()), "linked": int(kern.sum())}
+    if kern.any():
+        kd, ld, delay = (e - s)[kern], (le - ls)[kern], np.maximum((s - ls)[kern], 0)
+        launch.update(
+            shorter_than_launch=int((kd < ld).sum()),
+            median_kernel_us=_us(np.median(kd)),
+            median_launch_us=_us(np.median(ld)),
+            median_delay_us=_us(np.median(delay)),
+            p90_delay_us=_us(np.percentile(delay, 90)),
+        )
+    out["launch"] = launch
+
+    # ---- the chart's busy profile ----
+    edges = np.linspace(t0, t1, CHART_BINS + 1).round().astype(np.int64)
+    width = np.maximum(edges[1:] - edges[:-1], 1)
+    out["chart"] = {
+        "bin_us": _us((t1 - t0) / CHART_BINS),
+        **{key: (cov.within(edges[:-1], edges[1:]) / width).round(3).tolist() for key, cov in covers.items()},
+        "step_starts_us": [_us(b - t0) for b in w0.tolist()],
+    }
+    out["classes"] = list(DEVICE_CLASS_NAMES[:2]) + ["memory"]
+    return out
+
+
+def _pick(s: np.ndarray, e: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return s[mask], e[mask]

@@ -1,0 +1,164 @@
+"""Bring your own trace: Chrome-trace files written by ``torch.profiler`` become results.
+
+``tensorboard_trace_handler``, ``prof.export_chrome_trace`` and the Neuron profiler's
+``export_trace`` all write the same Chrome-trace JSON. :func:`table_from_trace` reads one (or
+several files of one run) into the :class:`~neuronscope.events.EventTable` that live captures
+produce, and :func:`from_trace` runs it through :func:`~neuronscope.pipeline.build_result`, so
+a trace file gets the same op table, regions and hints as a live capture.
+
+What is read, by event category:
+
+- ``cpu_op`` (ops) and ``user_annotation`` (``record_function`` ranges, which become regions);
+  their GPU-side copies, ``gpu_user_annotation``, are skipped so nothing is counted twice.
+- ``python_function`` frames (``with_stack=True``) and runtime calls (``cudaLaunchKernel`` ...)
+  go to :attr:`EventTable.others`: children in the nesting, as in ``key_averages()`` (runtime
+  calls are listed as ops there, Python frames are not). The innermost user frame around each
+  op is kept as its location (``file:line``), for the hints.
+- Device work: ``kernel``, ``gpu_memcpy``, ``gpu_memset`` (CUDA and ROCm) and ``privateuse1*``
+  events (Neuron). Each is linked through its ``correlation`` argument to the runtime call that
+  launched it (``cuda_runtime``, ``cuda_driver``, HIP, ``privateuse1_runtime`` ...), and its
+  duration goes to the innermost ``cpu_op`` around that launch on the same (pid, tid) thread.
+  Where the launch is missing, a kernel whose ``External id`` names a ``cpu_op`` goes to that op.
+  Device time launched outside any op is kept as ``unattributed_device_ns``, never dropped.
+
+Reading is a stream: the file is decompressed and parsed a few megabytes of events at a time,
+so memory follows the events kept, not the JSON text. ``orjson`` is used when installed (the
+``fast`` extra); the standard library's ``json`` otherwise.
+"""
+
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..distributed import rank_entry, straggler_hints
+from ..events import KIND_OP, EventTable, gc_paused
+from ..events.timeline import step_breakdown
+from ..pipeline import build_result
+from ..result import ProfileResult
+from .files import TracePath, find_trace_files, group_by_rank, resolve_paths
+from .reader import read_files
+
+__all__ = ["TracePath", "find_trace_files", "from_trace", "table_from_trace"]
+
+
+def table_from_trace(path: TracePath | Sequence[TracePath]) -> tuple[EventTable, dict[str, Any]]:
+    """Read a torch.profiler Chrome trace into an :class:`EventTable`, plus what the file says.
+
+    ``path`` is a ``.json`` or ``.json.gz`` file, or a directory or list of files, which are
+    then read into one table (use :func:`from_trace` to keep ranks apart). The metadata dict
+    holds ``backend`` ("cuda", "neuron" or "cpu"), ``device_name``, ``rank``, ``world_size``,
+    ``threads`` (table thread id to its ``(pid, tid)``), ``wall_ns``, ``locations`` (per row,
+    the user's ``file:line`` where stacks were recorded, else None) and link counts.
+
+    Raises :class:`TraceFormatError` for a missing, empty, truncated or non-trace file.
+    """
+    files, _ = resolve_paths(path)
+    return read_files(files)
+
+
+def _result(table: EventTable, meta: dict[str, Any], name: str, hints: bool = True) -> ProfileResult:
+    locations = meta.get("locations")
+    # Counter mode replays each kernel: its timeline is the replays', not the run's.
+    breakdown = None if meta["counter_mode"] else step_breakdown(table)
+    result = build_result(
+        table,
+        name=name,
+        backend=meta["backend"],
+        wall_time_us=meta["wall_ns"] / 1e3,
+        source="trace",
+        hints=hints,
+        extra={
+            "locations": locations,
+            "trace": {k: v for k, v in meta.items() if k != "locations"},
+            "breakdown": breakdown,
+        },
+    )
+    result.device_name = meta.get("device_name")
+    result.breakdown = breakdown
+    if meta["platform"] in ("rocm", "mtia"):
+        result.platform = meta["platform"]
+    result.notes.extend(meta["notes"])
+    if meta.get("host_name"):
+        result.host = str(meta["host_name"])
+    if len(meta["pids"]) == 1 and isinstance(meta["pids"][0], int):
+        result.pid = meta["pids"][0]
+    result.artifacts["trace_files"] = list(meta["files"])
+    if table.has_device and table.unattributed_device_ns:
+        total = sum(d for d, kind in zip(table.device_ns, table.kinds) if kind == KIND_OP) + table.unattributed_device_ns
+        share = 100.0 * table.unattributed_device_ns / total if total else 0.0
+        result.notes.append(
+            f"{share:.1f}% of device time ({meta['device_unattributed_events']} device events) "
+            f"was launched outside any op (the shares' total includes it)"
+        )
+    return result
+
+
+def from_trace(path: TracePath | Sequence[TracePath], name: str | None = None) -> ProfileResult:
+    """Build a :class:`ProfileResult` from Chrome traces written by ``torch.profiler``.
+
+    ``path`` is one trace file (``.json`` or ``.json.gz``, from ``export_chrome_trace``,
+    ``tensorboard_trace_handler`` or the Neuron profiler's ``export_trace``), a directory of
+    them, or a list of files. Several files are read as the ranks of one run (by
+    ``distributedInfo.rank``, else ``rank<N>`` in the name, else one rank per worker); the
+    result is rank 0's, with ``ranks`` holding one entry per rank (its wall time, op time and
+    top op) and ``world_size`` set, as a live multi-process capture has them. Files of one
+    rank (a schedule's successive captures) are read together.
+
+    Device time comes from the kernels, copies and sets (or Neuron device events) linked to
+    the op that launched them; time launched outside any op is kept as
+    ``device_unattributed_us``. Raises :class:`TraceFormatError` naming the file and the
+    problem for a missing, empty, truncated, malformed or non-trace file, or a directory with
+    no traces.
+    """
+    files, default_name = resolve_paths(path)
+    with gc_paused():
+        return _from_files(files, name or default_name)
+
+
+def _from_files(files: list[Path], label: str) -> ProfileResult:
+    if len(files) == 1:
+        table, meta = read_files(files)
+        result = _result(table, meta, label)
+        result.rank, result.world_size = meta["rank"], meta["world_size"]
+        return result
+
+    groups = group_by_rank(files)
+    if len(groups) == 1:
+        table, meta = read_files(groups[0][1])
+        result = _result(table, meta, label)
+        result.rank, result.world_size = meta["rank"], meta["world_size"]
+        if len(groups[0][1]) > 1:
+            result.notes.append(f"{len(groups[0][1])} trace files of one rank read together")
+        return result
+
+    main_rank = groups[0][0]  # rank 0, or the lowest present
+    entries: list[dict[str, Any]] = []
+    main: ProfileResult | None = None
+    worlds: set[int] = set()
+    for rank, group in groups:  # one rank in memory at a time
+        table, meta = read_files(group)
+        if meta["world_size"] is not None:
+            worlds.add(meta["world_size"])
+        # The other ranks need their totals only: no hint rules.
+        res = _result(table, meta, label, hints=rank == main_rank)
+        del table
+        # "run_dir" names the rank's trace: `neuronscope show` opens it as it opens a run.
+        entries.append(rank_entry(rank, res, run_dir=group[0]))
+        if rank == main_rank:
+            main = res
+    assert main is not None
+    main.rank = main_rank
+    main.world_size = worlds.pop() if len(worlds) == 1 else len(groups)
+    main.ranks = entries
+    if main.world_size > len(groups):
+        main.notes.append(f"traces of {len(groups)} of {main.world_size} ranks found")
+    main.artifacts["trace_files"] = [str(p) for _, g in groups for p in g]
+    found = straggler_hints(entries)
+    if found:
+        main.hints.extend(found)
+        main.hints.sort(key=lambda h: h.est_saving_us, reverse=True)
+    return main
+

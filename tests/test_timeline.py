@@ -1,0 +1,274 @@
+"""The step breakdown (device busy / idle, causes, classes, overlap, streams, launches) and the
+trace kinds it reads (CUDA, ROCm, MTIA, CUPTI counter mode, torch 1.9).
+
+Expectations on the real traces in ``tests/data/traces`` are derived here from the JSON, with
+Holistic Trace Analysis' definitions of its temporal breakdown (``kernel_time`` = first device
+event's start to last one's end; idle = that less the union of the device events; compute =
+the union of the kernels that are not NCCL, copies, sets or syncs), never from neuronscope's
+own output.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from neuronscope.analysis.launch import launch_hints
+from neuronscope.events import KIND_ANNOTATION, KIND_OP, EventTable
+from neuronscope.events.table import DEVICE_COMM, DEVICE_COMPUTE, DEVICE_MEMCPY, DeviceEvents
+from neuronscope.events.timeline import step_breakdown
+from neuronscope.report import render_ops
+from neuronscope.result import OpStat, ProfileResult
+from neuronscope.trace import from_trace
+
+TRACES = Path(__file__).resolve().parent / "data" / "traces"
+DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
+# HTA's compute kernels: not NCCL kernels, copies, sets or syncs (hta/utils/utils.py).
+HTA_NOT_COMPUTE = re.compile(r"(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)")
+
+
+def _events(name: str) -> list[dict[str, Any]]:
+    with gzip.open(TRACES / name, "rb") as fh:
+        return json.loads(fh.read())["traceEvents"]
+
+
+def _union_ns(intervals: list[tuple[int, int]]) -> int:
+    total, cur_s, cur_e = 0, None, None
+    for s, e in sorted(intervals):
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                total += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    if cur_e is not None:
+        total += cur_e - cur_s
+    return total
+
+
+def _ns(v: float) -> int:
+    return int(v * 1000 + 0.5) if isinstance(v, float) else v * 1000
+
+
+def _hta_reference(name: str, cats: set[str]) -> dict[str, float]:
+    """HTA's temporal breakdown, recomputed from the JSON (ns, no rounding to us)."""
+    dev = [e for e in _events(name) if e.get("cat") in cats and e.get("ph") == "X" and e.get("dur", 0) > 0]
+    iv = [(_ns(e["ts"]), _ns(e["ts"]) + _ns(e["dur"])) for e in dev]
+    window = max(e for _, e in iv) - min(s for s, _ in iv)
+    busy = _union_ns(iv)
+    compute = _union_ns([i for i, e in zip(iv, dev) if not HTA_NOT_COMPUTE.match(e["name"])])
+    return {"window_us": window / 1e3, "busy_us": busy / 1e3, "idle_us": (window - busy) / 1e3, "compute_us": compute / 1e3}
+
+
+# ---- the breakdown on hand-made timelines ------------------------------------------------------
+def _table(device: list[tuple[int, int, int, int, int, int]], syncs: list[tuple[int, int]] = (), steps=()) -> EventTable:
+    """``device``: (start, end, stream, class, launch start, launch end) per device event."""
+    t = EventTable()
+    for name, s, e in steps:
+        t.append(name, KIND_ANNOTATION, 1, s, e)
+    d = DeviceEvents()
+    for s, e, st, c, ls, le in device:
+        d.starts.append(s)
+        d.ends.append(e)
+        d.streams.append(st)
+        d.classes.append(c)
+        d.launch_starts.append(ls)
+        d.launch_ends.append(le)
+    for a, b in syncs:
+        d.sync_starts.append(a)
+        d.sync_ends.append(b)
+    t.device = d
+    return t
+
+
+def test_busy_idle_and_causes_on_a_known_timeline() -> None:
+    # Kernel A 0-100; gap 100-300: the next kernel's launch call ran 250-260 (host late until
+    # 260, then 40 ns of launch latency: other). Kernel B 300-400; gap 400-600 in which the host
+    # was blocked in a sync 400-500, then launched C at 500-520: sync 100, host 20, other 80.
+    t = _table(
+        [
+            (0, 100, 7, DEVICE_COMPUTE, -1, -1),
+            (300, 400, 7, DEVICE_COMPUTE, 250, 260),
+            (600, 700, 7, DEVICE_COMPUTE, 500, 520),
+        ],
+        syncs=[(400, 500)],
+    )
+    bd = step_breakdown(t)
+    assert bd is not None
+    assert bd["window_us"] == 0.7 and bd["busy_us"] == 0.3 and bd["idle_us"] == 0.4
+    assert bd["idle_host_us"] == 0.16 + 0.02
+    assert bd["idle_sync_us"] == 0.1
+    assert abs(bd["idle_other_us"] - (0.04 + 0.08)) < 1e-9
+    assert bd["steps"][0]["name"] == "capture" and bd["steps"][0]["window_us"] == 0.7
+    assert bd["streams"] == [{"stream": 7, "events": 3, "busy_us": 0.3}]
+
+
+def test_classes_overlap_streams_and_launches() -> None:
+    t = _table(
+        [
+            (0, 1000, 7, DEVICE_COMPUTE, 0, 10),  # a long kernel: longer than its launch
+            (500, 1500, 20, DEVICE_COMM, 400, 410),  # NCCL on another stream, half overlapped
+            (1500, 1505, 7, DEVICE_COMPUTE, 1490, 1500),  # 5 ns kernel, 10 ns launch
+            (1600, 1700, 9, DEVICE_MEMCPY, -1, -1),
+        ]
+    )
+    bd = step_breakdown(t)
+    assert bd is not None
+    assert bd["compute_us"] == 1.005 and bd["communication_us"] == 1.0 and bd["memory_us"] == 0.1
+    assert bd["overlap_compute_communication_us"] == 0.5
+    assert bd["overlap_compute_memory_us"] == 0.0
+    assert bd["busy_us"] == 1.605 and bd["window_us"] == 1.7
+    assert [s["stream"] for s in bd["streams"]] == [7, 20, 9]  # busiest first
+    la = bd["launch"]
+    assert la["kernels"] == 3 and la["linked"] == 3 and la["shorter_than_launch"] == 1
+
+
+def test_steps_tile_the_device_window() -> None:
+    # Step 1 launches two kernels, step 2 one; the device lags the host.
+    t = _table(
+        [
+            (100, 200, 7, DEVICE_COMPUTE, 10, 20),
+            (250, 300, 7, DEVICE_COMPUTE, 30, 40),
+            (400, 450, 7, DEVICE_COMPUTE, 60, 70),
+        ],
+        steps=[("ProfilerStep#1", 0, 50), ("ProfilerStep#2", 55, 90)],
+    )
+    bd = step_breakdown(t)
+    assert bd is not None
+    s1, s2 = bd["steps"]
+    assert (s1["name"], s1["window_us"], s1["busy_us"]) == ("ProfilerStep#1", 0.3, 0.15)
+    assert (s2["name"], s2["window_us"], s2["busy_us"]) == ("ProfilerStep#2", 0.05, 0.05)
+    assert s1["window_us"] + s2["window_us"] == bd["window_us"]
+
+
+def test_no_device_events_no_breakdown() -> None:
+    assert step_breakdown(EventTable()) is None
+    assert from_trace(TRACES / "cpu_only.json.gz").breakdown is None
+
+
+# ---- the shared traces against HTA's definitions -----------------------------------------------
+@pytest.mark.parametrize(
+    "name", ["a100_training_step.json.gz", "training_mm_record_shapes.json.gz", "mi300_bert_inference.json.gz"]
+)
+def test_breakdown_matches_hta_temporal_breakdown(name: str) -> None:
+    ref = _hta_reference(name, DEVICE_CATS)
+    bd = from_trace(TRACES / name).breakdown
+    assert bd is not None
+    for key in ("window_us", "busy_us", "idle_us", "compute_us"):
+        assert bd[key] == pytest.approx(ref[key], abs=0.002), key
+    steps = bd["steps"]
+    assert sum(s["window_us"] for s in steps) == pytest.approx(bd["window_us"], abs=0.01)
+    assert sum(s["busy_us"] for s in steps) == pytest.approx(bd["busy_us"], abs=0.01)
+    assert bd["idle_host_us"] + bd["idle_sync_us"] + bd["idle_other_us"] == pytest.approx(bd["idle_us"], abs=0.01)
+
+
+def test_breakdown_is_on_the_result_its_dict_and_dataframe() -> None:
+    r = from_trace(TRACES / "a100_training_step.json.gz")
+    assert r.breakdown is not None and len(r.breakdown["steps"]) == 6
+    back = ProfileResult.from_dict(json.loads(r.to_json()))
+    assert back.breakdown == json.loads(json.dumps(r.breakdown))
+    df = r.to_dataframe("steps")
+    assert list(df["name"]) == [s["name"] for s in r.breakdown["steps"]] and df["busy_us"].sum() == pytest.approx(r.breakdown["busy_us"], abs=0.01)
+    text = r.table()
+    assert "Device: busy 83.6%" in text and "6 steps" in text and "launches:" in text
+
+
+# ---- trace kinds -------------------------------------------------------------------------------
+def test_ranges_inside_an_op_get_the_device_time_launched_in_them() -> None:
+    """nccl:* ranges open inside record_param_comms: the NCCL kernels are theirs too."""
+    for name in ("a100_training_step.json.gz", "training_mm_record_shapes.json.gz"):
+        nccl_ns = sum(_ns(e["dur"]) for e in _events(name) if e.get("cat") == "kernel" and e["name"].startswith("nccl"))
+        r = from_trace(TRACES / name)
+        ranges = {k: v for k, v in r.regions.items() if k.startswith("nccl:")}
+        assert ranges and all(v.device_time_us and v.device_time_us > 0 for v in ranges.values())
+        assert sum(v.device_time_us or 0 for v in ranges.values()) == pytest.approx(nccl_ns / 1e3, abs=0.01)
+
+
+def test_mtia_trace_reads_its_device_events_with_a_note() -> None:
+    ccp = [e for e in _events("mtia_inference.json.gz") if e.get("cat") == "mtia_ccp_events" and e.get("ph") == "X"]
+    work = [e for e in ccp if e["name"] != "event_wait"]
+    r = from_trace(TRACES / "mtia_inference.json.gz")
+    assert r.backend == "mtia" and r.platform == "mtia" and r.has_device_time
+    assert any("MTIA" in n for n in r.notes)
+    assert r.breakdown is not None
+    busy = _union_ns([(_ns(e["ts"]), _ns(e["ts"]) + _ns(e["dur"])) for e in work if e["dur"] > 0])
+    assert r.breakdown["busy_us"] == pytest.approx(busy / 1e3, abs=0.01)
+    text = r.table()
+    assert "[mtia]" in text and "Self MTIA" in text
+
+
+def test_cupti_counter_trace_reads_its_ranges_with_a_note() -> None:
+    ranges = [e for e in _events("a100_cupti_counters.json.gz") if e.get("cat") == "cuda_profiler_range"]
+    r = from_trace(TRACES / "a100_cupti_counters.json.gz")
+    assert r.has_device_time and r.device_unattributed_us == pytest.approx(sum(_ns(e["dur"]) for e in ranges) / 1e3)
+    assert any("counter-mode" in n for n in r.notes)
+    assert r.breakdown is None  # replayed kernels: no timeline of the run
+
+
+def test_rocm_trace_is_labelled_rocm_with_hip_columns() -> None:
+    r = from_trace(TRACES / "mi300_bert_inference.json.gz")
+    text = r.table()
+    assert r.platform == "rocm" and "[rocm]" in text and "Self HIP" in text and "CUDA" not in text.split("\n\n")[1]
+
+
+def test_rank_without_world_size_prints_no_none() -> None:
+    r = from_trace(TRACES / "a100_alexnet.json.gz")
+    assert r.rank == 0 and r.world_size is None
+    head = r.table().splitlines()[0]
+    assert head.endswith("rank 0") and "None" not in head
+
+
+def test_torch_1_9_trace_profiler_step_is_a_range(tmp_path: Path) -> None:
+    """torch 1.9 wrote ranges (ProfilerStep#N, record_function) as cpu_op events."""
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "ProfilerStep#3", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
+        {"ph": "X", "cat": "cpu_op", "name": "forward", "pid": 1, "tid": 1, "ts": 10, "dur": 50},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 20, "dur": 30},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::relu", "pid": 1, "tid": 1, "ts": 70, "dur": 10},
+    ]
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    r = from_trace(path)
+    assert {o.name for o in r.ops} == {"aten::mm", "aten::relu"}
+    assert set(r.regions) == {"ProfilerStep*", "forward"}
+    assert [o.name for o in r.regions["forward"].ops] == ["aten::mm"]
+    assert r.ops[0].self_cpu_us == 30.0
+
+
+def test_share_counts_device_time_launched_outside_any_op() -> None:
+    ops = [OpStat("aten::mm", 1, 1.0, 1.0, self_device_us=40.0, device_total_us=40.0)]
+    text = render_ops(ops, outside_us=60.0)
+    assert "40.0%" in text and "100.0%" not in text
+    r = ProfileResult(name="g", backend="cuda", ops=ops, device_unattributed_us=60.0)
+    assert r.share_total_us == 100.0 and "40.0%" in r.table()
+
+
+# ---- the launch-overhead hint ------------------------------------------------------------------
+def _ctx(table: EventTable) -> Any:
+    from neuronscope.analysis import AnalysisContext
+    from neuronscope.events import summarize
+
+    return AnalysisContext(table=table, summary=summarize(table), backend="cuda", source="trace")
+
+
+def test_launch_overhead_hint_where_the_host_starves_the_device() -> None:
+    # 60 kernels of 2 ns, each launched by a 10 ns call that starts 100 ns after the last ended.
+    dev = []
+    for k in range(60):
+        start = k * 120 + 110
+        dev.append((start, start + 2, 7, DEVICE_COMPUTE, start - 10, start - 1))
+    t = _table(dev)
+    t.append("aten::add", KIND_OP, 1, 0, 10)
+    hints = launch_hints(_ctx(t))
+    assert len(hints) == 1 and hints[0].pattern == "launch_overhead"
+    assert "CUDA graph" in hints[0].suggestion and "60 of 60" in hints[0].suggestion
+    # The same kernels back to back: the host kept up, no hint.
+    busy = [(k * 3, k * 3 + 2, 7, DEVICE_COMPUTE, k * 3 - 50, k * 3 - 40) for k in range(60)]
+    t2 = _table(busy)
+    t2.append("aten::add", KIND_OP, 1, 0, 10)
+    assert launch_hints(_ctx(t2)) == []

@@ -1,0 +1,181 @@
+"""Hostile trace files (issue 21, items 4-7 and 15): each is refused with one clear
+TraceFormatError (exit status 2 and one line on the CLI) or read safely, with the work and the
+memory it takes bounded.
+
+Memory bound (stated in neuronscope.trace.reader): the streaming reader holds at most
+MAX_EVENT_BYTES (16 MiB) of undecoded text plus one CHUNK_BYTES (1 MiB) chunk's parsed events;
+the whole-document path (layouts the streaming reader does not take) reads at most
+MAX_WHOLE_BYTES (64 MiB). The tests below measure Python's peak allocation with tracemalloc
+(no timing asserts).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import tracemalloc
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from neuronscope.cli import main
+from neuronscope.errors import TraceFormatError
+from neuronscope.trace import from_trace
+from neuronscope.trace.reader import MAX_EVENT_BYTES
+
+#: Peak Python allocation allowed while reading any hostile file here.
+PEAK_BOUND = 160 << 20
+
+OP = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10, "dur": 5}
+
+
+def _write(path: Path, doc: Any, raw: bytes | None = None) -> Path:
+    data = raw if raw is not None else json.dumps(doc).encode()
+    if path.name.endswith(".gz"):
+        path.write_bytes(gzip.compress(data, compresslevel=6))
+    else:
+        path.write_bytes(data)
+    return path
+
+
+def _peak(fn: Callable[[], Any]) -> tuple[Any, int]:
+    tracemalloc.start()
+    try:
+        try:
+            out: Any = fn()
+        except Exception as exc:  # returned for the caller to check
+            out = exc
+        return out, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def _refused(path: Path, capsys: pytest.CaptureFixture[str], match: str) -> None:
+    """from_trace raises TraceFormatError (bounded memory); `show` exits 2 with one line."""
+    out, peak = _peak(lambda: from_trace(path))
+    assert isinstance(out, TraceFormatError), repr(out)
+    assert match in str(out)
+    assert peak < PEAK_BOUND, f"peak {peak >> 20} MiB"
+    capsys.readouterr()
+    assert main(["show", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("neuronscope: error:")
+
+
+def _trace(*events: dict[str, Any], **top: Any) -> dict[str, Any]:
+    return {"schemaVersion": 1, **top, "traceEvents": [OP, *events]}
+
+
+# ---- item 5: types checked before arithmetic ----------------------------------------------------
+@pytest.mark.parametrize("ts", ["9" * 200_000, [1] * 100_000, {"a": 1}, True], ids=["long-str", "list", "dict", "bool"])
+def test_ts_of_the_wrong_type_is_refused_before_any_arithmetic(tmp_path: Path, capsys: pytest.CaptureFixture[str], ts: Any) -> None:
+    path = _write(tmp_path / "t.json.gz", _trace({**OP, "ts": ts}))
+    _refused(path, capsys, "'ts' is a")
+
+
+def test_dur_of_the_wrong_type_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _write(tmp_path / "t.json.gz", _trace({**OP, "dur": "5" * 100_000}))
+    _refused(path, capsys, "'dur' is a")
+
+
+# ---- item 6: bounded work per byte and bounded event size --------------------------------------
+def test_one_huge_event_is_refused_with_bounded_memory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    big = b'{"traceEvents": [' + json.dumps(OP).encode() + b', {"ph": "X", "name": "' + b"a" * (MAX_EVENT_BYTES + (4 << 20)) + b'"}]}'
+    path = _write(tmp_path / "big.json.gz", None, raw=big)
+    assert path.stat().st_size < 1 << 20  # a small file that unpacks to 20 MiB
+    _refused(path, capsys, "MiB")
+
+
+def test_a_long_run_of_whitespace_is_refused_with_bounded_memory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    raw = b'{"traceEvents": [' + json.dumps(OP).encode() + b"," + b" " * (MAX_EVENT_BYTES + (4 << 20)) + json.dumps(OP).encode() + b"]}"
+    path = _write(tmp_path / "ws.json.gz", None, raw=raw)
+    _refused(path, capsys, "MiB")
+
+
+# ---- item 7: every kind of bad value is a TraceFormatError ---------------------------------------
+def test_deeply_nested_args(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    raw = b'{"traceEvents": [' + json.dumps(OP).encode() + b', {"ph": "X", "cat": "cpu_op", "args": ' + b"[" * 100_000 + b"]" * 100_000 + b"}]}"
+    path = _write(tmp_path / "deep.json", None, raw=raw)
+    _refused(path, capsys, "nested too deeply")
+
+
+@pytest.mark.parametrize("ts", ["1e999", "-1e999", "9" * 4000, "NaN", "Infinity"], ids=["1e999", "-1e999", "4000-digits", "nan", "inf"])
+def test_infinite_nan_or_huge_timestamps(tmp_path: Path, capsys: pytest.CaptureFixture[str], ts: str) -> None:
+    raw = b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": ' + ts.encode() + b', "dur": 1}]}'
+    path = _write(tmp_path / "ts.json", None, raw=raw)
+    out, _ = _peak(lambda: from_trace(path))
+    assert isinstance(out, TraceFormatError), repr(out)
+    assert main(["show", str(path)]) == 2
+
+
+def test_a_dict_as_correlation_id(tmp_path: Path) -> None:
+    launch = {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 11, "dur": 1, "args": {"correlation": {"x": 1}}}
+    kernel = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 20, "dur": 3, "args": {"correlation": {"x": 1}, "External id": [1]}}
+    path = _write(tmp_path / "c.json", _trace(launch, kernel))
+    with pytest.raises(TraceFormatError, match="unhashable"):
+        from_trace(path)
+    # A dict only on the device side: the kernel is read, linked to nothing.
+    launch["args"] = {"correlation": 5}
+    r = from_trace(_write(tmp_path / "c2.json", _trace(launch, kernel)))
+    assert r.device_unattributed_us == 3.0
+
+
+@pytest.mark.parametrize("name", [12, None, ["aten::mm"], {"n": 1}])
+def test_a_name_that_is_not_a_string(tmp_path: Path, capsys: pytest.CaptureFixture[str], name: Any) -> None:
+    path = _write(tmp_path / "n.json", _trace({**OP, "name": name}))
+    _refused(path, capsys, "malformed trace event")
+
+
+def test_lone_surrogates_in_names_are_read_and_printed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    raw = json.dumps(_trace({**OP, "name": "bad\udc80name"})).encode()
+    path = _write(tmp_path / "s.json", None, raw=raw)
+    r = from_trace(path)
+    assert r.op("bad?name") is not None
+    r.to_json().encode("utf-8")
+    assert main(["show", str(path)]) == 0
+    assert "bad?name" in capsys.readouterr().out
+
+
+def test_a_rank_of_thousands_of_digits(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    raw = b'{"distributedInfo": {"rank": ' + b"7" * 5000 + b'}, "traceEvents": [' + json.dumps(OP).encode() + b"]}"
+    path = _write(tmp_path / "rank.json", None, raw=raw)
+    _refused(path, capsys, "not valid JSON")
+    raw = b'{"distributedInfo": {"rank": ' + b"7" * 4000 + b', "world_size": -3}, "traceEvents": [' + json.dumps(OP).encode() + b"]}"
+    r = from_trace(_write(tmp_path / "rank2.json", None, raw=raw))
+    assert r.rank is None and r.world_size is None
+
+
+def test_negative_durations_are_read_as_zero_with_a_note(tmp_path: Path) -> None:
+    path = _write(tmp_path / "neg.json", _trace({**OP, "name": "aten::relu", "ts": 30, "dur": -20}))
+    r = from_trace(path)
+    relu = r.op("aten::relu")
+    assert relu is not None and relu.self_cpu_us == 0.0 and relu.cpu_total_us == 0.0
+    assert all(o.self_cpu_us >= 0 for o in r.ops)
+    assert any("negative duration" in n for n in r.notes)
+
+
+# ---- item 4: printable text only ----------------------------------------------------------------
+def test_show_and_diff_print_no_terminal_escapes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    evil = "aten::mm\x1b]0;pwned\x07\x1b[2J\x9b31m\u202e"
+    a = _write(tmp_path / "a.json", _trace({**OP, "name": evil}, {**OP, "cat": "user_annotation", "name": "\x1b]52;c;ZXZpbA==\x07", "ts": 0, "dur": 100}))
+    b = _write(tmp_path / "b.json", _trace({**OP, "name": evil, "dur": 9}))
+    for argv in (["show", str(a)], ["diff", str(a), str(b)], ["show", str(a), "--json"]):
+        capsys.readouterr()
+        assert main(argv) == 0, argv
+        out = capsys.readouterr().out
+        assert not any(ch in out for ch in "\x1b\x07\x9b\u202e"), argv
+    capsys.readouterr()
+    main(["show", str(a)])
+    assert "\\x1b]0;pwned\\x07" in capsys.readouterr().out  # shown, escaped
+
+
+# ---- item 15: array-format traces ---------------------------------------------------------------
+def test_show_reads_array_format_traces(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "array.json"
+    path.write_text(json.dumps([OP, {**OP, "name": "aten::relu", "ts": 20}]))
+    r = from_trace(path)
+    assert {o.name for o in r.ops} == {"aten::mm", "aten::relu"}
+    assert main(["show", str(path)]) == 0
+    assert "aten::relu" in capsys.readouterr().out

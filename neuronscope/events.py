@@ -189,6 +189,10 @@ _FIXED_CLASSES = {
     "cpu_instant_event": KIND_RUNTIME,
     # The device-side copy of a record_function range: a span over kernels, not work.
     "gpu_user_annotation": _SKIP,
+    # TorchNeuron (Neuron docs): dispatch on the op's thread, as cudaLaunchKernel; device
+    # execution (stream id as thread id), linked to the op, as a kernel. Both CPU-typed in torch.
+    "privateuse1_runtime": KIND_RUNTIME,
+    "privateuse1_driver": _DEVICE,
 }
 # Device types whose linked events key_averages adds to an op's device time.
 _DEVICE_TYPES = frozenset({"CUDA", "PrivateUse1", "XPU"})

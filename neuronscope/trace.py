@@ -95,6 +95,10 @@ _KNOWN_CATEGORIES = {
     "memcpy": _DEVICE,
     "memset": _DEVICE,
     "concurrent_kernel": _DEVICE,
+    # TorchNeuron: operator dispatch (op's thread) and device execution (tid = stream id,
+    # linked to the op by "External id" and a flow), as cudaLaunchKernel and a kernel.
+    "privateuse1_runtime": _RUNTIME,
+    "privateuse1_driver": _DEVICE,
     # The GPU-side copy of a record_function range: its time is the kernels' time, already
     # counted through them.
     "gpu_user_annotation": _SKIP,

@@ -22,7 +22,7 @@ class CpuBackend(Backend):
         # A loaded TorchNeuron starts its runtime trace in CPU captures too (see the class).
         self._stray = StrayRuntimeOutput()
         self._scratch: Path | None = None
-        self._stray_record: dict[str, Any] = {}
+        self._stray_record: dict[str, Any] | None = None
 
     def environment_warnings(self) -> list[str]:
         return self._stray.warnings()
@@ -32,10 +32,14 @@ class CpuBackend(Backend):
         self._stray.snapshot()
         return {}
 
+    def _collected(self) -> dict[str, Any]:
+        if self._stray_record is None:  # once, whichever of the two hooks comes first
+            self._stray_record = self._stray.collect(self._scratch)
+        return self._stray_record
+
     def extra_notes(self, table_has_device: bool) -> list[str]:
-        self._stray_record = self._stray.collect(self._scratch)
-        found = self._stray_record.get("neuron_runtime_side_effect")
+        found = self._collected().get("neuron_runtime_side_effect")
         return [found["note"]] if found else []
 
     def collect_artifacts(self, prof: Any, scratch_dir: Path | None) -> dict[str, Any]:
-        return self._stray_record
+        return self._collected()

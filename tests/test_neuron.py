@@ -525,6 +525,57 @@ def test_ranks_share_one_neuron_root(standin, clean_env):
     assert info["view_command"].startswith(f"neuron-explorer view -d {root.resolve()} ")
 
 
+RANK_WORKER = """
+import json, os, sys, warnings
+import torch
+import torch.distributed as dist
+import torch_neuronx  # the stand-in, on PYTHONPATH
+from neuronscope import neuron_region
+
+dist.init_process_group("gloo")
+warnings.simplefilter("ignore")
+with neuron_region("step", backend="neuron", output_dir=sys.argv[1]) as r:
+    (torch.randn(16, 16) @ torch.randn(16, 16)).relu().sum()
+info = r.result.artifacts["neuron"]
+out = {"rank": dist.get_rank(), "pid": os.getpid(), "run_dir": r.result.run_dir, "info": info}
+with open(os.path.join(sys.argv[1], f"rank{dist.get_rank()}.json"), "w") as fh:
+    json.dump(out, fh, default=str)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_two_real_ranks_write_under_one_neuron_root(tmp_path):
+    """Two torchrun processes with the stand-in: one Neuron root, one pid directory each,
+    each rank listing its own files, one Explorer command for the whole run."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    worker = tmp_path / "worker.py"
+    worker.write_text(RANK_WORKER)
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("NEURON")}
+    environ.update(PYTHONPATH=os.pathsep.join([str(STANDIN_PATH), str(REPO)]), OMP_NUM_THREADS="1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=2",
+         "--master_addr=127.0.0.1", f"--master_port={port}", str(worker), str(tmp_path)],
+        env=environ, cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    roots = {r["info"]["output_dir"] for r in ranks}
+    assert len(roots) == 1
+    root = Path(roots.pop())
+    assert sorted(p.name.rsplit("_pid_", 1)[1] for p in root.iterdir() if p.is_dir()) == sorted(str(r["pid"]) for r in ranks)
+    for r in ranks:
+        assert r["info"]["rank"] == r["rank"] and r["info"]["problems"] == []
+        assert all(f"_pid_{r['pid']}/" in f["path"] for f in r["info"]["files"])
+        assert Path(r["run_dir"]).name.endswith(f"_rank{r['rank']}")
+    assert ranks[0]["info"]["view_command"] == ranks[1]["info"]["view_command"]
+    assert not (tmp_path / "output").exists()
+
+
 # ---- a CPU-only capture where TorchNeuron is loaded ------------------------------------------
 
 

@@ -17,7 +17,10 @@ dispatch, on the op's thread) and ``privateuse1_driver`` (device execution, stre
 thread id), linked to the op that launched them. :mod:`neuronscope.events` reads driver events
 as device work, so per-op device time comes from them, as it comes from kernels on CUDA.
 
-torch-neuronx is imported only when this backend is chosen or ``backend="auto"`` looks for it.
+neuronscope imports torch-neuronx only when this backend is chosen or ``backend="auto"`` looks
+for it; on a host where it is installed, ``import torch`` autoloads it anyway (its
+``torch.backends`` entry point), with the effect on CPU captures that
+:class:`.neuron_files.StrayRuntimeOutput` contains.
 """
 
 from __future__ import annotations

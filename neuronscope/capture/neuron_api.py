@@ -47,9 +47,6 @@ INSTALL_HINT = (
     "(or use the Neuron DLAMI), or pass backend='cpu'"
 )
 
-#: NeuronConfig keywords neuronscope always passes; a build that refuses them is unusable.
-REQUIRED_KEYWORDS = ("modes", "profile_output_dir")
-
 
 # ---- detection ----------------------------------------------------------------------------
 

@@ -293,6 +293,7 @@ def run_doctor(out: Path | None = None) -> tuple[dict[str, Any] | None, Path | N
         "torch": torch.__version__,
         "torch_neuronx": getattr(torch_neuronx, "__version__", None),
         "privateuse1_backend": torch._C._get_privateuse1_backend_name(),
+        "supported_activities": [str(a) for a in torch.profiler.supported_activities()],
     }
     try:
         from torch_neuronx import profiling

@@ -421,9 +421,9 @@ class NeuronBackend(Backend):
         if driver < limit:
             return None
         return (
-            f"the capture holds {driver} Neuron device executions, at the max_events_per_nc limit "
-            f"({limit}): the runtime overwrote the oldest events; capture fewer steps or raise "
-            "max_events_per_nc (costs host memory)"
+            f"the capture holds {driver} Neuron device executions (all cores), at the "
+            f"max_events_per_nc limit ({limit}) or above: the runtime most likely overwrote the "
+            "oldest events; capture fewer steps or raise max_events_per_nc (costs host memory)"
         )
 
     def extra_notes(self, table_has_device: bool) -> list[str]:

@@ -895,3 +895,9 @@ def test_on_a_real_trainium_host(tmp_path):
     assert {"system_trace", "trace_info", "framework_trace"} <= set(runtime["kinds"])
     assert runtime["problems"] == []
     assert {"device_trace", "neff"} <= set(device["kinds"])
+
+
+def test_explorer_command_is_quoted_for_the_shell():
+    command, (line,) = neuron_files.explorer_notes(Path("/runs/my run/neuron"), "train step")
+    assert command == "neuron-explorer view -d '/runs/my run/neuron' --ingest-only --display-name 'train step'"
+    assert "-L 3001:localhost:3001 -L 3002:localhost:3002" in line

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -217,7 +218,7 @@ def check_session(files: list[Path], modes: tuple[str, ...]) -> tuple[list[str],
 def explorer_notes(root: Path, display_name: str) -> tuple[str, list[str]]:
     """The Neuron Explorer command for ``root`` (the docs point ``-d`` at the output root) and
     the lines a user needs to open it, remote hosts included."""
-    command = f"neuron-explorer view -d {root} --ingest-only --display-name {display_name}"
+    command = f"neuron-explorer view -d {shlex.quote(str(root))} --ingest-only --display-name {shlex.quote(display_name)}"
     notes = [
         (f"Neuron session files: {command}  (aws-neuronx-tools, in /opt/aws/neuron/bin), then "
         f"`neuron-explorer view` opens the UI on port 3001 with its API on port 3002; from a remote "

@@ -230,6 +230,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from .doctor import main as doctor_main
+
+    return doctor_main(args.out)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
@@ -319,6 +325,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile variant (it compiles for seconds on a CPU)")
     p.add_argument("--report", action="store_true", help="also write report.html into the run")
     p.set_defaults(func=cmd_demo)
+    p = sub.add_parser(
+        "doctor",
+        help="record what this host's TorchNeuron does (one JSON file for a bug report)",
+        description="On a Trainium host: probe TorchNeuron's profiling API and one small capture "
+        "and write one JSON file; elsewhere: say what it would do.",
+    )
+    p.add_argument("--out", default=None, help="where to write the JSON (default: ./neuronscope-doctor-<host>-<time>.json)")
+    p.set_defaults(func=cmd_doctor)
     return parser
 
 

@@ -99,6 +99,8 @@ class Options:
     enabled: bool = True
     modes: tuple[str, ...] = ("runtime",)
     cores: tuple[int, ...] | None = None
+    #: Neuron: the runtime's ring buffer of trace events per NeuronCore (None: its default).
+    max_events_per_nc: int | None = None
     warmup: int = 0
     active: int | None = None
     hints: bool = True
@@ -294,6 +296,8 @@ def _build_options(defaults: dict[str, Any] | None, given: dict[str, Any]) -> Op
         _check_count("warmup", merged["warmup"], 0)
     if merged.get("active") is not None:
         _check_count("active", merged["active"], 1)
+    if merged.get("max_events_per_nc") is not None:
+        _check_count("max_events_per_nc", merged["max_events_per_nc"], 1)
     merged["modes"] = parse_modes(merged.get("modes"))
     merged["cores"] = parse_cores(merged.get("cores"))
     fmt = merged.get("trace_format", "auto")

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
+from ..config import Options
 from .base import Backend
+from .neuron_files import StrayRuntimeOutput
 
 __all__ = ["CpuBackend"]
 
@@ -11,3 +16,30 @@ class CpuBackend(Backend):
     """Records CPU ops only; ``OpStat`` device fields stay None."""
 
     name = "cpu"
+
+    def __init__(self, options: Options) -> None:
+        super().__init__(options)
+        # A loaded TorchNeuron starts its runtime trace in CPU captures too (see the class).
+        self._stray = StrayRuntimeOutput()
+        self._scratch: Path | None = None
+        self._stray_record: dict[str, Any] | None = None
+
+    def environment_warnings(self) -> list[str]:
+        return self._stray.warnings()
+
+    def profiler_kwargs(self, scratch_dir: Path | None) -> dict[str, Any]:
+        self._scratch = scratch_dir
+        self._stray.snapshot()
+        return {}
+
+    def _collected(self) -> dict[str, Any]:
+        if self._stray_record is None:  # once, whichever of the two hooks comes first
+            self._stray_record = self._stray.collect(self._scratch)
+        return self._stray_record
+
+    def extra_notes(self, table_has_device: bool) -> list[str]:
+        found = self._collected().get("neuron_runtime_side_effect")
+        return [found["note"]] if found else []
+
+    def collect_artifacts(self, prof: Any, scratch_dir: Path | None) -> dict[str, Any]:
+        return self._collected()

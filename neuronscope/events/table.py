@@ -48,6 +48,11 @@ CATEGORY_KINDS: dict[str, int] = {
     "mtia_ccp_events": KIND_DEVICE,  # MTIA's device work
     # CUPTI counter mode: one range per kernel (replayed to read counters), in place of kernels.
     "cuda_profiler_range": KIND_DEVICE,
+    # TorchNeuron (Neuron docs): operator dispatch on the op's thread, as cudaLaunchKernel;
+    # device execution (stream id as thread id), linked to the op, as a kernel. torch counts
+    # both as CPU-side activities, so they must be named here to stay out of the op table.
+    "privateuse1_runtime": KIND_RUNTIME,
+    "privateuse1_driver": KIND_DEVICE,
     # The device-side copy of a record_function range: a span over kernels, not work.
     "gpu_user_annotation": KIND_SKIP,
     "trace": KIND_SPAN,

@@ -1,87 +1,166 @@
-"""STAND-IN machinery shared by the three fake ``torch_neuronx`` packages. NOT TorchNeuron.
+"""STAND-IN for TorchNeuron, built from the docs. NOT TorchNeuron.
 
-There is no Trainium here and torch-neuronx cannot be installed, so the tests put one of these
-stand-ins on ``sys.path``. Each follows the TorchNeuron documentation and source notes in
-shared/research/neuron-api.md, and nothing more:
+There is no Trainium here and torch-neuronx cannot be installed, so the tests put the package
+in ``gen_config/`` on ``sys.path``. It follows the Neuron 2.32/2.33 docs and the April-2026
+TorchNeuron source as read in shared/research/neuron-api.md and neuron-api-2.md, and nothing
+more:
 
 - the ``neuron`` device module (``torch.neuron``: is_available, device_count, current_device,
   set_device, get_device_name, synchronize), registered at import as TorchNeuron does;
-- the Neuron runtime's trace session (``nrt_inspect_begin`` / ``nrt_inspect_stop``), which writes
-  the session files a real run writes: ``ntrace.pb``, ``trace_info.pb``, ``cpu_util.pb``,
-  ``host_mem.pb``, one ``.ntff`` per captured NeuronCore and, where the runtime copies them,
-  ``.neff`` files; under ``<dir>/i-<id>_pid_<pid>/<timestamp>/`` or (early builds) directly
-  under ``<dir>/i-<id>_pid_<pid>/``. Their content is placeholder bytes, not protobuf;
-- the Kineto plugin. The real one is C++ registered with ``libkineto``; Python cannot register
-  one, so this stand-in wraps ``torch.profiler``'s ``_KinetoProfile.start_trace`` / ``stop_trace``
-  and starts / stops the runtime session when ``ProfilerActivity.PrivateUse1`` is among the
-  activities, reading ``experimental_config.custom_profiler_config`` ("k:v;k:v") as the real
-  plugin does. :func:`uninstall` puts torch back.
+- the Kineto plugin: a real C++ child profiler (``kineto_plugin.cpp``), compiled once with the
+  installed torch's headers and registered with the real ``libkineto`` exactly where
+  TorchNeuron's registers. So the REAL torch.profiler and Kineto decide when it starts (also for
+  a capture with ``ProfilerActivity.CPU`` only: torch's CPU activity set includes the PRIVATEUSE1
+  runtime/driver types and Kineto configures every plugin) and the framework events it emits
+  (``privateuse1_runtime`` dispatch on the op's thread, ``privateuse1_driver`` execution with the
+  stream id as thread id, flow ids, ``nrt_sequence_id``) reach ``kineto_results``,
+  ``key_averages()`` and the Chrome trace through torch's own code;
+- the Neuron runtime's trace session, started and stopped by the plugin. On stop it writes what
+  the docs' "Expected output" lists: ``<root>/<instance-id>_pid_<pid>/<19-digit ns timestamp>/``
+  with ``ntrace.pb``, ``trace_info.pb``, ``cpu_util.pb``, ``host_mem.pb``,
+  ``profile_nc_<n>_session_0.ntff`` and, where NEFFs are copied in,
+  ``neff_<id>_vnc_<n>.neff``. Without a NeuronConfig (a CPU-only capture) the plugin maps the
+  Kineto types as the April-2026 source does (runtime -> system trace, driver -> device trace,
+  CPU_OP -> cpu_util) and the runtime writes to its default, ``./output``. File contents are
+  placeholder bytes, not protobuf.
 
-What a real build does that the stand-ins cannot: run ops on a NeuronCore (tests use CPU tensors),
-and hand device events to torch.profiler (so per-op device time is always None here).
+What no stand-in can give: ops that run on a NeuronCore (the tests' tensors are CPU tensors),
+the real event names, the real NeuronConfig internals, real file contents.
 
-Registration: TorchNeuron calls ``torch.utils.rename_privateuse1_backend("neuron")`` and then
-``torch._register_device_module("neuron", ...)``. The rename cannot be undone in a process and
-changes torch's defaults (``supported_activities()`` gains PrivateUse1) for every later test, so
-the stand-in does it only when ``NEURON_STANDIN_RENAME=1`` (the subprocess test) and otherwise
-sets ``torch.neuron`` the way ``_register_device_module`` does, minus its device-name check.
-
-Everything a test may want to assert is in :data:`RECORD`; behaviour knobs are in
-:data:`BEHAVIOUR`. This module is loaded fresh (as ``torch_neuronx._standin``) on each import of
-a stand-in, so both start empty.
+Everything a test may assert is in :data:`RECORD`; knobs are in :data:`BEHAVIOUR`. This module
+is loaded fresh (as ``torch_neuronx._standin``) by each import of the stand-in package, so both
+start empty; the compiled plugin stays loaded for the process and is disabled by
+:func:`uninstall`.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
+import ctypes
+import hashlib
 import os
 import shutil
+import subprocess
 import sys
+import tempfile
+import time
 import types
 from pathlib import Path
 from typing import Any
 
 import torch
 
-INSTANCE_ID = "i-0standin0000000001"
+INSTANCE_ID = "i-0standin00000001"
 #: NeuronCores the stand-in device has.
 DEVICE_COUNT = 2
+PLUGIN_SOURCE = Path(__file__).resolve().parent / "kineto_plugin.cpp"
+_HOLDER = "_neuron_standin_kineto"  # sys.modules entry that keeps the loaded plugin
 
 RECORD: dict[str, list[Any]] = {
     "synchronize": [],  # {"profiler_enabled": bool, "caller": module name}
-    "nrt_begin": [],  # {"output_dir", "modes", "cores", "via"}
+    "nrt_begin": [],  # {"output_dir", "modes", "cores", "via", "max_events_per_nc"}
     "nrt_stop": [],  # session directory written (or None)
-    "config_kwargs": [],  # NeuronConfig(...) keyword arguments
+    "config_kwargs": [],  # NeuronConfig(...) keyword arguments that succeeded
     "profiler_init": [],  # NeuronProfiler(...) arguments
     "export_trace": [],  # paths export_trace wrote
     "dynamo_compiles": [],  # graphs given to the "neuron" torch.compile backend
 }
 
 BEHAVIOUR: dict[str, Any] = {
-    "layout": "timestamp",  # "timestamp": <pid dir>/<timestamp>/...; "flat": files in <pid dir>
     "write_nothing": False,  # the runtime writes no files (nothing ran on the device)
-    "empty_ntff": False,  # .ntff files are written with 0 bytes
-    "runtime_writes_neffs": False,  # the runtime itself puts neff_<hash>.neff in the session
+    "empty_ntff": None,  # None, "all" or "some": .ntff files written with 0 bytes
+    "runtime_writes_neffs": False,  # the runtime puts neff_<id>_vnc_0.neff in the session itself
+    "device_events": True,  # the plugin emits privateuse1_driver events
+    "runtime_events": True,  # the plugin emits privateuse1_runtime events
+    "unlinked_driver": 0,  # driver events launched outside any op
+    "device_ns": 40_000,  # duration of each stand-in device execution
     "trace_name": "trace.json",  # what export_trace writes; a neuron_framework_trace_rank_*
-    # name is written to the top of the output directory, as the troubleshooting page describes
+    # name goes to the top of the output directory, as the troubleshooting page describes
 }
 
 _active: dict[str, Any] | None = None
 _last_session: dict[str, Path] = {}
 
 
+# ---- the compiled Kineto plugin ---------------------------------------------------------------
+
+
+def build_plugin() -> Path:
+    """Compile ``kineto_plugin.cpp`` against the installed torch (once per source and torch)."""
+    torch_dir = Path(torch.__file__).resolve().parent
+    key = hashlib.sha256(PLUGIN_SOURCE.read_bytes() + torch.__version__.encode() + sys.version.encode()).hexdigest()[:16]
+    target = Path(tempfile.gettempdir()) / f"neuronscope-standin-kineto-{key}.so"
+    if target.is_file():
+        return target
+    compiler = shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++")
+    if compiler is None:
+        raise RuntimeError("the Neuron stand-in needs a C++ compiler (g++) to build its Kineto plugin")
+    abi = int(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True))
+    tmp = target.with_name(f".{target.name}.{os.getpid()}")
+    cmd = [
+        compiler, "-O1", "-std=c++17", "-shared", "-fPIC", "-DFMT_HEADER_ONLY",
+        f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+        f"-I{torch_dir / 'include' / 'kineto'}", f"-I{torch_dir / 'include'}",
+        str(PLUGIN_SOURCE), f"-L{torch_dir / 'lib'}", "-ltorch_cpu", "-lc10",
+        f"-Wl,-rpath,{torch_dir / 'lib'}", "-o", str(tmp),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"building the stand-in Kineto plugin failed:\n{proc.stderr[-3000:]}")
+    os.replace(tmp, target)
+    return target
+
+
+_START_CB = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_int, ctypes.c_int)
+_STOP_CB = ctypes.CFUNCTYPE(None)
+
+
+def _holder() -> types.ModuleType:
+    """The process-wide plugin: loaded and registered with libkineto once (it cannot be
+    unregistered), its callbacks forwarding to whichever stand-in module is current."""
+    holder = sys.modules.get(_HOLDER)
+    if holder is None:
+        holder = types.ModuleType(_HOLDER)
+        lib = ctypes.CDLL(str(build_plugin()))
+        lib.standin_configure.argtypes = [ctypes.c_int] * 4 + [ctypes.c_longlong] * 3
+
+        def on_start(custom: bytes, runtime: int, driver: int) -> None:
+            holder.target._plugin_start(custom.decode(), bool(runtime), bool(driver))
+
+        def on_stop() -> None:
+            holder.target._plugin_stop()
+
+        holder.callbacks = (_START_CB(on_start), _STOP_CB(on_stop))  # type: ignore[attr-defined]
+        lib.standin_set_callbacks(*holder.callbacks)  # type: ignore[attr-defined]
+        lib.standin_register()
+        holder.lib = lib  # type: ignore[attr-defined]
+        sys.modules[_HOLDER] = holder
+    return holder
+
+
+def _configure_plugin(enabled: bool, max_events: int = 0) -> None:
+    holder = sys.modules.get(_HOLDER)
+    if holder is None:
+        return
+    holder.lib.standin_configure(  # type: ignore[attr-defined]
+        int(enabled),
+        int(BEHAVIOUR["device_events"]),
+        int(BEHAVIOUR["runtime_events"]),
+        int(BEHAVIOUR["unlinked_driver"]),
+        int(BEHAVIOUR["device_ns"]),
+        0,
+        int(max_events),
+    )
+
+
 # ---- device module ----------------------------------------------------------------------------
 
 
 def synchronize(device: Any = None) -> None:
-    """``torch.neuron.synchronize()`` / ``torch_neuronx.synchronize()``: records who called it
-    and whether a profiler was running at that moment."""
+    """``torch.neuron.synchronize()``: records who called it and whether a profiler ran."""
     import torch.autograd.profiler as autograd_profiler
 
     caller = sys._getframe(1).f_globals.get("__name__", "?")
-    RECORD["synchronize"].append(
-        {"profiler_enabled": bool(autograd_profiler._is_profiler_enabled), "caller": caller}
-    )
+    RECORD["synchronize"].append({"profiler_enabled": bool(autograd_profiler._is_profiler_enabled), "caller": caller})
 
 
 def make_device_module(package: str) -> types.ModuleType:
@@ -101,7 +180,8 @@ def make_device_module(package: str) -> types.ModuleType:
     module.is_available = is_available  # type: ignore[attr-defined]
     module.current_device = lambda: 0  # type: ignore[attr-defined]
     module.set_device = lambda device: None  # type: ignore[attr-defined]
-    module.get_device_name = lambda device=None: "Trainium2 (stand-in)"  # type: ignore[attr-defined]
+    # The April-2026 source returns the device string, not a product name.
+    module.get_device_name = lambda device=None: "neuron:0"  # type: ignore[attr-defined]
     module.synchronize = synchronize  # type: ignore[attr-defined]
     sys.modules[module.__name__] = module
     return module
@@ -128,20 +208,57 @@ def parse_cores(spec: str | None) -> list[int] | None:
         part = part.strip()
         if "-" in part:
             lo, hi = part.split("-", 1)
-            if int(lo) > int(hi):
-                continue  # the plugin skips backwards ranges with a warning
-            cores.extend(range(int(lo), int(hi) + 1))
+            if int(lo) <= int(hi):  # the plugin skips backwards ranges with a warning
+                cores.extend(range(int(lo), int(hi) + 1))
         elif part:
             cores.append(int(part))
     return sorted(set(cores))
 
 
-def nrt_begin(output_dir: str, modes: set[str], cores: list[int] | None, via: str, neff_cache_dir: str | None = None) -> None:
+def _plugin_start(custom: str, runtime: bool, driver: bool) -> None:
+    conf = parse_custom_config(custom)
+    if "modes" in conf:  # written by the stand-in NeuronConfig
+        modes = {m for m in conf["modes"].split(",") if m}
+    else:  # April-2026 mapping: RUNTIME -> system trace, DRIVER -> device trace, CPU_OP -> cpu_util
+        modes = {"cpu_util"} | ({"runtime"} if runtime else set()) | ({"device"} if driver else set())
+    max_events = int(conf.get("max_events_per_nc") or 0)
+    nrt_begin(
+        conf.get("profile_output_dir") or "./output",
+        modes,
+        parse_cores(conf.get("capture_enabled_for_nc")),
+        via="kineto_plugin",
+        neff_cache_dir=conf.get("neff_cache_dir"),
+        max_events=max_events,
+    )
+    _configure_plugin(True, max_events)
+
+
+def _plugin_stop() -> None:
+    nrt_stop()
+
+
+def nrt_begin(
+    output_dir: str, modes: set[str], cores: list[int] | None, via: str,
+    neff_cache_dir: str | None = None, max_events: int = 0,
+) -> None:
     global _active
     if _active is not None:
-        raise RuntimeError("stand-in NRT: a trace session is already active (nrt_inspect_begin called twice)")
+        raise RuntimeError("stand-in NRT: a trace session is already active")
     _active = {"output_dir": output_dir, "modes": set(modes), "cores": cores, "neff_cache_dir": neff_cache_dir}
-    RECORD["nrt_begin"].append({"output_dir": output_dir, "modes": sorted(modes), "cores": cores, "via": via})
+    RECORD["nrt_begin"].append(
+        {"output_dir": output_dir, "modes": sorted(modes), "cores": cores, "via": via, "max_events_per_nc": max_events or None}
+    )
+
+
+def session_dir_name() -> str:
+    """The runtime's session directory: a 19-digit nanosecond Unix time (a real run's
+    ``1778711290599971590``); made unique in this process."""
+    stamp = time.time_ns()
+    last = _last_session.get("__stamp__")
+    if last is not None and int(last.name) >= stamp:
+        stamp = int(last.name) + 1
+    _last_session["__stamp__"] = Path(str(stamp))
+    return str(stamp)
 
 
 def nrt_stop() -> Path | None:
@@ -149,17 +266,12 @@ def nrt_stop() -> Path | None:
     global _active
     session, _active = _active, None
     if session is None:
-        raise RuntimeError("stand-in NRT: no active trace session")
+        return None
     if BEHAVIOUR["write_nothing"]:
         RECORD["nrt_stop"].append(None)
         return None
     root = Path(session["output_dir"])
-    pid_dir = root / f"{INSTANCE_ID}_pid_{os.getpid()}"
-    if BEHAVIOUR["layout"] == "timestamp":
-        now = _dt.datetime.now()
-        target = pid_dir / (now.strftime("%Y%m%d_%H%M%S") + f"_{now.microsecond // 1000:03d}")
-    else:
-        target = pid_dir
+    target = root / f"{INSTANCE_ID}_pid_{os.getpid()}" / session_dir_name()
     target.mkdir(parents=True, exist_ok=True)
     modes = session["modes"]
     if "runtime" in modes:
@@ -171,70 +283,24 @@ def nrt_stop() -> Path | None:
         (target / "host_mem.pb").write_bytes(b"stand-in host memory\n")
     if "device" in modes:
         cores = session["cores"] if session["cores"] is not None else list(range(DEVICE_COUNT))
-        body = b"" if BEHAVIOUR["empty_ntff"] else b"stand-in NTFF device trace\n"
-        for nc in cores:
-            (target / f"profile_nc_{nc}_session_0.ntff").write_bytes(body)
+        for i, nc in enumerate(cores):
+            empty = BEHAVIOUR["empty_ntff"] == "all" or (BEHAVIOUR["empty_ntff"] == "some" and i > 0)
+            (target / f"profile_nc_{nc}_session_0.ntff").write_bytes(b"" if empty else b"stand-in NTFF device trace\n")
         if BEHAVIOUR["runtime_writes_neffs"]:
-            (target / "neff_1234567890_vnc_0.neff").write_bytes(b"stand-in NEFF\n")
+            (target / "neff_1001031018598281_vnc_0.neff").write_bytes(b"stand-in NEFF\n")
         cache = session["neff_cache_dir"]
-        if cache and Path(cache).is_dir():  # NeuronConfig(neff_cache_dir=...): copied in on stop
+        if cache and Path(cache).is_dir():
+            # Docs: "cached NEFFs are copied into the profile artifact directory on stop". Which
+            # ones is not documented: the stand-in copies all of them (the worst case).
             for neff in Path(cache).rglob("*.neff"):
                 shutil.copyfile(neff, target / neff.name)
-    _last_session[str(root)] = target
+    _last_session[str(root.resolve())] = target
     RECORD["nrt_stop"].append(target)
     return target
 
 
 def last_session_dir(output_dir: str) -> Path | None:
-    return _last_session.get(str(Path(output_dir)))
-
-
-# ---- Kineto plugin ---------------------------------------------------------------------------
-
-_originals: dict[str, Any] = {}
-
-
-def _plugin_session_args(experimental_config: Any) -> tuple[str, set[str], list[int] | None, str | None]:
-    text = getattr(experimental_config, "custom_profiler_config", "") if experimental_config is not None else ""
-    conf = parse_custom_config(text or "")
-    if "modes" in conf:  # written by the stand-in NeuronConfig
-        modes = {m for m in conf["modes"].split(",") if m}
-    else:  # early plugin: PRIVATEUSE1_RUNTIME -> system trace, PRIVATEUSE1_DRIVER -> device trace
-        modes = {"runtime", "device"}
-        if conf.get("host_memory", "").lower() == "true":
-            modes |= {"cpu_util", "host_memory"}
-    return conf.get("profile_output_dir", "./output"), modes, parse_cores(conf.get("capture_enabled_for_nc")), conf.get("neff_cache_dir")
-
-
-def install_kineto_plugin() -> None:
-    """Emulate ``torch_neuronx._C._register_profiler()``: start and stop the runtime session with
-    a torch.profiler capture that asks for ``ProfilerActivity.PrivateUse1``."""
-    from torch.profiler import ProfilerActivity
-    from torch.profiler.profiler import _KinetoProfile
-
-    if "start_trace" in _originals:
-        return
-    _originals["start_trace"] = _KinetoProfile.start_trace
-    _originals["stop_trace"] = _KinetoProfile.stop_trace
-    start, stop = _KinetoProfile.start_trace, _KinetoProfile.stop_trace
-
-    def start_trace(self: Any) -> None:
-        start(self)
-        if ProfilerActivity.PrivateUse1 in self.activities:
-            out, modes, cores, cache = _plugin_session_args(self.experimental_config)
-            nrt_begin(out, modes, cores, via="kineto_plugin", neff_cache_dir=cache)
-            self._standin_nrt = True
-
-    def stop_trace(self: Any) -> None:
-        try:
-            stop(self)
-        finally:
-            if getattr(self, "_standin_nrt", False):
-                self._standin_nrt = False
-                nrt_stop()
-
-    _KinetoProfile.start_trace = start_trace  # type: ignore[method-assign]
-    _KinetoProfile.stop_trace = stop_trace  # type: ignore[method-assign]
+    return _last_session.get(str(Path(output_dir).resolve()))
 
 
 # ---- registration ----------------------------------------------------------------------------
@@ -244,7 +310,13 @@ _saved_attrs: list[tuple[Any, str, Any]] = []
 
 
 def register(package: types.ModuleType) -> None:
-    """What ``import torch_neuronx`` does: device registration, the Kineto plugin."""
+    """What ``import torch_neuronx`` does: device registration and the Kineto plugin.
+
+    TorchNeuron calls ``torch.utils.rename_privateuse1_backend("neuron")``. The rename cannot be
+    undone in a process and changes torch's defaults for every later test, so the stand-in does
+    it only when ``NEURON_STANDIN_RENAME=1`` (subprocess tests) and otherwise sets
+    ``torch.neuron`` the way ``torch._register_device_module`` does.
+    """
     from torch._C._autograd import DeviceType
     from torch._C._profiler import ProfilerActivity
 
@@ -258,18 +330,16 @@ def register(package: types.ModuleType) -> None:
     else:
         torch.neuron = package.neuron  # type: ignore[attr-defined]
         sys.modules["torch.neuron"] = package.neuron
-    install_kineto_plugin()
+    holder = _holder()
+    holder.target = sys.modules[__name__]  # type: ignore[attr-defined]
+    _configure_plugin(True)
 
 
 def uninstall() -> None:
-    """Undo :func:`register` (all but a process-wide rename, which torch cannot undo)."""
-    from torch.profiler.profiler import _KinetoProfile
-
+    """Undo :func:`register` (the plugin stays loaded but inert; the rename stays)."""
     global _active
     _active = None
-    if "start_trace" in _originals:
-        _KinetoProfile.start_trace = _originals.pop("start_trace")  # type: ignore[method-assign]
-        _KinetoProfile.stop_trace = _originals.pop("stop_trace")  # type: ignore[method-assign]
+    _configure_plugin(False)
     for obj, attr, value in reversed(_saved_attrs):
         if value is _MISSING:
             if attr in vars(obj):
@@ -284,7 +354,7 @@ def uninstall() -> None:
 
 
 def neuron_backend(gm: Any, example_inputs: Any) -> Any:
-    """The ``neuron`` torch.compile backend (registered by the real package through an entry
-    point): records the graph and runs it eagerly."""
+    """The ``neuron`` torch.compile backend (an entry point of the real package): records the
+    graph and runs it eagerly."""
     RECORD["dynamo_compiles"].append(len(list(gm.graph.nodes)))
     return gm.forward

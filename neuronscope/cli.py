@@ -137,8 +137,8 @@ def _run_rows(root: Path) -> list[dict[str, Any]]:
                 kind="comparison",
                 backend=obj.backend,
                 status="ok",
-                total_us=sum(r.time_us for r in obj.rows),
-                top_hint=f"fastest: {best.label} ({best.speedup:.2f}x)" if best else None,
+                total_us=obj.wall_time_us,  # how long compare() ran: a sum of medians means nothing
+                top_hint=f"fastest: {best.label} ({best.speedup_text(obj.rows[0])})" if best else None,
             )
         else:
             row.update(
@@ -214,7 +214,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo
+    from .demo import render_demo, run_demo
 
     cmp = run_demo(
         backend=args.backend,
@@ -222,9 +222,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
         export=not args.no_export,
         compile=not args.no_compile,
     )
-    print(cmp.table())
-    for result in cmp.results.values():
-        print(result.table(row_limit=8))
+    print(render_demo(cmp))
+    if args.verbose:
+        for result in cmp.results.values():
+            print(result.table(row_limit=8))
     if cmp.run_dir:
         print(f"written to {cmp.run_dir}")
         if args.report:
@@ -299,6 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-export", action="store_true", help="keep the results in memory only")
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile variant (it compiles for seconds on a CPU)")
     p.add_argument("--report", action="store_true", help="also write report.html into the run")
+    p.add_argument("--verbose", action="store_true", help="also print each variant's op table and hints")
     p.set_defaults(func=cmd_demo)
     return parser
 

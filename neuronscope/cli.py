@@ -131,7 +131,11 @@ def _run_rows(root: Path) -> list[dict[str, Any]]:
             rows.append(row)
             continue
         if isinstance(obj, Comparison):
-            best = max(obj.rows, key=lambda r: r.speedup, default=None)
+            # The quickest variant against the first, with its interval and noise mark; the
+            # first itself when every other is told slower.
+            best = max(obj.rows[1:] or obj.rows, key=lambda r: r.speedup, default=None)
+            if best is not None and best.verdict == "slower":
+                best = obj.rows[0]
             row.update(
                 name=obj.name,
                 kind="comparison",

@@ -467,3 +467,42 @@ def test_a_speedup_within_the_spreads_is_marked_as_noise() -> None:
     assert far.speedup_text(base) == "2.00x"
     cmp = Comparison(name="c", backend="cpu", rows=[base, near, far])
     assert "1.05x (noise)" in cmp.table() and "2.00x" in cmp.table()
+
+
+# ---- labels that share a file name (issue 21, item 13) ---------------------------------------
+def test_labels_that_map_to_one_file_name_keep_their_own_traces(inputs: Any, tmp_path: Path) -> None:
+    labels = ["fused (v1)", "fused [v1]", "FUSED (V1)"]
+    cmp = compare(
+        {label: rms_norm_fused for label in labels}, *inputs, output_dir=str(tmp_path), rounds=2, active=1, warmup=1
+    )
+    assert cmp.run_dir is not None
+    run = Path(cmp.run_dir)
+    files = [cmp.results[label].artifacts["trace"] for label in labels]
+    assert len({f.lower() for f in files}) == 3  # distinct, even on a case-blind file system
+    for label, fname in zip(labels, files):
+        with gzip.open(run / fname, "rt") as fh:
+            names = {e.get("name") for e in json.load(fh)["traceEvents"]}
+        assert f"{label}#0" in names  # each variant's file holds its own calls, no other's
+        assert not ({f"{other}#0" for other in labels if other != label} & names)
+    again = load(run)
+    assert isinstance(again, Comparison)
+    assert [again.results[label].artifacts["trace"] for label in labels] == files
+
+
+# ---- the profiled calls ----------------------------------------------------------------------
+def test_a_profiled_call_far_from_its_siblings_is_flagged(inputs: Any) -> None:
+    import time as _time
+
+    profiled: list[int] = []
+
+    def sometimes_slow(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        if torch.autograd.profiler._is_profiler_enabled:
+            profiled.append(1)
+            if len(profiled) == 2:
+                _time.sleep(0.2)  # stands for a moment the machine was busy
+        return x
+
+    cmp = compare({"v": sometimes_slow}, *inputs, export=False, rounds=2, active=3, check_outputs=False)
+    assert len(profiled) == 3
+    notes = cmp.results["v"].notes
+    assert any(n.startswith("taken under load: the 3 profiled calls of 'v' range from") for n in notes), notes

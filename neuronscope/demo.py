@@ -27,7 +27,7 @@ EPS = 1e-6
 #: What the study measured on Trainium (device time per call; ../shared/CONTRACT.md).
 STUDY = (
     "On Trainium the study measured 2,355 us of device time for the hand-written form over its six ops, "
-    "against 403.3 us for one aten::_fused_rms_norm and 375.5 us for one compiled region (about 6x)"
+    "against 403.3 us for one aten::_fused_rms_norm and 375.5 us for the torch.compile version, one region (about 6x)"
 )
 #: Why a CPU shows less: what fusion saves on an accelerator is mostly per-op cost.
 CPU_DIFFERS = (

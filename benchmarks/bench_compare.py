@@ -20,6 +20,7 @@ unprofiled timing, which is the same code with the profiler on.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import multiprocessing as mp
 import os
@@ -33,9 +34,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch
-from _common import environment  # noqa: E402  (puts the repository on sys.path)
+from _common import environment
 
-from neuronscope import compare  # noqa: E402
+from neuronscope import compare
 
 
 def _spin(stop: Any, seed: int) -> None:
@@ -73,6 +74,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=200_000, help="elements of the input (default 200000)")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads (default: all cores, torch's own default)")
     parser.add_argument("--quick", action="store_true", help="10 runs")
+    parser.add_argument("--dump", default=None, help="write every run's per-round timings to this JSON file")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)  # _common pins 1 for the overhead benchmarks
     runs = 10 if args.quick else args.runs
@@ -88,12 +90,14 @@ def main() -> None:
     same_ratios: list[float] = []
     double_ratios: list[float] = []
     seconds: list[float] = []
+    timings: list[dict[str, Any]] = []
     t0 = time.perf_counter()
     try:
         for i in range(runs):
             t = time.perf_counter()
             cmp = compare({"base": _base, "same": _same, "double": _double}, x, enabled=False, seed=i)
             seconds.append(time.perf_counter() - t)
+            timings.append(cmp.timing)
             same, double = cmp.row("same"), cmp.row("double")
             same_ratios.append(same.speedup)
             double_ratios.append(double.speedup)
@@ -107,6 +111,8 @@ def main() -> None:
         stop.set()
         for p in loaders:
             p.join(timeout=5)
+    if args.dump:
+        Path(args.dump).write_text(json.dumps(timings))
     print(f"identical variants marked noise: {same_ok} of {runs} ({100 * same_ok / runs:.0f}%)")
     print(f"2x pair found (verdict slower):  {double_ok} of {runs} ({100 * double_ok / runs:.0f}%)")
     print(f"both right in the same run:      {both_ok} of {runs}")

@@ -381,9 +381,11 @@ def compare(variants: Mapping[str, Callable[..., Any]], *args: Any, **options: A
 
     Options: the shared ones (``name``, ``backend``, ``output_dir``, ``export``, ``warmup``,
     ``active``, ``record_shapes``, ``enabled``, ...), and ``time_budget`` (seconds for the
-    timing rounds, default 10: as many rounds as fit, 10 to 100, at least 5), ``rounds`` (a
-    fixed number instead), ``confidence``, ``seed`` (of the bootstrap), ``timer`` (the clock,
-    seconds; inject one to test), ``check_outputs``, ``rtol``, ``atol``. Any other keyword
+    timing rounds, default 10: as many rounds as fit, 20 to 200; on a machine slower than
+    planned the rounds run past the budget to reach 20, but stop at three budgets with at
+    least 5), ``rounds`` (a fixed number instead), ``confidence``, ``seed`` (of the
+    bootstrap), ``timer`` (the clock, seconds; inject one to test), ``check_outputs``,
+    ``rtol``, ``atol``. Any other keyword
     goes to the callables, except one that looks like an option's name (``activ=``) and that
     not every variant names as a parameter: that raises :class:`ConfigError`; pass such
     keywords as ``call_kwargs={...}``. Outputs are checked against the first variant's unless

@@ -390,6 +390,13 @@ def test_top_level_ops_counts_only_what_the_range_dispatched() -> None:
     t.append("aten::pow", KIND_OP, 1, 220, 230)
     t.append("aten::mul", KIND_OP, 1, 400, 410)  # outside every range
     assert top_level_ops(t, ["v#0", "v#1"]) == {"v#0": 2, "v#1": 1}
+    ops = dispatched_ops(t, ["v#0", "v#1"])
+    # "total" counts the nested ops too: aten::sum in aten::mean, aten::pow in aten::rms_norm.
+    assert (ops["v#0"].dispatched, ops["v#0"].total) == (2, 3)
+    assert (ops["v#1"].dispatched, ops["v#1"].total) == (1, 2)
+    # Inclusive times (ns in the table, us here) of the dispatched ops only: the row's top op.
+    assert ops["v#0"].inclusive_us == {"aten::mean": 0.015, "aten::mul": 0.009}
+    assert ops["v#1"].inclusive_us == {"aten::rms_norm": 0.08}
 
 
 # ---- notebooks and data tools ----------------------------------------------------------------

@@ -10,8 +10,7 @@ from typing import Any
 import pytest
 import torch
 
-from neuronscope import compare
-from neuronscope import stats
+from neuronscope import compare, stats
 from neuronscope.report import fmt_us
 from neuronscope.timing import (
     FLOOR_ROUNDS,

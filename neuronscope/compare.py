@@ -32,9 +32,10 @@ from .capture import Backend, Capture, resolve_backend
 from .compare_export import adopt_session_files, export_comparison
 from .config import Options, build_options, disabled_by_env
 from .errors import ConfigError, NeuronscopeError
-from .events import KIND_ANNOTATION, EventTable, table_from_profiler
+from .events import table_from_profiler
 from .outputs import DEFAULT_ATOL, DEFAULT_RTOL, outputs_agree
 from .pipeline import build_result, now_iso
+from .range_ops import NOT_WORK_OPS, RangeOps, dispatched_ops, top_level_ops
 from .region import warn_user
 from .report import fmt_us, render_result
 from .result import Comparison, ComparisonRow, Hint, ProfileResult
@@ -63,9 +64,6 @@ COMPARE_WARMUP = 3
 #: Profiled calls per variant (the ``active`` option): the op counts are their median, so one
 #: call that the scheduler interrupted does not change them.
 COMPARE_PROFILED = 3
-#: Top-level events that are bookkeeping, not work: Dynamo checks its cache before every call
-#: of a compiled function. Left in, every compiled variant would count one op too many.
-NOT_WORK_OPS = frozenset({"TorchDynamo Cache Lookup"})
 #: Options only compare() takes (the shared ones are :class:`~neuronscope.config.Options`).
 COMPARE_ONLY = frozenset(
     {"check_outputs", "rtol", "atol", "call_kwargs", "rounds", "time_budget", "confidence", "seed", "timer"}
@@ -164,60 +162,6 @@ def ensure_log_handler() -> None:
     log.propagate = False
     if log.level == logging.NOTSET:
         log.setLevel(logging.INFO)
-
-
-# ---- counting the ops a call dispatched --------------------------------------------------------
-@dataclass
-class RangeOps:
-    """The ops inside one labelled range: ``dispatched`` by the range's own code (ops nested
-    in other ops left out), ``total`` (every op, nested ones included), and each dispatched
-    op's inclusive time in microseconds."""
-
-    dispatched: int = 0
-    total: int = 0
-    inclusive_us: dict[str, float] | None = None
-
-
-def dispatched_ops(table: EventTable, range_names: list[str]) -> dict[str, RangeOps]:
-    """The ops inside each named range (see :class:`RangeOps`). Ops inside user annotations
-    within the range count as the range's own; :data:`NOT_WORK_OPS` are not counted.
-
-    For the hand-written RMSNorm that is six dispatched ops (pow, mean, add, rsqrt, mul, mul),
-    for ``torch.rms_norm`` one (``aten::rms_norm``, which on a CPU runs pow, mean, ... inside
-    it: those count in ``total``), for a ``torch.compile``d function one compiled region.
-    """
-    wanted = set(range_names)
-    out = {name: RangeOps(inclusive_us={}) for name in range_names}
-    by_thread: dict[int, list[int]] = {}
-    for i in range(len(table)):
-        by_thread.setdefault(table.tids[i], []).append(i)
-    starts, ends, kinds, names = table.starts, table.ends, table.kinds, table.names
-    for indices in by_thread.values():
-        indices.sort(key=lambda i: (starts[i], -ends[i]))
-        stack: list[int] = []
-        for i in indices:
-            while stack and ends[stack[-1]] <= starts[i]:
-                stack.pop()
-            if kinds[i] != KIND_ANNOTATION and names[i] not in NOT_WORK_OPS:
-                nested = False
-                for j in reversed(stack):
-                    if kinds[j] != KIND_ANNOTATION:
-                        nested = True  # inside another op: that op is the one dispatched
-                    elif names[j] in wanted:
-                        ops = out[names[j]]
-                        ops.total += 1
-                        if not nested:
-                            ops.dispatched += 1
-                            assert ops.inclusive_us is not None
-                            ops.inclusive_us[names[i]] = ops.inclusive_us.get(names[i], 0.0) + (ends[i] - starts[i]) / 1e3
-                        break
-            stack.append(i)
-    return out
-
-
-def top_level_ops(table: EventTable, range_names: list[str]) -> dict[str, int]:
-    """How many ops each named range dispatched itself (``RangeOps.dispatched``)."""
-    return {name: ops.dispatched for name, ops in dispatched_ops(table, range_names).items()}
 
 
 # ---- phases --------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The study that motivated neuronscope: hand-written RMSNorm vs torch.rms_norm vs
 torch.compile, side by side on whatever backend is present.
 
-Run:  python examples/rms_norm_study.py [--output-dir DIR] [--no-compile]
+Run:  python examples/rms_norm_study.py [--output-dir DIR] [--no-compile] [--time-budget SECONDS]
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--output-dir", default=None)
     parser.add_argument("--no-compile", action="store_true")
+    parser.add_argument("--time-budget", type=float, default=10.0, help="seconds for the timing rounds")
     args = parser.parse_args()
     torch.manual_seed(0)
     x = torch.randn(8, 256, 1024)
@@ -33,8 +34,13 @@ def main() -> None:
     variants = {"naive": rms_norm_naive, "fused": rms_norm_fused}
     if not args.no_compile:
         variants["compiled"] = torch.compile(rms_norm_naive)
-    cmp = neuronscope.compare(variants, x, weight, name="rms_norm_study", output_dir=args.output_dir)
+    cmp = neuronscope.compare(
+        variants, x, weight, name="rms_norm_study", output_dir=args.output_dir, time_budget=args.time_budget
+    )
     print(cmp.table())
+    for row in cmp.rows[1:]:
+        # "faster" / "slower" only when the interval of the speedup excludes 1.0; else "noise".
+        print(f"{row.label}: {row.verdict}, {row.speedup_text(cmp.rows[0])} against {cmp.rows[0].label}")
     naive = cmp.results["naive"]
     for hint in naive.hints:
         print(hint.message)

@@ -148,14 +148,18 @@ def _run_rows(root: Path) -> list[dict[str, Any]]:
             rows.append(row)
             continue
         if isinstance(obj, Comparison):
-            best = max(obj.rows, key=lambda r: r.speedup, default=None)
+            # The quickest variant against the first, with its interval and noise mark; the
+            # first itself when every other is told slower.
+            best = max(obj.rows[1:] or obj.rows, key=lambda r: r.speedup, default=None)
+            if best is not None and best.verdict == "slower":
+                best = obj.rows[0]
             row.update(
                 name=obj.name,
                 kind="comparison",
                 backend=obj.backend,
                 status="ok",
-                total_us=sum(r.time_us for r in obj.rows),
-                top_hint=f"fastest: {best.label} ({best.speedup:.2f}x)" if best else None,
+                total_us=obj.wall_time_us,  # how long compare() ran: a sum of medians means nothing
+                top_hint=f"fastest: {best.label} ({best.speedup_text(obj.rows[0])})" if best else None,
             )
         else:
             row.update(
@@ -237,7 +241,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo
+    from .demo import render_demo, run_demo
 
     cmp = run_demo(
         backend=args.backend,
@@ -245,9 +249,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
         export=not args.no_export,
         compile=not args.no_compile,
     )
-    _out(cmp.table())
-    for result in cmp.results.values():
-        _out(result.table(row_limit=8))
+    _out(render_demo(cmp))
+    if args.verbose:
+        for result in cmp.results.values():
+            _out(result.table(row_limit=8))
     if cmp.run_dir:
         _out(f"written to {cmp.run_dir}")
         if args.report:
@@ -324,6 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-export", action="store_true", help="keep the results in memory only")
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile variant (it compiles for seconds on a CPU)")
     p.add_argument("--report", action="store_true", help="also write report.html into the run")
+    p.add_argument("--verbose", action="store_true", help="also print each variant's op table and hints")
     p.set_defaults(func=cmd_demo)
     p = sub.add_parser(
         "doctor",

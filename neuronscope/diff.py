@@ -11,7 +11,8 @@ from typing import Any
 
 from tabulate import tabulate
 
-from .result import ProfileResult, _fmt_us
+from .report import fmt_us
+from .result import ProfileResult
 
 __all__ = ["diff_results", "render_diff"]
 
@@ -74,7 +75,7 @@ NAMES_LISTED = 10
 
 
 def _signed(us: float) -> str:
-    return ("+" if us >= 0 else "-") + _fmt_us(abs(us))
+    return ("+" if us >= 0 else "-") + fmt_us(abs(us))
 
 
 def render_diff(d: dict[str, Any], row_limit: int = 25) -> str:
@@ -83,8 +84,8 @@ def render_diff(d: dict[str, Any], row_limit: int = 25) -> str:
         [
             r["op"],
             r["status"],
-            _fmt_us(r["time_a_us"]) if r["status"] != "added" else "-",
-            _fmt_us(r["time_b_us"]) if r["status"] != "removed" else "-",
+            fmt_us(r["time_a_us"]) if r["status"] != "added" else "-",
+            fmt_us(r["time_b_us"]) if r["status"] != "removed" else "-",
             _signed(r["delta_us"]),
             f"{r['calls_a']} -> {r['calls_b']}",
         ]
@@ -92,8 +93,8 @@ def render_diff(d: dict[str, Any], row_limit: int = 25) -> str:
     ]
     ratio = d["total_ratio"]
     head = "\n".join(
-        f"{key.upper()}: {side['name']} ({side['backend']}) total {_fmt_us(side['total_us'])}"
-        f" (wall {_fmt_us(side['wall_time_us'])})" + (f"  {side['run_dir']}" if side.get("run_dir") else "")
+        f"{key.upper()}: {side['name']} ({side['backend']}) total {fmt_us(side['total_us'])}"
+        f" (wall {fmt_us(side['wall_time_us'])})" + (f"  {side['run_dir']}" if side.get("run_dir") else "")
         for key, side in (("a", d["a"]), ("b", d["b"]))
     )
     head += f"\nchange in total: {_signed(d['total_delta_us'])}" + (

@@ -24,6 +24,7 @@ __all__ = [
     "breakdown_dataframe",
     "comparison_dataframe",
     "comparison_html_table",
+    "comparison_legend",
     "fmt_us",
     "ops_dataframe",
     "printable",
@@ -147,24 +148,45 @@ def render_result(result: ProfileResult, row_limit: int = 15) -> str:
     return printable("\n\n".join(parts) + "\n")
 
 
-def render_comparison(cmp: Comparison) -> str:
-    """The comparison table: variant, time, spread, ops, top op, speedup, top hint."""
-    rows = []
+def _comparison_cells(cmp: Comparison) -> tuple[list[str], list[list[Any]]]:
+    """The comparison's headers and rows, shared by the text and the HTML table."""
     base = cmp.rows[0] if cmp.rows else None
+    device = any(r.device_time_us is not None for r in cmp.rows)
+    headers = ["Variant", "Time", "Spread", "Speedup", "Ops/call (all)", "Top op"]
+    headers += ["Device/call"] if device else []
+    headers += ["Outputs agree", "Top hint"]
+    rows = []
     for r in cmp.rows:
-        spread = "" if r.spread_us is None else f"±{_fmt_us(r.spread_us)}"
-        match = "" if r.outputs_match is None else ("yes" if r.outputs_match else "NO")
-        rows.append(
-            [r.label, _fmt_us(r.time_us), spread, r.op_count, r.top_op or "-", r.speedup_text(base), match, r.top_hint or ""]
-        )
-    text = tabulate(
-        rows,
-        headers=["Variant", "Time", "Spread", "Ops/call", "Top op", "Speedup", "Outputs agree", "Top hint"],
-        tablefmt="simple",
-        disable_numparse=True,
-    )
+        ops = f"{r.op_count}" + ("" if r.all_op_count is None else f" ({r.all_op_count})")
+        row = [r.label, _fmt_us(r.time_us), "" if r.spread_us is None else f"±{_fmt_us(r.spread_us)}", r.speedup_text(base), ops, r.top_op or "-"]
+        row += [_fmt_us(r.device_time_us)] if device else []
+        row += ["" if r.outputs_match is None else ("yes" if r.outputs_match else "NO"), r.top_hint or ""]
+        rows.append(row)
+    return headers, rows
+
+
+def comparison_legend(cmp: Comparison) -> list[str]:
+    """What the columns mean, for a comparison timed in rounds (none for older runs)."""
+    if not cmp.rows or cmp.rows[-1].verdict is None:
+        return []
+    first = cmp.rows[0]
+    conf = cmp.timing.get("confidence")
+    level = f"{conf * 100:g}% " if isinstance(conf, (int, float)) else ""
+    return [
+        (f"Time: median per call over {first.repeats} interleaved rounds of unprofiled calls (Spread: half the IQR). "
+        f"Speedup: median over the rounds of {first.label}'s time over the variant's in the same round, "
+        f"[{level}interval]; (noise): the interval holds 1.0."),
+        ("Ops/call: ops the variant's own code dispatched per profiled call (all: with the ops they ran inside); "
+        "Top op: the costliest of those."),
+    ]
+
+
+def render_comparison(cmp: Comparison) -> str:
+    """The comparison table: variant, time, spread, speedup, ops, top op, top hint."""
+    headers, rows = _comparison_cells(cmp)
+    text = tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
     head = f"neuronscope compare: {cmp.name}" + (f" [{cmp.backend}]" if cmp.backend else "")
-    notes = "".join(f"\nnote: {n}" for n in cmp.notes)
+    notes = "".join(f"\n{line}" for line in comparison_legend(cmp)) + "".join(f"\nnote: {n}" for n in cmp.notes)
     return f"{head}\n{text}{notes}\n"
 
 
@@ -193,22 +215,9 @@ def result_html_table(result: ProfileResult, row_limit: int = 15) -> str:
 
 def comparison_html_table(cmp: Comparison) -> str:
     """An HTML table of the comparison, the same columns as :func:`render_comparison`."""
-    rows = [
-        [
-            r.label,
-            _fmt_us(r.time_us),
-            "" if r.spread_us is None else f"±{_fmt_us(r.spread_us)}",
-            r.op_count,
-            r.top_op or "-",
-            r.speedup_text(cmp.rows[0]),
-            "" if r.outputs_match is None else ("yes" if r.outputs_match else "NO"),
-            r.top_hint or "",
-        ]
-        for r in cmp.rows
-    ]
-    headers = ["Variant", "Time", "Spread", "Ops/call", "Top op", "Speedup", "Outputs agree", "Top hint"]
+    headers, rows = _comparison_cells(cmp)
     caption = html.escape(cmp.name + (f" [{cmp.backend}]" if cmp.backend else ""))
-    notes = "".join(f"<li>{html.escape(n)}</li>" for n in cmp.notes)
+    notes = "".join(f"<li>{html.escape(n)}</li>" for n in comparison_legend(cmp) + cmp.notes)
     return f"<div><b>{caption}</b>" + _html_table(headers, rows) + (f"<ul>{notes}</ul>" if notes else "") + "</div>"
 
 

@@ -101,6 +101,10 @@ def _opt_float(value: Any) -> float | None:
     return out
 
 
+def _opt_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
 def _opt_str(value: Any) -> str | None:
     """A text field that may be absent: None stays None, anything else becomes its text (a
     hand-edited or foreign file may hold a number where a name belongs)."""
@@ -539,14 +543,33 @@ class ComparisonRow:
     outputs_match: bool | None = None
     #: Seconds the unprofiled warm-up calls took (compilation shows here, not in ``time_us``).
     warmup_s: float | None = None
+    #: The speedup's interval (``stats.DEFAULT_CONFIDENCE``, a paired bootstrap over the
+    #: rounds); None for the first variant and for runs saved before intervals existed.
+    speedup_low: float | None = None
+    speedup_high: float | None = None
+    #: ``"baseline"``, ``"faster"``, ``"slower"`` or ``"noise"`` (the interval holds 1.0).
+    verdict: str | None = None
+    #: Calls per timed sample (``repeats`` samples, one per round, give ``time_us``).
+    calls_per_round: int | None = None
+    #: Every op a call ran, the ops nested inside other ops included (``op_count`` counts only
+    #: the ops the variant's own code dispatched), from the profiled calls.
+    all_op_count: int | None = None
+    #: Device time per profiled call (median), where the backend records device time.
+    device_time_us: float | None = None
+    #: Calls run under the profiler for the op table and hints (not timed).
+    profiled_calls: int | None = None
 
     def __getitem__(self, key: str) -> Any:
         return getattr(self, key)
 
     def speedup_text(self, base: ComparisonRow | None) -> str:
-        """``"1.43x"``, or ``"0.94x (noise)"`` where the two times differ by less than their
-        spreads together: on a shared machine such a difference is not one."""
+        """``"1.43x [1.30-1.58]"``, ``"1.02x [0.97-1.08] (noise)"`` when the interval holds
+        1.0. A row saved without an interval is marked noise when the two times differ by
+        less than their spreads together."""
         text = f"{self.speedup:.2f}x"
+        if self.speedup_low is not None and self.speedup_high is not None:
+            text += f" [{self.speedup_low:.2f}-{self.speedup_high:.2f}]"
+            return text + (" (noise)" if self.verdict == "noise" else "")
         if base is None or base is self or self.spread_us is None or base.spread_us is None:
             return text
         if abs(self.time_us - base.time_us) <= self.spread_us + base.spread_us:
@@ -570,6 +593,13 @@ class ComparisonRow:
             repeats=int(d.get("repeats", 1)),
             outputs_match=d.get("outputs_match"),
             warmup_s=_opt_float(d.get("warmup_s")),
+            speedup_low=_opt_float(d.get("speedup_low")),
+            speedup_high=_opt_float(d.get("speedup_high")),
+            verdict=_opt_str(d.get("verdict")),
+            calls_per_round=_opt_int(d.get("calls_per_round")),
+            all_op_count=_opt_int(d.get("all_op_count")),
+            device_time_us=_opt_float(d.get("device_time_us")),
+            profiled_calls=_opt_int(d.get("profiled_calls")),
         )
 
 
@@ -585,6 +615,10 @@ class Comparison:
     backend: str | None = None
     notes: list[str] = field(default_factory=list)
     started_at: str | None = None
+    #: How long compare() ran, warm-up, timing and profiling included (not a sum of rows).
+    wall_time_us: float | None = None
+    #: How the times and intervals were taken (rounds, time budget, confidence, seed, ...).
+    timing: dict[str, Any] = field(default_factory=dict)
 
     def __iter__(self) -> Iterator[ComparisonRow]:
         return iter(self.rows)
@@ -627,6 +661,8 @@ class Comparison:
             "backend": self.backend,
             "notes": self.notes,
             "started_at": self.started_at,
+            "wall_time_us": self.wall_time_us,
+            "timing": self.timing,
         }
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -644,6 +680,8 @@ class Comparison:
                 backend=data.get("backend"),
                 notes=[str(n) for n in data.get("notes") or []],
                 started_at=data.get("started_at"),
+                wall_time_us=_opt_float(data.get("wall_time_us")),
+                timing=dict(data.get("timing") or {}),
             )
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
             raise RunLoadError(_malformed("comparison", exc)) from exc

@@ -115,6 +115,9 @@ class Owner:
     #: Whether re-entering this owner inside its own quiet pass may be a skipped exit (a region
     #: entered by hooks) rather than recursion; decorated calls always pair their exits.
     reentry_check = False
+    #: Whether a capture of this owner logs its one line when it ends (compare() says what it
+    #: measured itself, and exports the comparison as a whole).
+    announce = True
 
     def __init__(self, options: Options, name: str, target: str | None, window: CallWindow | None) -> None:
         self.options = options
@@ -337,7 +340,7 @@ def _quiet(owner: Owner, frame: FrameType | None) -> Entry:
 
 
 def _start_capture(owner: Owner) -> Entry:
-    session = Session(owner.options, owner.name, owner.target, skipped=owner.skipped_so_far)
+    session = Session(owner.options, owner.name, owner.target, skipped=owner.skipped_so_far, announce=owner.announce)
     entry = _push(CAPTURE, owner)
     entry.session = session
     try:

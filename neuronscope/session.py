@@ -42,11 +42,13 @@ class Session:
         name: str,
         target: str | None,
         skipped: Callable[[], int] | None = None,
+        announce: bool = True,
     ) -> None:
         self.options = options
         self.name = name
         self.target = target
         self.skipped = skipped
+        self.announce = announce
         self.backend: Backend | None = None
         self.capture: CaptureSession | None = None
         self.record: CaptureRecord | None = None
@@ -119,7 +121,8 @@ class Session:
         _distributed.finish(self.dist, result, self.run_dir, hints=self.options.hints)
         if self.options.export:
             self._export(result, record.prof)
-        announce_result(result, self.options.print_summary)
+        if self.announce:
+            announce_result(result, self.options.print_summary)
         if record.interrupted is not None:
             raise record.interrupted
         return result

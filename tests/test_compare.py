@@ -25,9 +25,10 @@ from neuronscope import (
     neuron_region,
 )
 from neuronscope.compare import (
-    COMPARE_REPEATS,
+    COMPARE_PROFILED,
     NOT_WORK_OPS,
     adopt_session_files,
+    dispatched_ops,
     outputs_agree,
     top_level_ops,
 )
@@ -38,6 +39,7 @@ from neuronscope.region import NeuronscopeWarning, ensure_no_capture_running
 from neuronscope.result import ComparisonRow
 
 SHAPE = (2, 16, 64)  # small: the suite measures behaviour, not speed
+ROUNDS = 6  # timing rounds where a test looks at anything but the timing
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +67,9 @@ def study(tmp_path_factory: pytest.TempPathFactory, inputs: Any) -> tuple[Compar
     level = logger.level
     logger.setLevel(logging.INFO)  # pytest's root handler would leave it at WARNING
     try:
-        cmp = compare({"naive": rms_norm_naive, "fused": rms_norm_fused}, *inputs, name="rms", output_dir=str(root))
+        cmp = compare(
+            {"naive": rms_norm_naive, "fused": rms_norm_fused}, *inputs, name="rms", output_dir=str(root), rounds=ROUNDS
+        )
     finally:
         logger.removeHandler(records)
         logger.setLevel(level)
@@ -78,21 +82,32 @@ def test_rows_read_like_the_study(study: tuple[Comparison, list[str]]) -> None:
     assert isinstance(cmp, Comparison)
     assert [r.label for r in cmp.rows] == ["naive", "fused"]
     naive, fused = cmp.row("naive"), cmp.row("fused")
-    # Ops dispatched per call: pow, mean, add, rsqrt, mul, mul against one aten::rms_norm.
+    # Ops dispatched per call: pow, mean, add, rsqrt, mul, mul against one aten::rms_norm,
+    # which on a CPU runs more ops inside it than the hand-written form: "all" says so.
     assert naive.op_count == 6
     assert fused.op_count == 1
-    assert naive.speedup == 1.0
-    assert fused.speedup == pytest.approx(naive.time_us / fused.time_us)
+    assert fused.top_op == "aten::rms_norm"  # the costliest op the variant dispatched, never a nested one
+    assert naive.top_op in {"aten::pow", "aten::mean", "aten::add", "aten::rsqrt", "aten::mul"}
+    assert fused.all_op_count is not None and fused.all_op_count > fused.op_count
+    assert naive.speedup == 1.0 and naive.verdict == "baseline" and naive.speedup_low is None
+    per_call = cmp.timing["per_call_us"]
+    # The speedup is the median over the rounds of the baseline's time over the variant's.
+    ratios = [a / b for a, b in zip(per_call["naive"], per_call["fused"])]
+    assert fused.speedup == pytest.approx(statistics.median(ratios))
+    assert fused.speedup_low is not None and fused.speedup_high is not None
+    assert fused.speedup_low <= fused.speedup <= fused.speedup_high
+    assert fused.verdict in {"faster", "slower", "noise"}
     for row in cmp.rows:
         result = cmp.results[row.label]
-        assert row.repeats == COMPARE_REPEATS
-        assert row.top_op == result.ops[0].name
+        assert row.repeats == ROUNDS == len(per_call[row.label])
+        assert row.profiled_calls == COMPARE_PROFILED
+        assert row.calls_per_round is not None and row.calls_per_round >= 1
         assert row.outputs_match is True
         assert row.spread_us is not None and row.spread_us >= 0
         assert row.warmup_s is not None and row.warmup_s >= 0
-        # On the CPU a variant's time is the median of its calls' inclusive times.
-        per_call = [result.regions[f"{row.label}#{i}"].time_us for i in range(row.repeats)]
-        assert row.time_us == pytest.approx(statistics.median(per_call))
+        # A variant's time is the median of its unprofiled per-call times over the rounds.
+        assert row.time_us == pytest.approx(statistics.median(per_call[row.label]))
+        assert {f"{row.label}#{i}" for i in range(COMPARE_PROFILED)} <= set(result.regions)
         assert result.name == row.label and result.backend == "cpu" and result.status == "ok"
         assert all(o.self_device_us is None for o in result.ops)  # no silent zeros on the CPU
         # The row's top hint is the variant's first hint, its saving per call like the time.
@@ -113,6 +128,11 @@ def test_progress_lines_name_the_variant_and_the_warm_up(study: tuple[Comparison
     joined = "\n".join(messages)
     assert "[1/2] naive: warming up (3 calls)" in joined
     assert "[2/2] fused: warm-up took" in joined
+    assert f"timing naive, fused in {ROUNDS} interleaved rounds of unprofiled calls" in joined
+    assert "[2/2] fused: profiling 3 calls for the op table and hints" in joined
+    # Each phase is announced before it starts.
+    order = [next(i for i, m in enumerate(messages) if key in m) for key in ("warming up", "timing", "profiling", "done")]
+    assert order == sorted(order)
     assert "done ->" in joined and "neuronscope show" in joined
     # The per-capture line ("kept in memory, not exported") would be wrong inside compare().
     assert not any("kept in memory" in m for m in messages)
@@ -142,7 +162,7 @@ def test_merged_trace_holds_every_variant_on_one_timeline(study: tuple[Compariso
         trace = json.load(fh)
     events = trace["traceEvents"]
     names = {e.get("name") for e in events}
-    assert {"naive#0", "naive#4", "fused#0", "fused#4", "PyTorch Profiler (naive)", "PyTorch Profiler (fused)"} <= names
+    assert {"naive#0", "naive#2", "fused#0", "fused#2", "PyTorch Profiler (naive)", "PyTorch Profiler (fused)"} <= names
     start = {e["name"]: e["ts"] for e in events if e.get("name") in ("naive#0", "fused#0")}
     assert start["naive#0"] < start["fused#0"]  # they ran one after another
     meta = [json.dumps(e, sort_keys=True) for e in events if e.get("ph") == "M"]
@@ -150,16 +170,16 @@ def test_merged_trace_holds_every_variant_on_one_timeline(study: tuple[Compariso
 
 
 def test_export_false_keeps_it_in_memory(inputs: Any, tmp_path: Path) -> None:
-    cmp = compare({"a": rms_norm_naive}, *inputs, export=False, output_dir=str(tmp_path), active=2, warmup=1)
+    cmp = compare({"a": rms_norm_naive}, *inputs, export=False, output_dir=str(tmp_path), active=2, warmup=1, rounds=3)
     assert cmp.run_dir is None and list(tmp_path.iterdir()) == []
-    assert cmp.row("a").repeats == 2 and cmp.row("a").speedup == 1.0
+    assert cmp.row("a").repeats == 3 and cmp.row("a").profiled_calls == 2 and cmp.row("a").speedup == 1.0
 
 
 def test_export_failure_warns_and_keeps_the_comparison(inputs: Any, tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     with pytest.warns(NeuronscopeWarning, match="could not export") as record:
-        cmp = compare({"a": rms_norm_naive}, *inputs, output_dir=str(blocker), active=1, warmup=0)
+        cmp = compare({"a": rms_norm_naive}, *inputs, output_dir=str(blocker), active=1, warmup=0, rounds=2)
     assert cmp.run_dir is None and cmp.rows[0].label == "a"
     assert record[0].filename == __file__  # the warning names the caller's line
 
@@ -170,7 +190,7 @@ def test_compilation_stays_in_the_warm_up(inputs: Any, tmp_path: Path) -> None:
     # compile, which costs 25 s cold on a 2-core machine; the guard is the same either way.
     torch._dynamo.reset()
     compiled = torch.compile(rms_norm_naive, backend="aot_eager")
-    cmp = compare({"naive": rms_norm_naive, "compiled": compiled}, *inputs, export=False, active=3)
+    cmp = compare({"naive": rms_norm_naive, "compiled": compiled}, *inputs, export=False, active=3, rounds=ROUNDS)
     row = cmp.row("compiled")
     assert row.warmup_s is not None and row.warmup_s * 1e6 > 20 * row.time_us
     assert row.outputs_match is True
@@ -185,7 +205,7 @@ def test_outputs_that_differ_are_said_to_differ(inputs: Any) -> None:
         return rms_norm_naive(x, w) + 0.5
 
     with pytest.warns(NeuronscopeWarning, match="outputs of 'wrong' differ from 'naive'"):
-        cmp = compare({"naive": rms_norm_naive, "wrong": wrong}, *inputs, export=False, active=2, warmup=1)
+        cmp = compare({"naive": rms_norm_naive, "wrong": wrong}, *inputs, export=False, active=2, warmup=1, rounds=2)
     assert cmp.row("naive").outputs_match is True
     assert cmp.row("wrong").outputs_match is False
     assert any("max abs difference" in n for n in cmp.notes)
@@ -198,7 +218,9 @@ def test_output_check_can_be_switched_off(inputs: Any) -> None:
 
     with warnings.catch_warnings():
         warnings.simplefilter("error", NeuronscopeWarning)
-        cmp = compare({"a": rms_norm_naive, "b": wrong}, *inputs, export=False, active=1, warmup=0, check_outputs=False)
+        cmp = compare(
+            {"a": rms_norm_naive, "b": wrong}, *inputs, export=False, active=1, warmup=0, check_outputs=False, rounds=2
+        )
     assert [r.outputs_match for r in cmp.rows] == [None, None]
     assert cmp.notes == []
 
@@ -207,7 +229,7 @@ def test_tolerances_are_options(inputs: Any) -> None:
     def off(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return rms_norm_naive(x, w) + 0.01
 
-    cmp = compare({"a": rms_norm_naive, "b": off}, *inputs, export=False, active=1, warmup=0, atol=0.1)
+    cmp = compare({"a": rms_norm_naive, "b": off}, *inputs, export=False, active=1, warmup=0, atol=0.1, rounds=2)
     assert cmp.row("b").outputs_match is True
 
 
@@ -233,7 +255,7 @@ def test_keyword_arguments_reach_the_callables(inputs: Any) -> None:
         seen.append((eps, name))
         return x
 
-    compare({"f": f}, *inputs, eps=0.25, call_kwargs={"name": "mine"}, export=False, active=1, warmup=1)
+    compare({"f": f}, *inputs, eps=0.25, call_kwargs={"name": "mine"}, export=False, active=1, warmup=1, rounds=2)
     assert seen and all(s == (0.25, "mine") for s in seen)
 
 
@@ -279,7 +301,7 @@ def test_user_exception_in_capture_passes_through_unchanged(inputs: Any, tmp_pat
         return x
 
     with pytest.raises(KeyError) as info:
-        compare({"flaky": flaky}, *inputs, warmup=1, output_dir=str(tmp_path))
+        compare({"flaky": flaky}, *inputs, warmup=1, output_dir=str(tmp_path), rounds=2)
     assert info.value is err
     assert ensure_no_capture_running() and not torch.autograd.profiler._is_profiler_enabled
     assert list(tmp_path.iterdir()) == []
@@ -293,19 +315,64 @@ def test_compare_inside_a_capture_is_refused(inputs: Any) -> None:
 
 def test_disabled_compare_only_times(inputs: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("NEURONSCOPE_DISABLE", "1")
-    cmp = compare({"a": rms_norm_naive, "b": rms_norm_fused}, *inputs, active=3, warmup=1, output_dir=tmp_path)
-    assert [r.repeats for r in cmp.rows] == [3, 3]
+    cmp = compare({"a": rms_norm_naive, "b": rms_norm_fused}, *inputs, active=3, warmup=1, output_dir=tmp_path, rounds=3)
+    assert [r.repeats for r in cmp.rows] == [3, 3] and [r.profiled_calls for r in cmp.rows] == [0, 0]
     assert all(r.time_us > 0 and r.op_count == 0 and r.top_op is None for r in cmp.rows)
     assert cmp.results["a"].ops == [] and any("disabled" in n for n in cmp.notes)
     assert cmp.run_dir is None and list(tmp_path.iterdir()) == []  # the kill switch writes nothing
 
 
-def test_a_mistyped_option_is_named_on_the_users_own_error(inputs: Any, caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="neuronscope"), pytest.raises(TypeError) as info:
-        compare({"a": rms_norm_naive}, *inputs, bakend="cpu", export=False)
-    assert "unexpected keyword argument 'bakend'" in str(info.value)  # the user's own error
-    said = getattr(info.value, "__notes__", []) if sys.version_info >= (3, 11) else [r.getMessage() for r in caplog.records]
-    assert any("did you mean backend=" in note for note in said)
+@pytest.mark.parametrize(("typo", "option"), [("check_output", "check_outputs"), ("activ", "active"), ("bakend", "backend")])
+def test_a_mistyped_option_is_caught_before_anything_runs(inputs: Any, typo: str, option: str) -> None:
+    calls: list[int] = []
+
+    def f(x: torch.Tensor, w: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        calls.append(1)
+        return x
+
+    with pytest.raises(ConfigError, match=rf"{typo}=, which is not an option: did you mean {option}=\?") as info:
+        compare({"f": f}, *inputs, export=False, **{typo: 3})
+    assert f"call_kwargs={{'{typo}': ...}}" in str(info.value)
+    assert calls == []  # nothing ran: the typo was not passed to the user's function
+
+
+def test_a_parameter_that_looks_like_an_option_reaches_the_variants(inputs: Any) -> None:
+    seen: list[Any] = []
+
+    def f(x: torch.Tensor, w: torch.Tensor, output: str = "", activ: int = 0) -> torch.Tensor:
+        seen.append((output, activ))
+        return x
+
+    # Both look like options (output_dir, active), but every variant names them: no typo.
+    compare({"f": f, "g": f}, *inputs, output="o", activ=2, export=False, active=1, warmup=1, rounds=2)
+    assert seen and set(seen) == {("o", 2)}
+    seen.clear()
+
+    def h(x: torch.Tensor, w: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        seen.append(kwargs)
+        return x
+
+    compare({"h": h}, *inputs, call_kwargs={"activ": 1}, export=False, active=1, warmup=1, rounds=2)
+    assert seen and all(k == {"activ": 1} for k in seen)
+    with pytest.raises(ConfigError, match="call_kwargs must be a dict"):
+        compare({"h": h}, *inputs, call_kwargs=[1], export=False)
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "match"),
+    [
+        ("rounds", 1, "rounds must be an int of at least 2"),
+        ("rounds", 2.5, "rounds must be an int"),
+        ("time_budget", -1, "time_budget must be a non-negative number"),
+        ("time_budget", float("nan"), "time_budget"),
+        ("confidence", 1.5, "confidence must be between 0 and 1"),
+        ("seed", "x", "seed must be an int"),
+        ("timer", 3, "timer must be a callable"),
+    ],
+)
+def test_bad_timing_options_fail_with_config_error(inputs: Any, option: str, value: Any, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        compare({"a": rms_norm_naive}, *inputs, export=False, **{option: value})
 
 
 # ---- counting the ops a call dispatched ------------------------------------------------------
@@ -323,6 +390,13 @@ def test_top_level_ops_counts_only_what_the_range_dispatched() -> None:
     t.append("aten::pow", KIND_OP, 1, 220, 230)
     t.append("aten::mul", KIND_OP, 1, 400, 410)  # outside every range
     assert top_level_ops(t, ["v#0", "v#1"]) == {"v#0": 2, "v#1": 1}
+    ops = dispatched_ops(t, ["v#0", "v#1"])
+    # "total" counts the nested ops too: aten::sum in aten::mean, aten::pow in aten::rms_norm.
+    assert (ops["v#0"].dispatched, ops["v#0"].total) == (2, 3)
+    assert (ops["v#1"].dispatched, ops["v#1"].total) == (1, 2)
+    # Inclusive times (ns in the table, us here) of the dispatched ops only: the row's top op.
+    assert ops["v#0"].inclusive_us == {"aten::mean": 0.015, "aten::mul": 0.009}
+    assert ops["v#1"].inclusive_us == {"aten::rms_norm": 0.08}
 
 
 # ---- notebooks and data tools ----------------------------------------------------------------
@@ -400,3 +474,42 @@ def test_a_speedup_within_the_spreads_is_marked_as_noise() -> None:
     assert far.speedup_text(base) == "2.00x"
     cmp = Comparison(name="c", backend="cpu", rows=[base, near, far])
     assert "1.05x (noise)" in cmp.table() and "2.00x" in cmp.table()
+
+
+# ---- labels that share a file name (issue 21, item 13) ---------------------------------------
+def test_labels_that_map_to_one_file_name_keep_their_own_traces(inputs: Any, tmp_path: Path) -> None:
+    labels = ["fused (v1)", "fused [v1]", "FUSED (V1)"]
+    cmp = compare(
+        {label: rms_norm_fused for label in labels}, *inputs, output_dir=str(tmp_path), rounds=2, active=1, warmup=1
+    )
+    assert cmp.run_dir is not None
+    run = Path(cmp.run_dir)
+    files = [cmp.results[label].artifacts["trace"] for label in labels]
+    assert len({f.lower() for f in files}) == 3  # distinct, even on a case-blind file system
+    for label, fname in zip(labels, files):
+        with gzip.open(run / fname, "rt") as fh:
+            names = {e.get("name") for e in json.load(fh)["traceEvents"]}
+        assert f"{label}#0" in names  # each variant's file holds its own calls, no other's
+        assert not ({f"{other}#0" for other in labels if other != label} & names)
+    again = load(run)
+    assert isinstance(again, Comparison)
+    assert [again.results[label].artifacts["trace"] for label in labels] == files
+
+
+# ---- the profiled calls ----------------------------------------------------------------------
+def test_a_profiled_call_far_from_its_siblings_is_flagged(inputs: Any) -> None:
+    import time as _time
+
+    profiled: list[int] = []
+
+    def sometimes_slow(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        if torch.autograd.profiler._is_profiler_enabled:
+            profiled.append(1)
+            if len(profiled) == 2:
+                _time.sleep(0.2)  # stands for a moment the machine was busy
+        return x
+
+    cmp = compare({"v": sometimes_slow}, *inputs, export=False, rounds=2, active=3, check_outputs=False)
+    assert len(profiled) == 3
+    notes = cmp.results["v"].notes
+    assert any(n.startswith("taken under load: the 3 profiled calls of 'v' range from") for n in notes), notes

@@ -1,0 +1,117 @@
+"""The interval maths behind a comparison's verdicts, on plain lists of numbers.
+
+A speedup is the median, over the timing rounds, of the baseline's time over the variant's
+time in the same round; its interval is a seeded percentile bootstrap of that median, so the
+same timings always give the same interval. "noise" is a speedup whose interval holds 1.0.
+
+This module imports nothing from neuronscope, so any stage may use it (the capture stage's
+sibling-capture check included).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from collections.abc import Callable, Sequence
+
+__all__ = [
+    "DEFAULT_CONFIDENCE",
+    "DEFAULT_RESAMPLES",
+    "FAR_FACTOR",
+    "VERDICTS",
+    "half_iqr",
+    "paired_speedup",
+    "spread_note",
+    "verdict",
+]
+
+#: Two-sided confidence of a speedup's interval. 99 %, not 95 %: a percentile bootstrap of a
+#: median over a few dozen rounds is a little too narrow, and at 95 % identical variants were
+#: called different in more than 5 of 100 comparisons (benchmarks/bench_compare.py).
+DEFAULT_CONFIDENCE = 0.99
+#: Bootstrap resamples: enough that the 0.5 % tails hold ten resamples each, cheap enough
+#: (about 0.1 s per variant for 100 rounds) to be negligible next to the measurement.
+DEFAULT_RESAMPLES = 2000
+#: Values that differ by more than this factor (largest over smallest) were not taken under
+#: the same conditions: on a shared machine, some of them ran while the CPU was busy.
+FAR_FACTOR = 3.0
+#: A row's verdict: the first variant is the ``baseline``; the others are ``faster``,
+#: ``slower`` or ``noise`` (the interval holds 1.0: no difference told apart).
+VERDICTS = ("baseline", "faster", "slower", "noise")
+
+
+def paired_speedup(
+    base: Sequence[float],
+    other: Sequence[float],
+    confidence: float = DEFAULT_CONFIDENCE,
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = 0,
+) -> tuple[float, float, float]:
+    """The speedup of ``other`` over ``base`` (both times, ``base[i]`` and ``other[i]`` from
+    round ``i``) and its ``confidence`` interval: ``(speedup, low, high)``.
+
+    The speedup is the median over the rounds of ``base[i] / other[i]``: the two samples of a
+    round were taken moments apart, so a load burst that slowed one mostly slowed the other,
+    and their ratio keeps what the variants differ by. The interval is a percentile bootstrap
+    of that median (the per-round ratios resampled with replacement, ``seed`` fixed so that the
+    same timings always give the same interval). Raises ``ValueError`` for lists of
+    different lengths, an empty list, a time that is not positive, or a confidence outside
+    (0, 1).
+    """
+    n = len(base)
+    if n == 0 or n != len(other):
+        raise ValueError(f"need two non-empty lists of the same length (one value per round), got {n} and {len(other)}")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be between 0 and 1, got {confidence}")
+    if min(base) <= 0 or min(other) <= 0:
+        raise ValueError("times must be positive")
+    ratios = [b / o for b, o in zip(base, other)]
+    rng = random.Random(seed)
+    medians = sorted(statistics.median(rng.choices(ratios, k=n)) for _ in range(max(resamples, 1)))
+    tail = (1.0 - confidence) / 2
+    low = medians[max(0, math.floor(tail * len(medians)))]
+    high = medians[min(len(medians) - 1, math.ceil((1.0 - tail) * len(medians)) - 1)]
+    return statistics.median(ratios), low, high
+
+
+def verdict(low: float, high: float) -> str:
+    """``"noise"`` when the interval ``[low, high]`` of a speedup holds 1.0, else
+    ``"faster"`` (all of it above 1) or ``"slower"`` (all of it below 1)."""
+    if low > 1.0:
+        return "faster"
+    if high < 1.0:
+        return "slower"
+    return "noise"
+
+
+def half_iqr(values: Sequence[float]) -> float | None:
+    """Half the interquartile range: the ``±`` shown beside a median. Robust, as the median
+    is, to the one sample the scheduler made slow (torch.utils.benchmark reports the IQR too).
+    None for fewer than two values."""
+    if len(values) < 2:
+        return None
+    q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return (q3 - q1) / 2
+
+
+def spread_note(
+    values: Sequence[float], what: str, fmt_us: Callable[[float], str], factor: float = FAR_FACTOR
+) -> str | None:
+    """A caveat when measurements of the same thing (in microseconds) differ by more than
+    ``factor``, largest over smallest: they were not taken under the same conditions, so the
+    machine was busy during some of them. ``what`` names them (``"the 5 captures of
+    train_step"``); ``fmt_us`` formats a time (this module imports nothing from neuronscope).
+    None when they agree, or when there are fewer than two positive values."""
+    positive = [v for v in values if v > 0 and math.isfinite(v)]
+    if len(positive) < 2:
+        return None
+    low, high = min(positive), max(positive)
+    if high <= factor * low:
+        return None
+    return (
+        f"taken under load: {what} range from {fmt_us(low)} to {fmt_us(high)} ({high / low:.1f}x apart, "
+        f"median {fmt_us(statistics.median(positive))}); the machine was busy during some of them, "
+        "so their times, and savings computed from them, are not reliable: measure again on a quiet machine"
+    )
+

@@ -1,0 +1,154 @@
+"""Unprofiled, interleaved timing of variants: where a comparison's times come from.
+
+Each variant is timed in samples of ``calls`` back-to-back calls (enough calls that a sample
+lasts at least :data:`MIN_SAMPLE_S`, so the clock's resolution and the per-sample overhead do
+not matter), with the device synchronised before the clock is read at either end. Variants
+take turns, round after round (A B C, B C A, C A B, ...), so a load swing on a shared machine
+hits all of them alike, and no variant always runs right after the same neighbour.
+
+The blocks are run by the standard library's :class:`timeit.Timer` (which pauses the garbage
+collector while it times, as torch.utils.benchmark does). torch.utils.benchmark's ``Timer``
+is that same timeit loop plus a warm-up of ``max(number // 100, 2)`` calls before every
+``timeit()``, which would triple the cost of the one-call samples of a slow variant, and a
+``num_threads=1`` default that would time something other than the user's program;
+``blocked_autorange`` times one statement for a stretch, the very thing interleaving avoids.
+Its device synchronisation is done here by the backend (CUDA, Neuron) before each clock read.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import timeit
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "DEFAULT_TIME_BUDGET_S",
+    "MAX_ROUNDS",
+    "MIN_ROUNDS",
+    "MIN_SAMPLE_S",
+    "BlockTimer",
+    "Rounds",
+    "block_timer",
+    "budget_note",
+    "calls_per_sample",
+    "plan_rounds",
+    "run_rounds",
+]
+
+#: Seconds the timing rounds may take by default (the ``time_budget`` option). The demo's
+#: three RMSNorm variants fit the most rounds in about a second on a quiet 2-core machine; a
+#: model's forward of 0.5 s per call gets 20 rounds (past the budget: see MIN_ROUNDS).
+DEFAULT_TIME_BUDGET_S = 10.0
+#: Rounds below which the intervals get too wide to tell 1.5x apart on a busy 2-core
+#: machine: the rounds go on past the budget until there are this many (up to
+#: :data:`OVERRUN_FACTOR` times the budget), and the comparison says when they did.
+MIN_ROUNDS = 20
+#: Rounds never run even when the budget allows: past this the intervals barely narrow.
+MAX_ROUNDS = 200
+#: Rounds run whatever the budget: a median and an interval need a few values.
+FLOOR_ROUNDS = 5
+#: The rounds stop, at :data:`FLOOR_ROUNDS` or more, once they ran this many budgets.
+OVERRUN_FACTOR = 3.0
+#: A sample lasts at least this long: a clock read and a device sync cost microseconds.
+MIN_SAMPLE_S = 0.002
+#: Calls per sample never exceed this, however fast the variant.
+MAX_CALLS_PER_SAMPLE = 10_000
+
+#: Seconds taken by ``number`` calls of one variant, the device synchronised at both ends.
+BlockTimer = Callable[[int], float]
+
+
+def block_timer(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    synchronize: Callable[[], None],
+    clock: Callable[[], float] = time.perf_counter,
+) -> BlockTimer:
+    """A :data:`BlockTimer` for ``fn(*args, **kwargs)``: ``clock`` (seconds) is read after
+    ``synchronize()`` at the start and at the end of each block, so device work queued by the
+    calls lands inside the block. Inject ``clock`` to test with an exact, fake time."""
+
+    def synced_clock() -> float:
+        synchronize()
+        return clock()
+
+    def call() -> None:
+        fn(*args, **kwargs)
+
+    return timeit.Timer(stmt=call, timer=synced_clock).timeit
+
+
+def calls_per_sample(seconds_per_call: float, min_sample_s: float = MIN_SAMPLE_S) -> int:
+    """How many calls make a sample last ``min_sample_s``: at least 1, at most
+    :data:`MAX_CALLS_PER_SAMPLE`."""
+    if not seconds_per_call > 0 or not math.isfinite(seconds_per_call):
+        return MAX_CALLS_PER_SAMPLE if seconds_per_call == 0 else 1
+    return max(1, min(MAX_CALLS_PER_SAMPLE, math.ceil(min_sample_s / seconds_per_call)))
+
+
+def plan_rounds(round_s: float, budget_s: float, rounds: int | None = None) -> int:
+    """Rounds to run when one round takes about ``round_s`` seconds: as many as fit in
+    ``budget_s``, between :data:`MIN_ROUNDS` and :data:`MAX_ROUNDS`. ``rounds`` (the user's
+    explicit choice) wins over the budget."""
+    if rounds is not None:
+        return rounds
+    fit = int(budget_s // round_s) if round_s > 0 else MAX_ROUNDS
+    return max(MIN_ROUNDS, min(MAX_ROUNDS, fit))
+
+
+def budget_note(done: int, seconds: float, budget_s: float) -> str | None:
+    """What the user should know about how the rounds fitted the budget, or None."""
+    if done < MIN_ROUNDS:
+        return (
+            f"only {done} timing rounds ran ({seconds:.1f} s, time_budget={budget_s:g} s): intervals from fewer "
+            f"than {MIN_ROUNDS} rounds are wide; pass a larger time_budget (seconds) to tell small differences apart"
+        )
+    if seconds > 1.2 * budget_s:
+        return f"the {done} timing rounds took {seconds:.1f} s, past time_budget={budget_s:g} s: {MIN_ROUNDS} rounds are the least run"
+    return None
+
+
+@dataclass
+class Rounds:
+    """Per-call times (microseconds) of each variant, one value per round, and how they were
+    taken. ``per_call_us[label][i]`` comes from round ``i`` for every label."""
+
+    calls: dict[str, int]
+    per_call_us: dict[str, list[float]] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def count(self) -> int:
+        return min((len(v) for v in self.per_call_us.values()), default=0)
+
+
+def run_rounds(
+    timers: Mapping[str, BlockTimer],
+    calls: Mapping[str, int],
+    rounds: int,
+    budget_s: float | None = None,
+    now: Callable[[], float] = time.monotonic,
+) -> Rounds:
+    """Run ``rounds`` interleaved rounds; round ``r`` starts at the ``r``-th variant (A B C,
+    B C A, C A B, ...). With ``budget_s``, stop at a round's end once ``now()`` says the budget
+    is spent and :data:`MIN_ROUNDS` rounds ran, or once :data:`OVERRUN_FACTOR` budgets are
+    spent and :data:`FLOOR_ROUNDS` ran: the machine got slower than the plan assumed.
+    A variant's exception passes through unchanged."""
+    labels = list(timers)
+    out = Rounds(calls=dict(calls), per_call_us={label: [] for label in labels})
+    start = now()
+    for r in range(rounds):
+        k = r % len(labels)
+        for label in labels[k:] + labels[:k]:
+            n = calls[label]
+            out.per_call_us[label].append(timers[label](n) / n * 1e6)
+        if budget_s is not None:
+            spent = now() - start
+            if (spent > budget_s and r + 1 >= MIN_ROUNDS) or (spent > OVERRUN_FACTOR * budget_s and r + 1 >= FLOOR_ROUNDS):
+                break
+    out.seconds = now() - start
+    return out

@@ -87,6 +87,7 @@ def _top_hint_text(obj: Any) -> str | None:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    from .export import incomplete_trace_text, is_incomplete
     from .result import Comparison
 
     obj = _open(args.run)
@@ -101,6 +102,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(obj.table(**rows))
     if not args.json and getattr(obj, "run_dir", None):
         print(f"run: {obj.run_dir}")
+        if is_incomplete(obj.run_dir):
+            print(f"note: this run is incomplete (its export was interrupted){incomplete_trace_text(obj.run_dir)}")
     return 0
 
 
@@ -120,7 +123,8 @@ def _run_rows(root: Path) -> list[dict[str, Any]]:
             "total_us": None,
             "top_hint": None,
         }
-        if (run / INCOMPLETE_MARKER).exists() and not (run / RESULT_FILE).exists():
+        incomplete = (run / INCOMPLETE_MARKER).exists()
+        if incomplete and not (run / RESULT_FILE).exists():
             row["status"] = "incomplete"
             rows.append(row)
             continue
@@ -149,6 +153,8 @@ def _run_rows(root: Path) -> list[dict[str, Any]]:
                 total_us=obj.wall_time_us,
                 top_hint=_top_hint_text(obj),
             )
+        if incomplete:  # measured, but its trace (written last) did not finish
+            row["status"] = "incomplete"
         rows.append(row)
     return rows
 

@@ -130,21 +130,38 @@ def _create_run(root: Path | str, name: str, rank: int | None, when: _dt.datetim
         suffix = f"_{_host()}_pid{os.getpid()}" + (f"_rank{rank}" if rank is not None else "")
         for _ in range(10_000):
             dirname = stamp.strftime("%Y%m%d-%H%M%S-%f") + suffix
-            try:
-                fd = safe_io.make_dir_at(parent_fd, dirname)
-            except FileExistsError:
+            fd = _make_marked_dir(parent_fd, dirname)
+            if fd is None:  # taken: the next microsecond keeps the order
                 stamp += _dt.timedelta(microseconds=1)
                 continue
-            try:
-                safe_io.write_bytes_at(fd, INCOMPLETE_MARKER, b"export in progress\n")
-            except BaseException:  # disk full: leave no unmarked directory behind
-                os.close(fd)
-                _remove_empty_run(parent_fd, dirname)
-                raise
             return parent / dirname, fd
         raise OSError(f"could not create a new run directory under {parent}")  # pragma: no cover
     finally:
         os.close(parent_fd)
+
+
+def _make_marked_dir(parent_fd: int, dirname: str) -> int | None:
+    """Make ``dirname`` with the incomplete marker already inside, or return None if the name is
+    taken. The directory is made under a hidden name and renamed into place, so a process killed
+    at any moment never leaves an unmarked run directory (only a hidden one, which the next
+    export of the name on this host removes)."""
+    hidden = f".{dirname}.new"
+    try:
+        fd = safe_io.make_dir_at(parent_fd, hidden)
+    except FileExistsError:  # another thread of this process is making the same name
+        return None
+    try:
+        marker = safe_io.create_exclusive(fd, INCOMPLETE_MARKER)
+        with os.fdopen(marker, "wb") as fh:
+            fh.write(b"export in progress\n")
+        os.rename(hidden, dirname, src_dir_fd=parent_fd, dst_dir_fd=parent_fd)
+    except BaseException as err:  # a full disk, a name taken, Ctrl-C: leave no directory behind
+        os.close(fd)
+        _remove_empty_run(parent_fd, hidden)
+        if isinstance(err, OSError) and err.errno in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR, errno.EISDIR):
+            return None
+        raise
+    return fd
 
 
 def _remove_empty_run(parent_fd: int, dirname: str) -> None:
@@ -165,15 +182,19 @@ def _remove_empty_run(parent_fd: int, dirname: str) -> None:
 
 def _remove_stale_raw_traces(parent_fd: int) -> None:
     """Remove ``.trace.json.raw`` files that processes of this host, now gone, left behind in
-    their incomplete runs (a SIGKILL while the trace was being gzipped)."""
+    their incomplete runs (a SIGKILL while the trace was being gzipped), and hidden directories
+    they never got to name."""
     host = _host()
     try:
         entries = os.listdir(parent_fd)
     except OSError:
         return
     for entry in entries:
-        m = _RUN_NAME.match(entry)
+        m = _RUN_NAME.match(entry.removeprefix(".").removesuffix(".new"))
         if m is None or m["host"] != host or _alive(int(m["pid"])):
+            continue
+        if entry.startswith("."):  # a directory its process never got to name
+            _remove_empty_run(parent_fd, entry)
             continue
         try:
             fd = os.open(entry, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent_fd)

@@ -105,10 +105,13 @@ def _files_under(root: Path) -> list[Path]:
 
 
 def _run_dirs_on_disk(root: Path) -> list[Path]:
-    """Every directory at run depth (root/<name>/<run>), marked or not."""
+    """Every directory at run depth (root/<name>/<run>), marked or not (a hidden one is a run
+    directory not yet named, made and removed by the export)."""
     if not root.is_dir():
         return []
-    return [run for name in root.iterdir() if name.is_dir() for run in name.iterdir() if run.is_dir()]
+    return [
+        run for name in root.iterdir() if name.is_dir() for run in name.iterdir() if run.is_dir() and not run.name.startswith(".")
+    ]
 
 
 def _ls_json(root: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, dict[str, Any]]:
@@ -365,10 +368,10 @@ def _enospc() -> OSError:
     return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
-FSYNC_ORDER = ["marker", "result.json", "summary", "trace"]  # the export's order: small files first
+FSYNC_ORDER = ["result.json", "summary", "trace"]  # the export's order: small files first
 
 
-@pytest.mark.parametrize("nth", [1, 2, 3, 4], ids=FSYNC_ORDER)
+@pytest.mark.parametrize("nth", [1, 2, 3], ids=FSYNC_ORDER)
 @pytest.mark.parametrize("trace_format", ["json", "gz"])
 def test_enospc_from_fsync_at_each_file(
     patch: pytest.MonkeyPatch, runs_dir: Path, nth: int, trace_format: str, caplog: pytest.LogCaptureFixture
@@ -437,14 +440,14 @@ def test_enospc_half_way_through_a_write(patch: pytest.MonkeyPatch, runs_dir: Pa
 def test_marker_write_failing_leaves_no_stray_directory(patch: pytest.MonkeyPatch, runs_dir: Path) -> None:
     """``new_run_dir`` made the directory, then the disk was full for its marker: it used to
     stay behind, unmarked and empty, invisible to ``ls``."""
-    real = export.safe_io.write_bytes_at
+    real = export.safe_io.create_exclusive
 
-    def write_bytes_at(dir_fd: int, name: str, data: bytes) -> None:
+    def create_exclusive(dir_fd: int, name: str, mode: int = 0o644) -> int:
         if name == export.INCOMPLETE_MARKER:
             raise _enospc()
-        real(dir_fd, name, data)
+        return real(dir_fd, name, mode)
 
-    patch.setattr(export.safe_io, "write_bytes_at", write_bytes_at)
+    patch.setattr(export.safe_io, "create_exclusive", create_exclusive)
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
         with neuron_region("marker", backend="cpu") as r:

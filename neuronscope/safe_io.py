@@ -45,6 +45,9 @@ __all__ = [
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+#: Directories neuronscope makes are never writable by every user (even under ``umask 0``):
+#: in a shared root, another user could otherwise rename a run directory away and plant a link.
+_DIR_MODE = 0o775
 
 
 class UnsafePathError(NeuronscopeError):
@@ -65,7 +68,7 @@ def _shown(parts: list[str], i: int) -> str:
 
 def open_dir(path: Path | str, *, create: bool = False, private_tail: int = 0) -> int:
     """Open the directory ``path`` for writing into it, and return its descriptor (the caller
-    closes it). With ``create``, missing components are made (mode 0o777 less the umask).
+    closes it). With ``create``, missing components are made (mode 0o775 less the umask).
 
     The last ``private_tail`` components must be real directories owned by this user. Raises
     :class:`UnsafePathError` for a refused component, ``OSError`` for the rest.
@@ -81,7 +84,7 @@ def open_dir(path: Path | str, *, create: bool = False, private_tail: int = 0) -
                 if not create:
                     raise
                 try:
-                    os.mkdir(part, dir_fd=fd)
+                    os.mkdir(part, _DIR_MODE, dir_fd=fd)
                 except FileExistsError:
                     pass
                 st = os.stat(part, dir_fd=fd, follow_symlinks=False)
@@ -116,7 +119,13 @@ def _open_component(fd: int, part: str, st: os.stat_result, private: bool, shown
             f"{where} belongs to another user (uid {st.st_uid}); neuronscope writes its runs only into "
             f"directories of its own: remove it, or choose another output directory"
         )
-    others_write = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX
+    sticky = st.st_mode & stat.S_ISVTX
+    if private and st.st_mode & stat.S_IWOTH and not sticky:
+        raise UnsafePathError(
+            f"{where} is writable by every user (mode {stat.S_IMODE(st.st_mode):o}), so anyone could swap a run "
+            f"directory in it for a link: chmod o-w it, or choose another output directory"
+        )
+    others_write = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not sticky
     if not private and others_write and not _trusted_owner(st.st_uid):
         raise UnsafePathError(
             f"{where} belongs to another user (uid {st.st_uid}) and others may rename what is in it "
@@ -131,9 +140,9 @@ def _open_component(fd: int, part: str, st: os.stat_result, private: bool, shown
 
 
 def make_dir_at(dir_fd: int, name: str) -> int:
-    """Make the new directory ``name`` in ``dir_fd`` (``FileExistsError`` if it exists) and return
-    its descriptor."""
-    os.mkdir(name, dir_fd=dir_fd)
+    """Make the new directory ``name`` in ``dir_fd`` (``FileExistsError`` if it exists; mode 0o775
+    less the umask) and return its descriptor."""
+    os.mkdir(name, _DIR_MODE, dir_fd=dir_fd)
     st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     return _open_component(dir_fd, name, st, True, name)
 

@@ -88,7 +88,7 @@ def open_dir(path: Path | str, *, create: bool = False, private_tail: int = 0) -
                 except FileExistsError:
                     pass
                 st = os.stat(part, dir_fd=fd, follow_symlinks=False)
-            new = _open_component(fd, part, st, private, lambda: _shown(parts, i))
+            new = _open_component(fd, part, st, private, _shown(parts, i))
             os.close(fd)
             fd = new
         return fd
@@ -97,9 +97,8 @@ def open_dir(path: Path | str, *, create: bool = False, private_tail: int = 0) -
         raise
 
 
-def _open_component(fd: int, part: str, st: os.stat_result, private: bool, shown: object) -> int:
+def _open_component(fd: int, part: str, st: os.stat_result, private: bool, where: str) -> int:
     """Open one checked component relative to ``fd``; refuse what the module docstring says."""
-    where = shown() if callable(shown) else str(shown)
     if stat.S_ISLNK(st.st_mode):
         if private:
             raise UnsafePathError(

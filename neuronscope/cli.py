@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -22,6 +23,41 @@ __all__ = ["build_parser", "main"]
 
 #: Separates a comparison's run directory from one of its variants: ``RUN_DIR#fused``.
 VARIANT_SEP = "#"
+
+
+def _print(text: str) -> None:
+    """Print text from a run or a trace as text only: escape sequences in a name (which would
+    retitle, clear or write the clipboard of the terminal) are shown escaped."""
+    from .report import printable
+
+    print(printable(text, keep="\n\t"))
+
+
+def _json_text(value: Any) -> str:
+    """JSON that any JSON reader takes: NaN and infinities (which json.dumps writes as bare
+    NaN / Infinity) become null."""
+    return dumps_json(_finite(value))
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _rows_arg(text: str) -> int:
+    """``--rows``: a count of rows, 0 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of rows, got {text[:40]!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected 0 or more rows, got {value}")
+    return value
 
 
 def _looks_like_trace(path: Path) -> bool:
@@ -93,17 +129,17 @@ def cmd_show(args: argparse.Namespace) -> int:
     obj = _open(args.run)
     rows = {} if args.rows is None else {"row_limit": args.rows}
     if args.json:
-        print(obj.to_json())
+        print(_json_text(obj.to_dict()))
     elif isinstance(obj, Comparison):
-        print(obj.table())
+        _print(obj.table())
         for result in obj.results.values():
-            print(result.table(**rows))
+            _print(result.table(**rows))
     else:
-        print(obj.table(**rows))
+        _print(obj.table(**rows))
     if not args.json and getattr(obj, "run_dir", None):
-        print(f"run: {obj.run_dir}")
+        _print(f"run: {obj.run_dir}")
         if is_incomplete(obj.run_dir):
-            print(f"note: this run is incomplete (its export was interrupted){incomplete_trace_text(obj.run_dir)}")
+            _print(f"note: this run is incomplete (its export was interrupted){incomplete_trace_text(obj.run_dir)}")
     return 0
 
 
@@ -163,19 +199,25 @@ def cmd_ls(args: argparse.Namespace) -> int:
     from tabulate import tabulate
 
     from .config import default_output_root
-    from .report import fmt_us
+    from .report import fmt_us, printable, shorten
 
     root = Path(args.root) if args.root else default_output_root()
+    if not root.exists() and not args.root:  # nothing captured here yet: not an error
+        if args.json:
+            print("[]")
+        else:
+            _print(f"no runs yet under {root} (captures write there; pass another output root to list it)")
+        return 0
     if not root.exists():
         raise NeuronscopeError(f"{root}: no such directory (pass the output root that holds your runs)")
     if not root.is_dir():
         raise NeuronscopeError(f"{root}: not a directory (pass the output root that holds your runs)")
     rows = _run_rows(root)
     if args.json:
-        print(dumps_json(rows))
+        print(_json_text(rows))
         return 0
     if not rows:
-        print(f"no runs under {root}")
+        _print(f"no runs under {root}")
         return 0
     table = [
         [
@@ -190,7 +232,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
         for r in rows
     ]
     headers = ["Name", "Time", "Backend", "Status", "Total", "Top hint", "Run"]
-    print(tabulate(table, headers=headers, tablefmt="simple", disable_numparse=True))
+    _print(tabulate([[printable(shorten(c)) for c in row] for row in table], headers=headers, tablefmt="simple", disable_numparse=True))
     return 0
 
 
@@ -207,7 +249,10 @@ def cmd_diff(args: argparse.Namespace) -> int:
                 f"as {label}{VARIANT_SEP}{first}"
             )
     d = diff_results(a, b)
-    print(dumps_json(d) if args.json else render_diff(d, row_limit=args.rows).rstrip("\n"))
+    if args.json:
+        print(_json_text(d))
+    else:
+        _print(render_diff(d, row_limit=args.rows).rstrip("\n"))
     return 0
 
 
@@ -215,7 +260,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from .html_report import write_report
 
     path = write_report(args.run)
-    print(path)
+    _print(str(path))
     return 0
 
 
@@ -263,7 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="run directory, its result.json, a torch.profiler trace (.json / .json.gz), "
         f"or RUN_DIR{VARIANT_SEP}LABEL for one variant of a comparison",
     )
-    p.add_argument("--rows", type=int, default=None, help="ops to show per table (default: as many as the capture printed)")
+    p.add_argument("--rows", type=_rows_arg, default=None, help="ops to show per table (default: as many as the capture printed)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_show)
     p = sub.add_parser(
@@ -283,14 +328,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("run_a", help=f"the baseline run (directory, trace file, or RUN_DIR{VARIANT_SEP}LABEL)")
     p.add_argument("run_b", help="the run to compare with it")
-    p.add_argument("--rows", type=int, default=25, help="ops to show (default 25)")
+    p.add_argument("--rows", type=_rows_arg, default=25, help="ops to show (default 25)")
     p.add_argument("--json", action="store_true", help="print the diff as JSON")
     p.set_defaults(func=cmd_diff)
     p = sub.add_parser(
         "report",
         help="write a self-contained report.html into a run directory",
         description="Write report.html (charts, hints, regions, ranks, speedups; opens offline) "
-        "into the run directory and print its path. Needs matplotlib: pip install 'neuronscope[report]'.",
+        "into the run directory and print its path.",
     )
     p.add_argument("run", help="run directory (or its result.json)")
     p.set_defaults(func=cmd_report)
@@ -319,18 +364,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except NeuronscopeError as exc:
-        print(f"neuronscope: error: {exc}", file=sys.stderr)
+        _error(str(exc))
         return 2
     except OSError as exc:  # a path that cannot be read or written
         if isinstance(exc, BrokenPipeError):  # `neuronscope ls | head`
             _silence_stdout()
             return 0
         where = f"{exc.filename}: " if exc.filename else ""
-        print(f"neuronscope: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        _error(f"{where}{exc.strerror or exc}")
         return 2
     except KeyboardInterrupt:
         print("neuronscope: interrupted", file=sys.stderr)
         return 130
+
+
+def _error(message: str) -> None:
+    """One line on stderr, printable (a file name from a hostile directory is escaped)."""
+    from .report import printable, shorten
+
+    print(f"neuronscope: error: {printable(shorten(message, 2000))}", file=sys.stderr)
 
 
 def _silence_stdout() -> None:

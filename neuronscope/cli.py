@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -25,9 +26,38 @@ __all__ = ["build_parser", "main"]
 VARIANT_SEP = "#"
 
 
-def _out(text: str) -> None:
-    """Print ``text`` with anything a terminal would act on escaped (names come from traces)."""
-    print(printable(text))
+def _print(text: str) -> None:
+    """Print text from a run or a trace as text only: escape sequences in a name (which would
+    retitle, clear or write the clipboard of the terminal) are shown escaped."""
+
+    print(printable(text, keep="\n\t"))
+
+
+def _json_text(value: Any) -> str:
+    """JSON that any JSON reader takes: NaN and infinities (which json.dumps writes as bare
+    NaN / Infinity) become null."""
+    return dumps_json(_finite(value))
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _rows_arg(text: str) -> int:
+    """``--rows``: a count of rows, 0 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of rows, got {text[:40]!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected 0 or more rows, got {value}")
+    return value
 
 
 def _looks_like_trace(path: Path) -> bool:
@@ -100,6 +130,7 @@ def _top_hint_text(obj: Any) -> str | None:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    from .export import incomplete_trace_text, is_incomplete
     from .result import Comparison
 
     runs = args.run if isinstance(args.run, list) else [args.run]
@@ -109,15 +140,17 @@ def cmd_show(args: argparse.Namespace) -> int:
         obj = _open(runs[0])
     rows = {} if args.rows is None else {"row_limit": args.rows}
     if args.json:
-        _out(obj.to_json())
+        print(_json_text(obj.to_dict()))
     elif isinstance(obj, Comparison):
-        _out(obj.table())
+        _print(obj.table())
         for result in obj.results.values():
-            _out(result.table(**rows))
+            _print(result.table(**rows))
     else:
-        _out(obj.table(**rows))
+        _print(obj.table(**rows))
     if not args.json and getattr(obj, "run_dir", None):
-        _out(f"run: {obj.run_dir}")
+        _print(f"run: {obj.run_dir}")
+        if is_incomplete(obj.run_dir):
+            _print(f"note: this run is incomplete (its export was interrupted){incomplete_trace_text(obj.run_dir)}")
     return 0
 
 
@@ -137,7 +170,8 @@ def _run_rows(root: Path) -> list[dict[str, Any]]:
             "total_us": None,
             "top_hint": None,
         }
-        if (run / INCOMPLETE_MARKER).exists() and not (run / RESULT_FILE).exists():
+        incomplete = (run / INCOMPLETE_MARKER).exists()
+        if incomplete and not (run / RESULT_FILE).exists():
             row["status"] = "incomplete"
             rows.append(row)
             continue
@@ -170,6 +204,8 @@ def _run_rows(root: Path) -> list[dict[str, Any]]:
                 total_us=obj.wall_time_us,
                 top_hint=_top_hint_text(obj),
             )
+        if incomplete:  # measured, but its trace (written last) did not finish
+            row["status"] = "incomplete"
         rows.append(row)
     return rows
 
@@ -178,19 +214,25 @@ def cmd_ls(args: argparse.Namespace) -> int:
     from tabulate import tabulate
 
     from .config import default_output_root
-    from .report import fmt_us
+    from .report import fmt_us, shorten
 
     root = Path(args.root) if args.root else default_output_root()
+    if not root.exists() and not args.root:  # nothing captured here yet: not an error
+        if args.json:
+            print("[]")
+        else:
+            _print(f"no runs yet under {root} (captures write there; pass another output root to list it)")
+        return 0
     if not root.exists():
         raise NeuronscopeError(f"{root}: no such directory (pass the output root that holds your runs)")
     if not root.is_dir():
         raise NeuronscopeError(f"{root}: not a directory (pass the output root that holds your runs)")
     rows = _run_rows(root)
     if args.json:
-        _out(dumps_json(rows))
+        print(_json_text(rows))
         return 0
     if not rows:
-        _out(f"no runs under {root}")
+        _print(f"no runs under {root}")
         return 0
     table = [
         [
@@ -205,7 +247,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
         for r in rows
     ]
     headers = ["Name", "Time", "Backend", "Status", "Total", "Top hint", "Run"]
-    _out(tabulate(table, headers=headers, tablefmt="simple", disable_numparse=True))
+    _print(tabulate([[printable(shorten(c)) for c in row] for row in table], headers=headers, tablefmt="simple", disable_numparse=True))
     return 0
 
 
@@ -222,7 +264,10 @@ def cmd_diff(args: argparse.Namespace) -> int:
                 f"as {label}{VARIANT_SEP}{first}"
             )
     d = diff_results(a, b)
-    _out(dumps_json(d) if args.json else render_diff(d, row_limit=args.rows).rstrip("\n"))
+    if args.json:
+        print(_json_text(d))
+    else:
+        _print(render_diff(d, row_limit=args.rows).rstrip("\n"))
     return 0
 
 
@@ -230,7 +275,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from .html_report import write_report
 
     path = write_report(args.run)
-    _out(str(path))
+    _print(str(path))
     return 0
 
 
@@ -249,18 +294,18 @@ def cmd_demo(args: argparse.Namespace) -> int:
         export=not args.no_export,
         compile=not args.no_compile,
     )
-    _out(render_demo(cmp))
+    _print(render_demo(cmp))
     if args.verbose:
         for result in cmp.results.values():
-            _out(result.table(row_limit=8))
+            _print(result.table(row_limit=8))
     if cmp.run_dir:
-        _out(f"written to {cmp.run_dir}")
+        _print(f"written to {cmp.run_dir}")
         if args.report:
             from .html_report import write_report
 
-            _out(f"report: {write_report(cmp.run_dir)}")
+            _print(f"report: {write_report(cmp.run_dir)}")
         else:
-            _out(f"reopen with: neuronscope show {cmp.run_dir}\nreport with: neuronscope report {cmp.run_dir}")
+            _print(f"reopen with: neuronscope show {cmp.run_dir}\nreport with: neuronscope report {cmp.run_dir}")
     return 0
 
 
@@ -287,7 +332,7 @@ def build_parser() -> argparse.ArgumentParser:
         "traces (one per rank, or tensorboard_trace_handler's), several trace files (the ranks of one "
         f"job), or RUN_DIR{VARIANT_SEP}LABEL for one variant of a comparison",
     )
-    p.add_argument("--rows", type=int, default=None, help="ops to show per table (default: as many as the capture printed)")
+    p.add_argument("--rows", type=_rows_arg, default=None, help="ops to show per table (default: as many as the capture printed)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_show)
     p = sub.add_parser(
@@ -307,14 +352,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("run_a", help=f"the baseline run (directory, trace file, or RUN_DIR{VARIANT_SEP}LABEL)")
     p.add_argument("run_b", help="the run to compare with it")
-    p.add_argument("--rows", type=int, default=25, help="ops to show (default 25)")
+    p.add_argument("--rows", type=_rows_arg, default=25, help="ops to show (default 25)")
     p.add_argument("--json", action="store_true", help="print the diff as JSON")
     p.set_defaults(func=cmd_diff)
     p = sub.add_parser(
         "report",
         help="write a self-contained report.html into a run directory",
         description="Write report.html (charts, hints, regions, ranks, speedups; opens offline) "
-        "into the run directory and print its path. Needs matplotlib: pip install 'neuronscope[report]'.",
+        "into the run directory and print its path.",
     )
     p.add_argument("run", help="run directory (or its result.json)")
     p.set_defaults(func=cmd_report)
@@ -352,18 +397,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except NeuronscopeError as exc:
-        print(printable(f"neuronscope: error: {exc}"), file=sys.stderr)
+        _error(str(exc))
         return 2
     except OSError as exc:  # a path that cannot be read or written
         if isinstance(exc, BrokenPipeError):  # `neuronscope ls | head`
             _silence_stdout()
             return 0
         where = f"{exc.filename}: " if exc.filename else ""
-        print(f"neuronscope: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        _error(f"{where}{exc.strerror or exc}")
         return 2
     except KeyboardInterrupt:
         print("neuronscope: interrupted", file=sys.stderr)
         return 130
+
+
+def _error(message: str) -> None:
+    """One line on stderr, printable (a file name from a hostile directory is escaped)."""
+    from .report import shorten
+
+    print(f"neuronscope: error: {printable(shorten(message, 2000))}", file=sys.stderr)
 
 
 def _silence_stdout() -> None:

@@ -1,66 +1,222 @@
-"""The run directory: one new, time-sorted directory per capture, written atomically.
+"""The run directory: one new, time-sorted directory per capture, written safely.
 
 Layout (CONTRACT.md)::
 
     <output_root>/<name>/<YYYYmmdd-HHMMSS-ffffff>_<host>_pid<pid>[_rank<r>]/
         result.json      the ProfileResult (with schema_version)
-        trace.json[.gz]  Chrome trace (Perfetto, TensorBoard)
         summary.txt      the tables and hints as printed
+        trace.json[.gz]  Chrome trace (Perfetto, TensorBoard)
 
-The directory is created with ``mkdir`` (which fails if it exists), so two captures in the same
-microsecond, or from two processes, never share one: the later one moves its timestamp on by a
-microsecond. Every file is written to a temporary name and renamed into place, and a
-``.incomplete`` marker lives in the directory until the last file is in, so a process killed
-half-way leaves a directory that says so instead of a half-written ``result.json``.
+:func:`export_result` takes a finished result and makes and fills its directory. The directory
+is created with ``mkdir`` (which fails if it exists), so two captures in the same microsecond,
+or from two processes, never share one: the later one moves its timestamp on by a microsecond.
+Every write goes through :mod:`neuronscope.safe_io` (no symlinks, no other user's directories,
+writes through the directory's descriptor, exclusive temporary files renamed into place).
+
+Order: a ``.incomplete`` marker first, then the small, precious files (``result.json``,
+``summary.txt``), then the trace, which can be large and is the one to fail on a full disk;
+``result.json`` is rewritten once the trace is in (to name it), and the marker goes last. A
+process killed half-way leaves a directory that says so, with the measurement already in it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import errno
 import gzip
+import hashlib
 import json
+import logging
 import os
 import re
 import shutil
 import socket
+import unicodedata
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from . import safe_io
 from .errors import RunLoadError
 from .result import Comparison, ProfileResult
 
 __all__ = [
+    "GZIP_TRACE_ABOVE_EVENTS",
     "INCOMPLETE_MARKER",
+    "MAX_RESULT_BYTES",
+    "RAW_TRACE",
     "RESULT_FILE",
     "SUMMARY_FILE",
+    "TraceWriter",
     "atomic_write_text",
     "atomic_write_with",
+    "export_result",
     "find_runs",
     "finish_run",
+    "incomplete_trace_text",
+    "is_incomplete",
     "is_run_dir",
     "load",
     "load_json",
+    "make_trace_writer",
     "new_run_dir",
+    "safe_name",
     "write_run",
 ]
+
+log = logging.getLogger("neuronscope")
 
 RESULT_FILE = "result.json"
 SUMMARY_FILE = "summary.txt"
 INCOMPLETE_MARKER = ".incomplete"
 TRACE_FILES = ("trace.json.gz", "trace.json")
-_SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+#: The uncompressed trace torch writes before it is gzipped; a process killed meanwhile leaves
+#: it behind, and the next export of the same name on this host removes it.
+RAW_TRACE = ".trace.json.raw"
+#: Above this many events a trace is gzipped (``trace_format="auto"``): ~10x smaller, and
+#: level 1 costs a fraction of the time of writing it.
+GZIP_TRACE_ABOVE_EVENTS = 20_000
+#: A result.json larger than this is refused unread: the largest real ones (thousands of ops,
+#: every shape) are a few MB, and reading a huge or sparse file whole would take the machine.
+MAX_RESULT_BYTES = 64 * 1024 * 1024
+
+#: Characters kept in a directory name: letters and digits of any script (``\w``), '.', '-'.
+_UNSAFE_CHARS = re.compile(r"[^\w.\-]+")
+#: Names Windows reserves for devices, with or without an extension (a run copied there).
+_RESERVED = {"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(1, 10)), *(f"LPT{i}" for i in range(1, 10))}
+#: Longest directory name made from a capture name, in characters and UTF-8 bytes (file systems
+#: allow 255 bytes; the run directory's own name and a hash suffix must fit beside it).
+MAX_NAME_CHARS = 96
+_MAX_NAME_BYTES = 180
+
+#: Writes a trace into the run directory it is given and returns its path, or None.
+TraceWriter = Callable[[Path], "Path | None"]
+_R = TypeVar("_R", ProfileResult, Comparison)
 
 
 def safe_name(name: str) -> str:
-    """A directory-safe form of a capture name ('MyModel.forward' stays, 'a/b c' -> 'a_b_c')."""
-    cleaned = _SAFE_NAME.sub("_", name).strip("._") or "run"
-    return cleaned[:120]
+    """A directory-safe form of a capture name: letters of every script stay ('ünïødé'), other
+    characters become '_' ('a/b c' -> 'a_b_c'), Windows device names get a leading '_'
+    ('CON' -> '_CON'), and a long name is cut, with a hash of the whole so that two long names
+    stay apart."""
+    text = unicodedata.normalize("NFC", str(name))
+    cleaned = _UNSAFE_CHARS.sub("_", text).strip("._ ") or "run"
+    if cleaned.split(".", 1)[0].upper() in _RESERVED:
+        cleaned = "_" + cleaned
+    if len(cleaned) > MAX_NAME_CHARS or len(cleaned.encode("utf-8", "replace")) > _MAX_NAME_BYTES:
+        digest = hashlib.sha1(str(name).encode("utf-8", "surrogatepass")).hexdigest()[:10]
+        cut = cleaned[: MAX_NAME_CHARS - 11]
+        while len(cut.encode("utf-8", "replace")) > _MAX_NAME_BYTES - 11:
+            cut = cut[:-1]
+        cleaned = f"{cut}_{digest}"
+    return cleaned
 
 
 def _host() -> str:
     return safe_name(socket.gethostname().split(".")[0] or "host")
+
+
+_RUN_NAME = re.compile(r"^\d{8}-\d{6}-\d{6}_(?P<host>.+)_pid(?P<pid>\d{1,10})(?:_rank\d+)?$")
+
+
+def _create_run(root: Path | str, name: str, rank: int | None, when: _dt.datetime | None) -> tuple[Path, int]:
+    """Make a new run directory, marked incomplete; return its path and an open descriptor."""
+    parent = Path(root) / safe_name(name)
+    parent_fd = safe_io.open_dir(parent, create=True, private_tail=1)
+    try:
+        _remove_stale_raw_traces(parent_fd)
+        stamp = when or _dt.datetime.now()
+        suffix = f"_{_host()}_pid{os.getpid()}" + (f"_rank{rank}" if rank is not None else "")
+        for _ in range(10_000):
+            dirname = stamp.strftime("%Y%m%d-%H%M%S-%f") + suffix
+            fd = _make_marked_dir(parent_fd, dirname)
+            if fd is None:  # taken: the next microsecond keeps the order
+                stamp += _dt.timedelta(microseconds=1)
+                continue
+            return parent / dirname, fd
+        raise OSError(f"could not create a new run directory under {parent}")  # pragma: no cover
+    finally:
+        os.close(parent_fd)
+
+
+def _make_marked_dir(parent_fd: int, dirname: str) -> int | None:
+    """Make ``dirname`` with the incomplete marker already inside, or return None if the name is
+    taken. The directory is made under a hidden name and renamed into place, so a process killed
+    at any moment never leaves an unmarked run directory (only a hidden one, which the next
+    export of the name on this host removes)."""
+    hidden = f".{dirname}.new"
+    try:
+        fd = safe_io.make_dir_at(parent_fd, hidden)
+    except FileExistsError:  # another thread of this process is making the same name
+        return None
+    try:
+        marker = safe_io.create_exclusive(fd, INCOMPLETE_MARKER)
+        with os.fdopen(marker, "wb") as fh:
+            fh.write(b"export in progress\n")
+        os.rename(hidden, dirname, src_dir_fd=parent_fd, dst_dir_fd=parent_fd)
+    except BaseException as err:  # a full disk, a name taken, Ctrl-C: leave no directory behind
+        os.close(fd)
+        _remove_empty_run(parent_fd, hidden)
+        if isinstance(err, OSError) and err.errno in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR, errno.EISDIR):
+            return None
+        raise
+    return fd
+
+
+def _remove_empty_run(parent_fd: int, dirname: str) -> None:
+    try:
+        fd = os.open(dirname, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent_fd)
+    except OSError:
+        return
+    try:
+        for entry in os.listdir(fd):
+            safe_io.unlink_quietly(fd, entry)
+    finally:
+        os.close(fd)
+    try:
+        os.rmdir(dirname, dir_fd=parent_fd)
+    except OSError:
+        pass
+
+
+def _remove_stale_raw_traces(parent_fd: int) -> None:
+    """Remove ``.trace.json.raw`` files that processes of this host, now gone, left behind in
+    their incomplete runs (a SIGKILL while the trace was being gzipped), and hidden directories
+    they never got to name."""
+    host = _host()
+    try:
+        entries = os.listdir(parent_fd)
+    except OSError:
+        return
+    for entry in entries:
+        m = _RUN_NAME.match(entry.removeprefix(".").removesuffix(".new"))
+        if m is None or m["host"] != host or _alive(int(m["pid"])):
+            continue
+        if entry.startswith("."):  # a directory its process never got to name
+            _remove_empty_run(parent_fd, entry)
+            continue
+        try:
+            fd = os.open(entry, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent_fd)
+        except OSError:
+            continue
+        try:
+            if os.fstat(fd).st_uid == os.geteuid():
+                safe_io.unlink_quietly(fd, RAW_TRACE)
+        finally:
+            os.close(fd)
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (OSError, OverflowError):  # another user's process (EPERM): alive
+        return True
+    return True
 
 
 def new_run_dir(
@@ -72,45 +228,53 @@ def new_run_dir(
     """Create and return a new, empty run directory (marked incomplete) under ``root/name``.
 
     Never returns a directory that existed before: on a collision the timestamp moves on by one
-    microsecond, which keeps the directories sorting by time.
+    microsecond, which keeps the directories sorting by time. Prefer :func:`export_result`,
+    which makes the directory once the result is finished and writes it in one go.
     """
-    parent = Path(root) / safe_name(name)
-    parent.mkdir(parents=True, exist_ok=True)
-    stamp = when or _dt.datetime.now()
-    suffix = f"_{_host()}_pid{os.getpid()}" + (f"_rank{rank}" if rank is not None else "")
-    for _ in range(10_000):
-        path = parent / (stamp.strftime("%Y%m%d-%H%M%S-%f") + suffix)
-        try:
-            path.mkdir()
-        except FileExistsError:
-            stamp += _dt.timedelta(microseconds=1)
-            continue
-        try:
-            (path / INCOMPLETE_MARKER).write_text("export in progress\n")
-        except BaseException:  # disk full: leave no unmarked directory behind
-            shutil.rmtree(path, ignore_errors=True)
-            raise
-        return path
-    raise OSError(f"could not create a new run directory under {parent}")  # pragma: no cover
+    path, fd = _create_run(root, name, rank, when)
+    os.close(fd)
+    return path
 
 
 def atomic_write_with(path: Path, write: Callable[[Path], object]) -> None:
-    """Call ``write(tmp_path)``, fsync, then rename ``tmp_path`` onto ``path``.
+    """Call ``write(tmp_path)`` on a new, exclusively created temporary file beside ``path``,
+    fsync it, then rename it onto ``path``.
 
-    A reader sees either no file or the whole file. The temporary file is removed on failure.
+    For directories neuronscope made (``path`` under :func:`safe_io.fd_path`): ``write`` opens
+    the temporary file by name. A reader sees either no file or the whole file; the temporary
+    file is removed on failure.
     """
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        write(tmp)
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
+        tmp_name = safe_io.temp_name(path.name)
+        os.close(safe_io.create_exclusive(dir_fd, tmp_name))
         try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise
+            write(path.parent / tmp_name)
+            fd = os.open(tmp_name, os.O_RDWR | os.O_NOFOLLOW, dir_fd=dir_fd)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            safe_io.replace_at(dir_fd, tmp_name, path.name)
+        except BaseException:
+            safe_io.unlink_quietly(dir_fd, tmp_name)
+            raise
+    finally:
+        os.close(dir_fd)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``path`` atomically through its directory's descriptor, in any directory (one
+    received from someone else too): planted links or temporary names are never followed."""
+    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        safe_io.write_bytes_at(dir_fd, path.name, text.encode("utf-8", "surrogateescape"))
+    finally:
+        os.close(dir_fd)
+
+
+def _write_text(path: Path, text: str) -> None:
+    atomic_write_with(path, lambda tmp: tmp.write_bytes(text.encode("utf-8", "surrogateescape")))
 
 
 def save_chrome_trace(prof: Any, path: Path) -> None:
@@ -121,7 +285,7 @@ def save_chrome_trace(prof: Any, path: Path) -> None:
     beside it. Without this check the export failed later with a misleading "No such file".
     """
     prof.export_chrome_trace(str(path))
-    if path.is_file():
+    if path.is_file() and path.stat().st_size > 0:
         return
     leftover = path.with_name(path.name + ".tmp")
     leftover.unlink(missing_ok=True)
@@ -134,10 +298,6 @@ def save_chrome_trace(prof: Any, path: Path) -> None:
     raise OSError(f"torch.profiler wrote no trace to {path} (it reports write errors only on stderr)")
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write_with(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
-
-
 def gzip_file(src: Path, dest: Path) -> None:
     """Compress ``src`` into ``dest`` (level 1: traces shrink ~10x at a fraction of level 9's time)."""
 
@@ -148,31 +308,141 @@ def gzip_file(src: Path, dest: Path) -> None:
     atomic_write_with(dest, write)
 
 
+def make_trace_writer(prof: Any, trace_format: str, event_count: int, saved: Path | None = None) -> TraceWriter | None:
+    """The trace-format policy: how a capture's trace goes into its run directory.
+
+    ``trace_format`` is ``"json"``, ``"gz"``, ``"none"`` or ``"auto"`` (gzip above
+    :data:`GZIP_TRACE_ABOVE_EVENTS` events). ``saved`` is a trace the profiler already wrote
+    (torch refuses a second save); else ``prof.export_chrome_trace`` writes it.
+    """
+    fmt = trace_format
+    if fmt == "auto":
+        fmt = "gz" if event_count > GZIP_TRACE_ABOVE_EVENTS else "json"
+    if fmt == "none":
+        return None
+
+    def write(run_dir: Path) -> Path:
+        plain, packed = run_dir / "trace.json", run_dir / "trace.json.gz"
+        if saved is not None:
+            if fmt == "gz":
+                gzip_file(saved, packed)
+                return packed
+            atomic_write_with(plain, lambda tmp: shutil.copyfile(saved, tmp))
+            return plain
+        if fmt == "gz":
+            raw = run_dir / RAW_TRACE
+            try:
+                save_chrome_trace(prof, raw)
+                gzip_file(raw, packed)
+            finally:
+                raw.unlink(missing_ok=True)
+            return packed
+        atomic_write_with(plain, lambda tmp: save_chrome_trace(prof, tmp))
+        return plain
+
+    return write
+
+
+def _summary_text(summary: str | Callable[[Any], str], result: Any, added: list[str] | None = None) -> str:
+    """The summary of ``result``; a summary given as text gets the notes the export ``added``."""
+    if not isinstance(summary, str):
+        return summary(result)
+    return summary + "".join(f"note: {n}\n" for n in added or [])
+
+
+def _fill(
+    fd: int,
+    run_dir: Path,
+    result: _R,
+    summary: str | Callable[[_R], str],
+    trace_writer: TraceWriter | None,
+) -> _R:
+    """Write a run into the directory held open as ``fd``; return the result as written."""
+    base = safe_io.fd_path(fd, run_dir)
+    out = dataclasses.replace(result, run_dir=str(run_dir), notes=list(result.notes))
+    if isinstance(out, ProfileResult):
+        out.artifacts = dict(out.artifacts)
+    _write_text(base / RESULT_FILE, out.to_json())  # the measurement first: it is small
+    _write_text(base / SUMMARY_FILE, _summary_text(summary, out))
+    if trace_writer is None:
+        safe_io.unlink_quietly(fd, INCOMPLETE_MARKER)
+        return out
+    first = out
+    try:
+        trace_path = trace_writer(base)
+    except Exception as err:  # a full disk: keep the result and summary already written
+        out = dataclasses.replace(out, notes=[*out.notes, f"trace not written: {type(err).__name__}: {err}"])
+        log.warning("neuronscope: the trace of %r was not written (%s: %s); result.json and summary.txt are in %s",
+                    out.name, type(err).__name__, err, run_dir)
+        trace_path = None
+    if trace_path is not None and isinstance(out, ProfileResult):
+        out = dataclasses.replace(out, artifacts={**out.artifacts, "trace": out.artifacts.get("trace", trace_path.name)})
+    if out is not first:  # name the trace, or say why there is none
+        _write_text(base / RESULT_FILE, out.to_json())
+        _write_text(base / SUMMARY_FILE, _summary_text(summary, out, out.notes[len(first.notes) :]))
+    safe_io.unlink_quietly(fd, INCOMPLETE_MARKER)
+    return out
+
+
+def export_result(
+    result: _R,
+    root: Path | str,
+    *,
+    summary: str | Callable[[_R], str],
+    trace_writer: TraceWriter | None = None,
+    name: str | None = None,
+    rank: int | None = None,
+    when: _dt.datetime | None = None,
+) -> _R:
+    """Make a new run directory under ``root/<name>`` and write ``result`` into it; return a copy
+    of ``result`` with ``run_dir`` (and ``artifacts["trace"]``) set. ``result`` itself is not
+    changed.
+
+    ``summary`` is the text of ``summary.txt``, or a function that renders it from the result as
+    written (with its notes). ``name`` defaults to ``result.name``; ``rank`` and ``when`` (one
+    timestamp for all ranks of a job) name the directory. A failing trace writer costs only the
+    trace (a note says why); anything else raises, and a Ctrl-C leaves the files already written
+    in a directory still marked incomplete.
+    """
+    run_dir, fd = _create_run(root, name or result.name, rank, when)
+    try:
+        return _fill(fd, run_dir, result, summary, trace_writer)
+    finally:
+        os.close(fd)
+
+
 def write_run(
     run_dir: Path,
     result: ProfileResult | Comparison,
     summary: str,
-    trace_writer: Callable[[Path], Path | None] | None = None,
+    trace_writer: TraceWriter | None = None,
 ) -> None:
-    """Write ``summary.txt``, the trace (through ``trace_writer``) and ``result.json``, then
-    remove the incomplete marker. ``result.json`` is written last: its presence means the run
-    is complete."""
-    result.run_dir = str(run_dir)
-    if trace_writer is not None:
-        trace_path = trace_writer(run_dir)
-        if trace_path is not None and isinstance(result, ProfileResult):
-            result.artifacts.setdefault("trace", trace_path.name)
-    atomic_write_text(run_dir / SUMMARY_FILE, summary)
-    finish_run(run_dir, result)
+    """Fill a directory made by :func:`new_run_dir` and set ``result.run_dir`` (and the trace
+    artifact, and notes) on ``result`` itself. Kept for callers that make the directory before
+    the capture; :func:`export_result` is the form that leaves the result unchanged.
+
+    The directory is opened again with the same checks, so one swapped for a symbolic link or
+    another user's directory since it was made is refused (nothing is written there).
+    """
+    fd = safe_io.open_dir(run_dir, private_tail=2)
+    try:
+        written = _fill(fd, Path(run_dir), result, summary, trace_writer)
+    finally:
+        os.close(fd)
+    result.run_dir = written.run_dir
+    result.notes[:] = written.notes
+    if isinstance(result, ProfileResult) and isinstance(written, ProfileResult):
+        result.artifacts.update(written.artifacts)
 
 
 def finish_run(run_dir: Path, result: ProfileResult | Comparison) -> None:
     """Write ``result.json`` atomically and drop the incomplete marker."""
-    atomic_write_text(run_dir / RESULT_FILE, result.to_json())
+    fd = safe_io.open_dir(run_dir, private_tail=2)
     try:
-        (run_dir / INCOMPLETE_MARKER).unlink()
-    except FileNotFoundError:
-        pass
+        safe_io.write_bytes_at(fd, RESULT_FILE, result.to_json().encode("utf-8", "surrogateescape"))
+        safe_io.unlink_quietly(fd, INCOMPLETE_MARKER)
+    finally:
+        os.close(fd)
 
 
 def is_run_dir(path: Path) -> bool:
@@ -180,31 +450,47 @@ def is_run_dir(path: Path) -> bool:
 
 
 def load_json(path: Path) -> dict[str, Any]:
-    """Read ``result.json``; any problem becomes a :class:`RunLoadError` naming the file."""
+    """Read ``result.json`` (a UTF-8 BOM is accepted); any problem becomes a
+    :class:`RunLoadError` naming the file, a file over :data:`MAX_RESULT_BYTES` too."""
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size > MAX_RESULT_BYTES:
+                raise RunLoadError(
+                    f"{path}: is {size / 2**20:,.0f} MiB, far larger than any neuronscope result.json "
+                    f"(at most {MAX_RESULT_BYTES // 2**20} MiB are read); the file is corrupt or not a result"
+                )
+            raw = fh.read(MAX_RESULT_BYTES + 1)
     except FileNotFoundError as exc:
         raise RunLoadError(f"{path}: no such file") from exc
+    except OSError as exc:
+        raise RunLoadError(f"{path}: cannot be read ({type(exc).__name__}: {exc})") from exc
+    if len(raw) > MAX_RESULT_BYTES:  # a file that grew, or a device
+        raise RunLoadError(f"{path}: longer than {MAX_RESULT_BYTES // 2**20} MiB; not a neuronscope result.json")
+    try:
+        text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        with path.open("rb") as f:
-            gzipped = f.read(2) == b"\x1f\x8b"
-        if gzipped:
+        if raw[:2] == b"\x1f\x8b":
             raise RunLoadError(
                 f"{path}: is a gzip file, not a neuronscope result.json; if it is a trace, open it "
                 f"with neuronscope.from_trace() or `neuronscope show {path}`"
             ) from exc
         raise RunLoadError(f"{path}: cannot be read: not UTF-8 text ({exc}); the file is corrupt") from exc
-    except OSError as exc:
-        raise RunLoadError(f"{path}: cannot be read ({type(exc).__name__}: {exc})") from exc
     if not text.strip():
         raise RunLoadError(f"{path}: the file is empty (the export was interrupted?)")
     try:
         data = json.loads(text)
     except (ValueError, RecursionError) as exc:  # ValueError: JSONDecodeError, or an int too long
-        raise RunLoadError(f"{path}: not valid JSON ({exc}); the file is corrupt or truncated") from exc
+        raise RunLoadError(f"{path}: not valid JSON ({_first_sentence(exc)}); the file is corrupt or truncated") from exc
     if not isinstance(data, dict):
         raise RunLoadError(f"{path}: expected a JSON object, found {type(data).__name__}")
     return data
+
+
+def _first_sentence(exc: BaseException) -> str:
+    """An error's text up to its first ';' (Python's int-digits error goes on to suggest
+    ``sys.set_int_max_str_digits()``, which is no advice for a corrupt file)."""
+    return str(exc).split(";", 1)[0]
 
 
 def load(run_dir: str | os.PathLike[str]) -> ProfileResult | Comparison:
@@ -222,7 +508,7 @@ def load(run_dir: str | os.PathLike[str]) -> ProfileResult | Comparison:
         result_file = path / RESULT_FILE
         if not result_file.is_file():
             if (path / INCOMPLETE_MARKER).exists():
-                raise RunLoadError(f"{path}: this run is incomplete (its export was interrupted)")
+                raise RunLoadError(f"{path}: this run is incomplete (its export was interrupted){incomplete_trace_text(path)}")
             runs = find_runs(path)
             if runs:
                 raise RunLoadError(
@@ -255,6 +541,22 @@ def load(run_dir: str | os.PathLike[str]) -> ProfileResult | Comparison:
         for variant in loaded.results.values():
             variant.run_dir = loaded.run_dir
     return loaded
+
+
+def is_incomplete(run_dir: Path | str) -> bool:
+    """True for a run directory still marked incomplete (its export did not finish)."""
+    return (Path(run_dir) / INCOMPLETE_MARKER).exists()
+
+
+def incomplete_trace_text(run_dir: Path | str) -> str:
+    """For an incomplete run: '; its trace is complete: neuronscope show DIR/trace.json' where
+    a finished trace lies beside it (files appear under their final name only when whole),
+    else '; its trace was not written'."""
+    for name in TRACE_FILES:
+        trace = Path(run_dir) / name
+        if trace.is_file():
+            return f"; its trace is complete: neuronscope show {trace}"
+    return "; its trace was not written"
 
 
 def find_runs(root: Path | str) -> list[Path]:

@@ -3,40 +3,38 @@
 The page holds a chart of where the time went (top ops by share), the op table, the hints with
 their evidence, the nested regions, the ranks of a multi-process run and, for a comparison, a
 chart of the variants with their speedups. It loads nothing from anywhere: styles are inline,
-there is no script, and the charts are inline SVG drawn with matplotlib (an optional extra,
-imported only here, through its ``Figure`` API so that the user's pyplot backend is never
-touched). Glyphs are drawn as paths, so the charts look the same without the fonts installed.
+there is no script, and the charts (:mod:`neuronscope.report_charts`) are inline SVG. Every
+text is escaped and bounded (:data:`MAX_TEXT_CHARS`); the only links are relative links to files
+that exist in the run directory.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import html
-import io
+import os
 import re
+import stat
+import urllib.parse
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from .errors import NeuronscopeError
 from .export import atomic_write_text, load
-from .result import Comparison, Hint, OpStat, ProfileResult, RegionStat, _fmt_us
+from .report import MAX_NAME_CHARS, shorten
+from .report_charts import TOP_OPS_IN_CHART, Charts, device_label
+from .result import Comparison, Hint, OpStat, ProfileResult, RegionStat
+from .units import fmt_us
 
 __all__ = ["OPS_IN_TABLE", "REPORT_FILE", "TOP_OPS_IN_CHART", "render_report", "write_report"]
 
 REPORT_FILE = "report.html"
-#: Bars in the "where the time went" chart; the rest become one "other" bar. Ten keeps the
-#: labels readable and covers nearly all of the time in a typical capture.
-TOP_OPS_IN_CHART = 10
 #: Rows of the op table under the chart (the full table is in result.json and summary.txt).
 OPS_IN_TABLE = 25
-#: Longest op or region name drawn in a chart; longer ones (compiled graphs) are cut.
-CHART_LABEL_CHARS = 48
-
-_ACCENT = "#3b6fb6"
-_GREY = "#a7adb5"
-_FASTER = "#2e8b57"
-_SLOWER = "#c0504d"
+#: Longest text (a note, a suggestion, an error) put on the page; names are cut shorter, at
+#: MAX_NAME_CHARS. A 50,000-character name made a 4.4 MB page before.
+MAX_TEXT_CHARS = 4 * MAX_NAME_CHARS
 
 _CSS = """
 :root { color-scheme: light; }
@@ -67,7 +65,13 @@ footer { color: #7a8290; font-size: 0.85em; margin-top: 24px; }
 
 # ---- small helpers -----------------------------------------------------------------------------
 def _e(value: Any) -> str:
-    return html.escape("" if value is None else str(value))
+    """Escaped and bounded text."""
+    return html.escape(shorten("" if value is None else value, MAX_TEXT_CHARS))
+
+
+def _n(value: Any) -> str:
+    """An escaped name, bounded at MAX_NAME_CHARS."""
+    return html.escape(shorten("" if value is None else value, MAX_NAME_CHARS))
 
 
 def _pct(part: float, whole: float) -> str:
@@ -99,227 +103,7 @@ class _Raw:
 
 
 def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_-]+", "_", text) or "_"
-
-
-def _device_label(backend: str | None) -> str:
-    return {"neuron": "NEURON", "cuda": "CUDA"}.get(backend or "", "device")
-
-
-def _plain(text: str) -> str:
-    """Text that matplotlib draws as it is: a pair of '$' would start its mathtext."""
-    return text.replace("$", r"\$")
-
-
-def _chart_label(text: str) -> str:
-    text = text if len(text) <= CHART_LABEL_CHARS else text[: CHART_LABEL_CHARS - 1] + "…"
-    return _plain(text)
-
-
-#: Steps drawn one by one in the timeline chart (the rest are in result.json).
-TIMELINE_STEPS = 24
-
-
-# ---- charts ------------------------------------------------------------------------------------
-class _Charts:
-    """Draws charts as inline SVG. One instance per page, so that every element id in every
-    chart is unique on the page (inline SVGs share the document's id space)."""
-
-    def __init__(self) -> None:
-        try:
-            import matplotlib
-            from matplotlib.backends.backend_agg import FigureCanvasAgg
-            from matplotlib.figure import Figure
-        except ImportError as exc:
-            raise NeuronscopeError(
-                "neuronscope report draws its charts with matplotlib, which is not installed; "
-                "pip install 'neuronscope[report]'"
-            ) from exc
-        self._matplotlib = matplotlib
-        self._figure = Figure
-        self._canvas = FigureCanvasAgg
-        self._count = 0
-
-    def _svg(self, fig: Any, title: str) -> str:
-        buf = io.StringIO()
-        with self._matplotlib.rc_context({"svg.fonttype": "path", "svg.image_inline": True}):
-            fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
-        self._count += 1
-        return _inline_svg(buf.getvalue(), prefix=f"ns{self._count}-", title=title)
-
-    def _bars(
-        self,
-        labels: list[str],
-        values: list[float],
-        texts: list[str],
-        colors: list[str],
-        title: str,
-        xlabel: str,
-        errors: list[float] | None = None,
-    ) -> str:
-        height = 0.9 + 0.34 * len(labels)
-        fig = self._figure(figsize=(8.6, height), dpi=100)
-        self._canvas(fig)
-        ax = fig.add_subplot(1, 1, 1)
-        ypos = list(range(len(labels)))
-        ax.barh(
-            ypos,
-            values,
-            color=colors,
-            height=0.62,
-            xerr=errors,
-            error_kw={"ecolor": "#444", "capsize": 3, "elinewidth": 1},
-        )
-        ax.set_yticks(ypos)
-        ax.set_yticklabels([_chart_label(t) for t in labels], fontsize=9)
-        ax.invert_yaxis()
-        top = max([v + (errors[i] if errors else 0.0) for i, v in enumerate(values)] + [0.0])
-        ax.set_xlim(0, top * 1.28 if top > 0 else 1.0)
-        for i, (y, v, t) in enumerate(zip(ypos, values, texts)):
-            end = v + (errors[i] if errors else 0.0)  # right of the whisker, not across it
-            ax.text(end + top * 0.015, y, _plain(t), va="center", fontsize=8.5, color="#1d2330")
-        ax.set_title(_plain(title), fontsize=10.5, loc="left")
-        ax.set_xlabel(_plain(xlabel), fontsize=9)
-        ax.tick_params(axis="x", labelsize=8.5)
-        for side in ("top", "right"):
-            ax.spines[side].set_visible(False)
-        ax.grid(axis="x", color="#e3e6ea", linewidth=0.8)
-        ax.set_axisbelow(True)
-        return self._svg(fig, title)
-
-    def ops(self, result: ProfileResult) -> str:
-        """Top ops by share of the total op time; the rest as one grey bar."""
-        ops = result.ops
-        total = result.share_total_us
-        if not ops or total <= 0:
-            return ""
-        shown = ops[:TOP_OPS_IN_CHART]
-        rest = ops[TOP_OPS_IN_CHART:]
-        labels = [o.name for o in shown]
-        times = [o.time_us for o in shown]
-        colors = [_ACCENT] * len(shown)
-        if rest:
-            labels.append(f"other ({len(rest)} ops)")
-            times.append(sum(o.time_us for o in rest))
-            colors.append(_GREY)
-        shares = [100.0 * t / total for t in times]
-        texts = [f"{s:.1f}%  {_fmt_us(t)}" for s, t in zip(shares, times)]
-        kind = f"self {_device_label(result.backend)} time" if result.has_device_time else "self CPU time"
-        title = f"Where the time went: {result.name} (share of {_fmt_us(total)} {kind})"
-        return self._bars(labels, shares, texts, colors, title, "share of total op time (%)")
-
-    def timeline(self, bd: dict[str, Any], name: str) -> str:
-        """The device's timeline: how busy each kind of work kept it, bin by bin, with the step
-        starts; under it, each step's window split into busy and idle by cause."""
-        chart = bd.get("chart") or {}
-        lanes = [(k, chart.get(k) or []) for k in ("compute", "communication", "memory")]
-        if not any(v for _, v in lanes):
-            return ""
-        steps = (bd.get("steps") or [])[:TIMELINE_STEPS]
-        fig = self._figure(figsize=(8.6, 2.2 + 0.28 * len(steps)), dpi=100)
-        self._canvas(fig)
-        grid = fig.add_gridspec(2, 1, height_ratios=[1.6, 0.5 + 0.28 * len(steps)], hspace=0.55)
-        ax = fig.add_subplot(grid[0])
-        unit, scale = _unit(float(bd.get("window_us") or 1.0))
-        width = float(chart.get("bin_us") or 0.0) / scale
-        colors = {"compute": _ACCENT, "communication": "#c77c02", "memory": "#6b8e23"}
-        for i, (key, vals) in enumerate(lanes):
-            xs = [j * width for j in range(len(vals) + 1)]
-            ys = [i + 0.85 * v for v in vals] + [i + 0.85 * (vals[-1] if vals else 0.0)]
-            ax.fill_between(xs, i, ys, step="post", color=colors[key], linewidth=0)
-        for start in chart.get("step_starts_us") or []:
-            ax.axvline(start / scale, color=_GREY, linewidth=0.8, linestyle=":")
-        ax.set_yticks([i + 0.4 for i in range(len(lanes))])
-        ax.set_yticklabels([k for k, _ in lanes], fontsize=9)
-        ax.set_xlim(0, width * max(len(v) for _, v in lanes))
-        ax.set_xlabel(f"time from the first device event ({unit}); dotted: step starts", fontsize=9)
-        ax.set_title(_plain(f"Device timeline: {name} (busy {bd.get('busy_pct', 0):.1f}%)"), fontsize=10.5, loc="left")
-        for side in ("top", "right"):
-            ax.spines[side].set_visible(False)
-        if steps:
-            bx = fig.add_subplot(grid[1])
-            parts = [("busy", "busy_us", _ACCENT), ("host not launching", "idle_host_us", _SLOWER),
-                     ("blocked in sync", "idle_sync_us", "#8e44ad"), ("other idle", "idle_other_us", _GREY)]
-            left = [0.0] * len(steps)
-            for label, key, color in parts:
-                vals = [100.0 * s[key] / s["window_us"] if s["window_us"] else 0.0 for s in steps]
-                bx.barh(range(len(steps)), vals, left=left, color=color, label=label, height=0.7)
-                left = [a + b for a, b in zip(left, vals)]
-            bx.set_yticks(list(range(len(steps))))
-            bx.set_yticklabels([_chart_label(s["name"]) for s in steps], fontsize=8.5)
-            bx.invert_yaxis()
-            bx.set_xlim(0, 100)
-            bx.set_xlabel("share of the step's device window (%)", fontsize=9)
-            bx.legend(fontsize=8, ncol=4, loc="upper left", bbox_to_anchor=(0, -0.35 - 0.5 / max(len(steps), 1)), frameon=False)
-            for side in ("top", "right"):
-                bx.spines[side].set_visible(False)
-        return self._svg(fig, f"Device timeline of {name}")
-
-    def variants(self, cmp: Comparison) -> str:
-        """Median time per call of each variant, with its spread and speedup."""
-        rows = cmp.rows
-        if not rows:
-            return ""
-        base = rows[0]
-        colors = [_GREY] + [_FASTER if r.speedup >= 1.0 else _SLOWER for r in rows[1:]]
-        unit, scale = _unit(max(r.time_us for r in rows))
-        errors = [(r.spread_us or 0.0) / scale for r in rows]
-        texts = [f"{_fmt_us(r.time_us)}   {r.speedup:.2f}x" for r in rows]
-        title = f"{cmp.name}: time per call (median), speedup against {base.label!r}"
-        return self._bars(
-            [r.label for r in rows],
-            [r.time_us / scale for r in rows],
-            texts,
-            colors,
-            title,
-            f"time per call ({unit}); whiskers: ± half the interquartile range",
-            errors=errors if any(errors) else None,
-        )
-
-    def ranks(self, ranks: list[dict[str, Any]]) -> str:
-        """Wall time per rank; the slowest rank stands out."""
-        walls = [float(r.get("wall_time_us") or 0.0) for r in ranks]
-        if not walls:
-            return ""
-        slowest = max(walls)
-        colors = [_SLOWER if w == slowest and len(walls) > 1 else _ACCENT for w in walls]
-        unit, scale = _unit(slowest)
-        return self._bars(
-            [f"rank {r.get('rank')}" for r in ranks],
-            [w / scale for w in walls],
-            [_fmt_us(w) for w in walls],
-            colors,
-            "Wall time per rank (the slowest in red)" if len(walls) > 1 else "Wall time per rank",
-            f"wall time ({unit})",
-        )
-
-
-def _unit(largest_us: float) -> tuple[str, float]:
-    """The axis unit for times up to ``largest_us``, and microseconds per unit."""
-    if largest_us >= 1e6:
-        return "s", 1e6
-    if largest_us >= 1e3:
-        return "ms", 1e3
-    return "us", 1.0
-
-
-_ID = re.compile(r'\bid="([^"]+)"')
-_REF = re.compile(r'(url\(#|href="#)([^")]+)')
-
-
-def _inline_svg(svg: str, prefix: str, title: str) -> str:
-    """Make matplotlib's SVG file fit inside an HTML page: no XML prologue, DOCTYPE or
-    metadata (which carry external URLs), ids unique to this chart, and a width that follows
-    the page."""
-    svg = svg[svg.index("<svg") :]
-    svg = re.sub(r"<metadata>.*?</metadata>\s*", "", svg, flags=re.DOTALL)
-    svg = _ID.sub(lambda m: f'id="{prefix}{m.group(1)}"', svg)
-    svg = _REF.sub(lambda m: f"{m.group(1)}{prefix}{m.group(2)}", svg)
-    head_end = svg.index(">")
-    head = svg[:head_end]
-    head = re.sub(r'\s(width|height)="[^"]*"', "", head, count=2)
-    head = f'<svg class="chart" role="img" aria-label="{_e(title)}"' + head[len("<svg") :]
-    return head + svg[head_end:] + "\n"
+    return re.sub(r"[^A-Za-z0-9_-]+", "_", text)[:64] or "_"
 
 
 # ---- sections ----------------------------------------------------------------------------------
@@ -333,6 +117,21 @@ def _when(iso: str | None) -> str | None:
         return iso
 
 
+def _timeline_section(result: ProfileResult, charts: Charts, heading: str, sfx: str) -> str:
+    """The device's busy and idle time (the step breakdown), as a chart and its text."""
+    bd = result.breakdown
+    if not bd:
+        return ""
+    from .report import render_breakdown
+
+    text = render_breakdown(bd)
+    return (
+        f'<section id="timeline{sfx}"><{heading}>Device busy and idle</{heading}>'
+        + charts.timeline(bd, result.name)
+        + f"<pre>{_e(text)}</pre></section>"
+    )
+
+
 def _meta_line(items: list[tuple[str, Any]]) -> str:
     parts = [f"{_e(k)} <b>{_e(v)}</b>" for k, v in items if v not in (None, "")]
     return " · ".join(parts)
@@ -341,7 +140,7 @@ def _meta_line(items: list[tuple[str, Any]]) -> str:
 def _ops_table(result: ProfileResult) -> str:
     ops = result.ops
     has_device = result.has_device_time
-    dev = _device_label(result.backend)
+    dev = device_label(result.backend)
     total = result.share_total_us
     headers = ["Op", "Calls", "Self CPU", "CPU total"]
     if has_device:
@@ -349,16 +148,16 @@ def _ops_table(result: ProfileResult) -> str:
     headers += ["Share", "Input shapes"]
     rows = []
     for o in ops[:OPS_IN_TABLE]:
-        row: list[Any] = [_Raw(f"<code>{_e(o.name)}</code>"), o.calls, _fmt_us(o.self_cpu_us), _fmt_us(o.cpu_total_us)]
+        row: list[Any] = [_Raw(f"<code>{_n(o.name)}</code>"), o.calls, fmt_us(o.self_cpu_us), fmt_us(o.cpu_total_us)]
         if has_device:
-            row += [_fmt_us(o.self_device_us), _fmt_us(o.device_total_us)]
+            row += [fmt_us(o.self_device_us), fmt_us(o.device_total_us)]
         row += [_pct(o.time_us, total), _shapes(o)]
         rows.append(row)
     numeric = list(range(1, len(headers) - 1))
     text = _table(headers, rows, numeric)
     if len(ops) > OPS_IN_TABLE:
         rest = ops[OPS_IN_TABLE:]
-        text += f'<p class="note">… {len(rest)} more ops, {_e(_fmt_us(sum(o.time_us for o in rest)))} together (all of them are in result.json).</p>'
+        text += f'<p class="note">… {len(rest)} more ops, {_e(fmt_us(sum(o.time_us for o in rest)))} together (all of them are in result.json).</p>'
     return text
 
 
@@ -379,16 +178,16 @@ def _hints_section(hints: list[Hint], heading: str = "h2", sfx: str = "") -> str
         )
     rows = []
     for i, h in enumerate(hints, 1):
-        saving = _fmt_us(h.est_saving_us)
+        saving = fmt_us(h.est_saving_us)
         if h.verified_saving_us is not None:
-            saving += f" (measured {_fmt_us(h.verified_saving_us)})"
+            saving += f" (measured {fmt_us(h.verified_saving_us)})"
         rows.append(
             [
                 i,
-                _Raw(f'<span class="pill">{_e(h.kind)}</span> <b>{_e(h.pattern)}</b>'),
-                _Raw(" → ".join(f"<code>{_e(o)}</code>" for o in h.ops) or "-"),
+                _Raw(f'<span class="pill">{_e(h.kind)}</span> <b>{_n(h.pattern)}</b>'),
+                _Raw(" → ".join(f"<code>{_n(o)}</code>" for o in h.ops) or "-"),
                 h.calls,
-                _fmt_us(h.time_us),
+                fmt_us(h.time_us),
                 saving,
                 h.suggestion,
                 _Raw(f"<code>{_e(h.location)}</code>" if h.location else "-"),
@@ -406,12 +205,12 @@ def _regions_table(regions: dict[str, RegionStat]) -> str:
         top = reg.ops[0].name if reg.ops else "-"
         rows.append(
             [
-                _Raw(f"<b>{_e(name)}</b>"),
+                _Raw(f"<b>{_n(name)}</b>"),
                 reg.calls,
-                _fmt_us(reg.time_us),
-                _fmt_us(reg.device_time_us),
+                fmt_us(reg.time_us),
+                fmt_us(reg.device_time_us),
                 len(reg.ops),
-                _Raw(f"<code>{_e(top)}</code>"),
+                _Raw(f"<code>{_n(top)}</code>"),
             ]
         )
     return _table(["Region", "Calls", "Time (incl.)", "Device time", "Distinct ops", "Top op"], rows, numeric=[1, 2, 3, 4])
@@ -419,7 +218,7 @@ def _regions_table(regions: dict[str, RegionStat]) -> str:
 
 def _ranks_table(ranks: list[dict[str, Any]]) -> str:
     rows = [
-        [r.get("rank"), _fmt_us(r.get("wall_time_us")), _fmt_us(r.get("total_op_us")), _Raw(f"<code>{_e(r.get('top_op') or '-')}</code>")]
+        [r.get("rank"), fmt_us(r.get("wall_time_us")), fmt_us(r.get("total_op_us")), _Raw(f"<code>{_n(r.get('top_op') or '-')}</code>")]
         for r in ranks
     ]
     return _table(["Rank", "Wall", "Op time", "Top op"], rows, numeric=[0, 1, 2])
@@ -441,11 +240,11 @@ def _repeat_regions(result: ProfileResult) -> tuple[dict[str, RegionStat], list[
     return nested, [reg for _, reg in sorted(repeats, key=lambda t: t[0])]
 
 
-def _result_sections(result: ProfileResult, charts: _Charts, heading: str = "h2", sfx: str = "") -> list[str]:
+def _result_sections(result: ProfileResult, charts: Charts, heading: str = "h2", sfx: str = "") -> list[str]:
     parts: list[str] = []
     if result.error:
         parts.append(f'<section class="error"><{heading}>Error</{heading}><p><code>{_e(result.error)}</code></p></section>')
-    kind = f"self {_device_label(result.backend)} time" if result.has_device_time else "self CPU time"
+    kind = f"self {device_label(result.backend)} time" if result.has_device_time else "self CPU time"
     time_html = [f'<section id="time{sfx}"><{heading}>Where the time went</{heading}>']
     if result.ops:
         time_html.append(f'<p class="note">Ops ranked by {kind}, summed over the capture.</p>')
@@ -454,14 +253,14 @@ def _result_sections(result: ProfileResult, charts: _Charts, heading: str = "h2"
     else:
         time_html.append('<p class="note">No ops were recorded.</p>')
     if result.device_unattributed_us:
-        time_html.append(f'<p class="note">Device time launched outside any op: {_e(_fmt_us(result.device_unattributed_us))}.</p>')
+        time_html.append(f'<p class="note">Device time launched outside any op: {_e(fmt_us(result.device_unattributed_us))}.</p>')
     time_html.append("</section>")
     parts.append("".join(time_html))
     parts.append(_timeline_section(result, charts, heading, sfx))
     parts.append(_hints_section(result.hints, heading, sfx))
     nested, repeats = _repeat_regions(result)
     if repeats:
-        times = ", ".join(_fmt_us(r.device_time_us if result.has_device_time and r.device_time_us is not None else r.time_us) for r in repeats)
+        times = ", ".join(fmt_us(r.device_time_us if result.has_device_time and r.device_time_us is not None else r.time_us) for r in repeats)
         parts.append(f'<section id="calls{sfx}"><{heading}>Measured calls</{heading}><p>{len(repeats)} calls: {_e(times)}</p></section>')
     if nested:
         parts.append(f'<section id="regions{sfx}"><{heading}>Nested regions</{heading}>{_regions_table(nested)}</section>')
@@ -481,35 +280,43 @@ def _result_sections(result: ProfileResult, charts: _Charts, heading: str = "h2"
     return parts
 
 
-def _timeline_section(result: ProfileResult, charts: _Charts, heading: str, sfx: str) -> str:
-    """The device's busy and idle time (the step breakdown), as a chart and its text."""
-    bd = result.breakdown
-    if not bd:
-        return ""
-    from .report import render_breakdown
+def _run_files(run_dir: str) -> list[str]:
+    """The regular files of a run directory (no links, nothing hidden, not the report itself)."""
+    try:
+        entries = sorted(os.scandir(run_dir), key=lambda e: e.name)
+    except OSError:
+        return []
+    names = []
+    for entry in entries:
+        try:
+            regular = stat.S_ISREG(entry.stat(follow_symlinks=False).st_mode)
+        except OSError:
+            continue
+        if regular and not entry.name.startswith(".") and entry.name != REPORT_FILE:
+            names.append(entry.name)
+    return names
 
-    text = render_breakdown(bd)
-    return (
-        f'<section id="timeline{sfx}"><{heading}>Device busy and idle</{heading}>'
-        + charts.timeline(bd, result.name)
-        + f"<pre>{_e(text)}</pre></section>"
-    )
+
+def _file_link(name: str) -> str:
+    """A relative link to a file beside the report: './' and percent-encoding keep a name such
+    as 'javascript:alert(1)' a file name, never a URL scheme."""
+    href = "./" + urllib.parse.quote(name, safe="")
+    return f'<a href="{html.escape(href)}"><code>{_n(name)}</code></a>'
 
 
 def _files_section(run_dir: str | None, artifacts: dict[str, Any]) -> str:
     if not run_dir:
         return ""
-    base = Path(run_dir)
-    names = [p.name for p in sorted(base.iterdir()) if p.is_file() and not p.name.startswith(".")] if base.is_dir() else []
-    names = [n for n in names if n != REPORT_FILE]
+    names = _run_files(run_dir)
     if not names:
         return ""
-    items = "".join(f'<li><a href="{_e(n)}"><code>{_e(n)}</code></a></li>' for n in names)
+    items = "".join(f"<li>{_file_link(n)}</li>" for n in names[:200])
+    more = f"<li>… and {len(names) - 200} more</li>" if len(names) > 200 else ""
     return (
         '<section id="files"><h2>Files in this run</h2>'
         f'<p class="note">Run directory <code>{_e(run_dir)}</code>. Open the traces in Perfetto '
         "(ui.perfetto.dev) or TensorBoard; reopen the run with <code>neuronscope show</code>.</p>"
-        f"<ul>{items}</ul></section>"
+        f"<ul>{items}{more}</ul></section>"
     )
 
 
@@ -528,12 +335,12 @@ def _page(title: str, header: str, body: list[str]) -> str:
     )
 
 
-def _render_result(result: ProfileResult, charts: _Charts) -> str:
+def _render_result(result: ProfileResult, charts: Charts) -> str:
     meta = _meta_line(
         [
             ("backend", result.backend),
             ("status", result.status),
-            ("wall", _fmt_us(result.wall_time_us)),
+            ("wall", fmt_us(result.wall_time_us)),
             ("rank", None if result.rank is None else f"{result.rank}/{result.world_size}"),
             ("device", result.device_name),
             ("started", _when(result.started_at)),
@@ -541,10 +348,10 @@ def _render_result(result: ProfileResult, charts: _Charts) -> str:
             ("torch", result.torch_version),
         ]
     )
-    header = f"<header><h1>neuronscope: {_e(result.name)}</h1><p class=\"meta\">{meta}</p></header>\n"
+    header = f"<header><h1>neuronscope: {_n(result.name)}</h1><p class=\"meta\">{meta}</p></header>\n"
     body = _result_sections(result, charts)
     body.append(_files_section(result.run_dir, result.artifacts))
-    return _page(f"neuronscope: {result.name}", header, body)
+    return _page(f"neuronscope: {shorten(result.name, MAX_NAME_CHARS)}", header, body)
 
 
 def _comparison_table(cmp: Comparison) -> str:
@@ -553,9 +360,9 @@ def _comparison_table(cmp: Comparison) -> str:
         match = "" if r.outputs_match is None else ("yes" if r.outputs_match else "NO")
         rows.append(
             [
-                _Raw(f"<b>{_e(r.label)}</b>"),
-                _fmt_us(r.time_us),
-                "" if r.spread_us is None else f"±{_fmt_us(r.spread_us)}",
+                _Raw(f"<b>{_n(r.label)}</b>"),
+                fmt_us(r.time_us),
+                "" if r.spread_us is None else f"±{fmt_us(r.spread_us)}",
                 r.repeats,
                 r.op_count,
                 _Raw(f"<code>{_e(r.top_op or '-')}</code>"),
@@ -572,7 +379,7 @@ def _comparison_table(cmp: Comparison) -> str:
     )
 
 
-def _render_comparison(cmp: Comparison, charts: _Charts) -> str:
+def _render_comparison(cmp: Comparison, charts: Charts) -> str:
     meta = _meta_line(
         [
             ("backend", cmp.backend),
@@ -580,7 +387,7 @@ def _render_comparison(cmp: Comparison, charts: _Charts) -> str:
             ("started", _when(cmp.started_at)),
         ]
     )
-    header = f"<header><h1>neuronscope compare: {_e(cmp.name)}</h1><p class=\"meta\">{meta}</p></header>\n"
+    header = f"<header><h1>neuronscope compare: {_n(cmp.name)}</h1><p class=\"meta\">{meta}</p></header>\n"
     notes = "".join(f"<li>{_e(n)}</li>" for n in cmp.notes)
     body = [
         '<section id="comparison"><h2>Variants</h2>'
@@ -595,17 +402,17 @@ def _render_comparison(cmp: Comparison, charts: _Charts) -> str:
     for label, result in cmp.results.items():
         inner = "".join(_result_sections(result, charts, heading="h3", sfx=f"-{_slug(label)}"))
         body.append(
-            f'<section id="variant-{_slug(label)}"><details open><summary>Variant {_e(label)}: '
-            f"{_e(_fmt_us(cmp.row(label).time_us) if any(r.label == label for r in cmp.rows) else '')}</summary>"
+            f'<section id="variant-{_slug(label)}"><details open><summary>Variant {_n(label)}: '
+            f"{_e(fmt_us(cmp.row(label).time_us) if any(r.label == label for r in cmp.rows) else '')}</summary>"
             f"{inner}</details></section>"
         )
     body.append(_files_section(cmp.run_dir, {}))
-    return _page(f"neuronscope compare: {cmp.name}", header, body)
+    return _page(f"neuronscope compare: {shorten(cmp.name, MAX_NAME_CHARS)}", header, body)
 
 
 def render_report(obj: ProfileResult | Comparison) -> str:
     """The HTML page of a result or comparison, as a string (needs matplotlib)."""
-    charts = _Charts()
+    charts = Charts()
     if isinstance(obj, Comparison):
         return _render_comparison(obj, charts)
     if isinstance(obj, ProfileResult):

@@ -1,26 +1,27 @@
-"""Text tables of results and comparisons. Every function returns a string; none prints."""
+"""Text tables of results and comparisons. Every function returns a string; none prints.
+
+Result types are imported for type checking only: ``ProfileResult.table()`` calls into this
+module, so a runtime import back into :mod:`neuronscope.result` would close an import cycle.
+Everything here reads the objects' attributes (duck typing), and :func:`printable` is the one
+sanitiser for any name or text that reaches a terminal.
+"""
 
 from __future__ import annotations
 
 import html
-from collections.abc import Iterable
-from dataclasses import fields
-from typing import Any
+import unicodedata
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from tabulate import tabulate
 
-from .result import (
-    HINTS_OFF_NOTE,
-    Comparison,
-    ComparisonRow,
-    Hint,
-    OpStat,
-    ProfileResult,
-    RegionStat,
-    _fmt_us,
-)
+from .units import fmt_us
+
+if TYPE_CHECKING:
+    from .result import Comparison, Hint, OpStat, ProfileResult, RegionStat
 
 __all__ = [
+    "MAX_NAME_CHARS",
     "breakdown_dataframe",
     "comparison_dataframe",
     "comparison_html_table",
@@ -36,9 +37,47 @@ __all__ = [
     "render_regions",
     "render_result",
     "result_html_table",
+    "shorten",
 ]
 
-fmt_us = _fmt_us
+#: Longest name shown in a table or a report (the whole name stays in result.json): a 50,000-
+#: character op or region name would otherwise make every table, chart and page that wide.
+MAX_NAME_CHARS = 200
+
+#: Unicode categories never printed as they are: controls (escape sequences that retitle, clear
+#: or write the clipboard of a terminal), format characters (bidi overrides that reorder a line),
+#: lone surrogates, private-use and unassigned code points, and line/paragraph separators.
+_UNPRINTABLE = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}
+
+
+def printable(text: object, keep: str = "") -> str:
+    """``text`` with every character a terminal would act on written as an escape (``\\x1b``,
+    ``\\u202e``, ``\\ud800``), so that names from a trace or a run directory print as text and
+    nothing else. Characters in ``keep`` (``"\\n"`` for a whole table) stay as they are."""
+    value = str(text)
+    if value.isprintable():
+        return value
+    out = []
+    for ch in value:
+        if ch in keep or unicodedata.category(ch) not in _UNPRINTABLE:
+            out.append(ch)
+        else:
+            code = ord(ch)
+            out.append(f"\\x{code:02x}" if code < 0x100 else (f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"))
+    return "".join(out)
+
+
+def shorten(text: object, limit: int = MAX_NAME_CHARS) -> str:
+    """``text`` cut to ``limit`` characters, the cut marked with '…' and the length left out."""
+    value = str(text)
+    if len(value) <= limit:
+        return value
+    return f"{value[: limit - 1]}… (+{len(value) - limit + 1} chars)"
+
+
+def _name(text: object) -> str:
+    """A name as a table shows it: printable and bounded."""
+    return printable(shorten(text))
 
 
 def _pct(part: float, whole: float) -> str:
@@ -67,15 +106,15 @@ def render_ops(ops: list[OpStat], row_limit: int = 15, device_label: str = "devi
     headers += ["Share", "Input shapes"]
     rows = []
     for op in ops[:row_limit]:
-        row: list[Any] = [op.name, op.calls, _fmt_us(op.self_cpu_us), _fmt_us(op.cpu_total_us)]
+        row: list[Any] = [_name(op.name), op.calls, fmt_us(op.self_cpu_us), fmt_us(op.cpu_total_us)]
         if has_device:
-            row += [_fmt_us(op.self_device_us), _fmt_us(op.device_total_us)]
+            row += [fmt_us(op.self_device_us), fmt_us(op.device_total_us)]
         row += [_pct(op.time_us, total), _shape(op)]
         rows.append(row)
     text = tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
     if len(ops) > row_limit:
         rest = ops[row_limit:]
-        text += f"\n... {len(rest)} more ops, {_fmt_us(sum(o.time_us for o in rest))} together"
+        text += f"\n... {len(rest)} more ops, {fmt_us(sum(o.time_us for o in rest))} together"
     return text
 
 
@@ -84,8 +123,8 @@ def render_regions(regions: dict[str, RegionStat]) -> str:
         return ""
     rows = []
     for name, reg in sorted(regions.items(), key=lambda kv: kv[1].time_us, reverse=True):
-        top = reg.ops[0].name if reg.ops else "-"
-        rows.append([name, reg.calls, _fmt_us(reg.time_us), _fmt_us(reg.device_time_us), len(reg.ops), top])
+        top = _name(reg.ops[0].name) if reg.ops else "-"
+        rows.append([_name(name), reg.calls, fmt_us(reg.time_us), fmt_us(reg.device_time_us), len(reg.ops), top])
     return tabulate(
         rows,
         headers=["Region", "Calls", "Time (incl.)", "Device time", "Distinct ops", "Top op"],
@@ -96,7 +135,7 @@ def render_regions(regions: dict[str, RegionStat]) -> str:
 
 def render_hints(hints: Iterable[Hint]) -> str:
     """One line per hint, costliest first."""
-    lines = [f"  {i}. {h.message}" for i, h in enumerate(hints, 1)]
+    lines = [f"  {i}. {printable(shorten(h.message, 4 * MAX_NAME_CHARS))}" for i, h in enumerate(hints, 1)]
     return "\n".join(lines)
 
 
@@ -105,9 +144,9 @@ def render_ranks(ranks: list[dict[str, Any]]) -> str:
     with_dirs = any(r.get("run_dir") for r in ranks)
     rows = []
     for r in ranks:
-        row = [r.get("rank"), _fmt_us(r.get("wall_time_us")), _fmt_us(r.get("total_op_us")), r.get("top_op") or "-"]
+        row = [_name(r.get("rank")), fmt_us(r.get("wall_time_us")), fmt_us(r.get("total_op_us")), _name(r.get("top_op") or "-")]
         if with_dirs:
-            row.append(str(r.get("run_dir") or "-").replace("\\", "/").rstrip("/").rsplit("/", 1)[-1])
+            row.append(_name(str(r.get("run_dir") or "-").replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]))
         rows.append(row)
     headers = ["Rank", "Wall", "Op time", "Top op"] + (["Run dir"] if with_dirs else [])
     return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
@@ -117,19 +156,19 @@ def render_result(result: ProfileResult, row_limit: int = 15) -> str:
     """Header, op table, regions, per-rank table and hints of one result."""
     device_label = {"neuron": "NEURON", "cuda": "CUDA"}.get(result.backend, "device")
     device_label = {"rocm": "HIP", "mtia": "MTIA"}.get(result.platform or "", device_label)
-    head = f"neuronscope: {result.name} [{result.platform or result.backend}] {result.status}, wall {_fmt_us(result.wall_time_us)}"
+    head = f"neuronscope: {_name(result.name)} [{_name(result.platform or result.backend)}] {_name(result.status)}, wall {fmt_us(result.wall_time_us)}"
     if result.rank is not None:
         head += f", rank {result.rank}" + (f"/{result.world_size}" if result.world_size is not None else "")
     parts = [head]
     if result.error:
-        parts.append(f"error: {result.error}")
+        parts.append(f"error: {printable(shorten(result.error, 4 * MAX_NAME_CHARS))}")
     if result.ops:
         outside = result.device_unattributed_us or 0.0
         parts.append(render_ops(result.ops, row_limit=row_limit, device_label=device_label, outside_us=outside))
     else:
         parts.append("(no ops recorded)")
     if result.device_unattributed_us:
-        parts.append(f"device time launched outside any op: {_fmt_us(result.device_unattributed_us)}")
+        parts.append(f"device time launched outside any op: {fmt_us(result.device_unattributed_us)}")
     if result.breakdown:
         parts.append(render_breakdown(result.breakdown))
     nested = {k: v for k, v in result.regions.items() if k != result.name}
@@ -139,13 +178,13 @@ def render_result(result: ProfileResult, row_limit: int = 15) -> str:
         parts.append("Ranks:\n" + render_ranks(result.ranks))
     if result.hints:
         parts.append("Hints (largest saving first):\n" + render_hints(result.hints))
-    elif result.ops and HINTS_OFF_NOTE not in result.notes:
+    elif result.ops and not result.hints_off:
         parts.append("Hints: none found (no fusion candidate, recompile, graph break or straggler)")
     for note in result.notes:
-        parts.append(f"note: {note}")
+        parts.append(f"note: {printable(shorten(note, 4 * MAX_NAME_CHARS))}")
     if result.skipped_calls:
         parts.append(f"note: {result.skipped_calls} call(s) ran uncaptured while another capture was running")
-    return printable("\n\n".join(parts) + "\n")
+    return printable("\n\n".join(parts) + "\n", keep="\n\t")
 
 
 def _comparison_cells(cmp: Comparison) -> tuple[list[str], list[list[Any]]]:
@@ -158,9 +197,9 @@ def _comparison_cells(cmp: Comparison) -> tuple[list[str], list[list[Any]]]:
     rows = []
     for r in cmp.rows:
         ops = f"{r.op_count}" + ("" if r.all_op_count is None else f" ({r.all_op_count})")
-        row = [r.label, _fmt_us(r.time_us), "" if r.spread_us is None else f"±{_fmt_us(r.spread_us)}", r.speedup_text(base), ops, r.top_op or "-"]
-        row += [_fmt_us(r.device_time_us)] if device else []
-        row += ["" if r.outputs_match is None else ("yes" if r.outputs_match else "NO"), r.top_hint or ""]
+        row = [_name(r.label), fmt_us(r.time_us), "" if r.spread_us is None else f"±{fmt_us(r.spread_us)}", r.speedup_text(base), ops, _name(r.top_op or "-")]
+        row += [fmt_us(r.device_time_us)] if device else []
+        row += ["" if r.outputs_match is None else ("yes" if r.outputs_match else "NO"), _name(r.top_hint or "")]
         rows.append(row)
     return headers, rows
 
@@ -185,52 +224,91 @@ def render_comparison(cmp: Comparison) -> str:
     """The comparison table: variant, time, spread, speedup, ops, top op, top hint."""
     headers, rows = _comparison_cells(cmp)
     text = tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
-    head = f"neuronscope compare: {cmp.name}" + (f" [{cmp.backend}]" if cmp.backend else "")
-    notes = "".join(f"\n{line}" for line in comparison_legend(cmp)) + "".join(f"\nnote: {n}" for n in cmp.notes)
+    head = f"neuronscope compare: {_name(cmp.name)}" + (f" [{_name(cmp.backend)}]" if cmp.backend else "")
+    notes = "".join(f"\n{line}" for line in comparison_legend(cmp))
+    notes += "".join(f"\nnote: {printable(shorten(n, 4 * MAX_NAME_CHARS))}" for n in cmp.notes)
     return f"{head}\n{text}{notes}\n"
 
 
+def _h(value: object) -> str:
+    return html.escape(shorten("" if value is None else value))
+
+
 def _html_table(headers: list[str], rows: list[list[Any]]) -> str:
-    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
+    head = "".join(f"<th>{_h(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{_h(c)}</td>" for c in row) + "</tr>" for row in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+def _html_hints_and_regions(result: ProfileResult) -> str:
+    """The hints (or why there are none) and the nested regions, for the notebook views."""
+    parts = []
+    if result.hints:
+        items = "".join(f"<li>{html.escape(shorten(h.message, 4 * MAX_NAME_CHARS))}</li>" for h in result.hints)
+        parts.append(f"<p><b>Hints</b> (largest saving first)</p><ol>{items}</ol>")
+    elif result.ops and not result.hints_off:
+        parts.append("<p><b>Hints</b>: none found (no fusion candidate, recompile, graph break or straggler)</p>")
+    nested = {k: v for k, v in result.regions.items() if k != result.name}
+    if nested:
+        rows = [
+            [name, reg.calls, fmt_us(reg.time_us), fmt_us(reg.device_time_us), len(reg.ops), reg.ops[0].name if reg.ops else "-"]
+            for name, reg in sorted(nested.items(), key=lambda kv: kv[1].time_us, reverse=True)
+        ]
+        parts.append("<p><b>Regions</b></p>" + _html_table(["Region", "Calls", "Time (incl.)", "Device time", "Distinct ops", "Top op"], rows))
+    notes = list(result.notes) + ([f"{result.skipped_calls} call(s) ran uncaptured"] if result.skipped_calls else [])
+    if notes:
+        parts.append("<ul>" + "".join(f"<li>note: {html.escape(shorten(n, 4 * MAX_NAME_CHARS))}</li>" for n in notes) + "</ul>")
+    return "".join(parts)
+
+
 def result_html_table(result: ProfileResult, row_limit: int = 15) -> str:
-    """An HTML table of the top ops (for Jupyter's ``_repr_html_``)."""
+    """A result for Jupyter's ``_repr_html_``: the top ops, the hints, the nested regions and
+    the notes (what ``table()`` prints, as HTML)."""
     total = result.share_total_us
     rows = [
-        [o.name, o.calls, _fmt_us(o.self_cpu_us), _fmt_us(o.self_device_us), _pct(o.time_us, total)]
+        [o.name, o.calls, fmt_us(o.self_cpu_us), fmt_us(o.self_device_us), _pct(o.time_us, total)]
         for o in result.ops[:row_limit]
     ]
-    caption = html.escape(f"{result.name} [{result.backend}] wall {_fmt_us(result.wall_time_us)}")
-    hints = "".join(f"<li>{html.escape(h.message)}</li>" for h in result.hints)
+    caption = f"{result.name} [{result.backend}] {result.status}, wall {fmt_us(result.wall_time_us)}"
+    more = f"<p>… {len(result.ops) - row_limit} more ops</p>" if len(result.ops) > row_limit else ""
     return (
-        f"<div><b>{caption}</b>"
+        f"<div><b>{_h(caption)}</b>"
         + _html_table(["Op", "Calls", "Self CPU", "Self device", "Share"], rows)
-        + (f"<ul>{hints}</ul>" if hints else "")
+        + more
+        + _html_hints_and_regions(result)
         + "</div>"
     )
 
 
 def comparison_html_table(cmp: Comparison) -> str:
-    """An HTML table of the comparison, the same columns as :func:`render_comparison`."""
+    """A comparison for Jupyter: the same columns as :func:`render_comparison`, then each
+    variant's hints and regions."""
     headers, rows = _comparison_cells(cmp)
-    caption = html.escape(cmp.name + (f" [{cmp.backend}]" if cmp.backend else ""))
-    notes = "".join(f"<li>{html.escape(n)}</li>" for n in comparison_legend(cmp) + cmp.notes)
-    return f"<div><b>{caption}</b>" + _html_table(headers, rows) + (f"<ul>{notes}</ul>" if notes else "") + "</div>"
+    caption = cmp.name + (f" [{cmp.backend}]" if cmp.backend else "")
+    notes = "".join(f"<li>{_h(n)}</li>" for n in comparison_legend(cmp) + cmp.notes)
+    variants = "".join(
+        f"<details><summary>{_h(label)}</summary>{_html_hints_and_regions(result)}</details>"
+        for label, result in cmp.results.items()
+        if result.hints or len(result.regions) > 1 or result.notes
+    )
+    return f"<div><b>{_h(caption)}</b>" + _html_table(headers, rows) + (f"<ul>{notes}</ul>" if notes else "") + variants + "</div>"
 
 
-def comparison_dataframe(cmp: Comparison) -> Any:
-    """The comparison rows as a pandas DataFrame indexed by variant label."""
-    columns = [f.name for f in fields(ComparisonRow)]
-    return _dataframe([r.to_dict() for r in cmp.rows], columns=columns).set_index("label")
+def comparison_dataframe(cmp: Comparison, columns: list[str] | None = None) -> Any:
+    """The comparison rows as a pandas DataFrame indexed by variant label (``columns``: the
+    row's field names, which the caller knows even when there are no rows)."""
+    records = [r.to_dict() for r in cmp.rows]
+    return _dataframe(records, columns=columns or _columns(records) or ["label"]).set_index("label")
 
 
-def ops_dataframe(ops: list[OpStat]) -> Any:
+def ops_dataframe(ops: list[OpStat], columns: list[str] | None = None) -> Any:
     """The op table as a pandas DataFrame (pandas is an optional extra, imported here)."""
-    columns = [f.name for f in fields(OpStat)]
-    return _dataframe([o.to_dict() for o in ops], columns=columns)
+    records = [o.to_dict() for o in ops]
+    return _dataframe(records, columns=columns or _columns(records))
+
+
+def _columns(records: list[Mapping[str, Any]]) -> list[str] | None:
+    return list(records[0]) if records else None
 
 
 def regions_dataframe(regions: dict[str, RegionStat]) -> Any:
@@ -271,23 +349,6 @@ def _dataframe(records: list[dict[str, Any]], columns: list[str] | None = None) 
     return pd.DataFrame(records, columns=columns)
 
 
-def printable(text: str) -> str:
-    """``text`` with every character a terminal would act on (control characters and escape
-    sequences, bidirectional overrides, lone surrogates) written as a ``\\x..`` / ``\\u....``
-    escape; newlines and tabs are kept. Names in a trace are anyone's text: printed raw, an
-    escape sequence in one could retitle or clear the terminal, or write the clipboard."""
-    if text.isascii() and text.isprintable():
-        return text
-    out = []
-    for ch in text:
-        if ch in "\n\t" or (ch.isprintable() and not 0xD800 <= ord(ch) <= 0xDFFF):
-            out.append(ch)
-        else:
-            code = ord(ch)
-            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
-    return "".join(out)
-
-
 def _share(part: float, whole: float) -> str:
     return f"{100.0 * part / whole:.1f}%" if whole > 0 else "-"
 
@@ -297,14 +358,14 @@ def render_breakdown(bd: dict[str, Any]) -> str:
     w = float(bd.get("window_us") or 0.0)
     lines = [
         (
-            f"Device: busy {_share(bd['busy_us'], w)} of {_fmt_us(w)}, idle {_share(bd['idle_us'], w)} "
+            f"Device: busy {_share(bd['busy_us'], w)} of {fmt_us(w)}, idle {_share(bd['idle_us'], w)} "
         f"(host not launching {_share(bd['idle_host_us'], w)}, blocked in sync "
             f"{_share(bd['idle_sync_us'], w)}, other {_share(bd['idle_other_us'], w)})"
         ),
         (
             f"  compute {_share(bd['compute_us'], w)}, communication {_share(bd['communication_us'], w)}, "
         f"memory {_share(bd['memory_us'], w)}; overlapped: compute+communication "
-        f"{_fmt_us(bd['overlap_compute_communication_us'])}, compute+memory {_fmt_us(bd['overlap_compute_memory_us'])}"
+        f"{fmt_us(bd['overlap_compute_communication_us'])}, compute+memory {fmt_us(bd['overlap_compute_memory_us'])}"
         ),
     ]
     steps = bd.get("steps") or []
@@ -323,8 +384,8 @@ def render_breakdown(bd: dict[str, Any]) -> str:
     if la.get("linked"):
         lines.append(
             f"  launches: {la['shorter_than_launch']:,} of {la['linked']:,} kernels ran shorter than their "
-            f"launch call (median kernel {_fmt_us(la['median_kernel_us'])}, launch {_fmt_us(la['median_launch_us'])}); "
-            f"launch to start median {_fmt_us(la['median_delay_us'])}, p90 {_fmt_us(la['p90_delay_us'])}"
+            f"launch call (median kernel {fmt_us(la['median_kernel_us'])}, launch {fmt_us(la['median_launch_us'])}); "
+            f"launch to start median {fmt_us(la['median_delay_us'])}, p90 {fmt_us(la['p90_delay_us'])}"
         )
     return "\n".join(lines)
 

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from .errors import NeuronscopeError, RunLoadError
+from .units import fmt_us
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -75,15 +76,8 @@ def _depth(value: Any) -> int:
     return 99
 
 
-def _fmt_us(us: float | None) -> str:
-    """A duration in readable units: '812 us', '3.41 ms', '2.05 s'."""
-    if us is None:
-        return "n/a"
-    if us >= 1e6:
-        return f"{us / 1e6:.2f} s"
-    if us >= 1e3:
-        return f"{us / 1e3:.2f} ms"
-    return f"{us:.1f} us"
+#: Kept under its old private name for modules not yet moved to :func:`neuronscope.units.fmt_us`.
+_fmt_us = fmt_us
 
 
 def _known(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
@@ -182,8 +176,8 @@ class OpStat:
         )
 
     def __repr__(self) -> str:
-        dev = "" if self.self_device_us is None else f", self device {_fmt_us(self.self_device_us)}"
-        return f"OpStat({self.name!r}, calls={self.calls}, self CPU {_fmt_us(self.self_cpu_us)}{dev})"
+        dev = "" if self.self_device_us is None else f", self device {fmt_us(self.self_device_us)}"
+        return f"OpStat({self.name!r}, calls={self.calls}, self CPU {fmt_us(self.self_cpu_us)}{dev})"
 
 
 @dataclass
@@ -216,11 +210,11 @@ class Hint:
         ops = " -> ".join(self.ops)
         times = f"x{self.calls}" if self.calls > 1 else ""
         measured = (
-            f" (measured: {_fmt_us(self.verified_saving_us)})" if self.verified_saving_us is not None else ""
+            f" (measured: {fmt_us(self.verified_saving_us)})" if self.verified_saving_us is not None else ""
         )
         return (
-            f"[{self.kind}:{self.pattern}]{where} {ops} {times} costs {_fmt_us(self.time_us)}, "
-            f"save ~{_fmt_us(self.est_saving_us)}{measured}: {self.suggestion}"
+            f"[{self.kind}:{self.pattern}]{where} {ops} {times} costs {fmt_us(self.time_us)}, "
+            f"save ~{fmt_us(self.est_saving_us)}{measured}: {self.suggestion}"
         ).replace("  ", " ")
 
     def verify(self, **options: Any) -> Any:
@@ -393,6 +387,11 @@ class ProfileResult:
     def fusion_hints(self) -> list[Hint]:
         return [h for h in self.hints if h.kind == "fusion"]
 
+    @property
+    def hints_off(self) -> bool:
+        """True when the hint rules were off for this capture (its empty hint list says nothing)."""
+        return HINTS_OFF_NOTE in self.notes
+
     # ---- rendering -----------------------------------------------------------------------
     def table(self, row_limit: int = 15) -> str:
         """The op table, regions and hints as text, as printed after a capture."""
@@ -401,6 +400,7 @@ class ProfileResult:
         return render_result(self, row_limit=row_limit)
 
     def _repr_html_(self) -> str:
+        """The notebook view: the top ops, the hints and the nested regions."""
         from .report import result_html_table
 
         return result_html_table(self)
@@ -413,7 +413,7 @@ class ProfileResult:
         from .report import breakdown_dataframe, hints_dataframe, ops_dataframe, regions_dataframe
 
         makers = {
-            "ops": lambda: ops_dataframe(self.ops),
+            "ops": lambda: ops_dataframe(self.ops, columns=[f.name for f in fields(OpStat)]),
             "regions": lambda: regions_dataframe(self.regions),
             "hints": lambda: hints_dataframe(self.hints),
             "steps": lambda: breakdown_dataframe(self.breakdown),
@@ -428,11 +428,11 @@ class ProfileResult:
         # One line, so that a list of results prints as a list; table() has the rest.
         top = self.top_op
         parts = [
-            f"{self.name!r}, {self.backend}, {self.status}, wall {_fmt_us(self.wall_time_us)}",
+            f"{self.name!r}, {self.backend}, {self.status}, wall {fmt_us(self.wall_time_us)}",
             f"{len(self.ops)} ops, {len(self.hints)} hints",
         ]
         if top is not None:
-            parts.append(f"top op {top.name} ({_fmt_us(top.time_us)})")
+            parts.append(f"top op {top.name} ({fmt_us(top.time_us)})")
         if self.run_dir:
             parts.append(f"run_dir={self.run_dir!r}")
         return f"ProfileResult({', '.join(parts)})"
@@ -562,19 +562,22 @@ class ComparisonRow:
     def __getitem__(self, key: str) -> Any:
         return getattr(self, key)
 
+    def within_noise(self, base: ComparisonRow | None) -> bool:
+        """True where this speedup is not told apart from 1.0: its interval holds 1.0 (verdict
+        ``"noise"``) or, for a row saved without an interval, the two times differ by less
+        than their spreads together."""
+        if self.verdict is not None:
+            return self.verdict == "noise"
+        if base is None or base is self or self.spread_us is None or base.spread_us is None:
+            return False
+        return abs(self.time_us - base.time_us) <= self.spread_us + base.spread_us
+
     def speedup_text(self, base: ComparisonRow | None) -> str:
-        """``"1.43x [1.30-1.58]"``, ``"1.02x [0.97-1.08] (noise)"`` when the interval holds
-        1.0. A row saved without an interval is marked noise when the two times differ by
-        less than their spreads together."""
+        """``"1.43x [1.30-1.58]"``, ``"1.02x [0.97-1.08] (noise)"`` where :meth:`within_noise`."""
         text = f"{self.speedup:.2f}x"
         if self.speedup_low is not None and self.speedup_high is not None:
             text += f" [{self.speedup_low:.2f}-{self.speedup_high:.2f}]"
-            return text + (" (noise)" if self.verdict == "noise" else "")
-        if base is None or base is self or self.spread_us is None or base.spread_us is None:
-            return text
-        if abs(self.time_us - base.time_us) <= self.spread_us + base.spread_us:
-            text += " (noise)"
-        return text
+        return text + (" (noise)" if self.within_noise(base) else "")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -636,6 +639,7 @@ class Comparison:
         return render_comparison(self)
 
     def _repr_html_(self) -> str:
+        """The notebook view: the comparison table, then each variant's hints and regions."""
         from .report import comparison_html_table
 
         return comparison_html_table(self)
@@ -644,10 +648,10 @@ class Comparison:
         """The comparison table as a pandas DataFrame indexed by variant (needs pandas)."""
         from .report import comparison_dataframe
 
-        return comparison_dataframe(self)
+        return comparison_dataframe(self, columns=[f.name for f in fields(ComparisonRow)])
 
     def __repr__(self) -> str:
-        parts = ", ".join(f"{r.label}={_fmt_us(r.time_us)} ({r.speedup:.2f}x)" for r in self.rows)
+        parts = ", ".join(f"{r.label}={fmt_us(r.time_us)} ({r.speedup:.2f}x)" for r in self.rows)
         return f"Comparison({self.name!r}: {parts})"
 
     def to_dict(self) -> dict[str, Any]:
@@ -676,10 +680,10 @@ class Comparison:
                 name=str(data["name"]),
                 rows=[ComparisonRow.from_dict(r) for r in data.get("rows") or []],
                 results={str(k): ProfileResult.from_dict(v) for k, v in (data.get("results") or {}).items()},
-                run_dir=data.get("run_dir"),
-                backend=data.get("backend"),
+                run_dir=_opt_str(data.get("run_dir")),
+                backend=_opt_str(data.get("backend")),
                 notes=[str(n) for n in data.get("notes") or []],
-                started_at=data.get("started_at"),
+                started_at=_opt_str(data.get("started_at")),
                 wall_time_us=_opt_float(data.get("wall_time_us")),
                 timing=dict(data.get("timing") or {}),
             )

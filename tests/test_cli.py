@@ -302,7 +302,7 @@ def test_report_without_matplotlib_exits_2(
 ) -> None:
     for name in ("matplotlib", "matplotlib.figure", "matplotlib.backends.backend_agg"):
         monkeypatch.setitem(sys.modules, name, None)
-    assert_one_line_error(*run(["report", runs["naive"]], capsys), "pip install 'neuronscope[report]'")
+    assert_one_line_error(*run(["report", runs["naive"]], capsys), "pip install matplotlib")
 
 
 def test_demo_through_main(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -353,3 +353,129 @@ def test_console_script_end_to_end(tmp_path: Path) -> None:
     missing = sh(sys.executable, "-m", "neuronscope", "show", str(tmp_path / "nope"))
     assert missing.returncode == 2 and missing.stdout == ""
     assert missing.stderr.startswith("neuronscope: error: ") and "Traceback" not in missing.stderr
+
+
+# ---- hostile and odd input (issues 19 and 21) --------------------------------------------------
+
+
+def _write_result(run_dir: Path, data: dict[str, Any] | str | bytes) -> Path:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    raw = data if isinstance(data, (str, bytes)) else json.dumps(data)
+    (run_dir / "result.json").write_bytes(raw.encode() if isinstance(raw, str) else raw)
+    return run_dir
+
+
+def _result_data(**fields: Any) -> dict[str, Any]:
+    base = {
+        "schema_version": 1,
+        "type": "ProfileResult",
+        "name": "x",
+        "backend": "cpu",
+        "wall_time_us": 5.0,
+        "ops": [{"name": "aten::mul", "calls": 1, "self_cpu_us": 3.0, "cpu_total_us": 3.0}],
+    }
+    return {**base, **fields}
+
+
+ESCAPES = "\x1b]0;owned\x07\x1b[2J\x1b]52;c;aGk=\x07\u202e\x9b31m"
+
+
+def test_show_ls_diff_print_no_escape_sequences(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    name = f"evil{ESCAPES}name"
+    ops = [{"name": f"aten::{ESCAPES}", "calls": 1, "self_cpu_us": 3.0, "cpu_total_us": 3.0}]
+    hint = {"kind": "fusion", "pattern": f"p{ESCAPES}", "ops": [f"o{ESCAPES}"], "suggestion": f"s{ESCAPES}"}
+    a = _write_result(tmp_path / "root" / "n" / "a", _result_data(name=name, ops=ops, hints=[hint], notes=[ESCAPES]))
+    b = _write_result(tmp_path / "root" / "n" / "b", _result_data(name=name))
+    outputs = []
+    for argv in (["show", str(a)], ["ls", str(tmp_path / "root")], ["diff", str(a), str(b)], ["show", "--json", str(a)]):
+        code, out, err = run(argv, capsys)
+        assert code == 0, err
+        outputs.append(out + err)
+    for text in outputs:
+        assert not any(ch in text for ch in "\x1b\x07\x9b\u202e"), repr(text[:400])
+    assert "\\x1b]0;owned" in outputs[0]  # shown, escaped, not dropped
+
+
+def test_printable_keeps_letters_and_escapes_controls() -> None:
+    from neuronscope.report import printable
+
+    assert printable("ünï©ødé✓ rms_norm") == "ünï©ødé✓ rms_norm"
+    assert printable("a\x1bb\ud800c\u202ed") == "a\\x1bb\\ud800c\\u202ed"
+    assert printable("a\nb", keep="\n") == "a\nb" and printable("a\nb") == "a\\x0ab"
+
+
+def test_json_output_never_holds_nan(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ops = [{"name": "aten::mul", "calls": 1, "self_cpu_us": "NaN", "cpu_total_us": "Infinity"}]
+    a = _write_result(tmp_path / "root" / "n" / "a", _result_data(ops=ops, wall_time_us="nan"))
+    for argv in (["show", "--json", str(a)], ["ls", "--json", str(tmp_path / "root")], ["diff", "--json", str(a), str(a)]):
+        code, out, err = run(argv, capsys)
+        assert code == 0, err
+        assert "NaN" not in out and "Infinity" not in out
+        json.loads(out, parse_constant=lambda c: pytest.fail(f"{c} in the JSON"))
+
+
+def test_result_json_with_a_bom_loads(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a = _write_result(tmp_path / "a", b"\xef\xbb\xbf" + json.dumps(_result_data()).encode())
+    code, out, err = run(["show", str(a)], capsys)
+    assert code == 0 and "aten::mul" in out, err
+
+
+def test_a_huge_sparse_result_json_is_refused_unread(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run_dir = tmp_path / "a"
+    run_dir.mkdir()
+    with open(run_dir / "result.json", "wb") as fh:
+        fh.write(b"{")
+        fh.truncate(30 * 2**30)  # 30 GB, sparse: costs no disk
+    assert_one_line_error(*run(["show", str(run_dir)], capsys), "MiB", "larger than")
+
+
+@pytest.mark.parametrize("where", ["rank", "ranks", "world_size", "pid"])
+def test_a_5000_digit_number_exits_2_with_one_line(where: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    digits = "1" * 5000
+    data = _result_data(rank=0, world_size=2)
+    if where == "ranks":
+        data["ranks"] = [{"rank": 0, "wall_time_us": 1.0}, {"rank": "@", "wall_time_us": 2.0}]
+    else:
+        data[where] = "@"
+    a = _write_result(tmp_path / "a", json.dumps(data).replace('"@"', digits))
+    code, out, err = run(["show", str(a)], capsys)
+    assert_one_line_error(code, out, err, "result.json")
+    assert "set_int_max_str_digits" not in err
+
+
+def test_a_comparison_with_a_non_string_started_at(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cmp = {"schema_version": 1, "type": "Comparison", "name": "c", "started_at": 5, "backend": 3,
+           "rows": [{"label": "a", "time_us": 1.0, "op_count": 1, "top_op": None, "speedup": 1.0}], "results": {}}
+    a = _write_result(tmp_path / "root" / "c" / "a", cmp)
+    for argv in (["show", str(a)], ["ls", str(tmp_path / "root")], ["report", str(a)]):
+        code, _, err = run(argv, capsys)
+        assert code == 0, (argv, err)
+
+
+def test_rows_must_not_be_negative(runs: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["show", "--rows", "-1", runs["naive"]], ["diff", "--rows", "-1", runs["naive"], runs["fused"]]):
+        code, _, err = run(argv, capsys)
+        assert code == 2 and "0 or more rows" in err
+
+
+def test_ls_where_nothing_was_captured_yet(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """No ./neuronscope-runs yet (the default root): exit 0 and a friendly line, as for an empty root."""
+    monkeypatch.delenv("NEURONSCOPE_OUTPUT_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(["ls"], capsys)
+    assert code == 0 and "no runs yet" in out, err
+    code, out, _ = run(["ls", "--json"], capsys)
+    assert code == 0 and json.loads(out) == []
+
+
+def test_show_an_incomplete_run_points_at_its_complete_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from neuronscope.export import INCOMPLETE_MARKER
+
+    run_dir = tmp_path / "n" / "20260101-000000-000000_h_pid1"
+    run_dir.mkdir(parents=True)
+    (run_dir / INCOMPLETE_MARKER).write_text("")
+    (run_dir / "trace.json").write_text('{"traceEvents": []}')
+    assert_one_line_error(*run(["show", str(run_dir)], capsys), "incomplete", "its trace is complete", "trace.json")
+    _write_result(run_dir, _result_data())
+    code, out, _ = run(["show", str(run_dir)], capsys)
+    assert code == 0 and "incomplete" in out and "its trace is complete" in out

@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -28,7 +29,7 @@ from neuronscope.demo import rms_norm_fused, rms_norm_naive
 from neuronscope.export import finish_run
 from neuronscope.html_report import REPORT_FILE, render_report, write_report
 
-pytest.importorskip("matplotlib", reason="the report needs the 'report' extra (matplotlib)")
+pytest.importorskip("matplotlib", reason="the report draws its charts with matplotlib (a dependency)")
 
 SHAPE = (2, 16, 64)
 CHROMIUM = Path("/usr/bin/chromium")
@@ -178,7 +179,7 @@ def test_without_matplotlib_the_error_says_how_to_install_it(
 ) -> None:
     for name in ("matplotlib", "matplotlib.figure", "matplotlib.backends.backend_agg"):
         monkeypatch.setitem(sys.modules, name, None)
-    with pytest.raises(NeuronscopeError, match=r"pip install 'neuronscope\[report\]'"):
+    with pytest.raises(NeuronscopeError, match=r"pip install matplotlib"):
         write_report(str(single.run_dir))
 
 
@@ -256,3 +257,134 @@ def test_chromium_dom_has_the_charts_and_no_console_errors(
     console = [line for line in done.stderr.splitlines() if ":CONSOLE" in line or "net::ERR" in line]
     assert console == [], console
 
+
+
+# ---- hostile and odd content (issues 19 and 21) ------------------------------------------------
+
+
+def _synthetic_run(tmp_path: Path, **fields: object) -> Path:
+    from neuronscope.export import export_result
+    from neuronscope.result import OpStat
+
+    result = ProfileResult(
+        name=str(fields.pop("name", "odd")),
+        backend="cpu",
+        wall_time_us=100.0,
+        ops=list(fields.pop("ops", [OpStat("aten::mul", 1, 60.0, 60.0), OpStat("aten::add", 1, 40.0, 40.0)])),  # type: ignore[call-overload]
+        **fields,  # type: ignore[arg-type]
+    )
+    out = export_result(result, tmp_path / "runs", summary="s")
+    assert out.run_dir is not None
+    return Path(out.run_dir)
+
+
+def test_files_named_like_urls_are_never_live_links(tmp_path: Path) -> None:
+    run = _synthetic_run(tmp_path)
+    hostile = ["javascript:alert(document.domain)", "data:text,hi", "https:evil.example", "a\"><b onmouseover=x()>"]
+    for name in hostile:
+        (run / name).write_text("x")
+    (run / "gone.json").symlink_to(tmp_path / "nowhere.json")  # a link: not listed
+    page = write_report(run).read_text(encoding="utf-8")
+    hrefs = re.findall(r'<a href="([^"]*)"', page)
+    assert len(hrefs) == 6 and all(h.startswith("./") and ":" not in h for h in hrefs), hrefs
+    assert "<b onmouseover" not in page and "gone.json" not in page
+    from urllib.parse import unquote, urljoin
+
+    for href in hrefs:  # every link resolves to a file that exists beside the report
+        target = urljoin(run.as_uri() + "/", href)
+        assert target.startswith("file://") and (run / unquote(href[2:])).is_file(), href
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium is absent; apt-get install -y chromium")
+@pytest.mark.slow
+def test_chromium_sees_only_file_links(tmp_path: Path) -> None:
+    run = _synthetic_run(tmp_path)
+    (run / "javascript:alert(1)").write_text("x")
+    path = write_report(run)
+    done = _chromium(path.resolve().as_uri(), tmp_path, "--dump-dom")
+    assert done.returncode == 0, done.stderr[-2000:]
+    hrefs = re.findall(r'<a href="([^"]*)"', done.stdout)
+    assert "./javascript%3Aalert%281%29" in hrefs, hrefs
+    assert not any(h.lower().lstrip().startswith(("javascript", "data:", "http")) for h in hrefs), hrefs
+
+
+def test_non_finite_numbers_do_not_break_the_report(tmp_path: Path) -> None:
+    from neuronscope.result import OpStat
+
+    nan, inf = float("nan"), float("inf")
+    run = _synthetic_run(
+        tmp_path,
+        ops=[OpStat("aten::mul", 1, nan, nan), OpStat("aten::add", 1, inf, inf), OpStat("aten::sub", 1, 5.0, 5.0)],
+        rank=0,
+        world_size=2,
+        ranks=[{"rank": 0, "wall_time_us": nan}, {"rank": 1, "wall_time_us": inf}],
+    )
+    page = write_report(run).read_text(encoding="utf-8")
+    assert "aten::sub" in page
+
+
+def _axes_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
+    """Records each chart's axes and bar colours (matplotlib's own calls, wrapped)."""
+    from matplotlib.axes import Axes
+
+    seen: dict[str, list[Any]] = {"axes": [], "colors": []}
+    real_barh = Axes.barh
+
+    def barh(self: Axes, *args: Any, **kwargs: Any) -> Any:
+        seen["axes"].append(self)
+        seen["colors"].append(kwargs.get("color"))
+        return real_barh(self, *args, **kwargs)
+
+    monkeypatch.setattr(Axes, "barh", barh)
+    return seen
+
+
+def test_a_share_axis_ends_at_100_percent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A compiled variant is one op at 100%: its axis ran to 128% (ticks to 120%)."""
+    from neuronscope.result import OpStat
+
+    seen = _axes_calls(monkeypatch)
+    run = _synthetic_run(tmp_path, ops=[OpStat("CompiledFunction", 1, 50.0, 50.0)])
+    write_report(run)
+    limits = [ax.get_xlim()[1] for ax in seen["axes"]]
+    assert limits and all(top <= 100.0 for top in limits), limits
+
+
+def test_a_slowdown_within_the_noise_is_not_red(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from neuronscope.report_charts import Charts
+    from neuronscope.result import ComparisonRow
+
+    seen = _axes_calls(monkeypatch)
+    cmp = Comparison(
+        name="n",
+        rows=[
+            ComparisonRow("base", 100.0, 3, "aten::mul", 1.0, spread_us=10.0),
+            ComparisonRow("noisy", 104.0, 3, "aten::mul", 100 / 104, spread_us=10.0),
+            ComparisonRow("slow", 200.0, 3, "aten::mul", 0.5, spread_us=10.0),
+        ],
+    )
+    Charts().variants(cmp)
+    colors = seen["colors"][-1]
+    assert colors[1] != colors[2] and colors[2] == "#c0504d" and colors[1] == colors[0]
+
+
+def test_a_huge_name_keeps_the_report_small(tmp_path: Path) -> None:
+    name = "n" * 50_000
+    run = _synthetic_run(tmp_path, name=name, ops=[])
+    from neuronscope.result import OpStat
+
+    result = load(run)
+    assert isinstance(result, ProfileResult)
+    result.ops = [OpStat("o" * 50_000, 1, 5.0, 5.0)]
+    page = render_report(result)
+    assert len(page) < 200_000, len(page)
+    assert len(run.parent.name) <= 100 and len(run.name) < 120
+
+
+def test_setup_makes_matplotlib_a_dependency() -> None:
+    """The README's install line must give a working `neuronscope report` (issue 19)."""
+    import configparser
+
+    cfg = configparser.ConfigParser()
+    cfg.read(Path(__file__).resolve().parents[1] / "setup.cfg")
+    assert "matplotlib" in cfg["options"]["install_requires"]

@@ -50,7 +50,7 @@ POINT_FILES = {
 
 def _signal_ready(ready: Path, run_dir: Path) -> None:
     tmp = ready.with_name(ready.name + ".tmp")
-    tmp.write_text(str(run_dir))
+    tmp.write_text(os.path.realpath(run_dir))  # the export writes through /proc/self/fd/N
     os.replace(tmp, ready)
 
 

@@ -325,3 +325,29 @@ def test_importing_neuronscope_imports_neither_library() -> None:
         "assert not loaded, loaded\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# ---- the examples, as a user runs them -------------------------------------------------------
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def _run_example(script: str, *args: str) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLES / script), *args], check=False, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def test_hf_trainer_example_runs(tmp_path: Path) -> None:
+    proc = _run_example("hf_trainer_profile.py", "--output-dir", str(tmp_path), "--step", "2")
+    assert "neuronscope: llama_finetune.step2 ok" in proc.stderr
+    assert " forward: 2 call(s)" in proc.stdout and "optimizer: 1 call(s)" in proc.stdout
+    assert [p.parent.name for p in _runs(tmp_path)] == ["llama_finetune.step2"]
+
+
+def test_lightning_example_runs(tmp_path: Path) -> None:
+    proc = _run_example("lightning_profiler.py", "--dirpath", str(tmp_path))
+    assert "fusion:rms_norm" in proc.stdout
+    assert [p.parent.name for p in _runs(tmp_path)] == ["classifier.step2"]

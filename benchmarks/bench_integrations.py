@@ -50,6 +50,8 @@ from transformers.trainer_callback import CallbackHandler, TrainerControl, Train
 from neuronscope.integrations.lightning import NeuronscopeProfiler
 from neuronscope.integrations.transformers import ProfileCallback
 
+transformers.logging.set_verbosity_error()  # the bare CallbackHandler of section 1 is warned about
+
 NEVER = 10**9  # a step number no run reaches
 
 #: The start/stop pairs Lightning 2.6 sends its profiler in one training batch (automatic
@@ -76,15 +78,17 @@ LIGHTNING_BATCH_ACTIONS = [
 ]
 
 
-def _median_per_call(fn: Callable[[], None], calls: int, runs: int) -> float:
-    """Median over ``runs`` of the mean seconds per call of ``calls`` calls."""
-    per_run = []
+def _medians_per_call(variants: dict[str, Callable[[], None]], calls: int, runs: int) -> dict[str, float]:
+    """Per variant, the median over ``runs`` of the mean seconds per call of ``calls`` calls; the
+    variants take turns in each run, so that the machine's load falls on all of them alike."""
+    per_run: dict[str, list[float]] = {label: [] for label in variants}
     for _ in range(runs):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        per_run.append((time.perf_counter() - start) / calls)
-    return statistics.median(per_run)
+        for label, fn in variants.items():
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            per_run[label].append((time.perf_counter() - start) / calls)
+    return {label: statistics.median(values) for label, values in per_run.items()}
 
 
 # ---- 1. the hooks alone -------------------------------------------------------------------------
@@ -108,10 +112,9 @@ def section_hooks(runs: int, calls: int) -> None:
         "TrainerCallback()": [transformers.TrainerCallback()],
         "ProfileCallback(steps=[NEVER])": [ProfileCallback(steps=[NEVER])],
     }
-    times = {
-        label: _median_per_call(hf_step(CallbackHandler(cbs, model, None, None, None)), calls, runs)
-        for label, cbs in variants.items()
-    }
+    times = _medians_per_call(
+        {label: hf_step(CallbackHandler(cbs, model, None, None, None)) for label, cbs in variants.items()}, calls, runs
+    )
     base = times["TrainerCallback()"]
     print("Hugging Face Trainer, the 4 events of one optimizer step:")
     for label, t in times.items():
@@ -125,14 +128,14 @@ def section_hooks(runs: int, calls: int) -> None:
 
         return batch
 
-    after = NeuronscopeProfiler(schedule=torch.profiler.schedule(wait=0, warmup=0, active=1), export=False)
+    after = NeuronscopeProfiler(schedule=torch.profiler.schedule(wait=0, warmup=1, active=1), export=False)
     after._saved = True  # as after its capture: the schedule said RECORD_AND_SAVE
     profilers = {
         "PassThroughProfiler (profiler=None)": PassThroughProfiler(),
-        "NeuronscopeProfiler, waiting": NeuronscopeProfiler(schedule=torch.profiler.schedule(wait=NEVER, warmup=0, active=1)),
+        "NeuronscopeProfiler, waiting": NeuronscopeProfiler(schedule=torch.profiler.schedule(wait=NEVER, warmup=1, active=1)),
         "NeuronscopeProfiler, after its capture": after,
     }
-    times = {label: _median_per_call(lightning_batch(p), calls, runs) for label, p in profilers.items()}
+    times = _medians_per_call({label: lightning_batch(p) for label, p in profilers.items()}, calls, runs)
     base = times["PassThroughProfiler (profiler=None)"]
     print(f"Lightning, the {len(LIGHTNING_BATCH_ACTIONS)} profiler actions of one training batch:")
     for label, t in times.items():
@@ -267,7 +270,7 @@ def section_end_to_end(runs: int, steps: int) -> None:
             {
                 "Lightning, profiler=None": lambda: _lightning_run(steps, None),
                 "NeuronscopeProfiler (never due)": lambda: _lightning_run(
-                    steps, NeuronscopeProfiler(schedule=torch.profiler.schedule(wait=NEVER, warmup=0, active=1))
+                    steps, NeuronscopeProfiler(schedule=torch.profiler.schedule(wait=NEVER, warmup=1, active=1))
                 ),
                 "NeuronscopeProfiler (after batch 2)": lambda: _lightning_run(
                     steps, NeuronscopeProfiler(dirpath=root, filename="summary")

@@ -173,6 +173,11 @@ def test_hf_trainer_captures_the_chosen_steps_only(tmp_path: Path, lines: list[s
     assert reloaded.name == "tiny_llama.step2" and set(reloaded.regions) >= {"forward", "backward", "optimizer"}
 
 
+def test_hf_callback_takes_a_range_of_steps_as_it_is() -> None:
+    callback = ProfileCallback(steps=range(100, 10**12, 1000))
+    assert isinstance(callback.steps, range) and 1100 in callback.steps and 1101 not in callback.steps
+
+
 def test_hf_trainer_keeps_a_step_that_raised_and_passes_the_error_through(tmp_path: Path) -> None:
     root = tmp_path / "runs"
     callback = ProfileCallback(steps=2, output_dir=str(root))
@@ -201,6 +206,8 @@ def test_hf_trainer_captures_nothing_when_disabled(tmp_path: Path, monkeypatch: 
     ("kwargs", "said"),
     [
         ({"steps": 0}, "whole numbers from 1"),
+        ({"steps": range(10)}, "whole numbers from 1"),
+        ({"steps": range(5, 5)}, "steps is empty"),
         ({"steps": [2, True]}, "whole numbers from 1"),
         ({"steps": []}, "steps is empty"),
         ({"steps": "3"}, "whole numbers"),

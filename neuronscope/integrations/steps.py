@@ -21,7 +21,7 @@ from __future__ import annotations
 import atexit
 import functools
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from typing import Any
 
 import torch
@@ -63,9 +63,16 @@ class HeldRegion:
         return self.region.result
 
 
-def parse_steps(steps: int | Iterable[int], first: int) -> frozenset[int]:
-    """The step numbers to capture, from an int or an iterable of ints (a ``range`` too), each at
-    least ``first``; a ``ConfigError`` naming the bad value otherwise."""
+def parse_steps(steps: int | Iterable[int], first: int) -> Container[int]:
+    """The step numbers to capture, from an int or an iterable of ints, each at least ``first``;
+    a ``ConfigError`` naming the bad value otherwise. A ``range`` stays a range (``range(100,
+    10**9, 1000)``: every thousandth step of a long run, without a billion-item set)."""
+    if isinstance(steps, range):
+        if not steps:
+            raise ConfigError(f"steps is empty: {steps!r} names no step")
+        if min(steps[0], steps[-1]) < first:
+            raise ConfigError(f"steps must be whole numbers from {first} (the first step), got {steps!r}")
+        return steps
     items = [steps] if isinstance(steps, int) else steps
     try:
         chosen = list(items)
@@ -73,7 +80,7 @@ def parse_steps(steps: int | Iterable[int], first: int) -> frozenset[int]:
         raise ConfigError(f"steps must be a step number or an iterable of step numbers, got {steps!r}") from None
     for step in chosen:
         if isinstance(step, bool) or not isinstance(step, int) or step < first:
-            raise ConfigError(f"steps must be whole numbers from {first} (the first optimizer step), got {step!r} in {steps!r}")
+            raise ConfigError(f"steps must be whole numbers from {first} (the first step), got {step!r} in {steps!r}")
     if not chosen:
         raise ConfigError("steps is empty: name at least one step to capture, e.g. steps=[3]")
     return frozenset(chosen)

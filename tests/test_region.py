@@ -6,6 +6,7 @@ import contextlib
 import logging
 import sys
 import threading
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -358,15 +359,22 @@ def test_second_thread_runs_uncaptured_and_is_counted() -> None:
     assert other.last_result is not None and other.last_result.skipped_calls == 1
 
 
-@torch.jit.script
 def _sigmoid_of_square(x: torch.Tensor) -> torch.Tensor:
     return (x @ x).sigmoid()
 
 
-@torch.jit.script
 def _fan_out(x: torch.Tensor) -> torch.Tensor:
     futures = [torch.jit.fork(_sigmoid_of_square, x) for _ in range(4)]
     return torch.stack([torch.jit.wait(f) for f in futures])
+
+
+with warnings.catch_warnings():
+    # torch.jit is deprecated (torch >= 2.10), but a scripted fork is still the plain way to put
+    # work on the inter-op thread pool, which is what the test below needs; torch's warning
+    # about it says nothing about neuronscope.
+    warnings.filterwarnings("ignore", message="`torch.jit.script` is deprecated", category=DeprecationWarning)
+    _sigmoid_of_square = torch.jit.script(_sigmoid_of_square)
+    _fan_out = torch.jit.script(_fan_out)
 
 
 def test_work_handed_to_other_threads_counts_for_the_region() -> None:

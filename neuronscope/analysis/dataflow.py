@@ -48,6 +48,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ..capture.observe import LOCATION_PREFIX
 from ..events import KIND_OP, EventTable, gc_paused
 
 __all__ = [
@@ -60,6 +61,8 @@ __all__ = [
     "broadcast_shape",
     "graph_from_profiler",
     "graph_from_table",
+    "graph_with_observation",
+    "observed_graph",
     "short_name",
     "user_location",
 ]
@@ -526,7 +529,7 @@ def _graph_from_profiler(prof: Any, table: EventTable | None) -> OpGraph | None:
     stack = list(reversed(roots))
     while stack:
         ev = stack.pop()
-        if ev.tag == torch_op:
+        if ev.tag == torch_op and not ev.name.startswith(LOCATION_PREFIX):
             if times or annotations:
                 key = (ev.start_tid, ev.start_time_ns)
                 hit = times.get(key)
@@ -556,6 +559,9 @@ def _graph_from_profiler(prof: Any, table: EventTable | None) -> OpGraph | None:
             continue
         end = ev.end_time_ns
         node = OpNode(len(nodes), name, short_name(name), tid, start, end, event=ev)
+        parent = ev.parent
+        if parent is not None and parent.name.startswith(LOCATION_PREFIX):  # the observation pass's line
+            node.location = parent.name[len(LOCATION_PREFIX) :]
         if hit is not None:
             node.cpu_ns, node.device_ns = hit.cpu_ns, hit.device_ns
         else:
@@ -1052,3 +1058,64 @@ def _best_assignment(
 
     search(0, set())
     return best_choice
+
+
+# ---- links from an observation pass ------------------------------------------------------------
+
+
+def graph_with_observation(graph: OpGraph, observed: OpGraph) -> OpGraph:
+    """``graph`` (a capture's, linked by pointer guesses) relinked from ``observed`` (the exact
+    graph of an observation pass over an earlier call of the same code, see
+    :mod:`neuronscope.capture.observe`).
+
+    The two ops lists are aligned by op name (``difflib``: the same code runs the same ops; a
+    branch taken differently leaves a stretch unaligned). An aligned op takes the observed
+    op's tensor identities, producers and code line; a link is kept only when both ends are
+    aligned, and an op that is not aligned has no links at all: nothing is guessed. The
+    result's ``linking`` is ``"exact"``.
+    """
+    import difflib
+
+    a = [n.name for n in graph.nodes]
+    b = [n.name for n in observed.nodes]
+    to_capture: dict[int, int] = {}
+    if a == b:
+        to_capture = {i: i for i in range(len(a))}
+    else:
+        sm = difflib.SequenceMatcher(None, a, b, autojunk=False)
+        for block in sm.get_matching_blocks():
+            for d in range(block.size):
+                to_capture[block.b + d] = block.a + d
+    aligned = {ci: oi for oi, ci in to_capture.items()}
+    for n in graph.nodes:
+        n.consumers = []
+        oi = aligned.get(n.index)
+        o = observed.nodes[oi] if oi is not None else None
+        if o is None or len(o.inputs) != len(n.inputs):
+            n.producers = [-1] * len(n.inputs)
+            n.inputs = [t._replace(key=-2 - n.index * 64 - k) for k, t in enumerate(n.inputs)]  # unique: no value shared
+            continue
+        n.inputs = [t._replace(key=ot.key) for t, ot in zip(n.inputs, o.inputs)]
+        n.producers = [to_capture.get(p, -1) if p >= 0 else -1 for p in o.producers]
+        n.writes = o.writes
+        if o.location is not None:
+            n.location = o.location
+    for n in graph.nodes:
+        for p in n.producers:
+            if p >= 0:
+                graph.nodes[p].consumers.append(n.index)
+    graph.linking = "exact"
+    graph.__dict__.pop("first_takers", None)
+    return graph
+
+
+def observed_graph(observation: Any) -> OpGraph | None:
+    """The exact graph of an observation pass (:class:`~neuronscope.capture.observe.Observation`),
+    or None when there is none or it recorded no linkable ops."""
+    prof = getattr(observation, "profiler", None)
+    if prof is None:
+        return None
+    graph = graph_from_profiler(prof, None)
+    if graph is None or graph.linking != "exact":
+        return None
+    return graph

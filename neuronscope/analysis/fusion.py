@@ -45,6 +45,8 @@ from .dataflow import (
     broadcast_shape,
     graph_from_profiler,
     graph_from_table,
+    graph_with_observation,
+    observed_graph,
     user_location,
 )
 
@@ -633,25 +635,28 @@ def find_matches(g: OpGraph, reserved: Iterable[int] = ()) -> list[Match]:
     for n in nodes:
         if n.index not in claimed:
             take(_match_silu_mul(g, n))
-    for chain in _elementwise_chains(g, claimed):
-        take(chain)
+    if g.linking == "exact":  # a chain is a claim about data flow: never made on guessed links
+        for chain in _elementwise_chains(g, claimed):
+            take(chain)
     return out
 
 
 def _elementwise_chains(g: OpGraph, claimed: set[int], within: Sequence[int] | None = None) -> Iterable[Match]:
-    """Connected groups of unclaimed elementwise ops (producer -> consumer) of at least
+    """Groups of unclaimed elementwise ops that one kernel could replace, of at least
     :data:`MIN_CHAIN_OPS`; among the ops ``within`` only, where given.
 
-    An edge ``p -> n`` joins a group only when ``n`` could run in the same kernel as ``p``:
-    each other input of ``n`` is older than ``p``, a constant, or itself elementwise. So the
-    residual adds of a transformer, each waiting for a whole block that reads the previous
-    one, stay apart. With inferred links, a tensor that ``n`` is the first op to take must
-    have the shape ``p`` makes: a link that only matched the element count (a forward
-    activation taken for an optimizer's state of as many elements) is a guess too weak to
-    claim a fusion on. A view of ``p``'s output (``.view``, ``.reshape``) was taken by the view
-    op first, and keeps its link.
+    An edge ``p -> n`` (``n`` reads what ``p`` wrote) joins them when ``p``'s output is an
+    intermediate of the group: every op that reads it is elementwise and joins too, so fusing
+    never has to write it out. An output read by anything else (a matmul, a norm, a
+    reduction, the next residual add's layer) ends a group: so a transformer's residual
+    stream, whose every add feeds a whole block, is never a chain, and no group crosses a
+    matmul, convolution or reduction. Each other input of ``n`` must be a constant or exist
+    before the group starts (an input computed from the group through some other op would
+    need that op inside the kernel). Groups on integer or boolean tensors only (mask and
+    position-id arithmetic) are left out: small index helpers, rarely worth a kernel.
     """
     parent: dict[int, int] = {}
+    low: dict[int, int] = {}  # root -> earliest member
 
     def find(i: int) -> int:
         while parent[i] != i:
@@ -665,27 +670,44 @@ def _elementwise_chains(g: OpGraph, claimed: set[int], within: Sequence[int] | N
     for n in pool:
         if n.elementwise and n.writes and n.index not in claimed:
             parent[n.index] = n.index
+            low[n.index] = n.index
+
+    def intermediate(p: OpNode) -> bool:
+        readers = {c for c in p.consumers if nodes[c].writes or nodes[c].op not in VIEW_OPS}
+        return bool(readers) and all(c in parent for c in readers)
+
     for n in pool:
         if n.index not in parent:
             continue
         for k, p in enumerate(n.producers):
-            if p not in parent:
+            if p not in parent or find(p) == find(n.index):
                 continue
             t = n.inputs[k]
             if not exact and g.first_takers.get(t.key) == n.index and not _shape_carried(nodes[p], t):
                 continue  # a new tensor of another shape: only the element count matched
+            if not intermediate(nodes[p]):
+                continue
+            start = low[find(p)]
             others = (q for kk, q in enumerate(n.producers) if kk != k and q >= 0 and n.inputs[kk].sizes)
-            if all(q < p or q in parent for q in others):
-                parent[find(p)] = find(n.index)
+            if all(q < start or (q in parent and find(q) == find(p)) for q in others):
+                a, b = find(p), find(n.index)
+                parent[a] = b
+                low[b] = min(low[a], low[b])
     groups: dict[int, list[OpNode]] = {}
     for i in parent:
         groups.setdefault(find(i), []).append(nodes[i])
     for members in groups.values():
-        if len(members) >= MIN_CHAIN_OPS:
-            members.sort(key=lambda m: m.index)
-            first = members[0]
-            x = max(first.inputs, key=lambda t: t.numel) if first.inputs else None
-            yield Match("elementwise_chain", members, x, {})
+        if len(members) < MIN_CHAIN_OPS or not any(_is_float(t.dtype) for m in members for t in m.inputs if t.sizes):
+            continue
+        members.sort(key=lambda m: m.index)
+        first = members[0]
+        x = max(first.inputs, key=lambda t: t.numel) if first.inputs else None
+        yield Match("elementwise_chain", members, x, {})
+
+
+def _is_float(dtype: str) -> bool:
+    """A floating-point dtype name (``float32``, ``bfloat16``...); an unknown one counts as float."""
+    return not dtype or "float" in dtype or "complex" in dtype
 
 
 def _shape_carried(producer: OpNode, t: TensorArg) -> bool:
@@ -955,8 +977,15 @@ def _suggestion(pattern: str, backend: str, m: Match) -> str:
     return "torch.compile this region: its elementwise ops fuse into one kernel"
 
 
+def _line_of(loc: str) -> int:
+    tail = loc.rsplit(":", 1)[-1]
+    return int(tail) if tail.isdigit() else 0
+
+
 def _location(m: Match) -> str | None:
-    for n in m.nodes:
+    """The user's line of the op that ends the idiom (its result's line), else the first op
+    with a known line."""
+    for n in [m.nodes[-1], *m.nodes]:
         if n.location is not None:
             return n.location
         if n.event is not None:
@@ -969,14 +998,20 @@ def _location(m: Match) -> str | None:
 
 def hints_from_matches(matches: list[Match], g: OpGraph, backend: str, confidence: str) -> list[Hint]:
     """Group matches (pattern, ops, location, input shape) into hints, largest saving first."""
+    # One hint per idiom, op sequence and source file: the layers of a model share one
+    # RMSNorm line, and rotary's q and k lines (of other shapes under grouped-query
+    # attention) are one idiom; the hint points at the first line.
     groups: dict[tuple[Any, ...], list[Match]] = {}
     for m in matches:
         loc = _location(m)
-        x = m.x
-        key = (m.pattern, m.names, loc, x.sizes if x else None, x.dtype if x else None)
-        groups.setdefault(key, []).append(m)
+        file = loc.rsplit(":", 1)[0] if loc else None
+        groups.setdefault((m.pattern, m.names, file), []).append(m)
     hints: list[Hint] = []
-    for (pattern, names, loc, sizes, dtype), ms in groups.items():
+    for (pattern, names, _file), ms in groups.items():
+        locs = [loc for m in ms if (loc := _location(m)) is not None]
+        loc = min(locs, key=_line_of) if locs else None
+        x = ms[0].x
+        sizes, dtype = (x.sizes, x.dtype) if x is not None else (None, None)
         # Per op position, the median over occurrences: one occurrence slowed by the machine
         # (a page fault, another process) does not inflate the estimate.
         first = ms[0]
@@ -1076,11 +1111,18 @@ def fusion_hints(ctx: AnalysisContext) -> list[Hint]:
         graph = graph_from_profiler(ctx.profiler, ctx.table)
     # A capture without record_shapes=True has no tensor inputs to follow: op order it is.
     if graph is not None and any(n.inputs for n in graph.nodes):
+        confidence = "dataflow"
+        if graph.linking != "exact":
+            observed = observed_graph(ctx.extra.get("observed"))
+            if observed is not None:
+                graph = graph_with_observation(graph, observed)
+            else:
+                confidence = "inferred"  # pointer guesses: no elementwise_chain is claimed on them
         # An optimizer's update is torch.optim's code, not the user's idioms: one hint for it.
         steps = optimizer_steps(graph, ctx.table)
         reserved = {i for updates in steps.values() for update in updates for i in update}
-        hints = hints_from_matches(find_matches(graph, reserved), graph, ctx.backend, "dataflow")
-        hints += optimizer_hints(graph, steps, ctx.backend, "dataflow")
+        hints = hints_from_matches(find_matches(graph, reserved), graph, ctx.backend, confidence)
+        hints += optimizer_hints(graph, steps, ctx.backend, confidence)
         return hints
     locations = ctx.extra.get("locations") if isinstance(ctx.extra, dict) else None
     graph = graph_from_table(ctx.table, locations if isinstance(locations, list) else None)

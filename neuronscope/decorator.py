@@ -23,6 +23,7 @@ from typing import Any, TypeVar, overload
 import wrapt
 
 from . import region as _region
+from .capture.observe import observe_warmup
 from .config import (
     DEFAULT_ACTIVE,
     DEFAULT_WARMUP,
@@ -209,7 +210,8 @@ def wrap_callable(func: F, options: Options) -> F:
                 if window.closed or not captured():
                     quiet.append(state)
                     try:
-                        return func(*args, **kwargs)
+                        with observe_warmup(name, options.hints and not window.closed and window.calls == window.warmup):
+                            return func(*args, **kwargs)
                     finally:
                         if quiet and quiet[-1] is state:
                             quiet.pop()

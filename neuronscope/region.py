@@ -28,6 +28,7 @@ from . import distributed as _distributed
 from . import export as _export
 from .analysis import compile as _compile
 from .capture import Backend, Capture, check_backend_available, resolve_backend
+from .capture.observe import begin_warmup, capture_options, end_warmup, observation_for
 from .config import Options, build_options, disabled_by_env, options_key, remember
 from .errors import NeuronscopeError
 from .events import table_from_profiler
@@ -199,6 +200,7 @@ class _Session:
     def start(self) -> None:
         # The name goes with the options: a backend may warn once per capture name (Neuron: the
         # first capture of a name without warm-up holds NEFF compilation).
+        self.options = capture_options(self.options, self.name)  # exact links when nothing was observed
         self.backend = resolve_backend(self.options.with_name(self.name))
         for message in self.backend.environment_warnings():
             warn_user(message)
@@ -249,7 +251,7 @@ class _Session:
             wall_time_us=wall_us,
             profiler=prof,
             hints=self.options.hints,
-            extra={"compile": compile_facts},
+            extra={"compile": compile_facts, "observed": observation_for(self.name)},
         )
         result.target = self.target
         result.options = self.options.to_dict()
@@ -767,6 +769,7 @@ class neuron_region:
                 return self._mark_quiet(tls.quiet)
             w = self._window()
             if w is not None and (w.closed or not w.next_call_captured()):
+                begin_warmup(self.name, self.options.hints and not w.closed and w.calls == w.warmup)
                 return self._mark_quiet(tls.quiet)  # warm-up
             entry = self._enter_capture(w)
         if entry is _OFF and not self._open:
@@ -856,6 +859,7 @@ class neuron_region:
             if marks and isinstance(marks, list):  # a pass that declined to capture: this thread's newest, if any
                 home = marks.pop(self._newest_mark_of(_tls.quiet))[0]
                 unmark_quiet(home, self)
+                end_warmup(self.name)
             return
         entries = self._entries()
         entry = entries.pop() if entries else _OFF

@@ -48,7 +48,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..capture.observe import LOCATION_PREFIX
+from ..capture.observe import CONSTS_SEP, LOCATION_PREFIX
 from ..events import KIND_OP, EventTable, gc_paused
 
 __all__ = [
@@ -211,6 +211,8 @@ class OpNode:
     device_ns: int = 0
     location: str | None = None
     event: Any = None  # live graphs: the event-tree node, for code locations
+    #: The Python numbers the user passed (``x * 0.125``), where an observation pass saw them.
+    consts: tuple[float, ...] = ()
     #: False for ops that made no tensor: views, and ``.to()`` / ``.contiguous()`` calls that
     #: returned their input. They read data but never sit inside a fusable chain.
     writes: bool = True
@@ -561,7 +563,9 @@ def _graph_from_profiler(prof: Any, table: EventTable | None) -> OpGraph | None:
         node = OpNode(len(nodes), name, short_name(name), tid, start, end, event=ev)
         parent = ev.parent
         if parent is not None and parent.name.startswith(LOCATION_PREFIX):  # the observation pass's line
-            node.location = parent.name[len(LOCATION_PREFIX) :]
+            loc, _, nums = parent.name[len(LOCATION_PREFIX) :].partition(CONSTS_SEP)
+            node.location = loc
+            node.consts = tuple(float(v) for v in nums.split(",") if v) if nums else ()
         if hit is not None:
             node.cpu_ns, node.device_ns = hit.cpu_ns, hit.device_ns
         else:
@@ -1098,6 +1102,7 @@ def graph_with_observation(graph: OpGraph, observed: OpGraph) -> OpGraph:
         n.inputs = [t._replace(key=ot.key) for t, ot in zip(n.inputs, o.inputs)]
         n.producers = [to_capture.get(p, -1) if p >= 0 else -1 for p in o.producers]
         n.writes = o.writes
+        n.consts = o.consts
         if o.location is not None:
             n.location = o.location
     for n in graph.nodes:

@@ -35,9 +35,12 @@ from typing import Any
 from .frames import is_user_file
 
 __all__ = [
+    "CONSTS_SEP",
     "LOCATION_PREFIX",
     "Observation",
+    "begin_warmup",
     "capture_options",
+    "end_warmup",
     "observation_for",
     "observe_dataflow",
     "observe_warmup",
@@ -45,6 +48,8 @@ __all__ = [
 
 #: Name prefix of the ranges the observation pass wraps torch calls in: ``ns@file:line``.
 LOCATION_PREFIX = "ns@"
+#: Separates the line from the call's Python numbers in those names: ``ns@f.py:3|1e-06``.
+CONSTS_SEP = "|"
 #: How many frames above a torch call are searched for the user's line: deep enough for a
 #: model's forward under nn.Module's call machinery and a library's helpers.
 MAX_FRAMES = 24
@@ -80,11 +85,16 @@ def _function_mode() -> Any:
         """Names each top-level torch call's range after the user's line that made it."""
 
         def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            kwargs = kwargs or {}
             line = _user_line()
             if line is None:
-                return func(*args, **(kwargs or {}))
-            with fast(LOCATION_PREFIX + line):
-                return func(*args, **(kwargs or {}))
+                return func(*args, **kwargs)
+            # The Python numbers of the call (``x * 0.125``, ``var + 1e-6``): the profiler
+            # records them as 0-dim tensors, without their value.
+            nums = [a for a in (*args, *kwargs.values()) if a.__class__ in (float, int)]
+            name = LOCATION_PREFIX + line + (CONSTS_SEP + ",".join(map(repr, nums)) if nums else "")
+            with fast(name):
+                return func(*args, **kwargs)
 
     return _Lines()
 
@@ -164,3 +174,34 @@ def capture_options(options: Any, name: str) -> Any:
     if not getattr(options, "hints", True) or not options.record_shapes:
         return options
     return dataclasses.replace(options, profile_memory=True)
+
+
+# Observations begun by a region's warm-up pass on this thread, ended at its exit (a region's
+# enter and exit are two calls, so the context manager cannot span them).
+_open = threading.local()
+
+
+def begin_warmup(name: str, last: bool = True) -> None:
+    """Start observing a region's warm-up pass (the ``last`` one); :func:`end_warmup` ends it."""
+    stack = getattr(_open, "stack", None)
+    if stack is None:
+        stack = _open.stack = []
+    if not last:
+        return
+    cm = observe_warmup(name)
+    try:
+        cm.__enter__()
+    except Exception:  # observing is best effort
+        return
+    stack.append((name, cm))
+
+
+def end_warmup(name: str) -> None:
+    """End the observation :func:`begin_warmup` started for ``name`` on this thread, if any."""
+    stack = getattr(_open, "stack", None)
+    if stack and stack[-1][0] == name:
+        _, cm = stack.pop()
+        try:
+            cm.__exit__(None, None, None)
+        except Exception:  # observing is best effort
+            pass

@@ -40,14 +40,13 @@ from __future__ import annotations
 
 import bisect
 import functools
-import os
-import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from ..capture.frames import is_user_file
 from ..capture.observe import CONSTS_SEP, LOCATION_PREFIX
 from ..events import KIND_OP, EventTable, gc_paused
 
@@ -429,30 +428,6 @@ def _event_types() -> tuple[Any, Any, Any, Any, Any]:
     return _EventType.TorchOp, _EventType.PyCall, _EventType.PyCCall, _EventType.Allocation, RecordScope.USER_SCOPE
 
 
-_LIBRARY_ROOTS = frozenset({"torch", "neuronscope", "torchgen", "functorch", "torch_neuronx", "wrapt", "_pytest", "pluggy"})
-_STDLIB = frozenset(getattr(sys, "stdlib_module_names", ()))
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))).replace("\\", "/") + "/"
-_user_file_cache: dict[str, bool] = {}
-
-
-def _is_user_file(path: str) -> bool:
-    """False for torch, neuronscope and standard-library files. The profiler cuts their
-    site-packages / stdlib prefixes, so the first path component tells them apart."""
-    hit = _user_file_cache.get(path)
-    if hit is None:
-        norm = path.replace("\\", "/")
-        first = norm.lstrip("/").split("/", 1)[0]
-        root = first.removesuffix(".py")
-        hit = not (
-            norm.startswith(("<", _PACKAGE_DIR))
-            or root in _LIBRARY_ROOTS
-            or root in _STDLIB
-            or "/site-packages/torch/" in norm
-        )
-        _user_file_cache[path] = hit
-    return hit
-
-
 def user_location(event: Any) -> str | None:
     """``"file:line"`` of the user's code that ran an op, from the event tree's Python nodes.
 
@@ -468,15 +443,15 @@ def user_location(event: Any) -> str | None:
         tag = node.tag
         if tag == py_ccall:
             caller = node.extra_fields.caller
-            if _is_user_file(caller.file_name):
+            if is_user_file(caller.file_name):
                 return f"{caller.file_name}:{caller.line_number}"
         elif tag == py_call:
             fields = node.extra_fields
             site = fields.callsite
-            if _is_user_file(site.file_name):
+            if is_user_file(site.file_name):
                 return f"{site.file_name}:{site.line_number}"
             caller = fields.caller
-            if _is_user_file(caller.file_name):
+            if is_user_file(caller.file_name):
                 return f"{caller.file_name}:{caller.line_number}"
         node = node.parent
     return None

@@ -30,6 +30,7 @@ import dataclasses
 import sys
 import threading
 from collections.abc import Iterator
+from types import FrameType
 from typing import Any
 
 from .frames import is_user_file
@@ -64,7 +65,7 @@ class Observation:
 
 
 def _user_line() -> str | None:
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     for _ in range(MAX_FRAMES):
         if frame is None:
             return None

@@ -1,0 +1,111 @@
+"""Attention written out: ``q @ k^T``, a scale (on the scores, on q or k, or none), an optional
+mask, softmax (fused or written out), ``@ v``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..dataflow import OpGraph, OpNode
+from .base import *
+from .base import Match, Pattern
+from .softmax import match_softmax
+
+__all__ = ['ATTENTION']
+
+
+#: Most ops walked between an attention's softmax and its matmuls (scale, mask, cast,
+#: dropout each take one).
+MAX_ATTENTION_HOPS = 4
+_ATTENTION_PRE = frozenset({"div", "mul", "add", "sub", "masked_fill", "where", "to", "_to_copy", "type_as"})
+_ATTENTION_POST = frozenset({"to", "_to_copy", "type_as", "dropout", "masked_fill"})
+
+
+def _scores_matmul(g: OpGraph, n: OpNode, k: int, hops: int, path: list[OpNode]) -> OpNode | None:
+    """Walk back from input ``k`` of ``n`` through scale/mask/cast ops to a matmul."""
+    p = g.producer(n, k)
+    if p is None:
+        return None
+    if p.op in MATMULS:
+        return p
+    if hops <= 0 or p.op not in _ATTENTION_PRE:
+        return None
+    for pk in p.big_inputs():
+        found = _scores_matmul(g, p, pk, hops - 1, path)
+        if found is not None:
+            path.append(p)
+            return found
+    return None
+
+
+def _values_matmul(g: OpGraph, n: OpNode, hops: int, path: list[OpNode]) -> OpNode | None:
+    """Walk forward from ``n`` through casts and dropout to the matmul with the values."""
+    for c in sorted(set(n.consumers)):
+        cn = g.nodes[c]
+        if cn.op in MATMULS and input_from(cn, n) == 0:  # probs @ v: probs come first
+            return cn
+        if hops > 0 and cn.op in _ATTENTION_POST:
+            found = _values_matmul(g, cn, hops - 1, path)
+            if found is not None:
+                path.append(cn)
+                return found
+    return None
+
+
+def _match_attention(g: OpGraph, head: OpNode, tail: OpNode, inner: list[OpNode]) -> Match | None:
+    """``q @ k^T`` -> scale / mask -> softmax (fused or written out) -> ``@ v``."""
+    pre: list[OpNode] = []
+    k = head.big_inputs()[0] if head.big_inputs() else 0
+    mm1 = _scores_matmul(g, head, k, MAX_ATTENTION_HOPS, pre)
+    if mm1 is None:
+        return None
+    post: list[OpNode] = []
+    mm2 = _values_matmul(g, tail, MAX_ATTENTION_HOPS, post)
+    if mm2 is None or mm2 is mm1:
+        return None
+    nodes = {m.index: m for m in [mm1, *pre, *inner, *post, mm2]}
+    q = mm1.inputs[0] if mm1.inputs else None
+    params: dict[str, Any] = {
+        "q": list(q.sizes) if q else None,
+        "k": list(mm1.inputs[1].sizes) if len(mm1.inputs) > 1 else None,
+        "v": list(mm2.inputs[1].sizes) if len(mm2.inputs) > 1 else None,
+        "masked": any(p.op in ("masked_fill", "where", "add") for p in pre),
+    }
+    return Match("attention", sorted(nodes.values(), key=lambda m: m.index), q, params)
+
+
+
+def match_attention(g: OpGraph, n: OpNode) -> Match | None:
+    """Anchored at a softmax: ``torch.softmax`` itself, or the division of a written-out one."""
+    if n.op in SOFTMAXES:
+        return _match_attention(g, n, n, [n])
+    sm = match_softmax(g, n)
+    if sm is None:
+        return None
+    head = next((x for x in sm.nodes if x.op in ("max", "amax")), None) or next(x for x in sm.nodes if x.op == "exp")
+    return _match_attention(g, head, sm.nodes[-1], sm.nodes)
+
+
+def _suggest(m: Match, backend: str) -> str:
+    args = ["q", "k", "v"]
+    if m.params.get("masked"):
+        args.append("attn_mask=mask")
+    scale = m.params.get("scale")
+    if scale is not None:
+        args.append(f"scale={scale!r}")
+    call = f"torch.nn.functional.scaled_dot_product_attention({', '.join(args)})"
+    if in_transformers(m):
+        return f'load the model with attn_implementation="sdpa" (its own switch to {call})'
+    return f"use {call}"
+
+
+ATTENTION = Pattern(
+    name="attention",
+    match=match_attention,
+    sequence=(
+        r"(?:matmul|bmm|einsum|baddbmm) (?:div |mul )?(?:eq )?(?:masked_fill |add |where )?"
+    r"(?:_?softmax |(?:(?:max|amax) sub )?exp (?:exp )?sum div )(?:to )?(?:dropout )?(?:matmul|bmm|einsum) "
+    ),
+    sequence_shapes="any",
+    suggest=_suggest,
+)

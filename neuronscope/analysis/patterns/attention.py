@@ -63,7 +63,13 @@ def _match_attention(g: OpGraph, head: OpNode, tail: OpNode, inner: list[OpNode]
     mm2 = _values_matmul(g, tail, MAX_ATTENTION_HOPS, post)
     if mm2 is None or mm2 is mm1:
         return None
-    nodes = {m.index: m for m in [mm1, *pre, *inner, *post, mm2]}
+    # The scale: on the scores, or on q or k before the first matmul (timm, Whisper), or none.
+    scales = [p for p in pre if _is_scaling(p)]
+    for k_in in (0, 1):
+        p = g.producer(mm1, k_in)
+        if p is not None and _is_scaling(p) and {c for c in p.consumers if g.nodes[c].writes} == {mm1.index}:
+            scales.append(p)
+    nodes = {m.index: m for m in [mm1, *pre, *scales, *inner, *post, mm2]}
     q = mm1.inputs[0] if mm1.inputs else None
     params: dict[str, Any] = {
         "q": list(q.sizes) if q else None,
@@ -71,8 +77,32 @@ def _match_attention(g: OpGraph, head: OpNode, tail: OpNode, inner: list[OpNode]
         "v": list(mm2.inputs[1].sizes) if len(mm2.inputs) > 1 else None,
         "masked": any(p.op in ("masked_fill", "where", "add") for p in pre),
     }
+    scale = _scale_value(scales, q.sizes[-1] if q is not None and q.sizes else None)
+    if scale is not None:
+        params["scale"] = scale
     return Match("attention", sorted(nodes.values(), key=lambda m: m.index), q, params)
 
+
+
+def _is_scaling(n: OpNode) -> bool:
+    """A multiply or divide by a number (a 0-dim tensor to the profiler)."""
+    return n.op in ("mul", "div") and len(n.inputs) == 2 and len(n.big_inputs()) == 1
+
+
+def _scale_value(scales: list[OpNode], head_dim: int | None) -> float | None:
+    """The ``scale=`` an equivalent ``scaled_dot_product_attention`` call needs: None where
+    its default (``1/sqrt(head_dim)``) is right or the value was not observed, 1.0 where the
+    code applies no scale at all (T5)."""
+    if not scales:
+        return 1.0
+    value = 1.0
+    for n in scales:
+        if not n.consts or n.consts[0] == 0:
+            return None  # scaled by a number the capture did not record
+        value *= n.consts[0] if n.op == "mul" else 1.0 / n.consts[0]
+    if head_dim and abs(value * head_dim**0.5 - 1.0) < 1e-6:
+        return None
+    return value
 
 
 def match_attention(g: OpGraph, n: OpNode) -> Match | None:

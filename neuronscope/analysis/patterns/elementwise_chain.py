@@ -44,7 +44,9 @@ def elementwise_chains(g: OpGraph, claimed: set[int], within: Sequence[int] | No
     pool = nodes if within is None else [nodes[i] for i in within]
     exact = g.linking == "exact"
     for n in pool:
-        if n.elementwise and n.writes and n.index not in claimed:
+        # Ops on integer or boolean tensors only are index arithmetic (mask and position-id
+        # helpers): they join no chain.
+        if n.elementwise and n.writes and n.index not in claimed and any(is_float(t.dtype) for t in n.inputs if t.sizes):
             parent[n.index] = n.index
             low[n.index] = n.index
 
@@ -73,12 +75,23 @@ def elementwise_chains(g: OpGraph, claimed: set[int], within: Sequence[int] | No
     for i in parent:
         groups.setdefault(find(i), []).append(nodes[i])
     for members in groups.values():
-        if len(members) < MIN_CHAIN_OPS or not any(is_float(t.dtype) for m in members for t in m.inputs if t.sizes):
+        if len(members) < MIN_CHAIN_OPS or _makes_indices(g, members):
             continue
         members.sort(key=lambda m: m.index)
         first = members[0]
         x = max(first.inputs, key=lambda t: t.numel) if first.inputs else None
         yield Match("elementwise_chain", members, x, {})
+
+
+def _makes_indices(g: OpGraph, members: list[OpNode]) -> bool:
+    """Does the group hand an integer or boolean tensor on (``(... ).to(torch.long)``, a
+    comparison)? Then it is index arithmetic (T5's relative position buckets), left out."""
+    for n in members:
+        for c in n.consumers:
+            cn = g.nodes[c]
+            if any(p == n.index and not is_float(t.dtype) for t, p in zip(cn.inputs, cn.producers)):
+                return True
+    return False
 
 
 def _shape_carried(producer: OpNode, t: TensorArg) -> bool:

@@ -1,4 +1,4 @@
-"""SwiGLU: ``silu(gate) * up`` or ``gate * sigmoid(gate) * up``, through an activation module too.
+"""SwiGLU and GeGLU: ``silu(gate) * up``, ``gate * sigmoid(gate) * up``, ``gelu(gate) * up``, through an activation module too.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def match_silu_mul(g: OpGraph, n: OpNode) -> Match | None:
             continue
         found: list[OpNode] = []
         gate: tuple[int, int] | None = None
-        if s.op == "silu" and s.inputs:
+        if s.op in ("silu", "gelu") and s.inputs:  # SwiGLU, or GeGLU (Gemma's gelu(gate) * up)
             found, gate = [s], s.value(0)
         elif s.op == "mul" and len(s.inputs) == 2:
             for gk in (0, 1):
@@ -41,14 +41,17 @@ def match_silu_mul(g: OpGraph, n: OpNode) -> Match | None:
         gate_in = found[0].inputs[0]
         if n.value(bk) == gate and n.inputs[bk].impl == gate_in.impl:
             continue  # x * silu(x): no second projection
-        return Match("silu_mul", sorted([*found, n], key=lambda m: m.index), n.inputs[sk], {})
+        activation = "gelu" if found[0].op == "gelu" else "silu"
+        return Match("silu_mul", sorted([*found, n], key=lambda m: m.index), n.inputs[sk], {"activation": activation})
     return None
 
 
 
 def _suggest(m: Match, backend: str) -> str:
-    kernel = "NKI's fused SwiGLU kernel" if backend == "neuron" else "a fused SwiGLU kernel"
-    return f"torch.compile the MLP block (silu(gate) * up), or {kernel}"
+    act = m.params.get("activation", "silu")
+    name = "GeGLU" if act == "gelu" else "SwiGLU"
+    kernel = f"NKI's fused {name} kernel" if backend == "neuron" else f"a fused {name} kernel"
+    return f"torch.compile the MLP block ({act}(gate) * up), or {kernel}"
 
 
 def _verify(hint: Hint, x: Any, device: Any) -> Builders:
@@ -60,6 +63,9 @@ def _verify(hint: Hint, x: Any, device: Any) -> Builders:
     if "sigmoid" in ops:
         def chain() -> Any:
             return x * torch.sigmoid(x) * up
+    elif "gelu" in ops:
+        def chain() -> Any:
+            return F.gelu(x) * up
     else:
         def chain() -> Any:
             return F.silu(x) * up
@@ -70,7 +76,7 @@ def _verify(hint: Hint, x: Any, device: Any) -> Builders:
 SILU_MUL = Pattern(
     name="silu_mul",
     match=match_silu_mul,
-    sequence=r"(?:silu |sigmoid mul )(?:linear |matmul |mm |addmm )?mul ",
+    sequence=r"(?:silu |gelu |sigmoid mul )(?:linear |matmul |mm |addmm )?mul ",
     suggest=_suggest,
     verify=_verify,
     sequence_skip=frozenset({"linear", "matmul", "mm", "addmm"}),

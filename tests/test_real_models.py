@@ -18,10 +18,10 @@ import torch
 
 pytest.importorskip("transformers")
 
-import real_models as rm  # noqa: E402
+import real_models as rm
 
-from neuronscope import from_trace, neuron_region, profile_on_neuron  # noqa: E402
-from neuronscope.result import Hint, ProfileResult  # noqa: E402
+from neuronscope import from_trace, neuron_region, profile_on_neuron
+from neuronscope.result import Hint, ProfileResult
 
 
 @pytest.fixture(autouse=True)

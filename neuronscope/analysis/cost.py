@@ -67,25 +67,25 @@ def estimate_saving_ns(pattern: str, times: list[float], full: list[bool], backe
 @functools.cache
 def device_costs(device: str = "cpu") -> tuple[float, float] | None:
     """(ns per op, bytes per ns) on ``device``, measured once per process outside any
-    profiler: the median of a tiny op's calls, and an add over 16 MiB. None for a device
+    profiler: the median of a tiny op's calls, and an add over 8 MiB (past the caches). None for a device
     other than the CPU (this process measures only where it runs the op itself)."""
     if device != "cpu":
         return None
     import torch
 
     tiny = torch.ones(8)
-    big = torch.ones(4 << 20)
+    big = torch.ones(2 << 20)
     out = torch.empty_like(big)
     with torch.autograd.profiler.profile(enabled=False):
         samples = []
-        for _ in range(5):
+        for _ in range(3):
             t0 = time.perf_counter_ns()
-            for _ in range(200):
+            for _ in range(100):
                 torch.add(tiny, 1.0)
-            samples.append((time.perf_counter_ns() - t0) / 200)
+            samples.append((time.perf_counter_ns() - t0) / 100)
         per_op = statistics.median(samples)
         bw = []
-        for _ in range(5):
+        for _ in range(3):
             t0 = time.perf_counter_ns()
             torch.add(big, 1.0, out=out)
             bw.append(time.perf_counter_ns() - t0)

@@ -162,8 +162,10 @@ _KIND_RANK = {"bool": 0, "uint8": 1, "int8": 1, "int16": 1, "int32": 1, "int64":
               "float16": 2, "bfloat16": 2, "float32": 3, "float64": 4}
 
 
+@functools.lru_cache(maxsize=4096)
 def short_name(name: str) -> str:
-    """``aten::mul_`` -> ``mul``: the op without namespace or in-place underscore."""
+    """``aten::mul_`` -> ``mul``: the op without namespace or in-place underscore (cached:
+    a capture has a few hundred distinct names over up to millions of events)."""
     base = name.rsplit("::", 1)[-1]
     if base.endswith("_") and not base.startswith("_"):
         base = base[:-1]
@@ -467,17 +469,19 @@ def _dtype_name(dtype: Any) -> str:
     return name
 
 
-def graph_from_profiler(prof: Any, table: EventTable | None = None) -> OpGraph | None:
+def graph_from_profiler(prof: Any, table: EventTable | None = None, infer: bool = True) -> OpGraph | None:
     """The data-flow graph of a finished live profiler, or None when it has no event tree.
 
     ``table`` (the capture's event table) supplies times, device time included, and tells
-    ops from annotations cheaply; without it the tree's own CPU times are used.
+    ops from annotations cheaply; without it the tree's own CPU times are used. With
+    ``infer=False`` a capture without tensor ids is left unlinked (``linking == "none"``),
+    for links taken from an observation pass instead.
     """
     with gc_paused():
-        return _graph_from_profiler(prof, table)
+        return _graph_from_profiler(prof, table, infer)
 
 
-def _graph_from_profiler(prof: Any, table: EventTable | None) -> OpGraph | None:
+def _graph_from_profiler(prof: Any, table: EventTable | None, infer: bool = True) -> OpGraph | None:
     kineto = getattr(getattr(prof, "profiler", None), "kineto_results", None)
     if kineto is None or not hasattr(kineto, "experimental_event_tree"):
         return None
@@ -568,8 +572,14 @@ def _graph_from_profiler(prof: Any, table: EventTable | None) -> OpGraph | None:
     graph = OpGraph(nodes, "exact" if exact else "inferred", has_device=has_device)
     if exact:
         _link_exact(graph, events, ids, allocation)
-    else:
+    elif infer:
         _link_inferred(graph, events)
+    else:
+        graph.linking = "none"
+        torch_op = _event_types()[0]
+        for node, ev in zip(nodes, events):  # what made a tensor: as the inferred linking decides it
+            if not node.inplace and (node.op in VIEW_OPS or (node.op in MAYBE_ALIAS_OPS and not _copied(ev, torch_op))):
+                node.writes = False
     return graph
 
 
@@ -1095,7 +1105,14 @@ def observed_graph(observation: Any) -> OpGraph | None:
     prof = getattr(observation, "profiler", None)
     if prof is None:
         return None
+    cached = getattr(observation, "graph", None)
+    if isinstance(cached, OpGraph):
+        return cached  # every capture of a name shares its observation: built once
     graph = graph_from_profiler(prof, None)
     if graph is None or graph.linking != "exact":
         return None
+    try:
+        observation.graph = graph
+    except AttributeError:
+        pass
     return graph

@@ -237,14 +237,15 @@ def fusion_hints(ctx: AnalysisContext) -> list[Hint]:
     captures made without ``record_shapes=True``, by op order (``confidence="sequence"``).
     """
     graph: OpGraph | None = None
+    observed: OpGraph | None = None
     # Without record_shapes=True the event tree has no tensor inputs to follow: skip it.
     if ctx.profiler is not None and getattr(ctx.profiler, "record_shapes", True):
-        graph = graph_from_profiler(ctx.profiler, ctx.table)
+        observed = observed_graph(ctx.extra.get("observed"))
+        graph = graph_from_profiler(ctx.profiler, ctx.table, infer=observed is None)
     # A capture without record_shapes=True has no tensor inputs to follow: op order it is.
     if graph is not None and any(n.inputs for n in graph.nodes):
         confidence = "dataflow"
         if graph.linking != "exact":
-            observed = observed_graph(ctx.extra.get("observed"))
             if observed is not None:
                 graph = graph_with_observation(graph, observed)
             else:

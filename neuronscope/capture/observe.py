@@ -62,6 +62,8 @@ class Observation:
 
     profiler: Any = None
     error: str | None = None
+    #: The analysis's graph of it, kept once built (captures of one name share it).
+    graph: Any = None
 
 
 def _user_line() -> str | None:

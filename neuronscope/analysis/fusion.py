@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from . import AnalysisContext
 
 __all__ = [
+    "NOT_FROM_OP_ORDER",
     "PATTERNS",
     "Match",
     "estimate_saving_ns",
@@ -88,6 +89,10 @@ def find_matches(g: OpGraph, reserved: Iterable[int] = ()) -> list[Match]:
 
 
 # ---- trace files: op order and shapes only ----------------------------------------------------
+
+#: What a trace (op order, no tensor identities) cannot give: a generic elementwise chain is
+#: a claim about data flow. Sequence hints name these in ``details["not_from_op_order"]``.
+NOT_FROM_OP_ORDER = tuple(p.name for p in REGISTRY if p.exact_only)
 
 _SEQUENCE_RE = {p.name: re.compile(p.sequence) for p in REGISTRY if p.sequence}
 
@@ -258,4 +263,10 @@ def fusion_hints(ctx: AnalysisContext) -> list[Hint]:
         return hints
     locations = ctx.extra.get("locations") if isinstance(ctx.extra, dict) else None
     graph = graph_from_table(ctx.table, locations if isinstance(locations, list) else None)
-    return hints_from_matches(find_sequence_matches(graph), graph, ctx.backend, "sequence")
+    steps = optimizer_steps(graph, ctx.table)
+    reserved = {i for updates in steps.values() for update in updates for i in update}
+    matches = [m for m in find_sequence_matches(graph) if not any(n.index in reserved for n in m.nodes)]
+    hints = hints_from_matches(matches, graph, ctx.backend, "sequence")
+    for h in hints:
+        h.details["not_from_op_order"] = list(NOT_FROM_OP_ORDER)
+    return hints + optimizer_hints(graph, steps, ctx.backend, "sequence")

@@ -15,7 +15,7 @@ from ..events import KIND_ANNOTATION, EventTable
 from ..result import Hint
 from .cost import MIN_SAVING_NS, device_of, estimate_saving_ns, full_size, model_text
 from .dataflow import OpGraph, OpNode
-from .patterns.base import MATMULS, match_location
+from .patterns.base import MATMULS, Match, match_location
 from .patterns.elementwise_chain import elementwise_chains
 
 __all__ = ["FUSED_OPTIMIZERS", "OPTIMIZER_STEP_PREFIX", "optimizer_hints", "optimizer_steps"]
@@ -59,6 +59,21 @@ def _runs_the_model(n: OpNode) -> bool:
     return n.op in _MODEL_OPS or n.name.startswith("autograd::")
 
 
+def _update_chains(g: OpGraph, update: list[int]) -> list[Match]:
+    """The per-parameter chains of one step's update: linked elementwise ops where the graph
+    has links; in a trace (op order only), the period of the update's elementwise op names,
+    one repetition per parameter (torch.optim runs the same ops for each)."""
+    if g.linking != "none":
+        # Chains of 0-dim tensors only (the step counters) are bookkeeping, not the update.
+        return [m for m in elementwise_chains(g, set(), update) if any(t.sizes for n in m.nodes for t in n.inputs)]
+    ops = [g.nodes[i] for i in update if g.nodes[i].elementwise]
+    names = [n.name for n in ops]
+    for p in range(2, len(names) // MIN_OPTIMIZER_CHAINS + 1):
+        if len(names) % p == 0 and all(names[i] == names[i % p] for i in range(p, len(names))):
+            return [Match("elementwise_chain", ops[i : i + p]) for i in range(0, len(ops), p)]
+    return []
+
+
 def optimizer_hints(g: OpGraph, steps: dict[str, list[list[int]]], backend: str, confidence: str) -> list[Hint]:
     """One hint per optimizer whose step updates the parameters one at a time, each with a
     chain of elementwise ops (torch.optim's default on CPU, ``foreach=False``): its fused
@@ -69,12 +84,7 @@ def optimizer_hints(g: OpGraph, steps: dict[str, list[list[int]]], backend: str,
     for cls, updates in steps.items():
         # Step by step: the in-place state links one step's update to the next one's. Chains
         # of 0-dim tensors only (the step counters) are bookkeeping, not the update.
-        chains = [
-            m
-            for update in updates
-            for m in elementwise_chains(g, set(), update)
-            if any(t.sizes for n in m.nodes for t in n.inputs)
-        ]
+        chains = [m for update in updates for m in _update_chains(g, update)]
         if len(chains) < MIN_OPTIMIZER_CHAINS:
             continue
         time_ns = saving_ns = 0.0
@@ -84,8 +94,7 @@ def optimizer_hints(g: OpGraph, steps: dict[str, list[list[int]]], backend: str,
             saving_ns += min(sum(times), estimate_saving_ns("elementwise_chain", times, full_size(m.nodes), backend))
         if saving_ns < MIN_SAVING_NS:
             continue
-        # The most common op sequence stands for them all, the shorter on a tie: inferred
-        # links may join two parameters' updates into one chain (the count is the chains found).
+        # The most common op sequence stands for them all, the shorter on a tie.
         spellings = collections.Counter(m.names for m in chains)
         most = max(spellings, key=lambda names: (spellings[names], -len(names)))
         typical = next(m for m in chains if m.names == most)

@@ -133,8 +133,8 @@ ATTENTION = Pattern(
     name="attention",
     match=match_attention,
     sequence=(
-        r"(?:matmul|bmm|einsum|baddbmm) (?:div |mul )?(?:eq )?(?:masked_fill |add |where )?"
-    r"(?:_?softmax |(?:(?:max|amax) sub )?exp (?:exp )?sum div )(?:to )?(?:dropout )?(?:matmul|bmm|einsum) "
+        r"(?:matmul|bmm|einsum|baddbmm) (?:div |mul )?(?:eq )?(?:masked_fill |add |where ){0,3}"
+        r"(?:_?softmax |(?:(?:max|amax) sub )?exp (?:exp )?sum div )(?:to )?(?:dropout )?(?:matmul|bmm|einsum) "
     ),
     sequence_shapes="any",
     suggest=_suggest,

@@ -33,15 +33,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
-import real_models as rm  # noqa: E402
-import torch  # noqa: E402
-from torch.profiler import ProfilerActivity, profile  # noqa: E402
+import real_models as rm
+import torch
+from torch.profiler import ProfilerActivity, profile
 
-from neuronscope import profile_on_neuron  # noqa: E402
-from neuronscope.capture.observe import observe_dataflow  # noqa: E402
-from neuronscope.errors import NeuronscopeError  # noqa: E402
-from neuronscope.events import table_from_profiler  # noqa: E402
-from neuronscope.pipeline import build_result  # noqa: E402
+from neuronscope import profile_on_neuron
+from neuronscope.capture.observe import observe_dataflow
+from neuronscope.errors import NeuronscopeError
+from neuronscope.events import table_from_profiler
+from neuronscope.pipeline import build_result
 
 
 def capture_hints(model: rm.Model, train: bool) -> Any:
@@ -122,7 +122,7 @@ def section_overhead(models: list[str], rounds: int) -> None:
                 samples["obs"].append((time.perf_counter() - t0) * 1e3)
                 obs = o
 
-                def rs() -> Any:
+                def rs(step: Any = step) -> Any:
                     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
                         step()
                     return prof
@@ -140,7 +140,7 @@ def section_overhead(models: list[str], rounds: int) -> None:
                 samples["rs_an"].append((t2 - t0) * 1e3)
                 samples["rs_obs"].append((t1 - t0 + t3 - t2) * 1e3)
 
-                def pm() -> None:
+                def pm(step: Any = step) -> None:
                     with profile(activities=[ProfilerActivity.CPU], record_shapes=True, profile_memory=True):
                         step()
 

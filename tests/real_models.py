@@ -74,7 +74,13 @@ def _transformers(cls_name: str, cfg_name: str, **cfg: Any) -> Callable[[], nn.M
     return build
 
 
-_DEC = dict(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=2 * HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS)
+_DEC: dict[str, Any] = {
+    "vocab_size": VOCAB,
+    "hidden_size": HIDDEN,
+    "intermediate_size": 2 * HIDDEN,
+    "num_hidden_layers": LAYERS,
+    "num_attention_heads": HEADS,
+}
 
 # ---- nanoGPT (after karpathy/nanoGPT model.py) --------------------------------------------
 

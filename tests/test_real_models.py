@@ -34,7 +34,7 @@ def _one_thread() -> Iterator[None]:
 
 def captured(step: Any, calls: int = 2, **options: Any) -> list[ProfileResult]:
     """Results of a decorated ``step`` called ``calls`` times (default window: one warm-up)."""
-    opts: dict[str, Any] = dict(export=False, backend="cpu", print_summary=False, warmup=1, active=calls - 1)
+    opts: dict[str, Any] = {"export": False, "backend": "cpu", "print_summary": False, "warmup": 1, "active": calls - 1}
     opts.update(options)
     f = profile_on_neuron(step, **opts)
     for _ in range(calls):
@@ -121,12 +121,12 @@ def test_a_capture_without_warm_up_has_exact_links_too() -> None:
 def test_a_windowed_region_is_observed_in_its_warm_up_pass() -> None:
     model = rm.MODELS["resnet"]
     step = rm.step_fn(model, True)
-    region = None
+    results: list[ProfileResult] = []
     for _ in range(2):
         with neuron_region("resnet-step", warmup=1, active=1, export=False, backend="cpu", print_summary=False) as region:
             step()
-    assert region is not None and region.results
-    (result,) = region.results
+        results = region.results
+    (result,) = results
     assert result.options["profile_memory"] is False  # links came from the warm-up pass
     assert kinds(result.hints) == rm.expected(model, True)
 

@@ -47,7 +47,7 @@ from .dataflow import (
 )
 from .optimizer import optimizer_hints, optimizer_steps
 from .patterns import PATTERNS, REGISTRY, Match, pattern_named
-from .patterns.base import MATMULS, line_of, match_location
+from .patterns.base import line_of, match_location
 
 if TYPE_CHECKING:
     from . import AnalysisContext
@@ -196,7 +196,9 @@ def hints_from_matches(matches: list[Match], g: OpGraph, backend: str, confidenc
         # Per op position, the median over occurrences: one occurrence slowed by the machine
         # (a page fault, another process) does not inflate the estimate.
         first = ms[0]
-        kept = [i for i, n in enumerate(first.nodes) if not (pattern == "attention" and n.op in MATMULS)]
+        record = pattern_named(pattern)
+        assert record is not None  # every match comes from a record
+        kept = [i for i, n in enumerate(first.nodes) if n.op not in record.cost_excludes]
         per_op = [statistics.median(g.time_ns(m.nodes[i]) for m in ms) for i in kept]
         saving_ns = estimate_saving_ns(pattern, per_op, full_size([first.nodes[i] for i in kept]), backend) * len(ms)
         time_ns = sum(g.time_ns(n) for m in ms for n in m.nodes)
@@ -204,7 +206,7 @@ def hints_from_matches(matches: list[Match], g: OpGraph, backend: str, confidenc
         if grounded is not None:
             saving_ns = min(saving_ns, grounded * len(ms))
         saving_ns = min(saving_ns, time_ns)  # medians can add up to more than the total
-        if pattern == "elementwise_chain" and saving_ns < MIN_SAVING_NS:
+        if not record.always_report and saving_ns < MIN_SAVING_NS:
             continue  # a named idiom is always reported; a generic chain only when worth it
         details: dict[str, Any] = {
             "shape": list(sizes) if sizes is not None else None,
@@ -225,7 +227,7 @@ def hints_from_matches(matches: list[Match], g: OpGraph, backend: str, confidenc
                 calls=len(ms),
                 time_us=time_ns / 1e3,
                 est_saving_us=saving_ns / 1e3,
-                suggestion=pattern_named(pattern).suggest(first, backend),  # type: ignore[union-attr]
+                suggestion=record.suggest(first, backend),
                 location=loc,
                 confidence=confidence,
                 details=details,

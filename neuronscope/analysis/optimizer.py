@@ -16,7 +16,7 @@ from ..result import Hint
 from .cost import MIN_SAVING_NS, device_of, estimate_saving_ns, full_size, model_text
 from .dataflow import OpGraph, OpNode
 from .patterns.base import MATMULS, Match, match_location
-from .patterns.elementwise_chain import elementwise_chains
+from .patterns.elementwise_chain import ELEMENTWISE_CHAIN, elementwise_chains
 
 __all__ = ["FUSED_OPTIMIZERS", "OPTIMIZER_STEP_PREFIX", "optimizer_hints", "optimizer_steps"]
 
@@ -70,7 +70,7 @@ def _update_chains(g: OpGraph, update: list[int]) -> list[Match]:
     names = [n.name for n in ops]
     for p in range(2, len(names) // MIN_OPTIMIZER_CHAINS + 1):
         if len(names) % p == 0 and all(names[i] == names[i % p] for i in range(p, len(names))):
-            return [Match("elementwise_chain", ops[i : i + p]) for i in range(0, len(ops), p)]
+            return [Match(ELEMENTWISE_CHAIN.name, ops[i : i + p]) for i in range(0, len(ops), p)]
     return []
 
 
@@ -91,7 +91,7 @@ def optimizer_hints(g: OpGraph, steps: dict[str, list[list[int]]], backend: str,
         for m in chains:
             times = [float(g.time_ns(n)) for n in m.nodes]
             time_ns += sum(times)
-            saving_ns += min(sum(times), estimate_saving_ns("elementwise_chain", times, full_size(m.nodes), backend))
+            saving_ns += min(sum(times), estimate_saving_ns(ELEMENTWISE_CHAIN.name, times, full_size(m.nodes), backend))
         if saving_ns < MIN_SAVING_NS:
             continue
         # The most common op sequence stands for them all, the shorter on a tie.
@@ -127,7 +127,7 @@ def optimizer_hints(g: OpGraph, steps: dict[str, list[list[int]]], backend: str,
                     "device": device_of(backend),
                     "backend": backend,
                     "time_source": "device" if g.has_device else "cpu",
-                    "estimate_model": model_text("elementwise_chain", backend),
+                    "estimate_model": model_text(ELEMENTWISE_CHAIN.name, backend),
                 },
             )
         )

@@ -7,11 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..dataflow import OpGraph, OpNode
-from .base import *
-from .base import Match, Pattern
+from .base import MATMULS, SOFTMAXES, Match, Pattern, in_transformers, input_from
 from .softmax import match_softmax
 
-__all__ = ['ATTENTION']
+__all__ = ["ATTENTION"]
 
 
 #: Most ops walked between an attention's softmax and its matmuls (scale, mask, cast,
@@ -138,4 +137,5 @@ ATTENTION = Pattern(
     ),
     sequence_shapes="any",
     suggest=_suggest,
+    cost_excludes=MATMULS,
 )

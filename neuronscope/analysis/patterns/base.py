@@ -92,6 +92,11 @@ class Pattern:
     fused_passes: int = 1
     verify: Callable[[Hint, Any, Any], Builders] | None = None
     exact_only: bool = False
+    #: Ops of a match left out of its cost (attention's matmuls: fusion keeps their work).
+    cost_excludes: frozenset[str] = frozenset()
+    #: Reported whatever its estimated saving (a named idiom's time is worth knowing); False:
+    #: only above :data:`~neuronscope.analysis.cost.MIN_SAVING_NS` (a generic chain).
+    always_report: bool = True
     #: Ops a trace match of this idiom may span but does not include (silu_mul's up projection).
     sequence_skip: frozenset[str] = frozenset()
     #: Facts a trace match records (gelu: approximate), from its op names.

@@ -6,10 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from ..dataflow import VIEW_OPS, OpGraph, OpNode, TensorArg, broadcast_shape
-from .base import *
-from .base import Match, Pattern
+from .base import Match, Pattern, is_float
 
-__all__ = ['ELEMENTWISE_CHAIN', 'MIN_CHAIN_OPS', 'elementwise_chains']
+__all__ = ["ELEMENTWISE_CHAIN", "MIN_CHAIN_OPS", "elementwise_chains"]
 
 
 #: Fewest dependent elementwise ops that make an ``elementwise_chain`` (the contract's
@@ -113,4 +112,5 @@ ELEMENTWISE_CHAIN = Pattern(
     find=elementwise_chains,
     suggest=_suggest,
     exact_only=True,
+    always_report=False,
 )

@@ -7,13 +7,12 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from ..dataflow import OpGraph, OpNode
-from .base import *
 from .base import Builders, Match, Pattern, input_from, only_big, root_value, single_consumer
 
 if TYPE_CHECKING:
     from ...result import Hint
 
-__all__ = ['GELU']
+__all__ = ["GELU"]
 
 
 #: Most ops in the polynomial inside a GELU's tanh/erf (``x + 0.044715 * x**3`` scaled, or

@@ -7,14 +7,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..dataflow import OpGraph, OpNode
-from .base import *
 from .base import Builders, Match, Pattern, dims
 from .norm import match_norm
 
 if TYPE_CHECKING:
     from ...result import Hint
 
-__all__ = ['RMS_NORM']
+__all__ = ["RMS_NORM"]
 
 #: Epsilon of the rebuilt chains in hint.verify().
 VERIFY_EPS = 1e-6

@@ -4,10 +4,9 @@
 from __future__ import annotations
 
 from ..dataflow import OpGraph, OpNode
-from .base import *
 from .base import Match, Pattern
 
-__all__ = ['ROTARY_EMBEDDING']
+__all__ = ["ROTARY_EMBEDDING"]
 
 
 def match_rotary(g: OpGraph, n: OpNode) -> Match | None:

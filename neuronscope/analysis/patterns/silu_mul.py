@@ -6,13 +6,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..dataflow import OpGraph, OpNode
-from .base import *
 from .base import Builders, Match, Pattern
 
 if TYPE_CHECKING:
     from ...result import Hint
 
-__all__ = ['SILU_MUL']
+__all__ = ["SILU_MUL"]
 
 
 def match_silu_mul(g: OpGraph, n: OpNode) -> Match | None:

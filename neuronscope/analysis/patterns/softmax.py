@@ -6,13 +6,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..dataflow import OpGraph, OpNode
-from .base import *
 from .base import Builders, Match, Pattern, same_value
 
 if TYPE_CHECKING:
     from ...result import Hint
 
-__all__ = ['SOFTMAX', 'match_softmax']
+__all__ = ["SOFTMAX", "match_softmax"]
 
 
 def match_softmax(g: OpGraph, n: OpNode) -> Match | None:

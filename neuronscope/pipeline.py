@@ -104,6 +104,9 @@ class CaptureFacts:
     skipped_calls: int = 0
     #: The backend's notes for the result, given whether device time was recorded.
     backend_notes: Callable[[bool], list[str]] | None = None
+    #: The observation pass over the last warm-up call before this capture, if one ran
+    #: (:mod:`neuronscope.capture.observe`): the hint rules take exact data flow from it.
+    observation: Any = None
 
 
 def result_from_record(record: CaptureRecord, facts: CaptureFacts) -> ProfileResult:
@@ -130,7 +133,7 @@ def result_from_record(record: CaptureRecord, facts: CaptureFacts) -> ProfileRes
         wall_time_us=record.wall_time_us,
         profiler=record.prof,
         hints=facts.options.hints,
-        extra={"compile": record.compile_facts},
+        extra={"compile": record.compile_facts, "observed": facts.observation},
         notes=notes,
         facts={
             "target": facts.target,

@@ -27,6 +27,7 @@ from typing import Any
 
 from .announce import announce_window, ensure_log_handler, log, on_skipped, warn_once, warn_user
 from .capture import profiler_running
+from .capture.observe import begin_observation, end_observation
 from .config import Options, disabled_by_env
 from .result import ProfileResult
 from .session import Session
@@ -164,6 +165,7 @@ class Entry:
     range: Any = None  # the record_function of a label, foreign label or capture
     frame: FrameType | None = None  # where a region's quiet pass was entered ...
     line = 0  # ... and from which line
+    observing: Any = None  # the observation pass over a last warm-up call (capture.observe)
 
     def __init__(self, kind: str, owner: Owner | None, parent: Entry | None) -> None:
         self.kind = kind
@@ -318,7 +320,11 @@ def enter(owner: Owner, frame: FrameType | None = None) -> Entry:
     if window is not None and (window.closed or not window.next_call_captured()):
         if window.calls == 1 and window.warmup:
             owner.on_first_warmup()
-        return _quiet(owner, frame)
+        entry = _quiet(owner, frame)
+        if not window.closed and window.calls == window.warmup and owner.options.hints:
+            # The last warm-up call: observed once, for the capture's exact data flow.
+            entry.observing = begin_observation(owner.name)
+        return entry
     if profiler_running() and not _profiler_lock.locked():
         # The user's own torch.profiler is running: no capture of ours (torch's profiler is
         # process-wide and not re-entrant), but the block shows in theirs as a labelled range.
@@ -400,6 +406,8 @@ def leave(entry: Entry, exc: BaseException | None) -> ProfileResult | None:
     was_open = entry.open
     _close(entry)
     if kind is QUIET or kind is OFF_KIND:
+        if entry.observing is not None and was_open:
+            end_observation(entry.observing)
         return None
     if kind == LABEL:
         holder = entry.holder

@@ -17,6 +17,7 @@ from . import distributed as _distributed
 from . import export as _export
 from .announce import announce_result, backend_ignores, log, warn_once, warn_user
 from .capture import Backend, CaptureRecord, CaptureSession, resolve_backend
+from .capture.observe import capture_options, observation_for
 from .config import Options
 from .pipeline import CaptureFacts, result_from_record
 from .report import render_result
@@ -66,6 +67,8 @@ class Session:
         """Resolve the backend, warn about the environment, start the profiler."""
         # The name goes with the options: a backend may warn once per capture name (Neuron: the
         # first capture of a name without warm-up holds NEFF compilation).
+        # With nothing observed before it, the capture records allocations for exact links.
+        self.options = capture_options(self.options, self.name)
         backend = self.backend = resolve_backend(self.options.with_name(self.name))
         for message in backend.environment_warnings():
             warn_user(message)
@@ -114,6 +117,7 @@ class Session:
             error=None if exc is None else f"{type(exc).__name__}: {exc}",
             skipped_calls=0 if self.skipped is None else self.skipped(),
             backend_notes=self.backend.extra_notes,
+            observation=observation_for(self.name),
         )
         result = result_from_record(record, facts)
         self.result = result

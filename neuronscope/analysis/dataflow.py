@@ -40,14 +40,14 @@ from __future__ import annotations
 
 import bisect
 import functools
-import os
-import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from ..capture.frames import is_user_file
+from ..capture.observe import CONSTS_SEP, LOCATION_PREFIX
 from ..events import KIND_OP, EventTable, gc_paused
 
 __all__ = [
@@ -60,6 +60,8 @@ __all__ = [
     "broadcast_shape",
     "graph_from_profiler",
     "graph_from_table",
+    "graph_with_observation",
+    "observed_graph",
     "short_name",
     "user_location",
 ]
@@ -160,8 +162,10 @@ _KIND_RANK = {"bool": 0, "uint8": 1, "int8": 1, "int16": 1, "int32": 1, "int64":
               "float16": 2, "bfloat16": 2, "float32": 3, "float64": 4}
 
 
+@functools.lru_cache(maxsize=4096)
 def short_name(name: str) -> str:
-    """``aten::mul_`` -> ``mul``: the op without namespace or in-place underscore."""
+    """``aten::mul_`` -> ``mul``: the op without namespace or in-place underscore (cached:
+    a capture has a few hundred distinct names over up to millions of events)."""
     base = name.rsplit("::", 1)[-1]
     if base.endswith("_") and not base.startswith("_"):
         base = base[:-1]
@@ -208,6 +212,8 @@ class OpNode:
     device_ns: int = 0
     location: str | None = None
     event: Any = None  # live graphs: the event-tree node, for code locations
+    #: The Python numbers the user passed (``x * 0.125``), where an observation pass saw them.
+    consts: tuple[float, ...] = ()
     #: False for ops that made no tensor: views, and ``.to()`` / ``.contiguous()`` calls that
     #: returned their input. They read data but never sit inside a fusable chain.
     writes: bool = True
@@ -424,30 +430,6 @@ def _event_types() -> tuple[Any, Any, Any, Any, Any]:
     return _EventType.TorchOp, _EventType.PyCall, _EventType.PyCCall, _EventType.Allocation, RecordScope.USER_SCOPE
 
 
-_LIBRARY_ROOTS = frozenset({"torch", "neuronscope", "torchgen", "functorch", "torch_neuronx", "wrapt", "_pytest", "pluggy"})
-_STDLIB = frozenset(getattr(sys, "stdlib_module_names", ()))
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))).replace("\\", "/") + "/"
-_user_file_cache: dict[str, bool] = {}
-
-
-def _is_user_file(path: str) -> bool:
-    """False for torch, neuronscope and standard-library files. The profiler cuts their
-    site-packages / stdlib prefixes, so the first path component tells them apart."""
-    hit = _user_file_cache.get(path)
-    if hit is None:
-        norm = path.replace("\\", "/")
-        first = norm.lstrip("/").split("/", 1)[0]
-        root = first.removesuffix(".py")
-        hit = not (
-            norm.startswith(("<", _PACKAGE_DIR))
-            or root in _LIBRARY_ROOTS
-            or root in _STDLIB
-            or "/site-packages/torch/" in norm
-        )
-        _user_file_cache[path] = hit
-    return hit
-
-
 def user_location(event: Any) -> str | None:
     """``"file:line"`` of the user's code that ran an op, from the event tree's Python nodes.
 
@@ -463,15 +445,15 @@ def user_location(event: Any) -> str | None:
         tag = node.tag
         if tag == py_ccall:
             caller = node.extra_fields.caller
-            if _is_user_file(caller.file_name):
+            if is_user_file(caller.file_name):
                 return f"{caller.file_name}:{caller.line_number}"
         elif tag == py_call:
             fields = node.extra_fields
             site = fields.callsite
-            if _is_user_file(site.file_name):
+            if is_user_file(site.file_name):
                 return f"{site.file_name}:{site.line_number}"
             caller = fields.caller
-            if _is_user_file(caller.file_name):
+            if is_user_file(caller.file_name):
                 return f"{caller.file_name}:{caller.line_number}"
         node = node.parent
     return None
@@ -487,17 +469,19 @@ def _dtype_name(dtype: Any) -> str:
     return name
 
 
-def graph_from_profiler(prof: Any, table: EventTable | None = None) -> OpGraph | None:
+def graph_from_profiler(prof: Any, table: EventTable | None = None, infer: bool = True) -> OpGraph | None:
     """The data-flow graph of a finished live profiler, or None when it has no event tree.
 
     ``table`` (the capture's event table) supplies times, device time included, and tells
-    ops from annotations cheaply; without it the tree's own CPU times are used.
+    ops from annotations cheaply; without it the tree's own CPU times are used. With
+    ``infer=False`` a capture without tensor ids is left unlinked (``linking == "none"``),
+    for links taken from an observation pass instead.
     """
     with gc_paused():
-        return _graph_from_profiler(prof, table)
+        return _graph_from_profiler(prof, table, infer)
 
 
-def _graph_from_profiler(prof: Any, table: EventTable | None) -> OpGraph | None:
+def _graph_from_profiler(prof: Any, table: EventTable | None, infer: bool = True) -> OpGraph | None:
     kineto = getattr(getattr(prof, "profiler", None), "kineto_results", None)
     if kineto is None or not hasattr(kineto, "experimental_event_tree"):
         return None
@@ -526,7 +510,7 @@ def _graph_from_profiler(prof: Any, table: EventTable | None) -> OpGraph | None:
     stack = list(reversed(roots))
     while stack:
         ev = stack.pop()
-        if ev.tag == torch_op:
+        if ev.tag == torch_op and not ev.name.startswith(LOCATION_PREFIX):
             if times or annotations:
                 key = (ev.start_tid, ev.start_time_ns)
                 hit = times.get(key)
@@ -556,6 +540,11 @@ def _graph_from_profiler(prof: Any, table: EventTable | None) -> OpGraph | None:
             continue
         end = ev.end_time_ns
         node = OpNode(len(nodes), name, short_name(name), tid, start, end, event=ev)
+        parent = ev.parent
+        if parent is not None and parent.name.startswith(LOCATION_PREFIX):  # the observation pass's line
+            loc, _, nums = parent.name[len(LOCATION_PREFIX) :].partition(CONSTS_SEP)
+            node.location = loc
+            node.consts = tuple(float(v) for v in nums.split(",") if v) if nums else ()
         if hit is not None:
             node.cpu_ns, node.device_ns = hit.cpu_ns, hit.device_ns
         else:
@@ -583,8 +572,14 @@ def _graph_from_profiler(prof: Any, table: EventTable | None) -> OpGraph | None:
     graph = OpGraph(nodes, "exact" if exact else "inferred", has_device=has_device)
     if exact:
         _link_exact(graph, events, ids, allocation)
-    else:
+    elif infer:
         _link_inferred(graph, events)
+    else:
+        graph.linking = "none"
+        torch_op = _event_types()[0]
+        for node, ev in zip(nodes, events):  # what made a tensor: as the inferred linking decides it
+            if not node.inplace and (node.op in VIEW_OPS or (node.op in MAYBE_ALIAS_OPS and not _copied(ev, torch_op))):
+                node.writes = False
     return graph
 
 
@@ -1052,3 +1047,72 @@ def _best_assignment(
 
     search(0, set())
     return best_choice
+
+
+# ---- links from an observation pass ------------------------------------------------------------
+
+
+def graph_with_observation(graph: OpGraph, observed: OpGraph) -> OpGraph:
+    """``graph`` (a capture's, linked by pointer guesses) relinked from ``observed`` (the exact
+    graph of an observation pass over an earlier call of the same code, see
+    :mod:`neuronscope.capture.observe`).
+
+    The two ops lists are aligned by op name (``difflib``: the same code runs the same ops; a
+    branch taken differently leaves a stretch unaligned). An aligned op takes the observed
+    op's tensor identities, producers and code line; a link is kept only when both ends are
+    aligned, and an op that is not aligned has no links at all: nothing is guessed. The
+    result's ``linking`` is ``"exact"``.
+    """
+    import difflib
+
+    a = [n.name for n in graph.nodes]
+    b = [n.name for n in observed.nodes]
+    to_capture: dict[int, int] = {}
+    if a == b:
+        to_capture = {i: i for i in range(len(a))}
+    else:
+        sm = difflib.SequenceMatcher(None, a, b, autojunk=False)
+        for block in sm.get_matching_blocks():
+            for d in range(block.size):
+                to_capture[block.b + d] = block.a + d
+    aligned = {ci: oi for oi, ci in to_capture.items()}
+    for n in graph.nodes:
+        n.consumers = []
+        oi = aligned.get(n.index)
+        o = observed.nodes[oi] if oi is not None else None
+        if o is None or len(o.inputs) != len(n.inputs):
+            n.producers = [-1] * len(n.inputs)
+            n.inputs = [t._replace(key=-2 - n.index * 64 - k) for k, t in enumerate(n.inputs)]  # unique: no value shared
+            continue
+        n.inputs = [t._replace(key=ot.key) for t, ot in zip(n.inputs, o.inputs)]
+        n.producers = [to_capture.get(p, -1) if p >= 0 else -1 for p in o.producers]
+        n.writes = o.writes
+        n.consts = o.consts
+        if o.location is not None:
+            n.location = o.location
+    for n in graph.nodes:
+        for p in n.producers:
+            if p >= 0:
+                graph.nodes[p].consumers.append(n.index)
+    graph.linking = "exact"
+    graph.__dict__.pop("first_takers", None)
+    return graph
+
+
+def observed_graph(observation: Any) -> OpGraph | None:
+    """The exact graph of an observation pass (:class:`~neuronscope.capture.observe.Observation`),
+    or None when there is none or it recorded no linkable ops."""
+    prof = getattr(observation, "profiler", None)
+    if prof is None:
+        return None
+    cached = getattr(observation, "graph", None)
+    if isinstance(cached, OpGraph):
+        return cached  # every capture of a name shares its observation: built once
+    graph = graph_from_profiler(prof, None)
+    if graph is None or graph.linking != "exact":
+        return None
+    try:
+        observation.graph = graph
+    except AttributeError:
+        pass
+    return graph

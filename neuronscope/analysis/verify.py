@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import NeuronscopeError
+from .patterns import REGISTRY, pattern_named
 
 if TYPE_CHECKING:
     from ..result import Hint
@@ -35,7 +36,7 @@ __all__ = ["VERIFIABLE_PATTERNS", "Verification", "verify_hint"]
 
 #: Patterns :func:`verify_hint` can rebuild. Attention, rotary and elementwise chains have too
 #: many shapes and spellings to rebuild from a hint's evidence.
-VERIFIABLE_PATTERNS = ("rms_norm", "layer_norm", "softmax", "gelu", "silu_mul")
+VERIFIABLE_PATTERNS = tuple(p.name for p in REGISTRY if p.verify is not None)
 
 #: Rounds of the interleaved timing; the median of an odd count is one real measurement.
 DEFAULT_REPEATS = 9
@@ -46,7 +47,6 @@ MIN_BLOCK_S = 0.004
 #: Untimed calls of each variant first (allocator, caches, lazy initialisation).
 WARMUP_CALLS = 3
 
-_EPS = 1e-6
 
 
 @dataclass
@@ -114,103 +114,6 @@ def _sync(device: Any) -> Callable[[], None]:
     mod = getattr(torch, device.type, None)
     fn = getattr(mod, "synchronize", None) if device.type != "cpu" else None
     return fn if callable(fn) else (lambda: None)
-
-
-def _builders(hint: Hint, x: Any, device: Any) -> tuple[Callable[[], Any], Callable[[], Any] | None, str | None]:
-    """The chain, the replacement (or None) and the replacement's name, for one hint."""
-    torch = _torch()
-    F = torch.nn.functional
-    ops = {o.rsplit("::", 1)[-1].rstrip("_") for o in hint.ops}
-    d = x.shape[-1]
-    details = hint.details
-    w = torch.randn(d, device=device, dtype=x.dtype) if details.get("weight", True) else None
-    b = torch.randn(d, device=device, dtype=x.dtype) if details.get("bias", False) else None
-    pattern = hint.pattern
-
-    if pattern == "rms_norm":
-        if ops & {"norm", "linalg_vector_norm"}:
-            def chain() -> Any:
-                y = x / (x.norm(2, dim=-1, keepdim=True) * (d**-0.5) + _EPS)
-                return y * w if w is not None else y
-        elif "sqrt" in ops:
-            def chain() -> Any:
-                y = x / torch.sqrt((x * x).mean(-1, keepdim=True) + _EPS)
-                return y * w if w is not None else y
-        else:
-            cast = "to" in ops or "_to_copy" in ops
-
-            def chain() -> Any:
-                h = x.to(torch.float32) if cast else x
-                h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + _EPS)
-                h = h.to(x.dtype) if cast else h
-                return w * h if w is not None else h
-
-        return chain, (lambda: torch.rms_norm(x, (d,), w, _EPS)), "torch.rms_norm"
-
-    if pattern == "layer_norm":
-        if "var_mean" in ops:
-            def chain() -> Any:
-                var, mean = torch.var_mean(x, dim=-1, keepdim=True, unbiased=False)
-                return _affine((x - mean) / torch.sqrt(var + _EPS), w, b)
-        elif "var" in ops:
-            def chain() -> Any:
-                mean = x.mean(-1, keepdim=True)
-                var = x.var(-1, keepdim=True, unbiased=False)
-                return _affine((x - mean) * torch.rsqrt(var + _EPS), w, b)
-        elif "std" in ops:
-            def chain() -> Any:
-                mean = x.mean(-1, keepdim=True)
-                return _affine((x - mean) / (x.std(-1, keepdim=True) + _EPS), w, b)
-        else:
-            def chain() -> Any:
-                u = x.mean(-1, keepdim=True)
-                s = (x - u).pow(2).mean(-1, keepdim=True)
-                return _affine((x - u) / torch.sqrt(s + _EPS), w, b)
-
-        return chain, (lambda: F.layer_norm(x, (d,), w, b, _EPS)), "torch.nn.functional.layer_norm"
-
-    if pattern == "softmax":
-        def chain() -> Any:
-            e = torch.exp(x - x.amax(-1, keepdim=True))
-            return e / e.sum(-1, keepdim=True)
-
-        return chain, (lambda: torch.softmax(x, -1)), "torch.softmax"
-
-    if pattern == "gelu":
-        if details.get("approximate") == "tanh":
-            def chain() -> Any:
-                return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
-
-            return chain, (lambda: F.gelu(x, approximate="tanh")), 'torch.nn.functional.gelu(approximate="tanh")'
-
-        def chain() -> Any:
-            return x * 0.5 * (1.0 + torch.erf(x / math.sqrt(2.0)))
-
-        return chain, (lambda: F.gelu(x)), "torch.nn.functional.gelu"
-
-    if pattern == "silu_mul":
-        up = torch.randn_like(x)
-        if "sigmoid" in ops:
-            def chain() -> Any:
-                return x * torch.sigmoid(x) * up
-        else:
-            def chain() -> Any:
-                return F.silu(x) * up
-
-        return chain, None, None  # torch has no eager fused SwiGLU: torch.compile is the fix
-
-    raise NeuronscopeError(
-        f"verification is not available for pattern {pattern!r}; it is for "
-        f"{', '.join(VERIFIABLE_PATTERNS)}"
-    )
-
-
-def _affine(y: Any, w: Any, b: Any) -> Any:
-    if w is not None:
-        y = w * y
-    if b is not None:
-        y = y + b
-    return y
 
 
 def _time(
@@ -288,7 +191,9 @@ def verify_hint(
     x = torch.randn(*shape, generator=gen, dtype=torch.float32).to(device=dev, dtype=dtype)
 
     with torch.no_grad():
-        chain, replacement, replacement_name = _builders(hint, x, dev)
+        builder = pattern_named(hint.pattern).verify  # type: ignore[union-attr]
+        assert builder is not None  # VERIFIABLE_PATTERNS
+        chain, replacement, replacement_name = builder(hint, x, dev)
         variants: dict[str, Callable[[], Any]] = {"chain": chain}
         if replacement is not None:
             variants["replacement"] = replacement

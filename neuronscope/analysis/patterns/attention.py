@@ -1,0 +1,141 @@
+"""Attention written out: ``q @ k^T``, a scale (on the scores, on q or k, or none), an optional
+mask, softmax (fused or written out), ``@ v``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..dataflow import OpGraph, OpNode
+from .base import MATMULS, SOFTMAXES, Match, Pattern, in_transformers, input_from
+from .softmax import match_softmax
+
+__all__ = ["ATTENTION"]
+
+
+#: Most ops walked between an attention's softmax and its matmuls (scale, mask, cast,
+#: dropout each take one).
+MAX_ATTENTION_HOPS = 4
+_ATTENTION_PRE = frozenset({"div", "mul", "add", "sub", "masked_fill", "where", "to", "_to_copy", "type_as"})
+_ATTENTION_POST = frozenset({"to", "_to_copy", "type_as", "dropout", "masked_fill"})
+
+
+def _scores_matmul(g: OpGraph, n: OpNode, k: int, hops: int, path: list[OpNode]) -> OpNode | None:
+    """Walk back from input ``k`` of ``n`` through scale/mask/cast ops to a matmul."""
+    p = g.producer(n, k)
+    if p is None:
+        return None
+    if p.op in MATMULS:
+        return p
+    if hops <= 0 or p.op not in _ATTENTION_PRE:
+        return None
+    for pk in p.big_inputs():
+        found = _scores_matmul(g, p, pk, hops - 1, path)
+        if found is not None:
+            path.append(p)
+            return found
+    return None
+
+
+def _values_matmul(g: OpGraph, n: OpNode, hops: int, path: list[OpNode]) -> OpNode | None:
+    """Walk forward from ``n`` through casts and dropout to the matmul with the values."""
+    for c in sorted(set(n.consumers)):
+        cn = g.nodes[c]
+        if cn.op in MATMULS and input_from(cn, n) == 0:  # probs @ v: probs come first
+            return cn
+        if hops > 0 and cn.op in _ATTENTION_POST:
+            found = _values_matmul(g, cn, hops - 1, path)
+            if found is not None:
+                path.append(cn)
+                return found
+    return None
+
+
+def _match_attention(g: OpGraph, head: OpNode, tail: OpNode, inner: list[OpNode]) -> Match | None:
+    """``q @ k^T`` -> scale / mask -> softmax (fused or written out) -> ``@ v``."""
+    pre: list[OpNode] = []
+    k = head.big_inputs()[0] if head.big_inputs() else 0
+    mm1 = _scores_matmul(g, head, k, MAX_ATTENTION_HOPS, pre)
+    if mm1 is None:
+        return None
+    post: list[OpNode] = []
+    mm2 = _values_matmul(g, tail, MAX_ATTENTION_HOPS, post)
+    if mm2 is None or mm2 is mm1:
+        return None
+    # The scale: on the scores, or on q or k before the first matmul (timm, Whisper), or none.
+    scales = [p for p in pre if _is_scaling(p)]
+    for k_in in (0, 1):
+        p = g.producer(mm1, k_in)
+        if p is not None and _is_scaling(p) and {c for c in p.consumers if g.nodes[c].writes} == {mm1.index}:
+            scales.append(p)
+    nodes = {m.index: m for m in [mm1, *pre, *scales, *inner, *post, mm2]}
+    q = mm1.inputs[0] if mm1.inputs else None
+    params: dict[str, Any] = {
+        "q": list(q.sizes) if q else None,
+        "k": list(mm1.inputs[1].sizes) if len(mm1.inputs) > 1 else None,
+        "v": list(mm2.inputs[1].sizes) if len(mm2.inputs) > 1 else None,
+        "masked": any(p.op in ("masked_fill", "where", "add") for p in pre),
+    }
+    scale = _scale_value(scales, q.sizes[-1] if q is not None and q.sizes else None)
+    if scale is not None:
+        params["scale"] = scale
+    return Match("attention", sorted(nodes.values(), key=lambda m: m.index), q, params)
+
+
+
+def _is_scaling(n: OpNode) -> bool:
+    """A multiply or divide by a number (a 0-dim tensor to the profiler)."""
+    return n.op in ("mul", "div") and len(n.inputs) == 2 and len(n.big_inputs()) == 1
+
+
+def _scale_value(scales: list[OpNode], head_dim: int | None) -> float | None:
+    """The ``scale=`` an equivalent ``scaled_dot_product_attention`` call needs: None where
+    its default (``1/sqrt(head_dim)``) is right or the value was not observed, 1.0 where the
+    code applies no scale at all (T5)."""
+    if not scales:
+        return 1.0
+    value = 1.0
+    for n in scales:
+        if not n.consts or n.consts[0] == 0:
+            return None  # scaled by a number the capture did not record
+        value *= n.consts[0] if n.op == "mul" else 1.0 / n.consts[0]
+    if head_dim and abs(value * head_dim**0.5 - 1.0) < 1e-6:
+        return None
+    return value
+
+
+def match_attention(g: OpGraph, n: OpNode) -> Match | None:
+    """Anchored at a softmax: ``torch.softmax`` itself, or the division of a written-out one."""
+    if n.op in SOFTMAXES:
+        return _match_attention(g, n, n, [n])
+    sm = match_softmax(g, n)
+    if sm is None:
+        return None
+    head = next((x for x in sm.nodes if x.op in ("max", "amax")), None) or next(x for x in sm.nodes if x.op == "exp")
+    return _match_attention(g, head, sm.nodes[-1], sm.nodes)
+
+
+def _suggest(m: Match, backend: str) -> str:
+    args = ["q", "k", "v"]
+    if m.params.get("masked"):
+        args.append("attn_mask=mask")
+    scale = m.params.get("scale")
+    if scale is not None:
+        args.append(f"scale={scale!r}")
+    call = f"torch.nn.functional.scaled_dot_product_attention({', '.join(args)})"
+    if in_transformers(m):
+        return f'load the model with attn_implementation="sdpa" (its own switch to {call})'
+    return f"use {call}"
+
+
+ATTENTION = Pattern(
+    name="attention",
+    match=match_attention,
+    sequence=(
+        r"(?:matmul|bmm|einsum|baddbmm) (?:div |mul )?(?:eq )?(?:masked_fill |add |where ){0,3}"
+        r"(?:_?softmax |(?:(?:max|amax) sub )?exp (?:exp )?sum div )(?:to )?(?:dropout )?(?:matmul|bmm|einsum) "
+    ),
+    sequence_shapes="any",
+    suggest=_suggest,
+    cost_excludes=MATMULS,
+)

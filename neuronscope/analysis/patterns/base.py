@@ -1,0 +1,225 @@
+"""What every fusion pattern shares: the :class:`Pattern` record, a :class:`Match`, and the
+small graph helpers the matchers are written with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..dataflow import OpGraph, OpNode, TensorArg, user_location
+
+if TYPE_CHECKING:
+    from ...result import Hint
+
+__all__ = [
+    "CASTS",
+    "MATMULS",
+    "ROOTS",
+    "SOFTMAXES",
+    "Match",
+    "Pattern",
+    "affine",
+    "const_of",
+    "dims",
+    "in_transformers",
+    "input_from",
+    "is_float",
+    "is_scalar_pow",
+    "line_of",
+    "match_location",
+    "only_big",
+    "param_like",
+    "root_value",
+    "same_value",
+    "single_consumer",
+    "square_of",
+]
+
+CASTS = frozenset({"to", "_to_copy", "type_as", "float", "half", "bfloat16", "double"})
+ROOTS = frozenset({"rsqrt", "sqrt", "reciprocal"})
+MATMULS = frozenset({"matmul", "bmm", "einsum", "baddbmm", "mm"})
+SOFTMAXES = frozenset({"softmax", "_softmax"})
+
+#: What a verify builder returns: the hand-written chain, the replacement (or None) and the
+#: replacement's name.
+Builders = tuple[Callable[[], Any], "Callable[[], Any] | None", "str | None"]
+
+
+@dataclass
+class Match:
+    """One occurrence of an idiom: the nodes it covers (time order) and what verify needs.
+
+    ``x`` is the tensor the idiom works on (the normalised input, the activation's input, the
+    scores' query side); ``params`` the facts of the spelling (weight, bias, approximate...).
+    """
+
+    pattern: str
+    nodes: list[OpNode]
+    x: TensorArg | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(n.name for n in self.nodes)
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """One fusion idiom: everything neuronscope knows about it, in one record.
+
+    - ``match(graph, node)``: the idiom anchored at ``node`` in a data-flow graph, or None;
+      ``find(graph, claimed)`` instead for an idiom found over the whole graph at once.
+    - ``sequence``: a regular expression over a trace's user-level op names (each followed by
+      one space), for trace files, which have op order but no data flow; None: not from a
+      trace. ``sequence_shapes`` says how the ops' input shapes must relate there (``"row"``:
+      ``x``, its per-row statistic and a weight; ``"rotary"``; ``"same"``; ``"any"``).
+    - ``fused_passes``: passes over its input the fused form makes (the cost model's input).
+    - ``suggest(match, backend)``: the replacement, as a call equivalent to the code in hand.
+    - ``verify(hint, x, device)``: the chain and its replacement rebuilt for ``hint.verify()``;
+      None where the idiom has too many spellings to rebuild from a hint.
+    - ``exact_only``: found only on exact links (a claim about data flow that pointer guesses
+      cannot carry).
+    """
+
+    name: str
+    suggest: Callable[[Match, str], str]
+    match: Callable[[OpGraph, OpNode], Match | None] | None = None
+    find: Callable[[OpGraph, set[int]], Iterable[Match]] | None = None
+    sequence: str | None = None
+    sequence_shapes: str = "same"
+    fused_passes: int = 1
+    verify: Callable[[Hint, Any, Any], Builders] | None = None
+    exact_only: bool = False
+    #: Ops of a match left out of its cost (attention's matmuls: fusion keeps their work).
+    cost_excludes: frozenset[str] = frozenset()
+    #: Reported whatever its estimated saving (a named idiom's time is worth knowing); False:
+    #: only above :data:`~neuronscope.analysis.cost.MIN_SAVING_NS` (a generic chain).
+    always_report: bool = True
+    #: Ops a trace match of this idiom may span but does not include (silu_mul's up projection).
+    sequence_skip: frozenset[str] = frozenset()
+    #: Facts a trace match records (gelu: approximate), from its op names.
+    sequence_params: Callable[[list[OpNode]], dict[str, Any]] | None = None
+
+
+# ---- small graph helpers ------------------------------------------------------------------
+
+
+def only_big(n: OpNode) -> int | None:
+    """Position of the single dimensioned tensor input (others are 0-dim scalars), or None."""
+    big = n.big_inputs()
+    return big[0] if len(big) == 1 else None
+
+
+def is_scalar_pow(n: OpNode, *exps: float) -> bool:
+    return n.op == "pow" and any(isinstance(s, (int, float)) and not isinstance(s, bool) and s in exps for s in n.scalars)
+
+
+def root_value(g: OpGraph, n: OpNode, k: int, trail: list[OpNode] | None = None) -> tuple[int, int]:
+    """Identity of input ``k`` after stripping casts (``x.to(float32)`` is still ``x``)."""
+    key, p = n.value(k)
+    seen = 0
+    while p >= 0 and seen < 3:
+        c = g.nodes[p]
+        if c.op not in CASTS or not c.inputs:
+            break
+        if trail is not None:
+            trail.append(c)
+        key, p = c.value(0)
+        seen += 1
+    return (key, p)
+
+
+def same_value(g: OpGraph, a: OpNode, ak: int, b: OpNode, bk: int) -> bool:
+    return root_value(g, a, ak) == root_value(g, b, bk)
+
+
+def square_of(g: OpGraph, sq: OpNode | None) -> tuple[OpNode, int] | None:
+    """For ``pow(t, 2)``, ``square(t)`` or ``t * t``: (node, position of t)."""
+    if sq is None:
+        return None
+    if sq.op == "square" or is_scalar_pow(sq, 2, 2.0):
+        return (sq, 0) if sq.inputs else None
+    if sq.op == "mul" and len(sq.inputs) == 2 and sq.value(0) == sq.value(1):
+        return (sq, 0)
+    return None
+
+
+def param_like(g: OpGraph, n: OpNode, k: int, extra: list[OpNode]) -> bool:
+    """Is input ``k`` a parameter (made by no op in the capture), or one cheap elementwise op
+    on parameters (Gemma's ``1 + weight``), which then joins ``extra``?"""
+    p = n.producers[k]
+    if p < 0:
+        return True
+    pn = g.nodes[p]
+    if pn.elementwise and all(q < 0 for q in pn.producers) and len(pn.consumers) == 1:
+        extra.append(pn)
+        return True
+    return False
+
+
+def single_consumer(g: OpGraph, n: OpNode) -> OpNode | None:
+    """The one op that reads ``n``'s output, not counting ops that made nothing from it
+    (``.to()`` of the same dtype, views)."""
+    cons = {c for c in n.consumers if g.nodes[c].writes}
+    return g.nodes[next(iter(cons))] if len(cons) == 1 else None
+
+
+def input_from(n: OpNode, producer: OpNode) -> int | None:
+    for k, p in enumerate(n.producers):
+        if p == producer.index:
+            return k
+    return None
+
+
+def is_float(dtype: str) -> bool:
+    """A floating-point dtype name (``float32``, ``bfloat16``...); an unknown one counts as float."""
+    return not dtype or "float" in dtype or "complex" in dtype
+
+
+def affine(y: Any, w: Any, b: Any) -> Any:
+    if w is not None:
+        y = w * y
+    if b is not None:
+        y = y + b
+    return y
+
+
+def dims(m: Match) -> str:
+    """The last dim of the idiom's input, for a suggestion's normalized_shape."""
+    x = m.x
+    return str(x.sizes[-1]) if x is not None and x.sizes else "d"
+
+
+def const_of(nodes: Iterable[OpNode], op: str) -> float | None:
+    """The Python number the user passed to the first ``op`` among ``nodes`` (an observation
+    pass records them), or None."""
+    for n in nodes:
+        if n.op == op and n.consts:
+            return n.consts[0]
+    return None
+
+
+def in_transformers(m: Match) -> bool:
+    """Is the idiom in a Hugging Face transformers model's source (which has its own switches)?"""
+    return any(n.location is not None and "transformers/models/" in n.location for n in m.nodes)
+
+
+def line_of(loc: str) -> int:
+    tail = loc.rsplit(":", 1)[-1]
+    return int(tail) if tail.isdigit() else 0
+
+
+def match_location(m: Match) -> str | None:
+    """The user's line of the op that ends the idiom (its result's line), else the first op
+    with a known line."""
+    for n in [m.nodes[-1], *m.nodes]:
+        if n.location is not None:
+            return n.location
+        if n.event is not None:
+            loc = user_location(n.event)
+            if loc is not None:
+                n.location = loc
+                return loc
+    return None

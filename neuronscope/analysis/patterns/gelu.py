@@ -1,0 +1,112 @@
+"""GELU written out: the tanh formula (GPT-2's GELU-new) or the erf one (BERT).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from ..dataflow import OpGraph, OpNode
+from .base import Builders, Match, Pattern, input_from, only_big, root_value, single_consumer
+
+if TYPE_CHECKING:
+    from ...result import Hint
+
+__all__ = ["GELU"]
+
+
+#: Most ops in the polynomial inside a GELU's tanh/erf (``x + 0.044715 * x**3`` scaled, or
+#: ``x * c * (1 + 0.044715 * x * x)``: five ops at most in the spellings seen in the wild).
+MAX_GELU_CONE = 8
+
+
+def match_gelu(g: OpGraph, t: OpNode) -> Match | None:
+    """``0.5 * x * (1 + tanh(c * (x + 0.044715 * x**3)))`` or ``x * 0.5 * (1 + erf(x / sqrt 2))``."""
+    if t.op not in ("tanh", "erf") or not t.inputs:
+        return None
+    a = single_consumer(g, t)
+    if a is None or a.op != "add" or len(a.big_inputs()) != 1:
+        return None
+    f = single_consumer(g, a)
+    if f is None or f.op != "mul" or len(f.inputs) != 2:
+        return None
+    hk = 1 - (input_from(f, a) or 0)
+    h = g.producer(f, hk)
+    nodes: dict[int, OpNode] = {t.index: t, a.index: a, f.index: f}
+    x_val: tuple[int, int]
+    xk = only_big(h) if h is not None and h.op in ("mul", "div") else None
+    if h is not None and xk is not None:  # ``0.5 * x`` or ``x / 2`` on the outside
+        x_val = root_value(g, h, xk)
+        x = h.inputs[xk]
+        nodes[h.index] = h
+    else:
+        x_val = root_value(g, f, hk)
+        x = f.inputs[hk]
+    # The polynomial under tanh/erf may only read x and constants.
+    cone: list[OpNode] = []
+    todo = [(t, 0)]
+    while todo:
+        node, k = todo.pop()
+        if root_value(g, node, k) == x_val:
+            continue
+        p = g.producer(node, k)
+        if p is None or p.op not in ("mul", "add", "div", "pow", "sub") or p.index in nodes:
+            return None
+        nodes[p.index] = p
+        cone.append(p)
+        if len(cone) > MAX_GELU_CONE:
+            return None
+        todo.extend((p, pk) for pk in p.big_inputs())
+    if not cone:
+        return None
+    # ``x * (1 + erf(...)) / 2``: a trailing halving.
+    last = single_consumer(g, f)
+    if (
+        last is not None
+        and last.op in ("mul", "div")
+        and only_big(last) is not None
+        and last.index not in nodes
+        and (len(last.inputs) == 1 or any(not i.sizes for i in last.inputs) or last.scalars)
+    ):
+        nodes[last.index] = last
+    return Match(
+        "gelu", sorted(nodes.values(), key=lambda m: m.index), x, {"approximate": "tanh" if t.op == "tanh" else "none"}
+    )
+
+
+
+def _suggest(m: Match, backend: str) -> str:
+    if m.params.get("approximate") == "tanh":
+        return 'use torch.nn.functional.gelu(x, approximate="tanh")'
+    return "use torch.nn.functional.gelu(x)"
+
+
+def _verify(hint: Hint, x: Any, device: Any) -> Builders:
+    import torch
+
+    F = torch.nn.functional
+    details = hint.details
+    if details.get("approximate") == "tanh":
+        def tanh_chain() -> Any:
+            return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+        return tanh_chain, (lambda: F.gelu(x, approximate="tanh")), 'torch.nn.functional.gelu(approximate="tanh")'
+
+    def chain() -> Any:
+        return x * 0.5 * (1.0 + torch.erf(x / math.sqrt(2.0)))
+
+    return chain, (lambda: F.gelu(x)), "torch.nn.functional.gelu"
+
+
+def _sequence_params(members: list[OpNode]) -> dict[str, Any]:
+    return {"approximate": "tanh" if any(m.op == "tanh" for m in members) else "none"}
+
+
+GELU = Pattern(
+    name="gelu",
+    match=match_gelu,
+    sequence=r"(?:(?:mul|div|pow|add) ){2,7}(?:tanh|erf) add mul (?:mul |div )?",
+    suggest=_suggest,
+    verify=_verify,
+    sequence_params=_sequence_params,
+)

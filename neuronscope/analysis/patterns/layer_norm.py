@@ -1,0 +1,80 @@
+"""LayerNorm written out: ``(x - mean) / sqrt(var + eps) * weight + bias``, from ``mean``/``var``,
+``var_mean``, ``std`` or the centred square.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..dataflow import OpGraph, OpNode
+from .base import Builders, Match, Pattern, affine, dims
+from .norm import match_norm
+
+if TYPE_CHECKING:
+    from ...result import Hint
+
+__all__ = ["LAYER_NORM"]
+
+#: Epsilon of the rebuilt chains in hint.verify().
+VERIFY_EPS = 1e-6
+
+
+
+def _match(g: OpGraph, n: OpNode) -> Match | None:
+    m = match_norm(g, n)
+    return m if m is not None and m.pattern == "layer_norm" else None
+
+
+def _suggest(m: Match, backend: str) -> str:
+    eps = m.params.get("eps")
+    eps_text = f"eps={eps!r}" if eps is not None else "eps"
+    w = "weight" if m.params.get("weight") else "None"
+    b = "bias" if m.params.get("bias") else "None"
+    return f"use torch.nn.functional.layer_norm(x, ({dims(m)},), {w}, {b}, {eps_text})"
+
+
+def _verify(hint: Hint, x: Any, device: Any) -> Builders:
+    import torch
+
+    F = torch.nn.functional
+    ops = {o.rsplit("::", 1)[-1].rstrip("_") for o in hint.ops}
+    d = x.shape[-1]
+    details = hint.details
+    w = torch.randn(d, device=device, dtype=x.dtype) if details.get("weight", True) else None
+    b = torch.randn(d, device=device, dtype=x.dtype) if details.get("bias", False) else None
+    if details.get("weight_plus_one") and w is not None:
+        w = 1 + w
+    if "var_mean" in ops:
+        def chain() -> Any:
+            var, mean = torch.var_mean(x, dim=-1, keepdim=True, unbiased=False)
+            return affine((x - mean) / torch.sqrt(var + VERIFY_EPS), w, b)
+    elif "var" in ops:
+        def chain() -> Any:
+            mean = x.mean(-1, keepdim=True)
+            var = x.var(-1, keepdim=True, unbiased=False)
+            return affine((x - mean) * torch.rsqrt(var + VERIFY_EPS), w, b)
+    elif "std" in ops:
+        def chain() -> Any:
+            mean = x.mean(-1, keepdim=True)
+            return affine((x - mean) / (x.std(-1, keepdim=True) + VERIFY_EPS), w, b)
+    else:
+        def chain() -> Any:
+            u = x.mean(-1, keepdim=True)
+            s = (x - u).pow(2).mean(-1, keepdim=True)
+            return affine((x - u) / torch.sqrt(s + VERIFY_EPS), w, b)
+
+    return chain, (lambda: F.layer_norm(x, (d,), w, b, VERIFY_EPS)), "torch.nn.functional.layer_norm"
+
+
+LAYER_NORM = Pattern(
+    name="layer_norm",
+    match=_match,
+    sequence=(
+        r"(?:mean (?:sub (?:pow|square|mul) mean (?:sub )?|var (?:sub )?|std (?:sub )?(?:mul )?)|var_mean (?:sub )?)"
+    r"add (?:(?:sqrt|rsqrt) (?:sub )?(?:div |mul ))?(?:div )?(?:mul )?(?:add )?"
+    ),
+    sequence_shapes="row",
+    fused_passes=2,
+    suggest=_suggest,
+    verify=_verify,
+)

@@ -1,0 +1,210 @@
+"""The matcher RMSNorm and LayerNorm share: both end in a normalising ``mul``/``div`` of a
+last-dim statistic, and one walk back from it tells them apart.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..dataflow import OpGraph, OpNode, TensorArg
+from .base import (
+    CASTS,
+    ROOTS,
+    Match,
+    const_of,
+    input_from,
+    is_scalar_pow,
+    only_big,
+    param_like,
+    root_value,
+    same_value,
+    single_consumer,
+    square_of,
+)
+
+__all__ = ['MAX_NORM_TAIL', 'MAX_NORM_TRAILING', 'match_norm']
+
+#: Most ops walked from a norm's normalising op back to its reduction (``add eps``, ``sqrt``,
+#: ``reciprocal``, a scale, a cast): longer chains are some other computation.
+MAX_NORM_TAIL = 6
+#: Most ops absorbed after a norm's normalising op (weight multiply, bias add, casts).
+MAX_NORM_TRAILING = 3
+_NORM_TAIL_OPS = frozenset({"add", "rsqrt", "sqrt", "reciprocal", "pow", "mul", "div", "clamp", "clamp_min", "to", "_to_copy"})
+
+
+def match_norm(g: OpGraph, n: OpNode) -> Match | None:
+    """A normalising ``mul``/``div``: ``a * rsqrt(stat + eps)`` or ``a / sqrt(stat + eps)``
+    where ``stat`` reduces ``a``'s square (RMSNorm) or ``a`` is centred and ``stat`` is its
+    variance (LayerNorm)."""
+    if n.op not in ("mul", "div") or len(n.inputs) != 2 or len(n.big_inputs()) != 2:
+        return None
+    orders = ((0, 1),) if n.op == "div" else ((0, 1), (1, 0))
+    for ak, bk in orders:
+        m = _norm_with(g, n, ak, bk)
+        if m is not None:
+            return m
+    return None
+
+
+def _unlinked_producer(g: OpGraph, n: OpNode, k: int) -> OpNode | None:
+    """The op just before ``n`` on its thread, taken as the maker of ``n``'s input ``k`` where
+    the inferred linking left that input unexplained and no earlier op saw its storage (a
+    tensor seen before is an older one, not what the op just before made).
+
+    The linking goes wrong on exactly this in a training step: in ``x * rsqrt(var + eps)``
+    followed, a few ops later, by a loss whose target (from outside the capture) has the
+    statistic's shape, it gives rsqrt's output to the loss and leaves the multiply's input
+    unexplained (see dataflow's notes). Used for a norm's statistic only, whose whole
+    structure the matcher then checks; exact linking (``profile_memory=True``) never needs it.
+    """
+    if g.linking != "inferred" or n.index == 0 or g.producer(n, k) is not None:
+        return None
+    prev = g.nodes[n.index - 1]
+    t = n.inputs[k]
+    if prev.tid != n.tid or not prev.writes or prev.op not in _NORM_TAIL_OPS:
+        return None
+    if not prev.inputs or prev.inputs[0].sizes != t.sizes or prev.inputs[0].dtype != t.dtype:
+        return None
+    if any(a.key == t.key for m in g.nodes[: n.index] for a in m.inputs):
+        return None
+    return prev
+
+
+def _norm_with(g: OpGraph, n: OpNode, ak: int, bk: int) -> Match | None:
+    chain: list[OpNode] = []
+    has_root = False
+    cur = g.producer(n, bk) or _unlinked_producer(g, n, bk)
+    red: OpNode | None = None
+    while cur is not None and len(chain) <= MAX_NORM_TAIL:
+        if cur.op in ("mean", "var", "std", "var_mean", "norm", "linalg_vector_norm"):
+            red = cur
+            break
+        k = only_big(cur)
+        if cur.op not in _NORM_TAIL_OPS or k is None:
+            return None
+        if cur.op in ROOTS or is_scalar_pow(cur, 0.5, -0.5):
+            has_root = True
+        chain.append(cur)
+        cur = g.producer(cur, k)
+    if red is None or not red.inputs:
+        return None
+    if red.op in ("std", "norm", "linalg_vector_norm"):
+        has_root = True
+    # The reduction must be over the last dim: its output is x's shape with the last dim 1.
+    out_user = chain[-1] if chain else n
+    out_k = input_from(out_user, red)
+    if out_k is None:
+        return None
+    out_sizes, x_sizes = out_user.inputs[out_k].sizes, red.inputs[0].sizes
+    if not (len(out_sizes) == len(x_sizes) and out_sizes[-1:] == (1,) and out_sizes[:-1] == x_sizes[:-1]):
+        return None
+
+    extra: list[OpNode] = []
+    # ``a`` may carry a weight already (``w * (x - mean) / (std + eps)``).
+    a_node, a_k = n, ak
+    pa = g.producer(n, ak)
+    if pa is not None and pa.op == "mul" and len(pa.inputs) == 2:
+        for wk in (0, 1):
+            if pa.inputs[wk].sizes == x_sizes[-1:] and param_like(g, pa, wk, extra):
+                extra.append(pa)
+                a_node, a_k = pa, 1 - wk
+                break
+    a_prod = g.producer(a_node, a_k)
+
+    pattern = ""
+    x: TensorArg | None = None
+    params: dict[str, Any] = {}
+    a_centred = _centred(g, a_node, a_k)
+    sq = square_of(g, g.producer(red, 0)) if red.op == "mean" else None
+    if sq is not None:
+        sq_node, tk = sq
+        extra.append(sq_node)
+        t_centred = _centred(g, sq_node, tk)
+        if t_centred is not None:  # mean((x - mu)^2): a LayerNorm
+            if a_centred is None or not same_value(g, a_centred[0], 0, t_centred[0], 0):
+                return None
+            extra += [*t_centred, *a_centred]
+            pattern, x = "layer_norm", t_centred[0].inputs[0]
+            casts_src = (t_centred[0], 0)
+        else:
+            if root_value(g, sq_node, tk) != root_value(g, a_node, a_k):
+                return None
+            pattern, x = "rms_norm", sq_node.inputs[tk]
+            casts_src = (sq_node, tk)
+    elif red.op in ("norm", "linalg_vector_norm"):  # norm(x) * d**-0.5: the RMS from a norm
+        if root_value(g, red, 0) != root_value(g, a_node, a_k):
+            return None
+        pattern, x = "rms_norm", red.inputs[0]
+        casts_src = (red, 0)
+    else:
+        # x - mean(x) over var(x) / std(x) / var_mean(x). Two equally shaped statistics of x
+        # may come out of the inferred linking swapped (see dataflow), so the pair is
+        # checked as a set: one mean, one spread, of the same x.
+        if a_centred is None or not same_value(g, a_centred[0], 0, red, 0):
+            return None
+        stats = {red.op, a_centred[1].op}
+        if not (stats == {"var_mean"} or ("mean" in stats and stats & {"var", "std", "var_mean"})):
+            return None
+        has_root = has_root or "std" in stats
+        extra += list(a_centred)
+        pattern, x = "layer_norm", red.inputs[0]
+        casts_src = (red, 0)
+    if not has_root:  # a mean square without a root is a variance, not a norm
+        return None
+    # Leading casts (``x.to(torch.float32)``) belong to the norm.
+    lead: list[OpNode] = []
+    root_value(g, casts_src[0], casts_src[1], lead)
+    if lead:
+        x = lead[-1].inputs[0]
+    if a_prod is not None and a_prod.op in CASTS:
+        lead.append(a_prod)
+
+    nodes = {m.index: m for m in [n, red, *chain, *extra, *lead]}
+    # Trailing weight, bias and casts.
+    cur = n
+    steps = 0
+    while steps < MAX_NORM_TRAILING:
+        nxt = single_consumer(g, cur)
+        if nxt is None or nxt.index in nodes:
+            break
+        if nxt.op in CASTS:
+            pass
+        elif nxt.op in ("mul", "add") and len(nxt.inputs) == 2 and (pattern == "layer_norm" or nxt.op == "mul"):
+            k = input_from(nxt, cur)
+            more: list[OpNode] = []
+            if k is None or not nxt.inputs[1 - k].sizes or nxt.inputs[1 - k].sizes != x.sizes[-1:]:
+                break
+            if not param_like(g, nxt, 1 - k, more):
+                break
+            for mnode in more:
+                nodes[mnode.index] = mnode
+            params["bias" if nxt.op == "add" else "weight"] = True
+        else:
+            break
+        nodes[nxt.index] = nxt
+        cur = nxt
+        steps += 1
+    if a_node is not n:  # ``w * (x - mean)`` before the division
+        params["weight"] = True
+    if any(e.op in ("add", "rsub") and all(q < 0 for q in e.producers) for e in nodes.values()):
+        params["weight_plus_one"] = True  # Gemma's ``x * (1 + weight)``
+    eps = const_of(chain, "add")
+    if eps is not None:
+        params["eps"] = eps
+    params.setdefault("weight", False)
+    params.setdefault("bias", False)
+    return Match(pattern, sorted(nodes.values(), key=lambda m: m.index), x, params)
+
+
+def _centred(g: OpGraph, n: OpNode, k: int) -> tuple[OpNode, OpNode] | None:
+    """If input ``k`` of ``n`` is ``x - stat(x)`` for a last-dim statistic of the same ``x``
+    (a mean, or an output of ``var_mean``): (the ``sub`` node, the statistic's node)."""
+    c = g.producer(n, k)
+    if c is None or c.op != "sub" or len(c.inputs) != 2:
+        return None
+    mu = g.producer(c, 1)
+    if mu is None or not mu.inputs or mu.op not in ("mean", "var", "std", "var_mean"):
+        return None
+    return (c, mu) if same_value(g, mu, 0, c, 0) else None
+
+

@@ -1,0 +1,74 @@
+"""RMSNorm written out: ``x * rsqrt(mean(x**2) + eps) * weight``, in the spellings real
+models use (casts to float32 and back, ``pow(2)`` or ``x*x``, ``1/sqrt``, Gemma's ``1 + weight``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..dataflow import OpGraph, OpNode
+from .base import Builders, Match, Pattern, dims
+from .norm import match_norm
+
+if TYPE_CHECKING:
+    from ...result import Hint
+
+__all__ = ["RMS_NORM"]
+
+#: Epsilon of the rebuilt chains in hint.verify().
+VERIFY_EPS = 1e-6
+
+
+
+def _match(g: OpGraph, n: OpNode) -> Match | None:
+    m = match_norm(g, n)
+    return m if m is not None and m.pattern == "rms_norm" else None
+
+
+def _suggest(m: Match, backend: str) -> str:
+    eps = m.params.get("eps")
+    eps_text = f"eps={eps!r}" if eps is not None else "eps"
+    weight = "1 + weight" if m.params.get("weight_plus_one") else ("weight" if m.params.get("weight") else "None")
+    return f"use torch.nn.functional.rms_norm(x, ({dims(m)},), {weight}, {eps_text}) (or torch.compile the module)"
+
+
+def _verify(hint: Hint, x: Any, device: Any) -> Builders:
+    import torch
+
+    ops = {o.rsplit("::", 1)[-1].rstrip("_") for o in hint.ops}
+    d = x.shape[-1]
+    details = hint.details
+    w = torch.randn(d, device=device, dtype=x.dtype) if details.get("weight", True) else None
+    if details.get("weight_plus_one") and w is not None:
+        w = 1 + w
+    if ops & {"norm", "linalg_vector_norm"}:
+        def chain() -> Any:
+            y = x / (x.norm(2, dim=-1, keepdim=True) * (d**-0.5) + VERIFY_EPS)
+            return y * w if w is not None else y
+    elif "sqrt" in ops:
+        def chain() -> Any:
+            y = x / torch.sqrt((x * x).mean(-1, keepdim=True) + VERIFY_EPS)
+            return y * w if w is not None else y
+    else:
+        cast = "to" in ops or "_to_copy" in ops
+
+        def chain() -> Any:
+            h = x.to(torch.float32) if cast else x
+            h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + VERIFY_EPS)
+            h = h.to(x.dtype) if cast else h
+            return w * h if w is not None else h
+
+    return chain, (lambda: torch.rms_norm(x, (d,), w, VERIFY_EPS)), "torch.rms_norm"
+
+
+RMS_NORM = Pattern(
+    name="rms_norm",
+    match=_match,
+    sequence=(
+        r"(?:to )?(?:pow|square|mul) mean add (?:rsqrt |sqrt (?:reciprocal )?(?:mul )?)(?:mul |div )(?:to )?(?:mul )?"
+    ),
+    sequence_shapes="row",
+    fused_passes=2,
+    suggest=_suggest,
+    verify=_verify,
+)

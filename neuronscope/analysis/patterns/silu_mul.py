@@ -1,0 +1,82 @@
+"""SwiGLU and GeGLU: ``silu(gate) * up``, ``gate * sigmoid(gate) * up``, ``gelu(gate) * up``, through an activation module too.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..dataflow import OpGraph, OpNode
+from .base import Builders, Match, Pattern
+
+if TYPE_CHECKING:
+    from ...result import Hint
+
+__all__ = ["SILU_MUL"]
+
+
+def match_silu_mul(g: OpGraph, n: OpNode) -> Match | None:
+    """``silu(gate) * up``, or ``gate * sigmoid(gate) * up`` (SwiGLU)."""
+    if n.op != "mul" or len(n.inputs) != 2 or len(n.big_inputs()) != 2:
+        return None
+    for sk in (0, 1):
+        s = g.producer(n, sk)
+        if s is None:
+            continue
+        found: list[OpNode] = []
+        gate: tuple[int, int] | None = None
+        if s.op in ("silu", "gelu") and s.inputs:  # SwiGLU, or GeGLU (Gemma's gelu(gate) * up)
+            found, gate = [s], s.value(0)
+        elif s.op == "mul" and len(s.inputs) == 2:
+            for gk in (0, 1):
+                sig = g.producer(s, gk)
+                if sig is not None and sig.op == "sigmoid" and sig.inputs and sig.value(0) == s.value(1 - gk):
+                    found, gate = [sig, s], s.value(1 - gk)
+                    break
+        if gate is None:
+            continue
+        bk = 1 - sk
+        if n.inputs[bk].sizes != n.inputs[sk].sizes:
+            continue
+        gate_in = found[0].inputs[0]
+        if n.value(bk) == gate and n.inputs[bk].impl == gate_in.impl:
+            continue  # x * silu(x): no second projection
+        activation = "gelu" if found[0].op == "gelu" else "silu"
+        return Match("silu_mul", sorted([*found, n], key=lambda m: m.index), n.inputs[sk], {"activation": activation})
+    return None
+
+
+
+def _suggest(m: Match, backend: str) -> str:
+    act = m.params.get("activation", "silu")
+    name = "GeGLU" if act == "gelu" else "SwiGLU"
+    kernel = f"NKI's fused {name} kernel" if backend == "neuron" else f"a fused {name} kernel"
+    return f"torch.compile the MLP block ({act}(gate) * up), or {kernel}"
+
+
+def _verify(hint: Hint, x: Any, device: Any) -> Builders:
+    import torch
+
+    F = torch.nn.functional
+    ops = {o.rsplit("::", 1)[-1].rstrip("_") for o in hint.ops}
+    up = torch.randn_like(x)
+    if "sigmoid" in ops:
+        def chain() -> Any:
+            return x * torch.sigmoid(x) * up
+    elif "gelu" in ops:
+        def chain() -> Any:
+            return F.gelu(x) * up
+    else:
+        def chain() -> Any:
+            return F.silu(x) * up
+
+    return chain, None, None  # torch has no eager fused SwiGLU: torch.compile is the fix
+
+
+SILU_MUL = Pattern(
+    name="silu_mul",
+    match=match_silu_mul,
+    sequence=r"(?:silu |gelu |sigmoid mul )(?:linear |matmul |mm |addmm )?mul ",
+    suggest=_suggest,
+    verify=_verify,
+    sequence_skip=frozenset({"linear", "matmul", "mm", "addmm"}),
+)

@@ -1,0 +1,69 @@
+"""Is this Python frame the user's code? The one list of library names that answers it.
+
+A hint's location is the line of the model's own source that computes (issue: a decorator's
+line, or a helper inside a library the model calls, tells the reader nothing). Live captures,
+the observation pass and trace files all ask :func:`is_user_file`, so they agree on a frame.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+
+__all__ = ["LIBRARY_HELPERS", "LIBRARY_ROOTS", "is_user_file"]
+
+#: Top-level packages whose frames are never the user's code: torch and what runs it,
+#: neuronscope itself, the wrappers and test runners that sit between a call and the model.
+LIBRARY_ROOTS = frozenset(
+    {"torch", "neuronscope", "torchgen", "functorch", "torch_neuronx", "wrapt", "_pytest", "pluggy", "lightning", "pytorch_lightning"}
+)
+#: Files and folders of model libraries that are helpers, not a model's own source: the
+#: activation modules, attention back ends, mask builders and layer wrappers a model calls.
+#: A hint points at the model line that called into them instead.
+LIBRARY_HELPERS = (
+    "transformers/activations.py",
+    "transformers/integrations/",
+    "transformers/masking_utils.py",
+    "transformers/modeling_utils.py",
+    "transformers/modeling_layers.py",
+    "transformers/pytorch_utils.py",
+    "transformers/utils/",
+    "timm/layers/activations",
+    "timm/layers/create_act",
+)
+
+_STDLIB_DIR = re.compile(r"/lib/python3\.\d+/")
+_STDLIB = frozenset(getattr(sys, "stdlib_module_names", ()))
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))).replace("\\", "/") + "/"
+# Paths are few (one per source file) and asked about once per op: worth remembering.
+_cache: dict[str, bool] = {}
+
+
+def is_user_file(path: str) -> bool:
+    """False for torch, neuronscope, standard-library and library-helper files.
+
+    Works on absolute paths (Python frames) and on the shortened ones torch's profiler
+    records, where the site-packages / stdlib prefix is cut and the first path component is
+    the package.
+    """
+    hit = _cache.get(path)
+    if hit is None:
+        norm = path.replace("\\", "/")
+        tail = norm
+        for marker in ("/site-packages/", "/dist-packages/"):
+            if marker in norm:
+                tail = norm.rsplit(marker, 1)[1]
+                break
+        stdlib = _STDLIB_DIR.search(norm) if tail is norm else None
+        if stdlib is not None:
+            tail = norm[stdlib.end() :]
+        root = tail.lstrip("/").split("/", 1)[0].removesuffix(".py")
+        hit = not (
+            norm.startswith(("<", _PACKAGE_DIR))
+            or root in LIBRARY_ROOTS
+            or (root in _STDLIB and (stdlib is not None or not norm.startswith("/")))
+            or any(h in tail for h in LIBRARY_HELPERS)
+        )
+        _cache[path] = hit
+    return hit

@@ -1,0 +1,201 @@
+"""The observation pass: exact data flow and code lines, from a warm-up call.
+
+The profiler's default capture records each op's tensor inputs by pointer only; which op made
+a tensor then has to be guessed (the allocator hands dead tensors' addresses to new ones), and
+a guessed link makes false fusion hints. So a call that runs anyway before the capture (the
+last warm-up call of a decorated function or a windowed region) is observed once:
+
+- under ``torch.profiler`` with ``profile_memory=True``: every tensor gets an id per storage
+  allocation and each op holds the allocations it made, so each input links to the op that
+  made it, exactly;
+- under a ``TorchFunctionMode`` that wraps each top-level torch call in a range naming the
+  line of the user's code that made it (the profiler records only the enclosing function's
+  ``def`` line for an operator such as ``x * y``, the decorator's line when it has one).
+
+The analysis aligns the capture's ops with the observed ones by name and takes the links and
+lines from there (:func:`neuronscope.analysis.dataflow.graph_with_observation`); the capture
+itself runs with the user's options, so its timings are not disturbed. A capture with nothing
+observed before it (a region that runs once) turns on ``profile_memory`` instead
+(:func:`capture_options`).
+
+API: ``with observe_dataflow() as obs: f(x)`` and then ``obs.profiler``; the decorator and the
+region call :func:`observe_warmup` around their last warm-up call, and the session passes
+:func:`observation_for` its capture's name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import sys
+import threading
+from collections.abc import Iterator
+from types import FrameType
+from typing import Any
+
+from .frames import is_user_file
+
+__all__ = [
+    "CONSTS_SEP",
+    "LOCATION_PREFIX",
+    "Observation",
+    "begin_observation",
+    "capture_options",
+    "end_observation",
+    "observation_for",
+    "observe_dataflow",
+    "observe_warmup",
+]
+
+#: Name prefix of the ranges the observation pass wraps torch calls in: ``ns@file:line``.
+LOCATION_PREFIX = "ns@"
+#: Separates the line from the call's Python numbers in those names: ``ns@f.py:3|1e-06``.
+CONSTS_SEP = "|"
+#: How many frames above a torch call are searched for the user's line: deep enough for a
+#: model's forward under nn.Module's call machinery and a library's helpers.
+MAX_FRAMES = 24
+
+
+@dataclasses.dataclass
+class Observation:
+    """A finished observation: the profiler that ran over the call (None if none could)."""
+
+    profiler: Any = None
+    error: str | None = None
+    #: The analysis's graph of it, kept once built (captures of one name share it).
+    graph: Any = None
+
+
+def _user_line() -> str | None:
+    frame: FrameType | None = sys._getframe(2)
+    for _ in range(MAX_FRAMES):
+        if frame is None:
+            return None
+        code = frame.f_code
+        if is_user_file(code.co_filename):
+            return f"{code.co_filename}:{frame.f_lineno}"
+        frame = frame.f_back
+    return None
+
+
+def _function_mode() -> Any:
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    fast = torch._C._profiler._RecordFunctionFast
+
+    class _Lines(TorchFunctionMode):
+        """Names each top-level torch call's range after the user's line that made it."""
+
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            kwargs = kwargs or {}
+            line = _user_line()
+            if line is None:
+                return func(*args, **kwargs)
+            # The Python numbers of the call (``x * 0.125``, ``var + 1e-6``): the profiler
+            # records them as 0-dim tensors, without their value.
+            nums = [a for a in (*args, *kwargs.values()) if a.__class__ in (float, int)]
+            name = LOCATION_PREFIX + line + (CONSTS_SEP + ",".join(map(repr, nums)) if nums else "")
+            with fast(name):
+                return func(*args, **kwargs)
+
+    return _Lines()
+
+
+def _profiler_busy() -> bool:
+    import torch
+
+    return bool(torch.autograd.profiler._is_profiler_enabled)
+
+
+@contextlib.contextmanager
+def observe_dataflow() -> Iterator[Observation]:
+    """Observe the ops run inside the block: exact links and code lines (see the module).
+
+    Never raises for its own sake: when a profiler already runs (the user's, or a capture
+    around this one) nothing is observed and ``obs.profiler`` stays None.
+    """
+    obs = Observation()
+    try:
+        import torch.profiler
+
+        if _profiler_busy():
+            obs.error = "a profiler was already running"
+            yield obs
+            return
+        prof = torch.profiler.profile(
+            activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True, profile_memory=True
+        )
+        mode = _function_mode()
+        prof.start()
+    except Exception as err:  # observing is best effort: the user's call runs regardless
+        obs.error = f"{type(err).__name__}: {err}"
+        yield obs
+        return
+    try:
+        with mode:
+            yield obs
+    finally:
+        try:
+            prof.stop()
+            obs.profiler = prof
+        except Exception as err:
+            obs.error = f"{type(err).__name__}: {err}"
+
+
+# The newest observation of each capture name, taken by every capture of that name; kept
+# module-wide because the warm-up call and the capture are different calls (of a decorated
+# function, or passes of a region) that share nothing else. Guarded by _lock.
+_observed: dict[str, Observation] = {}
+_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def observe_warmup(name: str, last: bool = True) -> Iterator[None]:
+    """Around a warm-up call of capture ``name``: observe it when it is the ``last`` one."""
+    if not last:
+        yield
+        return
+    with observe_dataflow() as obs:
+        yield
+    if obs.profiler is not None:
+        with _lock:
+            _observed[name] = obs
+
+
+def observation_for(name: str) -> Observation | None:
+    """The observation made for capture ``name`` before it, if any."""
+    with _lock:
+        return _observed.get(name)
+
+
+def capture_options(options: Any, name: str) -> Any:
+    """The options a capture runs with: with nothing observed before it, hints on and shapes
+    recorded, ``profile_memory=True`` gives the capture its own exact links."""
+    if observation_for(name) is not None or options.profile_memory:
+        return options
+    if not getattr(options, "hints", True) or not options.record_shapes:
+        return options
+    return dataclasses.replace(options, profile_memory=True)
+
+
+def begin_observation(name: str) -> Any:
+    """Start observing the last warm-up call of capture ``name`` (a region's enter and exit
+    are two calls, so the scope model holds the handle between them); None if it could not
+    start. :func:`end_observation` ends it, from any thread."""
+    cm = observe_warmup(name)
+    try:
+        cm.__enter__()
+    except Exception:  # observing is best effort
+        return None
+    return cm
+
+
+def end_observation(handle: Any) -> None:
+    """End an observation :func:`begin_observation` started."""
+    if handle is None:
+        return
+    try:
+        handle.__exit__(None, None, None)
+    except Exception:  # observing is best effort
+        pass

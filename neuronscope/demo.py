@@ -120,7 +120,6 @@ def run_demo(
     """
     import torch
 
-    from .announce import ensure_log_handler as _ensure_log_handler
     from .capture import resolve_backend
     from .config import build_options
 

@@ -224,8 +224,9 @@ def remember(memo: dict[Any, Any], key: Any, value: Any) -> None:
     memo[key] = value
 
 
-#: Options already validated, for ``with neuron_region("x"):`` written inside a loop, which
-#: builds its options on every pass (9 us each uncached). Keyed on type and value.
+# Options already validated, for ``with neuron_region("x"):`` written inside a loop, which
+# builds its options on every pass (9 us each uncached, against a 1 us target for a disabled
+# region: benchmarks/README.md). The package's one option cache. Keyed on type and value.
 _built: dict[tuple[Any, ...], Options] = {}
 
 
@@ -256,10 +257,11 @@ def options_key(given: dict[str, Any]) -> tuple[Any, ...] | None:
     """
     if not given:
         return ()
-    types = tuple(map(type, given.values()))
-    if not all(map(_PLAIN_TYPES.__contains__, types)):
+    values = tuple(given.values())
+    types = tuple(map(type, values))
+    if not _PLAIN_TYPES.issuperset(types):
         return None
-    return (*given.items(), types)
+    return (tuple(given), values, types)
 
 
 def _build_options(defaults: dict[str, Any] | None, given: dict[str, Any]) -> Options:

@@ -111,20 +111,25 @@ class neuron_region(Owner):
             return cls(getattr(func, "__name__", None), **options)(func)
         return super().__new__(cls)
 
+    # What a region keeps until it is first entered, on the class: a region written inline in
+    # a loop is built on every pass, and a disabled one must cost under a microsecond.
+    target = None
+    window: CallWindow | None = None
+    skipped = 0
+    _open: list[Entry] | tuple[()] = ()  # this object's entries not yet exited, in any context
+    _last: Session | None = None
+
     def __init__(self, name: str | Callable[..., Any] | None = None, **options: Any) -> None:
-        opts = build_options(None, name=name, **options)
+        opts = self.options = build_options(None, name=name, **options)
         if isinstance(opts.backend, str) and opts.backend not in ("auto", "cpu"):
             check_backend_available(opts.backend)
-        region_name = opts.name or _caller_name()
-        window = None
-        if opts.enabled and ("warmup" in options or "active" in options):
-            window = _window_for(region_name, opts.warmup, opts.active)
-        super().__init__(opts, region_name, None, window)
+        region_name = self.name = opts.name or _caller_name()
         #: The captures this object ran (the outermost entries), oldest first; the last
         #: MAX_KEPT_RESULTS are kept. With ``warmup=`` / ``active=``, those of the name's window.
-        self.results: list[ProfileResult] = [] if window is None else window.results
-        self._open: list[Entry] = []  # this object's entries not yet exited, in any context
-        self._last: Session | None = None
+        self.results: list[ProfileResult] = []
+        if opts.enabled and ("warmup" in options or "active" in options):
+            self.window = _window_for(region_name, opts.warmup, opts.active)
+            self.results = self.window.results
 
     @property
     def enabled(self) -> bool:
@@ -148,7 +153,7 @@ class neuron_region(Owner):
 
     def on_abandoned(self, entry: Entry) -> None:
         if entry in self._open:
-            self._open.remove(entry)
+            self._open.remove(entry)  # type: ignore[union-attr]
 
     def _enter(self, frame: FrameType | None) -> None:
         entry = enter(self, frame)
@@ -156,6 +161,8 @@ class neuron_region(Owner):
             if not self._open:
                 return  # nothing of this object open: its exit finds nothing, does nothing
             entry = placeholder(self)
+        if not isinstance(self._open, list):
+            self._open = []
         self._open.append(entry)
 
     def __enter__(self) -> Self:

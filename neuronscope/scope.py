@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextvars
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Any
 
@@ -232,7 +232,7 @@ def placeholder(owner: Owner) -> Entry:
     return _push(OFF_KIND, owner)
 
 
-def own_entry(owner: Owner, candidates: list[Entry]) -> Entry | None:
+def own_entry(owner: Owner, candidates: Sequence[Entry]) -> Entry | None:
     """The innermost of ``candidates`` (``owner``'s entries not yet exited) on this context's
     chain, open or not; None when none is here (a generator that entered it on another
     thread, say)."""
@@ -290,6 +290,10 @@ def enter(owner: Owner, frame: FrameType | None = None) -> Entry:
     if not owner.options.enabled:
         return OFF
     scope = current()
+    if scope is not None and scope.kind is QUIET:
+        if owner.reentry_check and scope.owner is owner and _abandoned(scope, frame):
+            return enter(owner, frame)  # its last entry was closed: decide afresh
+        return OFF  # inside an unprofiled pass (or recursion into one): unprofiled too
     window = owner.window
     if scope is None and window is not None and window.closed:
         # Past its window, the common case in a loop: an unprofiled pass, decided before the
@@ -297,14 +301,7 @@ def enter(owner: Owner, frame: FrameType | None = None) -> Entry:
         return _quiet(owner, frame)
     if disabled_by_env():
         return OFF  # a disabled call counts for nothing, not even its window
-    if scope is not None and scope.kind == QUIET and owner.reentry_check and scope.owner is owner:
-        if _abandoned(scope, frame):
-            scope = current()
-        else:
-            return _push(OFF_KIND, owner)  # recursion inside its own quiet pass
     if scope is not None:
-        if scope.kind == QUIET:
-            return _push(OFF_KIND, owner)
         entry = _push(LABEL, owner)
         entry.holder, entry.session = scope, scope.session
         if scope.inner is None:

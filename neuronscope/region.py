@@ -8,7 +8,6 @@ pass) is decided by the scope model of :mod:`neuronscope.scope`, which the decor
 from __future__ import annotations
 
 import sys
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType, TracebackType
@@ -33,6 +32,7 @@ from .scope import (
     leave,
     own_entry,
     placeholder,
+    windows,
 )
 from .session import Session
 
@@ -43,32 +43,11 @@ __all__ = ["MAX_KEPT_RESULTS", "NeuronscopeError", "NeuronscopeWarning", "ensure
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-# The call window of each region name, shared by the region objects of that name: one written
-# inline in a loop is a new object on every pass, and its passes must be counted together.
-_windows: dict[str, CallWindow] = {}
-_windows_lock = threading.Lock()
-
-
-def _window_for(name: str, warmup: int, active: int | None) -> CallWindow:
-    """The name's window; a fresh one when this region asks for another (a re-run notebook
-    cell with new ``warmup=`` / ``active=``)."""
-    with _windows_lock:
-        window = _windows.get(name)
-        if window is None or (window.warmup, window.active) != (warmup, active):
-            window = _windows[name] = CallWindow(warmup, active)
-        return window
-
-
 def reset(name: str | None = None) -> None:
     """Start the call windows again: every region name's and every decorated callable's, or
     (with ``name``) that region name's only. The next call is counted as the first (warm-up
     first, then the captures); results already captured stay in ``.results``."""
-    with _windows_lock:
-        windows = list(_windows.values()) if name is None else [w for n, w in _windows.items() if n == name]
-    for window in windows:
-        window.restart()
-    if name is None:
-        _decorator.reset_windows()
+    windows.reset(name)
 
 
 def ensure_no_capture_running() -> bool:
@@ -128,7 +107,7 @@ class neuron_region(Owner):
         #: MAX_KEPT_RESULTS are kept. With ``warmup=`` / ``active=``, those of the name's window.
         self.results: list[ProfileResult] = []
         if opts.enabled and ("warmup" in options or "active" in options):
-            self.window = _window_for(region_name, opts.warmup, opts.active)
+            self.window = windows.for_name(region_name, opts.warmup, opts.active)
             self.results = self.window.results
 
     @property

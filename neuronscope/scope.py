@@ -36,6 +36,7 @@ __all__ = [
     "CallWindow",
     "Entry",
     "Owner",
+    "Windows",
     "acquire_profiler",
     "current",
     "enter",
@@ -46,6 +47,7 @@ __all__ = [
     "placeholder",
     "release_profiler",
     "run",
+    "windows",
 ]
 
 #: Results a decorated callable or a region name keeps in ``.results`` (the newest): with
@@ -104,10 +106,6 @@ class CallWindow:
                 self.closed = self.calls >= self.warmup + self.active
 
 
-# Guards the owners' counts of skipped calls (taken only when a call had to skip).
-_count_lock = threading.Lock()
-
-
 class Owner:
     """What a region object or a decorated callable brings to its entries: options, name,
     call window, the count of calls that ran uncaptured, and where results go."""
@@ -115,6 +113,8 @@ class Owner:
     #: Whether re-entering this owner inside its own quiet pass may be a skipped exit (a region
     #: entered by hooks) rather than recursion; decorated calls always pair their exits.
     reentry_check = False
+    # Guards the owners' counts of skipped calls (taken only when a call had to skip).
+    _count_lock = threading.Lock()
 
     def __init__(self, options: Options, name: str, target: str | None, window: CallWindow | None) -> None:
         self.options = options
@@ -129,7 +129,7 @@ class Owner:
 
     def on_skip(self) -> None:
         """A call ran uncaptured because another capture held the profiler."""
-        with _count_lock:
+        with Owner._count_lock:
             self.skipped += 1
             count = self.skipped
         if self.window is not None:
@@ -179,8 +179,59 @@ OFF.open = False
 # The chain of each context (thread, asyncio task): its innermost entry. A ContextVar, so that
 # tasks and threads each have their own, and a generator's entries live in its consumer's.
 _chain: contextvars.ContextVar[Entry | None] = contextvars.ContextVar("neuronscope_scope", default=None)
-# torch's profiler is process-wide and not re-entrant: one capture at a time, in any thread.
-_profiler_lock = threading.Lock()
+
+
+class _Profiler:
+    """torch's profiler: process-wide and not re-entrant, so one capture at a time in any
+    thread; and how many captures the process completed (the decorator's note at exit about
+    functions that ran only inside torch.compile'd code is said only when none was)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.captures_done = 0
+
+
+# The process's one profiler: global by nature.
+_profiler = _Profiler()
+_profiler_lock = _profiler.lock
+
+
+class Windows:
+    """Every call window of the process: each region name's (shared by the region objects of
+    that name: one written inline in a loop is a new object on every pass) and each decorated
+    callable's, so that :meth:`reset` reaches them all."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_name: dict[str, CallWindow] = {}
+        self.owners: list[Owner] = []  # decorated callables, for reset() and the note at exit
+
+    def for_name(self, name: str, warmup: int, active: int | None) -> CallWindow:
+        """The name's window; a fresh one when asked for another (a re-run notebook cell with
+        new ``warmup=`` / ``active=``)."""
+        with self._lock:
+            window = self._by_name.get(name)
+            if window is None or (window.warmup, window.active) != (warmup, active):
+                window = self._by_name[name] = CallWindow(warmup, active)
+            return window
+
+    def add_owner(self, owner: Owner) -> None:
+        with self._lock:
+            self.owners.append(owner)
+
+    def reset(self, name: str | None = None) -> None:
+        """Start every window again, or (with ``name``) that region name's."""
+        with self._lock:
+            if name is not None:
+                found = [w for n, w in self._by_name.items() if n == name]
+            else:
+                found = [*self._by_name.values(), *(o.window for o in self.owners if o.window is not None)]
+        for window in found:
+            window.restart()
+
+
+# Process-wide by nature, as the windows of region names are.
+windows = Windows()
 
 
 def _open_head() -> Entry | None:
@@ -421,7 +472,7 @@ def leave(entry: Entry, exc: BaseException | None) -> ProfileResult | None:
         return session.stop(exc)
     finally:
         release_profiler()
-        _count_capture()
+        _profiler.captures_done += 1
 
 
 def _said_cut(entry: Entry) -> None:
@@ -435,19 +486,9 @@ def _said_cut(entry: Entry) -> None:
     )
 
 
-# How many captures this process completed: the decorator's note at exit about functions
-# that ran only inside torch.compile'd code is said only when nothing at all was captured.
-_captures_done = 0
-
-
-def _count_capture() -> None:
-    global _captures_done
-    _captures_done += 1
-
-
 def captures_done() -> int:
     """Captures this process completed."""
-    return _captures_done
+    return _profiler.captures_done
 
 
 def run(owner: Owner, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

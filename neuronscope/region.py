@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from . import decorator as _decorator
 from .announce import NeuronscopeWarning, ensure_log_handler, log
 from .capture import check_backend_available
-from .config import build_options, disabled_by_env
+from .config import Options, build_options, disabled_by_env, options_key, remember
 from .errors import NeuronscopeError
 from .result import ProfileResult
 from .scope import (
@@ -42,6 +42,25 @@ if TYPE_CHECKING:
 __all__ = ["MAX_KEPT_RESULTS", "NeuronscopeError", "NeuronscopeWarning", "ensure_no_capture_running", "neuron_region", "reset"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+# Options of regions already validated, by name and options (plain values only): a region
+# written inline in a loop is built on every pass, and validating its options costs about 9 us
+# against a 1 us target for a disabled region (benchmarks/README.md). The package's one cache.
+_validated: dict[Any, Options] = {}
+
+
+def _options(name: Any, options: dict[str, Any]) -> Options:
+    key = (name, options_key(options)) if isinstance(name, (str, type(None))) else None
+    cacheable = key is not None and key[1] is not None
+    opts = _validated.get(key) if cacheable else None
+    if opts is None:
+        opts = build_options(None, name=name, **options)
+        if isinstance(opts.backend, str) and opts.backend not in ("auto", "cpu"):
+            check_backend_available(opts.backend)  # checked each time: a device can come and go
+        elif cacheable:
+            remember(_validated, key, opts)
+    return opts
+
 
 def reset(name: str | None = None) -> None:
     """Start the call windows again: every region name's and every decorated callable's, or
@@ -99,14 +118,12 @@ class neuron_region(Owner):
     _last: Session | None = None
 
     def __init__(self, name: str | Callable[..., Any] | None = None, **options: Any) -> None:
-        opts = self.options = build_options(None, name=name, **options)
-        if isinstance(opts.backend, str) and opts.backend not in ("auto", "cpu"):
-            check_backend_available(opts.backend)
+        opts = self.options = _options(name, options)
         region_name = self.name = opts.name or _caller_name()
         #: The captures this object ran (the outermost entries), oldest first; the last
         #: MAX_KEPT_RESULTS are kept. With ``warmup=`` / ``active=``, those of the name's window.
         self.results: list[ProfileResult] = []
-        if opts.enabled and ("warmup" in options or "active" in options):
+        if options and opts.enabled and ("warmup" in options or "active" in options):
             self.window = windows.for_name(region_name, opts.warmup, opts.active)
             self.results = self.window.results
 

@@ -43,23 +43,41 @@ __all__ = ["MAX_KEPT_RESULTS", "NeuronscopeError", "NeuronscopeWarning", "ensure
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-# Options of regions already validated, by name and options (plain values only): a region
-# written inline in a loop is built on every pass, and validating its options costs about 9 us
-# against a 1 us target for a disabled region (benchmarks/README.md). The package's one cache.
-_validated: dict[Any, Options] = {}
+# What regions built inline in a loop (a new object every pass) need again, by name and
+# options (plain values only): their validated options (about 9 us to build), and the one
+# object that serves every disabled region of a name and options (a new one costs 1.7 us
+# against the 1 us target for a disabled region; benchmarks/README.md). The one cache.
+_made: dict[Any, Any] = {}
+
+
+def _key(name: Any, options: dict[str, Any]) -> Any:
+    key = (name, options_key(options)) if isinstance(name, (str, type(None))) else None
+    return None if key is None or key[1] is None else key
 
 
 def _options(name: Any, options: dict[str, Any]) -> Options:
-    key = (name, options_key(options)) if isinstance(name, (str, type(None))) else None
-    cacheable = key is not None and key[1] is not None
-    opts = _validated.get(key) if cacheable else None
+    key = _key(name, options)
+    opts = None if key is None else _made.get(key)
     if opts is None:
         opts = build_options(None, name=name, **options)
         if isinstance(opts.backend, str) and opts.backend not in ("auto", "cpu"):
             check_backend_available(opts.backend)  # checked each time: a device can come and go
-        elif cacheable:
-            remember(_validated, key, opts)
+        elif key is not None:
+            remember(_made, key, opts)
     return opts
+
+
+def _inert(name: Any, options: dict[str, Any]) -> neuron_region:
+    """The region ``neuron_region(name, enabled=False, ...)``: it holds nothing, so one object
+    serves every ``with`` of the same name and options."""
+    key = _key(name, options)
+    region = None if key is None else _made.get(("inert", key))
+    if region is None:
+        region = object.__new__(_InertRegion)
+        neuron_region.__init__(region, name, **options)  # validated, named
+        if key is not None and region.name == name:  # a name from the caller's line is not kept
+            remember(_made, ("inert", key), region)
+    return region
 
 
 def reset(name: str | None = None) -> None:
@@ -107,6 +125,8 @@ class neuron_region(Owner):
         if callable(name):  # bare @neuron_region: decorate at once
             func = name
             return cls(getattr(func, "__name__", None), **options)(func)
+        if options.get("enabled") is False and cls is neuron_region:
+            return _inert(name, options)
         return super().__new__(cls)
 
     # What a region keeps until it is first entered, on the class: a region written inline in
@@ -225,3 +245,16 @@ class neuron_region(Owner):
             )
         name = self.options.name or getattr(func, "__qualname__", None) or self.name
         return _decorator.wrap_callable(func, self.options.with_name(name))
+
+
+class _InertRegion(neuron_region):
+    """What ``neuron_region(..., enabled=False)`` gives (see :func:`_inert`)."""
+
+    def __init__(self, name: Any = None, **options: Any) -> None:
+        pass  # set up once, by _inert; Python calls this again at each neuron_region(...)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        return None

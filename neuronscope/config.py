@@ -226,24 +226,19 @@ def remember(memo: dict[Any, Any], key: Any, value: Any) -> None:
     memo[key] = value
 
 
-#: Options already validated, for ``with neuron_region("x"):`` written inside a loop, which
-#: builds its options on every pass (9 us each uncached). Keyed on type and value.
-_built: dict[tuple[Any, ...], Options] = {}
-
-
 def build_options(defaults: dict[str, Any] | None = None, **given: Any) -> Options:
     """Validate ``given`` over ``defaults`` and return frozen :class:`Options`.
 
     Raises :class:`ConfigError` (a ``NeuronscopeError``) naming the option and the fix.
     """
-    key = None if defaults is not None else options_key(given)
-    if key is None:
-        return _build_options(defaults, given)
-    hit = _built.get(key)
-    if hit is None:
-        hit = _build_options(None, given)
-        remember(_built, key, hit)
-    return hit
+    unknown = sorted(set(given) - _KNOWN)
+    if unknown:
+        raise ConfigError(
+            f"unknown option(s) {', '.join(unknown)}; known options are {', '.join(sorted(_KNOWN))}"
+        )
+    merged: dict[str, Any] = dict(defaults or {})
+    merged.update(given)
+    return _validated(merged)
 
 
 _PLAIN_TYPES = frozenset({str, bool, int, float, type(None)})
@@ -256,22 +251,11 @@ def options_key(given: dict[str, Any]) -> tuple[Any, ...] | None:
     plain values qualify: a tuple compares its items by value (``(0, True) == (0, 1)``), and a
     path object can change what it points to.
     """
-    if not given:
-        return ()
     types = tuple(map(type, given.values()))
-    if not all(map(_PLAIN_TYPES.__contains__, types)):
-        return None
-    return (*given.items(), types)
+    return (*given.items(), types) if _PLAIN_TYPES.issuperset(types) else None
 
 
-def _build_options(defaults: dict[str, Any] | None, given: dict[str, Any]) -> Options:
-    unknown = sorted(set(given) - _KNOWN)
-    if unknown:
-        raise ConfigError(
-            f"unknown option(s) {', '.join(unknown)}; known options are {', '.join(sorted(_KNOWN))}"
-        )
-    merged: dict[str, Any] = dict(defaults or {})
-    merged.update(given)
+def _validated(merged: dict[str, Any]) -> Options:
     name = merged.get("name")
     if name is not None and (not isinstance(name, str) or not name.strip()):
         raise ConfigError(f"name must be a non-empty string, got {name!r}")

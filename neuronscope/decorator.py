@@ -15,7 +15,6 @@ from __future__ import annotations
 import atexit
 import functools
 import inspect
-import threading
 from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
@@ -31,9 +30,9 @@ from .config import (
 )
 from .errors import NeuronscopeError
 from .result import ProfileResult
-from .scope import CAPTURE, MAX_KEPT_RESULTS, OFF, CallWindow, Owner, captures_done, deliver, enter, keep_result, leave
+from .scope import CAPTURE, MAX_KEPT_RESULTS, OFF, CallWindow, Owner, captures_done, deliver, enter, keep_result, leave, windows
 
-__all__ = ["MAX_KEPT_RESULTS", "NotWrappableError", "profile_on_neuron", "report_uncaptured", "reset_windows", "wrap_callable"]
+__all__ = ["MAX_KEPT_RESULTS", "NotWrappableError", "profile_on_neuron", "report_uncaptured", "wrap_callable"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -65,26 +64,15 @@ class _DecoratedState(Owner):
             self.wrapper.skipped_calls = self.skipped
 
 
-# Every decorated callable of the process, for the note at exit and for reset_windows().
-_states: list[_DecoratedState] = []
-_states_lock = threading.Lock()
-
-
-def reset_windows() -> None:
-    """Start every decorated callable's call window again (``neuronscope.reset()``)."""
-    with _states_lock:
-        states = list(_states)
-    for state in states:
-        state.window.restart()
-
-
 @atexit.register
 def report_uncaptured(captures: int | None = None) -> None:
     """Say once, at exit, when a decorated callable never reached its capture window, or ran
     only inside torch.compile'd code while nothing at all was captured (``captures``: how many
     captures the process completed; by default, counted)."""
     done = captures_done() if captures is None else captures
-    for state in _states:
+    for state in windows.owners:
+        if not isinstance(state, _DecoratedState):
+            continue
         w = state.window
         if state.compiled_through and not state.results and not done:
             log.warning(
@@ -214,8 +202,7 @@ def wrap_callable(func: F, options: Options) -> F:
     wrapper.skipped_calls = 0
     wrapper.__neuronscope_state__ = state
     state.wrapper = wrapper
-    with _states_lock:
-        _states.append(state)
+    windows.add_owner(state)
     return wrapper
 
 

@@ -8,7 +8,6 @@ pass) is decided by the scope model of :mod:`neuronscope.scope`, which the decor
 from __future__ import annotations
 
 import sys
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType, TracebackType
@@ -17,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from . import decorator as _decorator
 from .announce import NeuronscopeWarning, ensure_log_handler, log
 from .capture import check_backend_available
-from .config import build_options, disabled_by_env
+from .config import Options, build_options, disabled_by_env, options_key, remember
 from .errors import NeuronscopeError
 from .result import ProfileResult
 from .scope import (
@@ -33,6 +32,7 @@ from .scope import (
     leave,
     own_entry,
     placeholder,
+    windows,
 )
 from .session import Session
 
@@ -43,32 +43,48 @@ __all__ = ["MAX_KEPT_RESULTS", "NeuronscopeError", "NeuronscopeWarning", "ensure
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-# The call window of each region name, shared by the region objects of that name: one written
-# inline in a loop is a new object on every pass, and its passes must be counted together.
-_windows: dict[str, CallWindow] = {}
-_windows_lock = threading.Lock()
+# What regions built inline in a loop (a new object every pass) need again, by name and
+# options (plain values only): their validated options (about 9 us to build), and the one
+# object that serves every disabled region of a name and options (a new one costs 1.7 us
+# against the 1 us target for a disabled region; benchmarks/README.md). The one cache.
+_made: dict[Any, Any] = {}
 
 
-def _window_for(name: str, warmup: int, active: int | None) -> CallWindow:
-    """The name's window; a fresh one when this region asks for another (a re-run notebook
-    cell with new ``warmup=`` / ``active=``)."""
-    with _windows_lock:
-        window = _windows.get(name)
-        if window is None or (window.warmup, window.active) != (warmup, active):
-            window = _windows[name] = CallWindow(warmup, active)
-        return window
+def _key(name: Any, options: dict[str, Any]) -> Any:
+    key = (name, options_key(options)) if isinstance(name, (str, type(None))) else None
+    return None if key is None or key[1] is None else key
+
+
+def _options(name: Any, options: dict[str, Any]) -> Options:
+    key = _key(name, options)
+    opts = None if key is None else _made.get(key)
+    if opts is None:
+        opts = build_options(None, name=name, **options)
+        if isinstance(opts.backend, str) and opts.backend not in ("auto", "cpu"):
+            check_backend_available(opts.backend)  # checked each time: a device can come and go
+        elif key is not None:
+            remember(_made, key, opts)
+    return opts
+
+
+def _inert(name: Any, options: dict[str, Any]) -> neuron_region:
+    """The region ``neuron_region(name, enabled=False, ...)``: it holds nothing, so one object
+    serves every ``with`` of the same name and options."""
+    key = _key(name, options)
+    region = None if key is None else _made.get(("inert", key))
+    if region is None:
+        region = object.__new__(_InertRegion)
+        neuron_region.__init__(region, name, **options)  # validated, named
+        if key is not None and region.name == name:  # a name from the caller's line is not kept
+            remember(_made, ("inert", key), region)
+    return region
 
 
 def reset(name: str | None = None) -> None:
     """Start the call windows again: every region name's and every decorated callable's, or
     (with ``name``) that region name's only. The next call is counted as the first (warm-up
     first, then the captures); results already captured stay in ``.results``."""
-    with _windows_lock:
-        windows = list(_windows.values()) if name is None else [w for n, w in _windows.items() if n == name]
-    for window in windows:
-        window.restart()
-    if name is None:
-        _decorator.reset_windows()
+    windows.reset(name)
 
 
 def ensure_no_capture_running() -> bool:
@@ -109,22 +125,27 @@ class neuron_region(Owner):
         if callable(name):  # bare @neuron_region: decorate at once
             func = name
             return cls(getattr(func, "__name__", None), **options)(func)
+        if options.get("enabled") is False and cls is neuron_region:
+            return _inert(name, options)
         return super().__new__(cls)
 
+    # What a region keeps until it is first entered, on the class: a region written inline in
+    # a loop is built on every pass, and a disabled one must cost under a microsecond.
+    target = None
+    window: CallWindow | None = None
+    skipped = 0
+    _open: list[Entry] | tuple[()] = ()  # this object's entries not yet exited, in any context
+    _last: Session | None = None
+
     def __init__(self, name: str | Callable[..., Any] | None = None, **options: Any) -> None:
-        opts = build_options(None, name=name, **options)
-        if isinstance(opts.backend, str) and opts.backend not in ("auto", "cpu"):
-            check_backend_available(opts.backend)
-        region_name = opts.name or _caller_name()
-        window = None
-        if opts.enabled and ("warmup" in options or "active" in options):
-            window = _window_for(region_name, opts.warmup, opts.active)
-        super().__init__(opts, region_name, None, window)
+        opts = self.options = _options(name, options)
+        region_name = self.name = opts.name or _caller_name()
         #: The captures this object ran (the outermost entries), oldest first; the last
         #: MAX_KEPT_RESULTS are kept. With ``warmup=`` / ``active=``, those of the name's window.
-        self.results: list[ProfileResult] = [] if window is None else window.results
-        self._open: list[Entry] = []  # this object's entries not yet exited, in any context
-        self._last: Session | None = None
+        self.results: list[ProfileResult] = []
+        if options and opts.enabled and ("warmup" in options or "active" in options):
+            self.window = windows.for_name(region_name, opts.warmup, opts.active)
+            self.results = self.window.results
 
     @property
     def enabled(self) -> bool:
@@ -148,7 +169,7 @@ class neuron_region(Owner):
 
     def on_abandoned(self, entry: Entry) -> None:
         if entry in self._open:
-            self._open.remove(entry)
+            self._open.remove(entry)  # type: ignore[union-attr]
 
     def _enter(self, frame: FrameType | None) -> None:
         entry = enter(self, frame)
@@ -156,6 +177,8 @@ class neuron_region(Owner):
             if not self._open:
                 return  # nothing of this object open: its exit finds nothing, does nothing
             entry = placeholder(self)
+        if not isinstance(self._open, list):
+            self._open = []
         self._open.append(entry)
 
     def __enter__(self) -> Self:
@@ -222,3 +245,16 @@ class neuron_region(Owner):
             )
         name = self.options.name or getattr(func, "__qualname__", None) or self.name
         return _decorator.wrap_callable(func, self.options.with_name(name))
+
+
+class _InertRegion(neuron_region):
+    """What ``neuron_region(..., enabled=False)`` gives (see :func:`_inert`)."""
+
+    def __init__(self, name: Any = None, **options: Any) -> None:
+        pass  # set up once, by _inert; Python calls this again at each neuron_region(...)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        return None

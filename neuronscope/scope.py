@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextvars
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Any
 
@@ -31,6 +31,7 @@ from .capture.observe import begin_observation, end_observation
 from .config import Options, disabled_by_env
 from .result import ProfileResult
 from .session import Session
+from .window import CallWindow, windows
 
 __all__ = [
     "OFF",
@@ -47,6 +48,7 @@ __all__ = [
     "placeholder",
     "release_profiler",
     "run",
+    "windows",
 ]
 
 #: Results a decorated callable or a region name keeps in ``.results`` (the newest): with
@@ -63,52 +65,6 @@ def keep_result(results: list[ProfileResult], result: ProfileResult) -> None:
     del results[:-MAX_KEPT_RESULTS]
 
 
-class CallWindow:
-    """Counts calls: ``warmup`` unprofiled, then ``active`` captured, then closed for good.
-
-    ``active=None`` never closes. Thread-safe: the count is taken under a lock while the
-    window is open; once closed, callers read one attribute.
-    """
-
-    def __init__(self, warmup: int, active: int | None) -> None:
-        self.warmup = warmup
-        self.active = active
-        self.calls = 0
-        self.closed = False
-        #: What the window's captures gave, oldest first.
-        self.results: list[ProfileResult] = []
-        self._lock = threading.Lock()
-
-    def next_call_captured(self) -> bool:
-        """Count one call; True when this call falls inside the capture window."""
-        with self._lock:
-            index = self.calls
-            self.calls += 1
-            if self.active is not None and index + 1 >= self.warmup + self.active:
-                self.closed = True
-            if index < self.warmup:
-                return False
-            return self.active is None or index < self.warmup + self.active
-
-    def restart(self) -> None:
-        """Count from zero again: warm-up first, then the captures (``neuronscope.reset()``)."""
-        with self._lock:
-            self.calls = 0
-            self.closed = False
-
-    def give_back(self) -> None:
-        """A call counted as captured could not be (another capture held the profiler): its
-        slot goes back, so that ``active`` calls are captured in the end."""
-        with self._lock:
-            if self.active is not None and self.calls > self.warmup:
-                self.calls -= 1
-                self.closed = self.calls >= self.warmup + self.active
-
-
-# Guards the owners' counts of skipped calls (taken only when a call had to skip).
-_count_lock = threading.Lock()
-
-
 class Owner:
     """What a region object or a decorated callable brings to its entries: options, name,
     call window, the count of calls that ran uncaptured, and where results go."""
@@ -119,6 +75,8 @@ class Owner:
     #: Whether a capture of this owner logs its one line when it ends (compare() says what it
     #: measured itself, and exports the comparison as a whole).
     announce = True
+    # Guards the owners' counts of skipped calls (taken only when a call had to skip).
+    _count_lock = threading.Lock()
 
     def __init__(self, options: Options, name: str, target: str | None, window: CallWindow | None) -> None:
         self.options = options
@@ -133,7 +91,7 @@ class Owner:
 
     def on_skip(self) -> None:
         """A call ran uncaptured because another capture held the profiler."""
-        with _count_lock:
+        with Owner._count_lock:
             self.skipped += 1
             count = self.skipped
         if self.window is not None:
@@ -184,8 +142,23 @@ OFF.open = False
 # The chain of each context (thread, asyncio task): its innermost entry. A ContextVar, so that
 # tasks and threads each have their own, and a generator's entries live in its consumer's.
 _chain: contextvars.ContextVar[Entry | None] = contextvars.ContextVar("neuronscope_scope", default=None)
-# torch's profiler is process-wide and not re-entrant: one capture at a time, in any thread.
-_profiler_lock = threading.Lock()
+
+
+class _Profiler:
+    """torch's profiler: process-wide and not re-entrant, so one capture at a time in any
+    thread; and how many captures the process completed (the decorator's note at exit about
+    functions that ran only inside torch.compile'd code is said only when none was)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.captures_done = 0
+
+
+# The process's one profiler: global by nature.
+_profiler = _Profiler()
+_profiler_lock = _profiler.lock
+
+
 
 
 def _open_head() -> Entry | None:
@@ -237,7 +210,7 @@ def placeholder(owner: Owner) -> Entry:
     return _push(OFF_KIND, owner)
 
 
-def own_entry(owner: Owner, candidates: list[Entry]) -> Entry | None:
+def own_entry(owner: Owner, candidates: Sequence[Entry]) -> Entry | None:
     """The innermost of ``candidates`` (``owner``'s entries not yet exited) on this context's
     chain, open or not; None when none is here (a generator that entered it on another
     thread, say)."""
@@ -295,6 +268,10 @@ def enter(owner: Owner, frame: FrameType | None = None) -> Entry:
     if not owner.options.enabled:
         return OFF
     scope = current()
+    if scope is not None and scope.kind is QUIET:
+        if owner.reentry_check and scope.owner is owner and _abandoned(scope, frame):
+            return enter(owner, frame)  # its last entry was closed: decide afresh
+        return OFF  # inside an unprofiled pass (or recursion into one): unprofiled too
     window = owner.window
     if scope is None and window is not None and window.closed:
         # Past its window, the common case in a loop: an unprofiled pass, decided before the
@@ -302,14 +279,7 @@ def enter(owner: Owner, frame: FrameType | None = None) -> Entry:
         return _quiet(owner, frame)
     if disabled_by_env():
         return OFF  # a disabled call counts for nothing, not even its window
-    if scope is not None and scope.kind == QUIET and owner.reentry_check and scope.owner is owner:
-        if _abandoned(scope, frame):
-            scope = current()
-        else:
-            return _push(OFF_KIND, owner)  # recursion inside its own quiet pass
     if scope is not None:
-        if scope.kind == QUIET:
-            return _push(OFF_KIND, owner)
         entry = _push(LABEL, owner)
         entry.holder, entry.session = scope, scope.session
         if scope.inner is None:
@@ -435,7 +405,7 @@ def leave(entry: Entry, exc: BaseException | None) -> ProfileResult | None:
         return session.stop(exc)
     finally:
         release_profiler()
-        _count_capture()
+        _profiler.captures_done += 1
 
 
 def _said_cut(entry: Entry) -> None:
@@ -449,19 +419,9 @@ def _said_cut(entry: Entry) -> None:
     )
 
 
-# How many captures this process completed: the decorator's note at exit about functions
-# that ran only inside torch.compile'd code is said only when nothing at all was captured.
-_captures_done = 0
-
-
-def _count_capture() -> None:
-    global _captures_done
-    _captures_done += 1
-
-
 def captures_done() -> int:
     """Captures this process completed."""
-    return _captures_done
+    return _profiler.captures_done
 
 
 def run(owner: Owner, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

@@ -121,6 +121,12 @@ class Session:
         )
         result = result_from_record(record, facts)
         self.result = result
+        if self.options.export and self.run_dir is None and self._run_dir_error is None:
+            # Made now, when there is something to put in it: each rank's row names its run.
+            try:
+                self.run_dir = self._new_run_dir()
+            except Exception as err:  # OSError, or ValueError for a path the OS cannot name
+                self._run_dir_error = err
         # Every rank calls this: rank 0 gathers the per-rank table (with a timeout).
         _distributed.finish(self.dist, result, self.run_dir, hints=self.options.hints)
         if self.options.export:

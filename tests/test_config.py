@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from neuronscope.config import DEFAULT_OUTPUT_DIR, Options, build_options, parse_cores, parse_modes
+from neuronscope import neuron_region
+from neuronscope.config import DEFAULT_OUTPUT_DIR, Options, build_options, options_key, parse_cores, parse_modes
 from neuronscope.errors import ConfigError, NeuronscopeError
 
 
@@ -62,19 +63,20 @@ def test_config_errors_are_neuronscope_errors_and_value_errors() -> None:
         build_options(None, output_dir=3)
 
 
-def test_validated_options_are_reused_but_still_checked() -> None:
+def test_a_region_built_in_a_loop_reuses_its_validated_options_but_still_checks() -> None:
     """``with neuron_region("x"):`` in a loop builds the same options each pass: the second
-    build is the first one's object, and a value equal to a valid one but of the wrong type
-    (``1 == True``) is still refused."""
-    first = build_options(None, name="loop", enabled=True, warmup=0)
-    assert build_options(None, name="loop", enabled=True, warmup=0) is first
+    region gets the first one's options, and a value equal to a valid one but of the wrong
+    type (``1 == True``) is still refused."""
+    first = neuron_region("loop", enabled=True, backend="cpu").options
+    assert neuron_region("loop", enabled=True, backend="cpu").options is first
     with pytest.raises(ConfigError, match="enabled"):
-        build_options(None, name="loop", enabled=1, warmup=0)
-    assert build_options(None, name="loop", cores=[0, 1]).cores == (0, 1)  # unhashable: built each time
-    # Tuples compare their items by value, (0, True) == (0, 1): they are never cached.
-    assert build_options(None, cores=(0, 1)).cores == (0, 1)
+        neuron_region("loop", enabled=1, backend="cpu")
+    assert neuron_region("loop", cores=[0, 1]).options.cores == (0, 1)  # unhashable: built each time
+    # Tuples compare their items by value, (0, True) == (0, 1): they are never reused.
+    assert neuron_region("loop", cores=(0, 1)).options.cores == (0, 1)
     with pytest.raises(ConfigError, match="cores"):
-        build_options(None, cores=(0, True))
+        neuron_region("loop", cores=(0, True))
+    assert options_key({"enabled": 1}) != options_key({"enabled": True})
 
 
 def test_a_path_object_is_read_each_time(tmp_path: Path) -> None:

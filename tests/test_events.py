@@ -39,7 +39,6 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from neuronscope import events as ev
-from neuronscope.events import live
 from neuronscope.events import (
     FLAG_ASYNC,
     FLAG_LEGACY_DEVICE,
@@ -51,6 +50,7 @@ from neuronscope.events import (
     EventTable,
     Summary,
     attach_device_time,
+    live,
     summarize,
     table_from_profiler,
 )

@@ -272,3 +272,15 @@ def test_launch_overhead_hint_where_the_host_starves_the_device() -> None:
     t2 = _table(busy)
     t2.append("aten::add", KIND_OP, 1, 0, 10)
     assert launch_hints(_ctx(t2)) == []
+
+
+def test_report_html_has_the_timeline_chart(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")  # the report's charts need it (the "report" extra)
+    from neuronscope.html_report import render_report
+
+    page = render_report(from_trace(TRACES / "training_mm_record_shapes.json.gz"))
+    section = page[page.index('<section id="timeline">') :]
+    section = section[: section.index("</section>")]
+    assert "<svg" in section and "Device busy and idle" in section
+    assert "host not launching" in section and "ProfilerStep#551" in section
+    assert 'id="timeline"' not in render_report(from_trace(TRACES / "cpu_only.json.gz"))

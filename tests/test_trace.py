@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-import neuronscope.trace.reader as trace_mod
+import neuronscope.trace.jsontext as trace_mod
+import neuronscope.trace.reader as reader_mod
 from neuronscope.errors import NeuronscopeError, TraceFormatError
 from neuronscope.events import IGNORED_NAMES, KIND_OP
 from neuronscope.trace import find_trace_files, from_trace, table_from_trace
@@ -293,12 +294,12 @@ def test_streaming_and_whole_document_paths_agree(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(trace_mod, "CHUNK_BYTES", 8 << 10)  # hundreds of small chunks
     small = from_trace(path).to_dict()
 
-    def no_stream(self: Any, *a: Any) -> Any:
-        raise trace_mod._Fallback
+    def no_stream(*a: Any) -> Any:
+        raise trace_mod.Fallback
 
     monkeypatch.setattr(trace_mod, "_loads", json.loads)  # without orjson (the "fast" extra)
     stdlib = from_trace(path).to_dict()
-    monkeypatch.setattr(trace_mod._Reader, "_stream", no_stream)
+    monkeypatch.setattr(reader_mod, "stream", no_stream)
     whole = from_trace(path).to_dict()
     for d in (streamed, small, stdlib, whole):
         d.pop("started_at")

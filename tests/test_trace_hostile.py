@@ -2,7 +2,7 @@
 TraceFormatError (exit status 2 and one line on the CLI) or read safely, with the work and the
 memory it takes bounded.
 
-Memory bound (stated in neuronscope.trace.reader): the streaming reader holds at most
+Memory bound (stated in neuronscope.trace.jsontext): the streaming reader holds at most
 MAX_EVENT_BYTES (16 MiB) of undecoded text plus one CHUNK_BYTES (1 MiB) chunk's parsed events;
 the whole-document path (layouts the streaming reader does not take) reads at most
 MAX_WHOLE_BYTES (64 MiB). The tests below measure Python's peak allocation with tracemalloc
@@ -23,7 +23,7 @@ import pytest
 from neuronscope.cli import main
 from neuronscope.errors import TraceFormatError
 from neuronscope.trace import from_trace
-from neuronscope.trace.reader import MAX_EVENT_BYTES
+from neuronscope.trace.jsontext import MAX_EVENT_BYTES
 
 #: Peak Python allocation allowed while reading any hostile file here.
 PEAK_BOUND = 160 << 20

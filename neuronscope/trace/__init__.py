@@ -6,7 +6,8 @@ several files of one run) into the :class:`~neuronscope.events.EventTable` that 
 produce, and :func:`from_trace` runs it through :func:`~neuronscope.pipeline.build_result`, so
 a trace file gets the same op table, regions and hints as a live capture.
 
-What is read, by event category:
+What is read, by event category (the one table is :data:`neuronscope.events.table.CATEGORY_KINDS`,
+shared with live captures):
 
 - ``cpu_op`` (ops) and ``user_annotation`` (``record_function`` ranges, which become regions);
   their GPU-side copies, ``gpu_user_annotation``, are skipped so nothing is counted twice.
@@ -14,15 +15,22 @@ What is read, by event category:
   go to :attr:`EventTable.others`: children in the nesting, as in ``key_averages()`` (runtime
   calls are listed as ops there, Python frames are not). The innermost user frame around each
   op is kept as its location (``file:line``), for the hints.
-- Device work: ``kernel``, ``gpu_memcpy``, ``gpu_memset`` (CUDA and ROCm) and ``privateuse1*``
-  events (Neuron). Each is linked through its ``correlation`` argument to the runtime call that
+- Device work: ``kernel``, ``gpu_memcpy``, ``gpu_memset`` (CUDA and ROCm), ``privateuse1*``
+  events (Neuron), ``mtia_ccp_events`` (MTIA) and ``cuda_profiler_range`` (CUPTI counter mode,
+  with a note: replayed kernels). Their intervals, streams and launches also make the step
+  breakdown (:mod:`neuronscope.events.timeline`); ``cuda_sync`` records are the host's syncs. Each is linked through its ``correlation`` argument to the runtime call that
   launched it (``cuda_runtime``, ``cuda_driver``, HIP, ``privateuse1_runtime`` ...), and its
   duration goes to the innermost ``cpu_op`` around that launch on the same (pid, tid) thread.
   Where the launch is missing, a kernel whose ``External id`` names a ``cpu_op`` goes to that op.
-  Device time launched outside any op is kept as ``unattributed_device_ns``, never dropped.
+  Device time launched outside any op is kept as ``unattributed_device_ns``, never dropped. A
+  range opened inside the launching op (``nccl:all_reduce`` in ``record_param_comms``) gets it too.
+- torch 1.9 wrote ranges (``ProfilerStep#N`` among them) as ``cpu_op``: in a file with no
+  ``user_annotation`` and an op named ``ProfilerStep#N``, an op without a ``::`` is a range.
 
-Reading is a stream: the file is decompressed and parsed a few megabytes of events at a time,
-so memory follows the events kept, not the JSON text. ``orjson`` is used when installed (the
+Reading is a stream (:mod:`~neuronscope.trace.jsontext`): the file is decompressed and parsed a
+megabyte of events at a time, so memory follows the events kept, not the JSON text; one event
+over 16 MiB is refused. Modules: ``jsontext`` (bytes to event lists), ``reader`` (events to the
+table: the hot loop, linking), ``files`` (which files, which rank). ``orjson`` is used when installed (the
 ``fast`` extra); the standard library's ``json`` otherwise.
 """
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Union
 
 from ..errors import TraceFormatError
-from .reader import blocks
+from .jsontext import blocks
 
 TracePath = Union[str, "os.PathLike[str]"]
 

@@ -4,11 +4,8 @@
 from __future__ import annotations
 
 import itertools
-import json
 import operator
-import re
-import zlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,79 +26,13 @@ from ..events.table import (
     is_sync_call,
     promote_compiled_events,
 )
+from .jsontext import Fallback, stream, whole
 
-_loads: Callable[[Any], Any]
-try:  # optional (the "fast" extra): about twice as fast as the standard library here
-    from orjson import loads as _loads
-except ImportError:  # pragma: no cover - depends on the environment
-    _loads = json.loads
-
-
-#: Bytes of decompressed JSON read and parsed at once. Big enough that per-parse overhead
-#: vanishes, small enough that one chunk's Python objects (about 8x the text) stay a few tens
-#: of megabytes whatever the file's size.
-CHUNK_BYTES = 1 << 20
-#: How far back from a chunk's end to look for an event boundary; events are far smaller.
-_BOUNDARY_WINDOW = 1 << 16
-#: Candidate boundaries tried per chunk before giving up on the streaming path. A candidate fails
-#: only where "}, {" appears inside a string (a C++ kernel name, say) or a nested value.
-_BOUNDARY_TRIES = 8
-#: Text before "traceEvents" beyond which the streaming path gives up (a foreign layout).
-_HEAD_LIMIT = 64 << 20
-
-_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
-_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _UNSET = object()
 _SYNC = 7  # a category of host intervals blocked in a synchronisation (read, not a row)
 #: Timestamps beyond this (ns) are refused: they overflow the int64 arrays of the summary.
 _MAX_NS = 1 << 62
-#: Largest single event the streaming reader holds (a name or args of megabytes is no
-#: profiler's): beyond it the file is refused rather than buffered without bound.
-MAX_EVENT_BYTES = 16 << 20
-#: Largest document read whole (layouts the streaming reader does not take): bounds memory.
-MAX_WHOLE_BYTES = 64 << 20
 _NO_ARGS: dict[str, Any] = {}
-
-
-class _Fallback(Exception):
-    """The streaming reader met a layout it does not handle; parse the whole file instead."""
-
-
-def blocks(path: Path) -> Iterator[bytes]:
-    """The decompressed bytes of ``path`` (gzip or plain), in blocks of about CHUNK_BYTES."""
-    with open(path, "rb") as fh:
-        data = fh.read(CHUNK_BYTES)
-        if data[:2] != b"\x1f\x8b":
-            while data:
-                yield data
-                data = fh.read(CHUNK_BYTES)
-            return
-        dec = zlib.decompressobj(wbits=31)
-        fed = done = False
-        while data:
-            while data:
-                fed = True
-                out = dec.decompress(data, CHUNK_BYTES)
-                data = dec.unconsumed_tail
-                if dec.eof:
-                    # Another gzip member may follow (concatenated files); anything else after
-                    # the last member is ignored, as gzip itself does.
-                    data = dec.unused_data
-                    dec = zlib.decompressobj(wbits=31)
-                    fed = False
-                    if data[:2] != b"\x1f\x8b":
-                        data, done = b"", True
-                if out:
-                    yield out
-            if done:
-                break
-            data = fh.read(CHUNK_BYTES)
-        if fed:
-            tail = dec.flush()
-            if tail:
-                yield tail
-            if not dec.eof:
-                raise EOFError("the compressed data ends before its end-of-stream marker")
 
 
 class _Reader:
@@ -167,11 +98,11 @@ class _Reader:
         self._reset_file()
         try:
             try:
-                meta = self._stream(path, name)
-            except _Fallback:
+                meta = stream(path, name, self._ingest)
+            except Fallback:
                 self._truncate(base, base_others)
                 self._reset_file()
-                meta = self._whole(path, name)
+                meta = whole(path, name, self._ingest)
         except RecursionError:
             raise TraceFormatError(f"{name}: a value is nested too deeply to be a trace event") from None
         if self.recognised == 0 and not self.saw_span and "schemaVersion" not in meta:
@@ -183,136 +114,6 @@ class _Reader:
         self._finish_file(base)
         self.files.append(name)
         self.metas.append(meta)
-        return meta
-
-    def _stream(self, path: Path, name: str) -> dict[str, Any]:
-        loads = _loads
-        buf = b""
-        head: bytes | None = None
-        array = False  # the JSON Array Format: a bare list of events, no metadata
-        searched = 0
-        seen_any = False
-        for block in _guard_io(path, name):
-            seen_any = seen_any or bool(block.strip())
-            buf = buf + block if buf else block
-            if head is None:
-                if buf.lstrip()[:1] == b"[":
-                    head, array = b'{"traceEvents":[', True
-                    buf = buf.lstrip()[1:]
-                else:
-                    # Search only the new bytes (and a key's length before them): linear work.
-                    m = _EVENTS_KEY.search(buf, max(0, searched - 64))
-                    searched = len(buf)
-                    if m is None:
-                        if len(buf) > _HEAD_LIMIT:
-                            raise _Fallback
-                        continue
-                    head = buf[: m.end()]
-                    buf = buf[m.end() :]
-            if len(buf) >= CHUNK_BYTES:
-                buf = self._cut(buf, name)
-                # Work per byte stays bounded: a buffer that holds no event boundary is
-                # rescanned once per block, so its size is capped.
-                if len(buf) > MAX_EVENT_BYTES:
-                    raise TraceFormatError(
-                        f"{name}: an event (or a run of whitespace) is over "
-                        f"{MAX_EVENT_BYTES >> 20} MiB; a torch.profiler trace has no such event"
-                    )
-        if not seen_any:
-            raise TraceFormatError(f"{name}: the file is empty")
-        if head is None:
-            raise _Fallback
-        if len(buf) > _BOUNDARY_WINDOW:
-            buf = self._cut(buf, name, final=True)
-        # What is left: the last events, "]", and the top-level keys written after the events.
-        try:
-            text = buf.decode("utf-8")
-            events, end = json.JSONDecoder().raw_decode("[" + text)
-        except ValueError:
-            raise _Fallback from None
-        self._ingest(events, name)
-        if array:
-            if text[end - 1 :].strip():
-                raise _Fallback
-            return {}
-        try:
-            meta = loads(head + b"]" + text[end - 1 :].encode("utf-8"))
-        except ValueError:
-            raise _Fallback from None
-        if not isinstance(meta, dict) or meta.get("traceEvents") != []:
-            raise _Fallback
-        del meta["traceEvents"]
-        return meta
-
-    def _cut(self, buf: bytes, name: str, final: bool = False) -> bytes:
-        """Parse the complete events at the front of ``buf``; return the rest."""
-        start = max(0, len(buf) - _BOUNDARY_WINDOW)
-        found = list(_BOUNDARY.finditer(buf, start))
-        if not found and start:
-            found = list(_BOUNDARY.finditer(buf))  # events bigger than the window
-        if not found:
-            return buf
-        for m in reversed(found[-_BOUNDARY_TRIES:]):
-            try:
-                events = _loads(b"[" + buf[: m.start() + 1] + b"]")
-            except ValueError:
-                continue  # "}, {" inside a string or a nested value: try an earlier one
-            self._ingest(events, name)
-            return buf[m.end() - 1 :]
-        if final:
-            return buf
-        raise _Fallback
-
-    def _whole(self, path: Path, name: str) -> dict[str, Any]:
-        """Slow path: the whole document at once (odd layouts, and precise error messages)."""
-        parts, size = [], 0
-        for block in _guard_io(path, name):
-            size += len(block)
-            if size > MAX_WHOLE_BYTES:
-                raise TraceFormatError(
-                    f"{name}: over {MAX_WHOLE_BYTES >> 20} MiB of JSON in a layout the streaming "
-                    f"reader does not take (no 'traceEvents' list near the top); not a torch.profiler trace"
-                )
-            parts.append(block)
-        data = b"".join(parts)
-        del parts
-        if not data.strip():
-            raise TraceFormatError(f"{name}: the file is empty")
-        try:
-            doc = _loads(data)
-        except ValueError:
-            try:
-                doc = json.loads(data)  # also takes NaN / Infinity, which orjson refuses
-            except ValueError as exc:
-                raise TraceFormatError(_json_error(name, data, exc)) from None
-        size = len(data)
-        del data
-        if isinstance(doc, list):  # the JSON Array Format of Chrome traces
-            events, meta = doc, {}
-        elif isinstance(doc, dict):
-            events = doc.pop("traceEvents", None)
-            meta = doc
-            if not isinstance(events, list):
-                if doc.get("type") in ("ProfileResult", "Comparison") and "schema_version" in doc:
-                    raise TraceFormatError(
-                        f"{name}: this is a neuronscope result, not a trace; open it with "
-                        f"neuronscope.load() on its run directory"
-                    )
-                keys = ", ".join(list(map(str, doc))[:6]) or "none"
-                raise TraceFormatError(
-                    f"{name}: not a Chrome trace: no 'traceEvents' list at the top level "
-                    f"(keys: {keys}); expected a file written by torch.profiler"
-                )
-        else:
-            raise TraceFormatError(
-                f"{name}: not a Chrome trace: the JSON ({size} bytes) holds a "
-                f"{type(doc).__name__}, not an object with 'traceEvents'"
-            )
-        step = 50_000
-        while events:  # drop the parsed objects as they are read
-            part = events[:step]
-            del events[:step]
-            self._ingest(part, name)
         return meta
 
     # ---- the hot loop ----------------------------------------------------------------------
@@ -706,29 +507,6 @@ def _order_keys(starts: list[int], ends: list[int]) -> list[int]:
     """One integer per row that sorts by start, and for equal starts the longer (the parent)
     first: cheaper to build and compare than (start, -end) tuples."""
     return [(s << 64) - e for s, e in zip(starts, ends)]
-
-
-def _guard_io(path: Path, name: str) -> Iterator[bytes]:
-    """:func:`blocks` with I/O and decompression errors turned into TraceFormatError."""
-    try:
-        yield from blocks(path)
-    except FileNotFoundError:
-        raise TraceFormatError(f"{name}: no such file") from None
-    except IsADirectoryError:
-        raise TraceFormatError(f"{name}: is a directory, not a trace file") from None
-    except EOFError as exc:
-        raise TraceFormatError(f"{name}: truncated gzip data ({exc})") from None
-    except (zlib.error, OSError) as exc:
-        raise TraceFormatError(f"{name}: cannot read: {type(exc).__name__}: {exc}") from None
-
-
-def _json_error(name: str, data: bytes, exc: ValueError) -> str:
-    pos = getattr(exc, "pos", None)
-    msg = getattr(exc, "msg", None) or str(exc)
-    if isinstance(pos, int) and pos >= len(data.rstrip()) - 1:
-        return f"{name}: truncated JSON: the text ends (at byte {len(data)}) before the trace does ({msg})"
-    where = f" at byte {pos}" if isinstance(pos, int) else ""
-    return f"{name}: not valid JSON{where}: {msg}"
 
 
 def read_files(files: Sequence[Path]) -> tuple[EventTable, dict[str, Any]]:

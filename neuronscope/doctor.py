@@ -27,6 +27,7 @@ import inspect
 import json
 import os
 import platform
+import shutil
 import socket
 import sys
 import tempfile
@@ -294,6 +295,7 @@ def run_doctor(out: Path | None = None) -> tuple[dict[str, Any] | None, Path | N
         "torch_neuronx": getattr(torch_neuronx, "__version__", None),
         "privateuse1_backend": torch._C._get_privateuse1_backend_name(),
         "supported_activities": [str(a) for a in torch.profiler.supported_activities()],
+        "neuron_explorer": shutil.which("neuron-explorer") or shutil.which("/opt/aws/neuron/bin/neuron-explorer"),
     }
     try:
         from torch_neuronx import profiling

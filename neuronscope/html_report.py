@@ -210,10 +210,11 @@ class _Charts:
         if not rows:
             return ""
         base = rows[0]
-        colors = [_GREY] + [_FASTER if r.speedup >= 1.0 else _SLOWER for r in rows[1:]]
+        # A speedup whose interval holds 1.0 is noise: grey, like the baseline, with its mark.
+        colors = [_GREY] + [_GREY if r.verdict == "noise" else _FASTER if r.speedup >= 1.0 else _SLOWER for r in rows[1:]]
         unit, scale = _unit(max(r.time_us for r in rows))
         errors = [(r.spread_us or 0.0) / scale for r in rows]
-        texts = [f"{_fmt_us(r.time_us)}   {r.speedup:.2f}x" for r in rows]
+        texts = [f"{_fmt_us(r.time_us)}   {r.speedup_text(base)}" for r in rows]
         title = f"{cmp.name}: time per call (median), speedup against {base.label!r}"
         return self._bars(
             [r.label for r in rows],

@@ -38,7 +38,16 @@ from .range_ops import NOT_WORK_OPS, RangeOps, dispatched_ops, top_level_ops
 from .report import fmt_us, render_result
 from .result import Comparison, ComparisonRow, Hint, ProfileResult
 from .scope import CAPTURE, Owner, enter, leave
-from .timing import DEFAULT_TIME_BUDGET_S, Rounds, block_timer, budget_note, calls_per_sample, plan_rounds, run_rounds
+from .timing import (
+    DEFAULT_TIME_BUDGET_S,
+    Rounds,
+    block_timer,
+    budget_note,
+    calibrate,
+    calls_per_sample,
+    plan_rounds,
+    run_rounds,
+)
 
 __all__ = [
     "COMPARE_PROFILED",
@@ -184,9 +193,9 @@ def _time_variants(
     sync: Callable[[], None],
     settings: _Settings,
 ) -> Rounds:
-    """Calibrate each variant (one timed call), then run the interleaved rounds."""
+    """Calibrate each variant (a few single timed calls), then run the interleaved rounds."""
     timers = {label: block_timer(fn, args, kwargs, sync, settings.timer) for label, fn in variants.items()}
-    per_call = {label: timer(1) for label, timer in timers.items()}
+    per_call = {label: calibrate(timer) for label, timer in timers.items()}
     calls = {label: calls_per_sample(s) for label, s in per_call.items()}
     round_s = sum(max(per_call[label], 0.0) * calls[label] for label in timers)
     rounds = plan_rounds(round_s, settings.time_budget, settings.rounds)

@@ -139,10 +139,12 @@ def run_demo(
             "neuronscope demo: compiling the hand-written RMSNorm with torch.compile (backend %s; "
             "the first compile in a process takes 20-60 s on a 2-core CPU, not measured)...", compiler,
         )
-        compiled = torch.compile(rms_norm_naive, backend=compiler)
         t0 = time.perf_counter()
         try:
-            compiled(x, weight)  # the first compile, here, so a failure can be reported plainly
+            # torch.compile itself imports the compiler (which can fail in a broken install);
+            # the first call compiles, here, so that a failure can be reported plainly.
+            compiled = torch.compile(rms_norm_naive, backend=compiler)
+            compiled(x, weight)
         except Exception as err:
             log.warning(
                 "neuronscope demo: torch.compile does not work here (%s: %s); the compiled variant is left out",

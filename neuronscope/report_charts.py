@@ -215,7 +215,7 @@ class Charts:
         colors = [_GREY] + [_variant_colour(r, base) for r in rows[1:]]
         unit, scale = _unit(max(_finite(r.time_us) for r in rows))
         errors = [(r.spread_us or 0.0) / scale for r in rows]
-        texts = [f"{fmt_us(r.time_us)}   {r.speedup:.2f}x" for r in rows]
+        texts = [f"{fmt_us(r.time_us)}   {r.speedup_text(base)}" for r in rows]
         title = f"{shorten(cmp.name, 80)}: time per call (median), speedup against {shorten(base.label, 40)!r}"
         return self._bars(
             [r.label for r in rows],

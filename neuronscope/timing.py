@@ -33,6 +33,7 @@ __all__ = [
     "Rounds",
     "block_timer",
     "budget_note",
+    "calibrate",
     "calls_per_sample",
     "plan_rounds",
     "run_rounds",
@@ -54,8 +55,10 @@ FLOOR_ROUNDS = 5
 OVERRUN_FACTOR = 3.0
 #: A sample lasts at least this long: a clock read and a device sync cost microseconds.
 MIN_SAMPLE_S = 0.002
-#: Calls per sample never exceed this, however fast the variant.
-MAX_CALLS_PER_SAMPLE = 10_000
+#: Calls per sample never exceed this, however fast the variant (a power of two).
+MAX_CALLS_PER_SAMPLE = 8192
+#: Single timed calls per variant before the rounds, to choose its calls per sample.
+CALIBRATION_CALLS = 3
 
 #: Seconds taken by ``number`` calls of one variant, the device synchronised at both ends.
 BlockTimer = Callable[[int], float]
@@ -83,11 +86,22 @@ def block_timer(
 
 
 def calls_per_sample(seconds_per_call: float, min_sample_s: float = MIN_SAMPLE_S) -> int:
-    """How many calls make a sample last ``min_sample_s``: at least 1, at most
-    :data:`MAX_CALLS_PER_SAMPLE`."""
+    """How many calls make a sample last ``min_sample_s``: a power of two, at least 1, at
+    most :data:`MAX_CALLS_PER_SAMPLE`.
+
+    Powers of two, so that variants of about the same speed get the same count: under load a
+    sample's per-call time depends on how many calls it holds (a stall spread over two calls
+    counts half), and identical variants timed in samples of different sizes would differ."""
     if not seconds_per_call > 0 or not math.isfinite(seconds_per_call):
         return MAX_CALLS_PER_SAMPLE if seconds_per_call == 0 else 1
-    return max(1, min(MAX_CALLS_PER_SAMPLE, math.ceil(min_sample_s / seconds_per_call)))
+    wanted = min(MAX_CALLS_PER_SAMPLE, math.ceil(min_sample_s / seconds_per_call))
+    return min(MAX_CALLS_PER_SAMPLE, 1 << max(0, math.ceil(math.log2(max(wanted, 1)))))
+
+
+def calibrate(timer: BlockTimer, tries: int = CALIBRATION_CALLS) -> float:
+    """Seconds per call: the quickest of ``tries`` single timed calls (load only ever adds
+    time, so the quickest is the least disturbed)."""
+    return min(timer(1) for _ in range(max(tries, 1)))
 
 
 def plan_rounds(round_s: float, budget_s: float, rounds: int | None = None) -> int:

@@ -19,6 +19,7 @@ from neuronscope.timing import (
     MIN_ROUNDS,
     block_timer,
     budget_note,
+    calibrate,
     calls_per_sample,
     plan_rounds,
     run_rounds,
@@ -147,10 +148,17 @@ def test_planned_rounds_follow_the_budget() -> None:
 
 def test_calls_per_sample() -> None:
     assert calls_per_sample(0.010) == 1
-    assert calls_per_sample(0.0001) == 20
+    assert calls_per_sample(0.0001) == 32  # 20 wanted, rounded up to a power of two
+    # About the same speed, the same count: 1.1 and 1.5 ms (1.82 and 1.33 calls wanted) both give 2.
+    assert calls_per_sample(0.0011) == calls_per_sample(0.0015) == 2
     assert calls_per_sample(0.0) == MAX_CALLS_PER_SAMPLE
     assert calls_per_sample(1e-12) == MAX_CALLS_PER_SAMPLE
     assert calls_per_sample(float("nan")) == 1
+
+
+def test_calibration_takes_the_least_disturbed_call() -> None:
+    seen = iter([0.050, 0.001, 0.004])
+    assert calibrate(lambda n: next(seen)) == 0.001
 
 
 def test_the_device_is_synchronised_before_every_clock_read() -> None:

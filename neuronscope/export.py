@@ -62,6 +62,8 @@ __all__ = [
     "make_trace_writer",
     "new_run_dir",
     "safe_name",
+    "save_result",
+    "write_interim_result",
     "write_run",
 ]
 
@@ -353,13 +355,13 @@ def _summary_text(summary: str | Callable[[Any], str], result: Any, added: list[
 def _fill(
     fd: int,
     run_dir: Path,
-    result: _R,
-    summary: str | Callable[[_R], str],
+    result: Any,
+    summary: str | Callable[[Any], str],
     trace_writer: TraceWriter | None,
-) -> _R:
+) -> Any:
     """Write a run into the directory held open as ``fd``; return the result as written."""
     base = safe_io.fd_path(fd, run_dir)
-    out = dataclasses.replace(result, run_dir=str(run_dir), notes=list(result.notes))
+    out: Any = dataclasses.replace(result, run_dir=str(run_dir), notes=list(result.notes))
     if isinstance(out, ProfileResult):
         out.artifacts = dict(out.artifacts)
     _write_text(base / RESULT_FILE, out.to_json())  # the measurement first: it is small
@@ -406,7 +408,8 @@ def export_result(
     """
     run_dir, fd = _create_run(root, name or result.name, rank, when)
     try:
-        return _fill(fd, run_dir, result, summary, trace_writer)
+        written: _R = _fill(fd, run_dir, result, summary, trace_writer)
+        return written
     finally:
         os.close(fd)
 
@@ -433,6 +436,40 @@ def write_run(
     result.notes[:] = written.notes
     if isinstance(result, ProfileResult) and isinstance(written, ProfileResult):
         result.artifacts.update(written.artifacts)
+
+
+def save_result(
+    result: _R,
+    root: Path | str,
+    *,
+    summary: str | Callable[[_R], str],
+    trace_writer: TraceWriter | None = None,
+    rank: int | None = None,
+    when: _dt.datetime | None = None,
+) -> _R:
+    """:func:`export_result` for a result not exported yet (``run_dir`` None); for one that was,
+    rewrite its ``result.json`` and ``summary.txt`` in place (rank 0 once the per-rank table is
+    in). The ``save`` that :func:`neuronscope.distributed.gather` takes is this, with the
+    options bound."""
+    if result.run_dir is None:
+        return export_result(result, root, summary=summary, trace_writer=trace_writer, rank=rank, when=when)
+    fd = safe_io.open_dir(result.run_dir, private_tail=2)
+    try:
+        safe_io.write_bytes_at(fd, RESULT_FILE, result.to_json().encode("utf-8", "surrogateescape"))
+        safe_io.write_bytes_at(fd, SUMMARY_FILE, _summary_text(summary, result).encode("utf-8", "surrogateescape"))
+    finally:
+        os.close(fd)
+    return result
+
+
+def write_interim_result(run_dir: Path | str, result: ProfileResult) -> None:
+    """Write ``result.json`` into a run directory still being filled (its marker stays): what
+    rank 0 measured is on disk before it waits for the other ranks."""
+    fd = safe_io.open_dir(run_dir, private_tail=2)
+    try:
+        safe_io.write_bytes_at(fd, RESULT_FILE, dataclasses.replace(result, run_dir=str(run_dir)).to_json().encode("utf-8", "surrogateescape"))
+    finally:
+        os.close(fd)
 
 
 def finish_run(run_dir: Path, result: ProfileResult | Comparison) -> None:

@@ -42,8 +42,8 @@ def _can_be_another_user() -> str | None:
         return "not running as root: no second Unix user can be made"
     if not shutil.which("setpriv") or not shutil.which("useradd"):
         return "setpriv or useradd is missing"
-    if subprocess.run(["id", ATTACKER], capture_output=True).returncode != 0:
-        made = subprocess.run(["useradd", "-M", "-s", "/bin/sh", ATTACKER], capture_output=True, text=True)
+    if subprocess.run(["id", ATTACKER], capture_output=True, check=False).returncode != 0:
+        made = subprocess.run(["useradd", "-M", "-s", "/bin/sh", ATTACKER], capture_output=True, text=True, check=False)
         if made.returncode != 0 and "exists" not in made.stderr:
             return f"useradd failed: {made.stderr.strip()}"
     return None
@@ -58,7 +58,7 @@ class Attacker:
 
     def sh(self, script: str) -> None:
         cmd = ["setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups", "--", "/bin/sh", "-c", script]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False)
         assert done.returncode == 0, done.stderr
 
     def popen(self, script: str) -> subprocess.Popen[bytes]:
@@ -141,7 +141,7 @@ def test_planted_symlink_for_the_name_is_refused(shared: tuple[Path, Path], atta
 
 
 def test_planted_directory_of_another_user_is_refused(shared: tuple[Path, Path], attacker: Attacker) -> None:
-    root, loot = shared
+    root, _ = shared
     attacker.sh(f"mkdir -m 777 {root}/victim")
     TALLY["attacks"] += 1
     with pytest.raises(UnsafePathError, match="another user"):

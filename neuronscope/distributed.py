@@ -39,6 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import forking as _forking  # noqa: F401 - registers the fork hook with every capture engine
 from .result import Hint, ProfileResult
 
 __all__ = [

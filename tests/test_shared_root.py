@@ -66,6 +66,17 @@ class Attacker:
         return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _tally() -> Iterator[None]:
+    """Print the tally with NEURONSCOPE_TALLY=1, as tests/test_reliability.py does."""
+    yield
+    if os.environ.get("NEURONSCOPE_TALLY"):
+        import json
+        import sys
+
+        sys.__stdout__.write(f"\nshared-root tally: {json.dumps(TALLY)}\n")
+
+
 @pytest.fixture
 def attacker() -> Attacker:
     why = _can_be_another_user()

@@ -32,7 +32,6 @@ import datetime as _dt
 import json
 import logging
 import os
-import statistics
 import threading
 import time
 from collections.abc import Callable
@@ -40,7 +39,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import forking as _forking  # noqa: F401 - registers the fork hook with every capture engine
-from .result import Hint, ProfileResult
+from .analysis.straggler import STRAGGLER_MIN_US, STRAGGLER_THRESHOLD, straggler_hints
+from .result import ProfileResult
 
 __all__ = [
     "DEFAULT_GATHER_TIMEOUT_S",
@@ -70,15 +70,6 @@ DEFAULT_GATHER_TIMEOUT_S = 30.0
 #: Environment variable overriding the timeout, in seconds; ``0`` never waits (records
 #: already there are still read).
 TIMEOUT_ENV = "NEURONSCOPE_DIST_TIMEOUT"
-
-#: A rank is a straggler when its wall time exceeds the median of all ranks by more than this
-#: fraction. In data-parallel work every rank waits for the slowest at each collective, so a
-#: rank 20% over the median costs every other rank that much; run-to-run noise of one step on
-#: one device is a few percent, well under it.
-STRAGGLER_THRESHOLD = 0.20
-#: ...and by more than this many microseconds: on captures of a few milliseconds, scheduling
-#: jitter alone can be 20%, and a millisecond is not worth a hint.
-STRAGGLER_MIN_US = 1_000.0
 
 _KEY_ROOT = "neuronscope"
 #: How far apart (seconds) the ranks' starts of one capture may be for a rank to join rank 0's
@@ -499,48 +490,3 @@ def _ranks_text(ranks: list[int]) -> str:
     if len(ranks) > 8:
         return f"ranks {', '.join(map(str, ranks[:8]))} and {len(ranks) - 8} more"
     return "ranks " + ", ".join(map(str, ranks))
-
-
-def straggler_hints(entries: list[dict[str, Any]]) -> list[Hint]:
-    """``straggler`` hints: ranks whose wall time exceeds the median of all reporting ranks by
-    more than :data:`STRAGGLER_THRESHOLD` and :data:`STRAGGLER_MIN_US`. Needs two ranks."""
-    walls = [(int(e["rank"]), float(e["wall_time_us"])) for e in entries if e.get("wall_time_us") is not None]
-    if len(walls) < 2:
-        return []
-    median = statistics.median(w for _, w in walls)
-    by_rank = {int(e["rank"]): e for e in entries}
-    hints: list[Hint] = []
-    for rank, wall in walls:
-        excess = wall - median
-        if median <= 0 or excess <= STRAGGLER_MIN_US or wall <= median * (1.0 + STRAGGLER_THRESHOLD):
-            continue
-        e = by_rank[rank]
-        top = e.get("top_op")
-        hints.append(
-            Hint(
-                kind="straggler",
-                pattern="slow_rank",
-                ops=[top] if top else [],
-                calls=1,
-                time_us=wall,
-                est_saving_us=excess,
-                suggestion=(
-                    f"rank {rank} took {wall / median:.2f}x the median wall time of {len(walls)} ranks; the others "
-                    f"wait for it at every collective: look for uneven data or sequence lengths, a busier host "
-                    f"or device, or extra work on that rank; open its run ({e.get('run_dir') or 'not exported'})"
-                ),
-                location=None,
-                confidence="measured",
-                details={
-                    "rank": rank,
-                    "wall_time_us": wall,
-                    "median_wall_time_us": median,
-                    "ratio": wall / median,
-                    "threshold": STRAGGLER_THRESHOLD,
-                    "total_op_us": e.get("total_op_us"),
-                    "top_op": top,
-                    "run_dir": e.get("run_dir"),
-                },
-            )
-        )
-    return hints

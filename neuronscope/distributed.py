@@ -1,56 +1,59 @@
 """Multi-process runs: rank info, one start time per capture across ranks, and the per-rank table.
 
 When ``torch.distributed`` is initialised (``torchrun``, ``init_process_group``), every rank's
-capture of a name is one capture of the job:
+capture of a name is one capture of the job. Rank 0 leads, through the key-value store of the
+default process group (the ``torchrun`` rendezvous store), never through a collective:
 
-- :func:`begin` (called when the capture starts) agrees on one timestamp: rank 0 publishes its
-  start time and the other ranks use it, so the ranks' run directories
-  (``<stamp>_<host>_pid<pid>_rank<r>``) share a prefix and sort together under a shared root.
-- :func:`finish` (called when it stops, on every rank) sends each rank's wall time, total op
-  time, top op and run directory to rank 0, which stores them as ``result.ranks`` and adds a
-  ``straggler`` hint for a rank much slower than the median.
+- :func:`begin` (at the start of a capture): rank 0 *opens* capture ``seq`` of the name, with
+  its start time (which names every rank's run directory, so they sort together). Another rank
+  joins the capture that rank 0 has open and still measuring: captures are matched by what is
+  running at the same time, not by counting, so a rank that skips a capture (a window, an
+  ``if``) is matched again at its next one. A rank that finds that rank 0 measured a capture
+  it never joined says so (a *skip* record), and rank 0 stops waiting for it at once.
+- :func:`mark_stopped` (as soon as the capture stops) tells the other ranks that rank 0's
+  measurement of ``seq`` is over, so that none joins it late.
+- :func:`gather` (at the end, on every rank): each rank first has its result saved (exported)
+  through the caller's ``save``, then the other ranks write one small record and go on, while
+  rank 0 waits (up to :data:`DEFAULT_GATHER_TIMEOUT_S`) for the records of the ranks that
+  joined, builds ``ranks`` and ``straggler`` hints into a new result, and saves it again. A
+  rank killed meanwhile (and torchrun then killing rank 0) costs the table, never rank 0's
+  measurement.
 
-Both go through the key-value store of the default process group (the ``torchrun`` rendezvous
-store), not through a collective:
-
-- a store ``wait`` takes a timeout of its own, so a dead or late rank costs rank 0 at most
-  :data:`DEFAULT_GATHER_TIMEOUT_S` and never hangs the job; a collective that times out leaves
-  its process group unusable (a late rank joins a collective the others abandoned), and the
-  user's NCCL or Neuron group must not be put at that risk;
-- the other ranks never wait at the end of a capture: they write one small record and go on;
-- it works the same under gloo, NCCL and the Neuron backend (the store belongs to the
-  rendezvous, not to the backend) and needs no NumPy (the ``*_object`` collectives do).
-
-Every rank must capture the same names the same number of times: records are matched by
-capture name and by how many captures of that name the process has made. A name captured on
-one rank only (``if rank == 0: ...``) costs the timeout once; from then on the ranks that never
-reported are not waited for (only picked up if their record is already there), until one of
-their records turns up again.
+A store ``wait`` takes a timeout of its own, so a dead or late rank costs rank 0 at most the
+timeout and never hangs the job; a collective that times out would leave the user's process
+group unusable. A rank that did not report is not waited for again for that name until it
+joins a capture again. It works the same under gloo, NCCL and the Neuron backend.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import json
 import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import forking as _forking  # noqa: F401 - registers the fork hook with every capture engine
 from .analysis.straggler import STRAGGLER_MIN_US, STRAGGLER_THRESHOLD, straggler_hints
 from .result import ProfileResult
 
 __all__ = [
     "DEFAULT_GATHER_TIMEOUT_S",
+    "JOIN_WINDOW_S",
     "STRAGGLER_MIN_US",
     "STRAGGLER_THRESHOLD",
     "TIMEOUT_ENV",
     "DistCapture",
     "begin",
     "finish",
+    "gather",
     "gather_timeout_s",
+    "mark_stopped",
     "rank_entry",
     "rank_info",
     "straggler_hints",
@@ -69,6 +72,11 @@ DEFAULT_GATHER_TIMEOUT_S = 30.0
 TIMEOUT_ENV = "NEURONSCOPE_DIST_TIMEOUT"
 
 _KEY_ROOT = "neuronscope"
+#: How far apart (seconds) the ranks' starts of one capture may be for a rank to join rank 0's
+#: capture after it stopped: ranks leave a barrier or a collective milliseconds apart, and a
+#: capture with no collective in it can be over on rank 0 before another rank starts it. A rank
+#: starting later than this after rank 0 stopped was not in that capture (it skipped it).
+JOIN_WINDOW_S = 0.25
 
 #: Seconds rank 0 spent gathering at its last capture (for diagnostics and the benchmarks).
 last_gather_seconds: float | None = None
@@ -114,31 +122,46 @@ def _default_store() -> Any | None:
 class _NameState:
     """What this process remembers about one capture name across its captures."""
 
-    count: int = 0
-    #: rank 0: ranks that have never reported for this name (not waited for, only checked)
+    #: rank 0: how many captures of the name it opened; other ranks: the last seq joined
+    seq: int = 0
+    #: rank 0: ranks that did not report last time and have not joined since (checked, not waited for)
     absent: set[int] = field(default_factory=set)
-    #: rank 0: record keys given up on, by rank; a record that turns up later clears ``absent``
-    stale: dict[int, list[str]] = field(default_factory=dict)
-    #: other ranks: False once rank 0's start time failed to arrive for this name
+    #: rank 0: keys of earlier captures to delete once they can no longer be read
+    old_keys: list[str] = field(default_factory=list)
+    #: other ranks: False once rank 0's open capture failed to turn up for this name
     stamp_ok: bool = True
 
 
+# Why global: captures of one name match across ranks by what each process remembers of that
+# name's earlier captures, for the life of the process (guarded by the lock).
 _names: dict[str, _NameState] = {}
 _names_lock = threading.Lock()
 
 
 @dataclass
 class DistCapture:
-    """One capture's share of a multi-process run (made by :func:`begin`)."""
+    """One capture's share of a multi-process run (made by :func:`begin`).
+
+    ``seq`` is rank 0's number of the capture this rank joined (None: none found)."""
 
     rank: int
     world_size: int
     name: str
-    key: str
+    seq: int | None = None
     store: Any | None = None
     timeout_s: float = DEFAULT_GATHER_TIMEOUT_S
     started: _dt.datetime | None = None
     notes: list[str] = field(default_factory=list)
+    stopped: bool = False
+
+    @property
+    def base(self) -> str:
+        return f"{_KEY_ROOT}/{self.name}"
+
+    @property
+    def key(self) -> str:
+        """The keys of this capture start with this."""
+        return f"{self.base}/{self.seq}"
 
 
 #: Longest pause between two looks at the store while waiting. Polling with ``check`` (one
@@ -148,18 +171,16 @@ class DistCapture:
 _POLL_MAX_S = 0.05
 
 
-def _wait(store: Any, keys: list[str], timeout_s: float) -> bool:
-    """True when every key is in the store within ``timeout_s``."""
-    if not keys:
-        return True
+def _poll(ready: Any, timeout_s: float) -> bool:
+    """Call ``ready()`` until it is true or ``timeout_s`` has passed; True when it was."""
     deadline = time.monotonic() + max(0.0, timeout_s)
     pause = 0.001
     while True:
         try:
-            if store.check(keys):
+            if ready():
                 return True
-        except Exception:  # a store that cannot answer counts as "not there"
-            return False
+        except Exception:  # a store that cannot answer counts as "not yet"
+            pass
         left = deadline - time.monotonic()
         if left <= 0:
             return False
@@ -174,6 +195,15 @@ def _present(store: Any, key: str) -> bool:
         return False
 
 
+def _get(store: Any, key: str) -> str | None:
+    if not _present(store, key):
+        return None
+    try:
+        return bytes(store.get(key)).decode()
+    except Exception:
+        return None
+
+
 def _delete(store: Any, key: str) -> None:
     try:
         store.delete_key(key)
@@ -184,19 +214,16 @@ def _delete(store: Any, key: str) -> None:
 def begin(name: str, exchange_stamp: bool = True) -> DistCapture | None:
     """Start the multi-process part of a capture; None when torch.distributed is not in use.
 
-    With ``exchange_stamp``, rank 0 publishes its start time and the other ranks wait (up to
-    the timeout) for it, so all ranks' run directories share one timestamp. Where it does not
-    arrive, the rank uses its own clock and says so in a note.
+    Rank 0 opens the capture; another rank waits (up to the timeout) for the capture rank 0 has
+    open and joins it, taking its start time (``exchange_stamp``: for the run directory's
+    name). Where none turns up, the rank uses its own clock and says so in a note; its result
+    is then not gathered.
     """
     info = rank_info()
     if info is None:
         return None
     rank, world = info
-    with _names_lock:
-        state = _names.setdefault(name, _NameState())
-        state.count += 1
-        seq = state.count
-    dc = DistCapture(rank=rank, world_size=world, name=name, key=f"{_KEY_ROOT}/{name}/{seq}")
+    dc = DistCapture(rank=rank, world_size=world, name=name)
     if world < 2:
         return dc
     dc.store = _default_store()
@@ -204,32 +231,108 @@ def begin(name: str, exchange_stamp: bool = True) -> DistCapture | None:
     if dc.store is None:
         dc.notes.append("torch.distributed keeps no store for its default group: ranks not gathered")
         return dc
-    if not exchange_stamp:
-        return dc
-    stamp_key = f"{dc.key}/stamp"
+    with _names_lock:
+        state = _names.setdefault(name, _NameState())
     now = _dt.datetime.now()
     if rank == 0:
+        state.seq += 1
+        dc.seq, dc.started = state.seq, now
         try:
-            dc.store.set(stamp_key, now.isoformat())
-            dc.started = now
+            dc.store.set(f"{dc.base}/open", f"{dc.seq} {now.isoformat()} {time.time()!r}")
         except Exception as err:
-            dc.notes.append(f"could not publish the start time to the other ranks ({type(err).__name__}: {err})")
+            dc.notes.append(f"could not tell the other ranks about this capture ({type(err).__name__}: {err})")
         return dc
+    return _join(dc, state, now, exchange_stamp)
+
+
+def _join(dc: DistCapture, state: _NameState, now: _dt.datetime, exchange_stamp: bool) -> DistCapture:
+    """Another rank: join the capture of rank 0 that runs at the same time as this one.
+
+    Rank 0's newest capture not joined yet is taken when rank 0 opened it less than
+    :data:`JOIN_WINDOW_S` before (or after) this rank began, even if it is over already (a
+    short capture with no collective in it). One opened longer before was either measured
+    without this rank, if rank 0 has stopped it (this rank says so, in a skip record, and
+    waits for the next), or is still waiting for this rank, if it is still open after another
+    :data:`JOIN_WINDOW_S` (this rank is the straggler, and joins it).
+    """
+    store = dc.store
+    assert store is not None
+    found: list[tuple[int, str]] = []
+    began = time.time()
+
+    def open_capture() -> bool:
+        seq, stamp, opened_at = _open_of(_get(store, f"{dc.base}/open"))
+        if seq <= state.seq:
+            return False
+        if began - opened_at > JOIN_WINDOW_S:  # opened well before this rank began
+            if _stopped_of(_get(store, f"{dc.base}/stopped"))[0] >= seq:
+                _mark_skipped(store, dc, seq, state)  # measured without this rank: wait for the next
+                return False
+            if time.time() - began < JOIN_WINDOW_S:
+                return False  # still open: a straggler's capture, unless rank 0 stops it now
+        found.append((seq, stamp))
+        return True
+
     wait_s = dc.timeout_s if state.stamp_ok else 0.0
-    if _wait(dc.store, [stamp_key], wait_s):
+    if _poll(open_capture, wait_s):
+        seq, stamp = found[0]
+        dc.seq = state.seq = seq
+        state.stamp_ok = True
         try:
-            dc.started = _dt.datetime.fromisoformat(dc.store.get(stamp_key).decode())
-            state.stamp_ok = True
-            return dc
+            dc.started = _dt.datetime.fromisoformat(stamp) if exchange_stamp else now
+        except ValueError:
+            dc.started = now
+        try:
+            store.set(f"{dc.key}/join{dc.rank}", "1")
         except Exception:
             pass
+        return dc
     state.stamp_ok = False
     dc.started = now
     dc.notes.append(
-        f"rank 0's start time did not arrive within {wait_s:g} s: this run directory is named by "
-        f"rank {rank}'s own clock (is {name!r} captured on rank 0 too?)"
+        f"rank 0 had no capture of {dc.name!r} open within {wait_s:g} s: this run directory is named by rank "
+        f"{dc.rank}'s own clock and its row is not in rank 0's table (is {dc.name!r} captured on rank 0 too?)"
     )
     return dc
+
+
+def _open_of(text: str | None) -> tuple[int, str, float]:
+    """rank 0's ``open`` record: (seq, start time ISO, start time in epoch seconds)."""
+    try:
+        seq, stamp, epoch = (text or "").split(" ")
+        return int(seq), stamp, float(epoch)
+    except ValueError:
+        return 0, "", 0.0
+
+
+def _stopped_of(text: str | None) -> tuple[int, float]:
+    try:
+        seq, epoch = (text or "").split(" ")
+        return int(seq), float(epoch)
+    except ValueError:
+        return 0, 0.0
+
+
+def _mark_skipped(store: Any, dc: DistCapture, seq: int, state: _NameState) -> None:
+    """Tell rank 0 that this rank will never report for capture ``seq`` (it skipped it)."""
+    if seq > state.seq:
+        try:
+            store.set(f"{dc.base}/{seq}/skip{dc.rank}", "1")
+        except Exception:
+            pass
+        state.seq = seq
+
+
+def mark_stopped(dc: DistCapture | None) -> None:
+    """Rank 0, as soon as its capture stops: no other rank joins this capture from now on.
+    Idempotent; :func:`gather` calls it too, but the earlier the better."""
+    if dc is None or dc.rank != 0 or dc.store is None or dc.seq is None or dc.stopped:
+        return
+    dc.stopped = True
+    try:
+        dc.store.set(f"{dc.base}/stopped", f"{dc.seq} {time.time()!r}")
+    except Exception:
+        pass
 
 
 def rank_entry(rank: int, result: ProfileResult, run_dir: Any = None) -> dict[str, Any]:
@@ -245,102 +348,138 @@ def rank_entry(rank: int, result: ProfileResult, run_dir: Any = None) -> dict[st
     }
 
 
-def finish(dc: DistCapture | None, result: ProfileResult, run_dir: Any = None, hints: bool = True) -> None:
-    """End the multi-process part of a capture; called on every rank, never raises.
+def gather(
+    dc: DistCapture | None,
+    result: ProfileResult,
+    *,
+    hints: bool = True,
+    save: Callable[[ProfileResult], ProfileResult] | None = None,
+) -> ProfileResult:
+    """End the multi-process part of a capture, on every rank; never raises for the gather.
 
-    Sets ``rank`` / ``world_size``. Other ranks write their row for rank 0 and go on; rank 0
-    waits (up to the timeout) for the rows, stores them as ``result.ranks`` (only the ranks
-    that reported, with a note naming the others) and adds ``straggler`` hints.
+    Returns a new result with ``rank`` / ``world_size`` (and the notes of :func:`begin`); on rank
+    0 also ``ranks`` (the ranks that reported) and ``straggler`` hints. ``save(result)`` writes
+    a result and returns it as written (exported, ``run_dir`` set). It is called first with the
+    measurement alone, *before* any waiting, so that a rank killed meanwhile (and torchrun
+    killing rank 0 in turn) costs only the table; on rank 0 it is called once more with the
+    gathered result, which then carries the ``run_dir`` of the first call (rewrite that run).
+    ``save`` raising is the caller's business: it propagates.
     """
     global last_gather_seconds
     if dc is None:
-        return
-    result.rank, result.world_size = dc.rank, dc.world_size
-    result.notes.extend(dc.notes)
+        return save(result) if save is not None else result
+    mark_stopped(dc)
+    own = dataclasses.replace(result, rank=dc.rank, world_size=dc.world_size, notes=[*result.notes, *dc.notes])
+    saved = save(own) if save is not None else own
     try:
-        entry = rank_entry(dc.rank, result, run_dir)
-        if dc.store is None or dc.world_size < 2:
-            if dc.rank == 0:
-                result.ranks = [entry]
-            return
+        entry = rank_entry(dc.rank, saved, saved.run_dir)
+        if dc.store is None or dc.world_size < 2 or dc.seq is None:
+            if dc.rank == 0 and dc.world_size < 2:
+                gathered = dataclasses.replace(saved, ranks=[entry])
+                return save(gathered) if save is not None else gathered
+            return saved
         if dc.rank != 0:
-            _check_stamp_late(dc)
             dc.store.set(f"{dc.key}/rank{dc.rank}", json.dumps(entry))
-            return
+            return saved
         t0 = time.perf_counter()
-        entries = _gather(dc, entry, result)
+        notes: list[str] = []
+        entries = _gather(dc, entry, notes)
         last_gather_seconds = time.perf_counter() - t0
-        result.ranks = entries
-        if hints:
-            found = straggler_hints(entries)
-            if found:
-                result.hints.extend(found)
-                result.hints.sort(key=lambda h: h.est_saving_us, reverse=True)
+        found = straggler_hints(entries) if hints else []
+        new_hints = sorted([*saved.hints, *found], key=lambda h: h.est_saving_us, reverse=True) if found else saved.hints
+        gathered = dataclasses.replace(saved, ranks=entries, hints=new_hints, notes=[*saved.notes, *notes])
     except Exception as err:  # the gather must never cost the user the measurement
-        result.notes.append(f"per-rank gather failed: {type(err).__name__}: {err}")
+        gathered = dataclasses.replace(saved, notes=[*saved.notes, f"per-rank gather failed: {type(err).__name__}: {err}"])
+    return save(gathered) if save is not None else gathered
 
 
-def _check_stamp_late(dc: DistCapture) -> None:
-    """On a rank that stopped waiting for rank 0's start time: is rank 0 capturing this name
-    after all? Then wait for it again from the next capture on."""
-    with _names_lock:
-        state = _names.get(dc.name)
-    if state is not None and not state.stamp_ok and _present(dc.store, f"{dc.key}/stamp"):
-        state.stamp_ok = True
+def finish(dc: DistCapture | None, result: ProfileResult, run_dir: Any = None, hints: bool = True) -> None:
+    """The older call shape of :func:`gather`, for callers that export after it: sets the
+    fields on ``result`` itself. With ``run_dir`` (made before the capture), rank 0's result
+    is written there before the wait, so that a kill meanwhile loses only the table."""
+    save = None
+    if run_dir is not None and dc is not None:
+        from .export import write_interim_result
+
+        def save(r: ProfileResult) -> ProfileResult:
+            r = dataclasses.replace(r, run_dir=str(run_dir))  # names the rank's directory in its row
+            if r.ranks is None and dc.rank == 0 and dc.world_size > 1:
+                try:
+                    write_interim_result(run_dir, r)
+                except Exception as err:  # the real export comes later and says what failed
+                    log.debug("neuronscope: interim result not written: %s", err)
+            return r
+
+    gathered = gather(dc, result, hints=hints, save=save)
+    for f in ("rank", "world_size", "ranks", "hints", "notes"):
+        setattr(result, f, getattr(gathered, f))
 
 
-def _gather(dc: DistCapture, own: dict[str, Any], result: ProfileResult) -> list[dict[str, Any]]:
+def _gather(dc: DistCapture, own: dict[str, Any], notes: list[str]) -> list[dict[str, Any]]:
+    """Rank 0: the rows of the ranks that report for this capture (its own first)."""
     store = dc.store
     assert store is not None
     with _names_lock:
         state = _names.setdefault(dc.name, _NameState())
-    # Records given up on at earlier captures that have turned up since: those ranks are alive
-    # and capture this name, so they are waited for again.
-    for r, old_keys in list(state.stale.items()):
-        if any(_present(store, k) for k in old_keys):
-            state.absent.discard(r)
-            for k in old_keys:
-                _delete(store, k)
-            del state.stale[r]
     others = [r for r in range(dc.world_size) if r != 0]
-    keys = {r: f"{dc.key}/rank{r}" for r in others}
-    waited = [r for r in others if r not in state.absent]
-    all_there = _wait(store, [keys[r] for r in waited], dc.timeout_s)
+    record = {r: f"{dc.key}/rank{r}" for r in others}
+    skip = {r: f"{dc.key}/skip{r}" for r in others}
+    joined = {r: f"{dc.key}/join{r}" for r in others}
+    done: dict[int, str] = {}
+
+    def settled(r: int) -> bool:
+        if r in done:
+            return True
+        if _present(store, record[r]):
+            done[r] = "record"
+        elif _present(store, skip[r]):
+            done[r] = "skipped"
+        return r in done
+
+    def waited_for(r: int) -> bool:
+        return r not in state.absent or _present(store, joined[r])
+
+    _poll(lambda: all(settled(r) for r in others if waited_for(r)), dc.timeout_s)
     entries = [own]
     missing: list[int] = []
+    skipped: list[int] = []
     for r in others:
-        if (all_there and r in waited) or _present(store, keys[r]):
+        settled(r)
+        kind = done.get(r)
+        if kind == "record":
             try:
-                row = json.loads(store.get(keys[r]).decode())
+                row = json.loads(bytes(store.get(record[r])).decode())
                 row["rank"] = r
                 entries.append(row)
                 state.absent.discard(r)
-                _delete(store, keys[r])
                 continue
             except Exception:
                 pass
+        if kind == "skipped":
+            skipped.append(r)
+            continue
         missing.append(r)
+    waited_missing = [r for r in missing if r not in state.absent]
     for r in missing:
         state.absent.add(r)
-        stale = state.stale.setdefault(r, [])
-        stale.append(keys[r])
-        del stale[:-8]  # a rank that never captures this name: remember a few keys, not all
-    if not missing:
-        _delete(store, f"{dc.key}/stamp")  # every rank has read it by now
-    else:
-        waited_missing = [r for r in missing if r in waited]
-        text = _ranks_text(missing)
-        if waited_missing:
-            result.notes.append(
-                f"{text} did not report within {dc.timeout_s:g} s ({len(entries)} of {dc.world_size} ranks "
-                f"in the table); {'they are' if len(missing) > 1 else 'it is'} not waited for again for "
-                f"{dc.name!r} until a record turns up (set {TIMEOUT_ENV} to change the timeout)"
-            )
-        else:
-            result.notes.append(
-                f"{text} had not reported for {dc.name!r} ({len(entries)} of {dc.world_size} ranks in the table; "
-                f"not waited for: no record at earlier captures)"
-            )
+    for key in state.old_keys:  # the previous capture's keys: nobody reads them any more
+        _delete(store, key)
+    state.old_keys = [*record.values(), *skip.values(), *joined.values()]
+    if skipped:
+        notes.append(f"{_ranks_text(skipped)} did not capture this one of {dc.name!r} (skipped it); the table holds the others")
+    if waited_missing:
+        notes.append(
+            f"{_ranks_text(waited_missing)} did not report within {dc.timeout_s:g} s ({len(entries)} of {dc.world_size} "
+            f"ranks in the table); {'they are' if len(waited_missing) > 1 else 'it is'} not waited for again for "
+            f"{dc.name!r} until {'they join' if len(waited_missing) > 1 else 'it joins'} a capture again (set "
+            f"{TIMEOUT_ENV} to change the timeout)"
+        )
+    others_missing = [r for r in missing if r not in waited_missing]
+    if others_missing:
+        notes.append(
+            f"{_ranks_text(others_missing)} had not reported for {dc.name!r} ({len(entries)} of {dc.world_size} ranks in "
+            f"the table; not waited for: no record at earlier captures)"
+        )
     entries.sort(key=lambda e: int(e.get("rank", 0)))
     return entries
 

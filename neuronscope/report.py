@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import html
 import unicodedata
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tabulate import tabulate
@@ -307,7 +307,7 @@ def ops_dataframe(ops: list[OpStat], columns: list[str] | None = None) -> Any:
     return _dataframe(records, columns=columns or _columns(records))
 
 
-def _columns(records: list[Mapping[str, Any]]) -> list[str] | None:
+def _columns(records: Sequence[Mapping[str, Any]]) -> list[str] | None:
     return list(records[0]) if records else None
 
 

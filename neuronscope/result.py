@@ -7,13 +7,22 @@ files written by older schema versions. Rendering lives in :mod:`neuronscope.rep
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from .errors import NeuronscopeError, RunLoadError
+from .serial import (
+    SCHEMA_VERSION,
+    check_schema,
+    dumps_json,
+    known_fields,
+    malformed,
+    opt_float,
+    opt_int,
+    opt_str,
+    ranks_list,
+)
 from .units import fmt_us
 
 __all__ = [
@@ -29,111 +38,11 @@ __all__ = [
 #: The note of a result built with ``hints=False``: its empty hint list says nothing.
 HINTS_OFF_NOTE = "hint rules off (hints=False)"
 
-#: Version of the ``result.json`` layout. Bump it when a field changes meaning; ``from_dict``
-#: keeps loading every older version and refuses newer ones with a clear message.
-SCHEMA_VERSION = 1
-
 Shape = list[int]
-
-
-def dumps_json(value: Any, indent: int | str | None = 2) -> str:
-    """The text of ``json.dumps(value, indent=indent, default=str)``, laid out the same way
-    except that a list of numbers nested at most two deep (a shape, an op's input-shape
-    signature) stays on one line: a result's shapes would otherwise take a line per dimension.
-    Keys are converted as ``json.dumps`` converts them (and refused where it refuses them)."""
-    if indent is None:
-        return json.dumps(value, default=str)
-    return _dumps(value, indent if isinstance(indent, str) else " " * indent, 0)
-
-
-def _dumps(value: Any, pad: str, level: int) -> str:
-    if isinstance(value, dict) and value:
-        inner = pad * (level + 1)
-        items = (f"{inner}{_json_key(k)}: {_dumps(v, pad, level + 1)}" for k, v in value.items())
-        return "{\n" + ",\n".join(items) + "\n" + pad * level + "}"
-    if isinstance(value, (list, tuple)) and value and _depth(value) > 2:
-        inner = pad * (level + 1)
-        items = (inner + _dumps(v, pad, level + 1) for v in value)
-        return "[\n" + ",\n".join(items) + "\n" + pad * level + "]"
-    return json.dumps(value, default=str)
-
-
-def _json_key(key: Any) -> str:
-    """A dict key as ``json.dumps`` writes it (True -> "true", inf -> "Infinity"), or its
-    TypeError for a key it refuses."""
-    if isinstance(key, str):
-        return json.dumps(key)
-    return json.dumps({key: 0})[1:-4]  # '{"true": 0}' -> '"true"'
-
-
-def _depth(value: Any) -> int:
-    """How deep lists of numbers nest in ``value``; anything else in a list (a dict, a string,
-    an object written with ``default=str``) counts as too deep for one line."""
-    if isinstance(value, (list, tuple)):
-        return 1 + max((_depth(v) for v in value), default=0)
-    if value is None or isinstance(value, (int, float)):
-        return 0
-    return 99
 
 
 #: Kept under its old private name for modules not yet moved to :func:`neuronscope.units.fmt_us`.
 _fmt_us = fmt_us
-
-
-def _known(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
-    """The keys of ``data`` that ``cls`` has as fields: newer writers may add keys we ignore."""
-    names = {f.name for f in fields(cls)}
-    return {k: v for k, v in data.items() if k in names}
-
-
-def _opt_float(value: Any) -> float | None:
-    if value is None:
-        return None
-    out = float(value)
-    if math.isnan(out):
-        return None
-    return out
-
-
-def _opt_int(value: Any) -> int | None:
-    return None if value is None else int(value)
-
-
-def _opt_str(value: Any) -> str | None:
-    """A text field that may be absent: None stays None, anything else becomes its text (a
-    hand-edited or foreign file may hold a number where a name belongs)."""
-    return None if value is None else str(value)
-
-
-_RANK_NUMBERS = ("wall_time_us", "total_op_us")
-
-
-def _ranks(value: Any) -> list[dict[str, Any]] | None:
-    """``ranks`` as the renderers expect it: None, or a list of objects whose times are numbers."""
-    if value is None:
-        return None
-    if not isinstance(value, list) or not all(isinstance(r, Mapping) for r in value):
-        raise TypeError(f"ranks must be a list of objects, got {value!r:.60}")
-    out = []
-    for r in value:
-        entry = dict(r)
-        for key in _RANK_NUMBERS:
-            if key in entry:
-                entry[key] = _opt_float(entry[key])
-        out.append(entry)
-    return out
-
-
-def _malformed(what: str, exc: Exception) -> str:
-    """Why a result.json could not be read back, and what to do."""
-    if isinstance(exc, KeyError):
-        problem = f"the field {exc.args[0]!r} is missing"
-    else:
-        problem = f"{type(exc).__name__}: {exc}"
-    return (
-        f"{what} data is malformed ({problem}); the file was edited or not written by "
-        f"neuronscope: re-export the run, or open its trace with `neuronscope show TRACE_FILE`"
-    )
 
 
 @dataclass
@@ -164,14 +73,14 @@ class OpStat:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> OpStat:
-        d = _known(cls, data)
+        d = known_fields(cls, data)
         return cls(
             name=str(d["name"]),
             calls=int(d.get("calls", 0)),
             self_cpu_us=float(d.get("self_cpu_us", 0.0)),
             cpu_total_us=float(d.get("cpu_total_us", 0.0)),
-            self_device_us=_opt_float(d.get("self_device_us")),
-            device_total_us=_opt_float(d.get("device_total_us")),
+            self_device_us=opt_float(d.get("self_device_us")),
+            device_total_us=opt_float(d.get("device_total_us")),
             input_shapes=[list(map(list, s)) for s in d.get("input_shapes") or []],
         )
 
@@ -232,7 +141,7 @@ class Hint:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Hint:
-        d = _known(cls, data)
+        d = known_fields(cls, data)
         return cls(
             kind=str(d["kind"]),
             pattern=str(d.get("pattern", "")),
@@ -241,9 +150,9 @@ class Hint:
             time_us=float(d.get("time_us", 0.0)),
             est_saving_us=float(d.get("est_saving_us", 0.0)),
             suggestion=str(d.get("suggestion", "")),
-            location=_opt_str(d.get("location")),
+            location=opt_str(d.get("location")),
             confidence=str(d.get("confidence", "dataflow")),
-            verified_saving_us=_opt_float(d.get("verified_saving_us")),
+            verified_saving_us=opt_float(d.get("verified_saving_us")),
             details=dict(d.get("details") or {}),
         )
 
@@ -297,7 +206,7 @@ class RegionStat:
             name=str(data.get("name", "")),
             calls=int(data.get("calls", 1)),
             time_us=float(data.get("time_us", 0.0)),
-            device_time_us=_opt_float(data.get("device_time_us")),
+            device_time_us=opt_float(data.get("device_time_us")),
             ops=[OpStat.from_dict(o) for o in data.get("ops") or []],
         )
 
@@ -476,9 +385,9 @@ class ProfileResult:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ProfileResult:
         """Build a result from ``to_dict()`` output of this or any older schema version."""
-        _check_schema(data, "ProfileResult")
+        check_schema(data, "ProfileResult")
         try:
-            d = _known(cls, data)
+            d = known_fields(cls, data)
             regions_raw = d.get("regions") or {}
             return cls(
                 name=str(d["name"]),
@@ -488,44 +397,28 @@ class ProfileResult:
                 ops=[OpStat.from_dict(o) for o in d.get("ops") or []],
                 hints=[Hint.from_dict(h) for h in d.get("hints") or []],
                 regions={str(k): RegionStat.from_dict({"name": k, **v}) for k, v in regions_raw.items()},
-                run_dir=_opt_str(d.get("run_dir")),
+                run_dir=opt_str(d.get("run_dir")),
                 rank=None if d.get("rank") is None else int(d["rank"]),
                 world_size=None if d.get("world_size") is None else int(d["world_size"]),
-                ranks=_ranks(d.get("ranks")),
-                target=_opt_str(d.get("target")),
+                ranks=ranks_list(d.get("ranks")),
+                target=opt_str(d.get("target")),
                 options=dict(d.get("options") or {}),
-                error=_opt_str(d.get("error")),
-                started_at=_opt_str(d.get("started_at")),
-                host=_opt_str(d.get("host")),
+                error=opt_str(d.get("error")),
+                started_at=opt_str(d.get("started_at")),
+                host=opt_str(d.get("host")),
                 pid=None if d.get("pid") is None else int(d["pid"]),
-                torch_version=_opt_str(d.get("torch_version")),
-                device_name=_opt_str(d.get("device_name")),
+                torch_version=opt_str(d.get("torch_version")),
+                device_name=opt_str(d.get("device_name")),
                 event_count=int(d.get("event_count") or 0),
-                device_unattributed_us=_opt_float(d.get("device_unattributed_us")),
+                device_unattributed_us=opt_float(d.get("device_unattributed_us")),
                 skipped_calls=int(d.get("skipped_calls") or 0),
                 artifacts=dict(d.get("artifacts") or {}),
                 notes=[str(n) for n in d.get("notes") or []],
                 breakdown=dict(d["breakdown"]) if isinstance(d.get("breakdown"), Mapping) else None,
-                platform=_opt_str(d.get("platform")),
+                platform=opt_str(d.get("platform")),
             )
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
-            raise RunLoadError(_malformed("result", exc)) from exc
-
-
-def _check_schema(data: Any, expected_type: str) -> None:
-    if not isinstance(data, Mapping):
-        raise RunLoadError(f"expected a JSON object for a {expected_type}, got {type(data).__name__}")
-    version = data.get("schema_version", 1)
-    if not isinstance(version, int) or isinstance(version, bool):
-        raise RunLoadError(f"schema_version must be an integer, got {version!r}")
-    if version > SCHEMA_VERSION:
-        raise RunLoadError(
-            f"written by a newer neuronscope (schema {version}, this one reads up to "
-            f"{SCHEMA_VERSION}); upgrade neuronscope to read it"
-        )
-    kind = data.get("type", expected_type)
-    if kind != expected_type:
-        raise RunLoadError(f"holds a {kind}, not a {expected_type}")
+            raise RunLoadError(malformed("result", exc)) from exc
 
 
 @dataclass
@@ -584,25 +477,25 @@ class ComparisonRow:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ComparisonRow:
-        d = _known(cls, data)
+        d = known_fields(cls, data)
         return cls(
             label=str(d["label"]),
             time_us=float(d.get("time_us", 0.0)),
             op_count=int(d.get("op_count", 0)),
-            top_op=_opt_str(d.get("top_op")),
+            top_op=opt_str(d.get("top_op")),
             speedup=float(d.get("speedup", 1.0)),
-            top_hint=_opt_str(d.get("top_hint")),
-            spread_us=_opt_float(d.get("spread_us")),
+            top_hint=opt_str(d.get("top_hint")),
+            spread_us=opt_float(d.get("spread_us")),
             repeats=int(d.get("repeats", 1)),
             outputs_match=d.get("outputs_match"),
-            warmup_s=_opt_float(d.get("warmup_s")),
-            speedup_low=_opt_float(d.get("speedup_low")),
-            speedup_high=_opt_float(d.get("speedup_high")),
-            verdict=_opt_str(d.get("verdict")),
-            calls_per_round=_opt_int(d.get("calls_per_round")),
-            all_op_count=_opt_int(d.get("all_op_count")),
-            device_time_us=_opt_float(d.get("device_time_us")),
-            profiled_calls=_opt_int(d.get("profiled_calls")),
+            warmup_s=opt_float(d.get("warmup_s")),
+            speedup_low=opt_float(d.get("speedup_low")),
+            speedup_high=opt_float(d.get("speedup_high")),
+            verdict=opt_str(d.get("verdict")),
+            calls_per_round=opt_int(d.get("calls_per_round")),
+            all_op_count=opt_int(d.get("all_op_count")),
+            device_time_us=opt_float(d.get("device_time_us")),
+            profiled_calls=opt_int(d.get("profiled_calls")),
         )
 
 
@@ -674,18 +567,18 @@ class Comparison:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Comparison:
-        _check_schema(data, "Comparison")
+        check_schema(data, "Comparison")
         try:
             return cls(
                 name=str(data["name"]),
                 rows=[ComparisonRow.from_dict(r) for r in data.get("rows") or []],
                 results={str(k): ProfileResult.from_dict(v) for k, v in (data.get("results") or {}).items()},
-                run_dir=_opt_str(data.get("run_dir")),
-                backend=_opt_str(data.get("backend")),
+                run_dir=opt_str(data.get("run_dir")),
+                backend=opt_str(data.get("backend")),
                 notes=[str(n) for n in data.get("notes") or []],
-                started_at=_opt_str(data.get("started_at")),
-                wall_time_us=_opt_float(data.get("wall_time_us")),
+                started_at=opt_str(data.get("started_at")),
+                wall_time_us=opt_float(data.get("wall_time_us")),
                 timing=dict(data.get("timing") or {}),
             )
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
-            raise RunLoadError(_malformed("comparison", exc)) from exc
+            raise RunLoadError(malformed("comparison", exc)) from exc

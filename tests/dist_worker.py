@@ -11,14 +11,22 @@ One launch covers every case, because starting two ranks costs most of the test'
    twice: rank 1 sleeps 0.3 s inside the first (a straggler); the second is even.
 2. "slow" three times with a 1 s timeout: rank 1 sleeps 2.5 s inside the first (rank 0 stops
    waiting and records what it has); after a barrier the third has both ranks again.
-3. rank 1 exits without a word, as a crashed rank does; rank 0 captures "gone" twice with a
+3. "skippy" four times, each step with an all_reduce and half a second of work: rank 1 runs
+   the second step uncaptured (a window, an ``if``). Captures must match again from the third on
+   and rank 0 must not wait for the one rank 1 skipped (a 20 s timeout would show).
+4. rank 1 exits without a word, as a crashed rank does; rank 0 captures "gone" twice with a
    1 s timeout: the first waits it out, the second does not wait.
+
+With ``kill`` as the second argument, a shorter run instead: after one warm capture, rank 1 is
+SIGKILLed inside its capture of "killed" while rank 0 waits for its record; torchrun then stops
+rank 0 too. Rank 0 writes ``OUT_DIR/killed-run`` (its run directory) before it waits.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -47,7 +55,7 @@ def _timed_begin(*args: Any, **kwargs: Any) -> Any:
 nd.begin = _timed_begin  # the capture engine calls it through the module
 
 
-def capture(name: str, sleep_on_rank1: float = 0.0, collective: bool = True) -> None:
+def capture(name: str, sleep_on_rank1: float = 0.0, collective: bool = True, die_on_rank1: bool = False) -> None:
     nd.last_gather_seconds = None
     x = torch.randn(64, 64)
     with neuron_region(name, output_dir=str(OUT / "runs")) as r:
@@ -56,6 +64,9 @@ def capture(name: str, sleep_on_rank1: float = 0.0, collective: bool = True) -> 
             dist.all_reduce(y)
         if sleep_on_rank1 and dist.get_rank() == 1:
             time.sleep(sleep_on_rank1)
+        if die_on_rank1 and dist.get_rank() == 1:
+            time.sleep(0.5)  # rank 0 is in its gather by now
+            os.kill(os.getpid(), signal.SIGKILL)
     res = r.result
     assert res is not None
     records.append(
@@ -78,6 +89,24 @@ def save() -> None:
     (OUT / f"rank{dist.get_rank()}.json").write_text(json.dumps(records, indent=1))
 
 
+def main_kill() -> None:
+    """Rank 1 dies inside a capture; rank 0's measurement must be on disk before it waits."""
+    dist.init_process_group("gloo")
+    os.environ[nd.TIMEOUT_ENV] = "60"
+    capture("warm", collective=False)
+    dist.barrier()
+    real_gather = nd._gather
+
+    def gather_after_telling(*args: Any, **kwargs: Any) -> Any:  # rank 0 only: where the run is
+        run_dirs = sorted((OUT / "runs" / "killed").glob("*_rank0"))
+        (OUT / "killed-run").write_text(str(run_dirs[-1]) if run_dirs else "")
+        return real_gather(*args, **kwargs)
+
+    nd._gather = gather_after_telling
+    capture("killed", collective=False, die_on_rank1=True)
+    (OUT / "rank0-finished").write_text("the gather returned before torchrun stopped rank 0")
+
+
 def main() -> None:
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -94,6 +123,14 @@ def main() -> None:
     capture("slow")
     dist.barrier()
     capture("slow")
+    dist.barrier()
+    os.environ[nd.TIMEOUT_ENV] = "20"
+    for i in range(4):
+        time.sleep(0.5)  # the step's other work: longer than JOIN_WINDOW_S
+        if rank == 1 and i == 1:
+            dist.all_reduce(torch.zeros(64, 64))  # this step runs uncaptured on rank 1
+        else:
+            capture("skippy")
     save()
     dist.barrier()
     if rank == 1:
@@ -106,4 +143,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main_kill() if sys.argv[2:] == ["kill"] else main()

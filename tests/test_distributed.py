@@ -11,6 +11,7 @@ tested in-process with a ``HashStore``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -78,7 +79,8 @@ def _captures(records: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
 @needs_gloo
 def test_every_rank_writes_its_own_run_dir_with_one_shared_timestamp(launched: dict[str, Any]) -> None:
     r0, r1 = launched["records"][0], launched["records"][1]
-    assert len(r1) == 6  # warm, step x2, slow x3; then rank 1 exits
+    assert len(r1) == 9  # warm, step x2, slow x3, skippy x3 (one of four skipped); then rank 1 exits
+    r0 = [c for i, c in enumerate(r0) if not (c["name"] == "skippy" and _captures(r0, "skippy").index(c) == 1)]
     for a, b in zip(r0, r1):
         assert a["name"] == b["name"]
         ma, mb = STAMP.match(Path(a["run_dir"]).name), STAMP.match(Path(b["run_dir"]).name)
@@ -157,8 +159,41 @@ def test_a_dead_rank_never_hangs_rank0(launched: dict[str, Any]) -> None:
 @needs_gloo
 def test_only_rank0_prints_its_line(launched: dict[str, Any]) -> None:
     lines = [ln for ln in launched["logs"].splitlines() if ln.startswith("neuronscope: ")]
-    assert len(lines) == 8  # rank 0's captures: warm, step x2, slow x3, gone x2
+    assert len(lines) == 12  # rank 0's captures: warm, step x2, slow x3, skippy x4, gone x2
     assert all("_rank0" in ln for ln in lines)
+
+
+@needs_gloo
+def test_a_skipped_capture_costs_no_wait_and_the_next_ones_match_again(launched: dict[str, Any]) -> None:
+    """Rank 1 ran the second of four steps uncaptured: the counters used to drift apart for good
+    (rank 0 waited the full timeout at every later capture and never got rank 1's rows)."""
+    r0, r1 = _captures(launched["records"][0], "skippy"), _captures(launched["records"][1], "skippy")
+    assert len(r0) == 4 and len(r1) == 3
+    assert [[row["rank"] for row in c["ranks"]] for c in r0] == [[0, 1], [0], [0, 1], [0, 1]]
+    assert any("rank 1 did not capture this one" in n for n in r0[1]["notes"]), r0[1]["notes"]
+    assert all(c["gather_seconds"] < 5 for c in r0), [c["gather_seconds"] for c in r0]  # the timeout is 20 s
+    for a, b in zip([r0[0], r0[2], r0[3]], r1):  # matched by the capture, not by counting
+        assert next(row for row in a["ranks"] if row["rank"] == 1)["run_dir"] == b["run_dir"]
+        assert STAMP.match(Path(a["run_dir"]).name).group(1) == STAMP.match(Path(b["run_dir"]).name).group(1)  # type: ignore[union-attr]
+
+
+@needs_gloo
+@pytest.mark.slow
+def test_a_rank_killed_inside_a_capture_does_not_cost_rank0_its_measurement(tmp_path: Path) -> None:
+    """Rank 1 is SIGKILLed inside a capture; torchrun stops rank 0 while it waits for rank 1's
+    record. Rank 0's run was exported before the wait: it loads, with its ops."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    env.pop("NEURONSCOPE_DISABLE", None)
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=2",
+        "--master_addr=127.0.0.1", f"--master_port={_free_port()}", str(WORKER), str(tmp_path), "kill",
+    ]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180, check=False)
+    assert proc.returncode != 0  # a rank died: torchrun says so
+    assert not (tmp_path / "rank0-finished").exists(), "rank 0 was not stopped while it waited"
+    run = Path((tmp_path / "killed-run").read_text())
+    loaded = load(run)
+    assert isinstance(loaded, ProfileResult) and loaded.ops and (loaded.rank, loaded.world_size) == (0, 2)
 
 
 # ---- in process: the bookkeeping -----------------------------------------------------------
@@ -177,7 +212,7 @@ def test_straggler_rule_uses_the_median_and_both_thresholds() -> None:
 
 
 def _dc(rank: int, world: int, name: str, seq: int, store: Any, timeout: float) -> nd.DistCapture:
-    return nd.DistCapture(rank=rank, world_size=world, name=name, key=f"neuronscope/{name}/{seq}", store=store, timeout_s=timeout)
+    return nd.DistCapture(rank=rank, world_size=world, name=name, seq=seq, store=store, timeout_s=timeout)
 
 
 def _result(wall_us: float = 10_000.0) -> ProfileResult:
@@ -189,29 +224,48 @@ def test_gather_records_what_arrived_and_stops_waiting_for_a_rank_that_never_rep
     name = "gather-test"
     nd._names.pop(name, None)
     store.set(f"neuronscope/{name}/1/rank1", json.dumps(_entry(1, 11_000)))
-    res = _result()
     t0 = time.perf_counter()
-    nd.finish(_dc(0, 3, name, 1, store, 0.3), res)
+    res = nd.gather(_dc(0, 3, name, 1, store, 0.3), _result())
     waited = time.perf_counter() - t0
     assert 0.3 <= waited < 2
     assert res.ranks is not None and [r["rank"] for r in res.ranks] == [0, 1]
     assert any("rank 2 did not report within 0.3 s" in n for n in res.notes)
-    assert not store.check([f"neuronscope/{name}/1/rank1"])  # read records are deleted
 
     store.set(f"neuronscope/{name}/2/rank1", json.dumps(_entry(1, 11_000)))
-    res = _result()
     t0 = time.perf_counter()
-    nd.finish(_dc(0, 3, name, 2, store, 0.3), res)
-    assert time.perf_counter() - t0 < 0.2  # rank 2 is not waited for again
+    res = nd.gather(_dc(0, 3, name, 2, store, 0.3), _result())
+    assert time.perf_counter() - t0 < 0.2  # rank 2 is not waited for again...
     assert [r["rank"] for r in res.ranks or []] == [0, 1]
+    assert not store.check([f"neuronscope/{name}/1/rank1"])  # the previous capture's records are deleted
 
-    # Rank 2's first record turns up late: it is alive, so it is waited for again.
-    store.set(f"neuronscope/{name}/1/rank2", json.dumps(_entry(2, 12_000)))
+    # ...until it joins a capture again: then it is waited for, and its row comes.
+    store.set(f"neuronscope/{name}/3/join2", "1")
     store.set(f"neuronscope/{name}/3/rank1", json.dumps(_entry(1, 11_000)))
-    store.set(f"neuronscope/{name}/3/rank2", json.dumps(_entry(2, 12_000)))
-    res = _result()
-    nd.finish(_dc(0, 3, name, 3, store, 0.3), res)
+
+    def late() -> None:
+        time.sleep(0.1)
+        store.set(f"neuronscope/{name}/3/rank2", json.dumps(_entry(2, 12_000)))
+
+    import threading
+
+    t = threading.Thread(target=late)
+    t.start()
+    res = nd.gather(_dc(0, 3, name, 3, store, 5.0), _result())
+    t.join()
     assert [r["rank"] for r in res.ranks or []] == [0, 1, 2] and not res.notes
+    nd._names.pop(name, None)
+
+
+def test_a_skip_record_ends_the_wait_at_once() -> None:
+    store = dist.HashStore()
+    name = "skip-test"
+    nd._names.pop(name, None)
+    store.set(f"neuronscope/{name}/1/skip1", "1")
+    t0 = time.perf_counter()
+    res = nd.gather(_dc(0, 2, name, 1, store, 10.0), _result())
+    assert time.perf_counter() - t0 < 1.0
+    assert [r["rank"] for r in res.ranks or []] == [0]
+    assert any("rank 1 did not capture this one" in n for n in res.notes)
     nd._names.pop(name, None)
 
 
@@ -219,38 +273,83 @@ def test_other_ranks_publish_without_waiting_and_rank0_adds_straggler_hints() ->
     store = dist.HashStore()
     name = "publish-test"
     nd._names.pop(name, None)
-    slow = _result(wall_us=200_000.0)
+    original = _result(wall_us=200_000.0)
     t0 = time.perf_counter()
-    nd.finish(_dc(1, 2, name, 1, store, 5.0), slow, run_dir="/runs/x_rank1")
+    slow = nd.gather(_dc(1, 2, name, 1, store, 5.0), original, save=lambda r: dataclasses.replace(r, run_dir="/runs/x_rank1"))
     assert time.perf_counter() - t0 < 0.1
     assert (slow.rank, slow.world_size, slow.ranks) == (1, 2, None)
-    fast = _result(wall_us=100_000.0)
-    nd.finish(_dc(0, 2, name, 1, store, 5.0), fast, run_dir="/runs/x_rank0")
+    assert original.rank is None  # a new result: the one given is not changed
+    saved: list[ProfileResult] = []
+
+    def save(r: ProfileResult) -> ProfileResult:
+        out = r if r.run_dir else dataclasses.replace(r, run_dir="/runs/x_rank0")
+        saved.append(out)
+        return out
+
+    fast = nd.gather(_dc(0, 2, name, 1, store, 5.0), _result(wall_us=100_000.0), save=save)
     assert fast.ranks is not None and [r["run_dir"] for r in fast.ranks] == ["/runs/x_rank0", "/runs/x_rank1"]
     assert [h.kind for h in fast.hints] == ["straggler"] and fast.hints[0].details["rank"] == 1
+    # Saved first with the measurement alone (before any waiting), then with the table.
+    assert [s.ranks is None for s in saved] == [True, False] and saved[1].run_dir == "/runs/x_rank0"
     nd._names.pop(name, None)
 
 
-def test_a_rank_uses_its_own_clock_when_rank0s_start_time_does_not_come(monkeypatch: pytest.MonkeyPatch) -> None:
+def _as_rank(monkeypatch: pytest.MonkeyPatch, rank: int, store: Any) -> None:
+    monkeypatch.setattr(nd, "rank_info", lambda: (rank, 2))
+    monkeypatch.setattr(nd, "_default_store", lambda: store)
+
+
+def test_a_rank_uses_its_own_clock_when_rank0_has_no_capture_open(monkeypatch: pytest.MonkeyPatch) -> None:
     store = dist.HashStore()
     name = "stamp-test"
     nd._names.pop(name, None)
-    monkeypatch.setattr(nd, "rank_info", lambda: (1, 2))
-    monkeypatch.setattr(nd, "_default_store", lambda: store)
+    _as_rank(monkeypatch, 1, store)
     monkeypatch.setenv(nd.TIMEOUT_ENV, "0.2")
     t0 = time.perf_counter()
     dc = nd.begin(name)
-    assert dc is not None and time.perf_counter() - t0 >= 0.2
+    assert dc is not None and time.perf_counter() - t0 >= 0.2 and dc.seq is None
     assert dc.started is not None and any("own clock" in n for n in dc.notes)
     t0 = time.perf_counter()
     dc2 = nd.begin(name)  # not waited for again...
     assert dc2 is not None and time.perf_counter() - t0 < 0.15
-    store.set(f"{dc2.key}/stamp", "2026-01-02T03:04:05.000006")  # ...until rank 0 shows up
-    nd.finish(dc2, _result())
     stamp = "2026-01-02T03:04:05.000007"
-    store.set(f"neuronscope/{name}/3/stamp", stamp)
+    store.set(f"neuronscope/{name}/open", f"1 {stamp} {time.time()!r}")  # ...until rank 0 opens one
     dc3 = nd.begin(name)
-    assert dc3 is not None and dc3.started is not None and dc3.started.isoformat() == stamp and not dc3.notes
+    assert dc3 is not None and dc3.seq == 1 and dc3.started is not None and dc3.started.isoformat() == stamp
+    assert not dc3.notes and store.check([f"neuronscope/{name}/1/join1"])
+    nd._names.pop(name, None)
+
+
+def test_a_rank_matches_the_capture_rank0_has_open_not_a_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rank 0 measured capture 2 alone, long before this rank began: this rank says it skipped
+    it and joins capture 3 (counting would have matched it with 2, and every later one off by one)."""
+    store = dist.HashStore()
+    name = "match-test"
+    nd._names.pop(name, None)
+    _as_rank(monkeypatch, 1, store)
+    monkeypatch.setenv(nd.TIMEOUT_ENV, "5")
+    store.set(f"neuronscope/{name}/open", f"1 2026-01-01T00:00:01 {time.time()!r}")
+    assert nd.begin(name).seq == 1  # type: ignore[union-attr]
+    long_ago = time.time() - 10
+    store.set(f"neuronscope/{name}/open", f"2 2026-01-01T00:00:02 {long_ago!r}")
+    store.set(f"neuronscope/{name}/stopped", f"2 {long_ago + 1!r}")
+
+    def rank0_opens_3() -> None:
+        time.sleep(0.3)
+        store.set(f"neuronscope/{name}/open", f"3 2026-01-01T00:00:03 {time.time()!r}")
+
+    import threading
+
+    t = threading.Thread(target=rank0_opens_3)
+    t.start()
+    dc = nd.begin(name)
+    t.join()
+    assert dc is not None and dc.seq == 3
+    assert store.check([f"neuronscope/{name}/2/skip1"])  # rank 0's gather of 2 stops waiting at once
+    # A straggler: capture 4 opened long ago but still open (rank 0 waits for this rank): joined.
+    store.set(f"neuronscope/{name}/open", f"4 2026-01-01T00:00:04 {time.time() - 10!r}")
+    dc = nd.begin(name)
+    assert dc is not None and dc.seq == 4
     nd._names.pop(name, None)
 
 

@@ -1116,3 +1116,76 @@ def test_sigkill_while_a_real_trace_is_being_written(real_workers: _RealWorkers,
     assert run in incomplete
     assert load(run).ops
     assert all(r.parent.name == "shared" for r in complete)
+
+
+# ---- fork, names, stale files (issue 21, item 15) --------------------------------------------
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
+def test_a_child_forked_during_a_capture_is_told_once(tmp_path: Path) -> None:
+    from neuronscope import forking
+
+    out = tmp_path / "child.txt"
+    with neuron_region("forking", backend="cpu", export=False):
+        pid = os.fork()
+        if pid == 0:  # the child: report what it saw, then leave without running pytest's exit
+            try:
+                with warnings.catch_warnings(record=True) as record:
+                    warnings.simplefilter("always")
+                    first, second = forking.check_forked_child(), forking.check_forked_child()
+                msgs = [str(w.message) for w in record]
+                out.write_text(json.dumps({"first": first, "second": second, "msgs": msgs}))
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+    seen = json.loads(out.read_text())
+    assert seen["first"] and seen["second"] and len(seen["msgs"]) == 1
+    assert "forked" in seen["msgs"][0] and "spawn" in seen["msgs"][0]
+    assert not forking.check_forked_child()  # the parent is not a forked child
+
+
+@pytest.mark.parametrize(
+    "name,expected",
+    [
+        ("ünï©ødé✓", "ünï_ødé"),
+        ("CON", "_CON"),
+        ("nul.txt", "_nul.txt"),
+        ("LPT1", "_LPT1"),
+        ("a/b c", "a_b_c"),
+        ("..", "run"),
+        ("model\ud800x", "model_x"),
+    ],
+)
+def test_names_keep_their_letters_and_are_safe_on_every_file_system(name: str, expected: str) -> None:
+    assert export.safe_name(name) == expected
+
+
+def test_a_huge_name_is_bounded_and_two_huge_names_stay_apart(tmp_path: Path) -> None:
+    a, b = export.safe_name("x" * 50_000 + "a"), export.safe_name("x" * 50_000 + "b")
+    assert a != b and len(a) <= export.MAX_NAME_CHARS and len(a.encode()) <= 180
+    assert len(export.safe_name("é" * 500).encode()) <= 180
+    with neuron_region("y" * 50_000, backend="cpu", output_dir=str(tmp_path)) as r:
+        _work(2)
+    assert r.result is not None and r.result.run_dir is not None
+    assert len(Path(r.result.run_dir).parent.name) <= export.MAX_NAME_CHARS
+
+
+def test_stale_raw_traces_of_dead_processes_are_removed(tmp_path: Path) -> None:
+    """A SIGKILL while the trace was gzipped left a hidden 100+ MB .trace.json.raw forever."""
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
+    dead_pid = int(dead.stdout)
+    host = export.safe_name(__import__("socket").gethostname().split(".")[0] or "host")
+    name_dir = tmp_path / "runs" / "stale"
+    old = name_dir / f"20250101-000000-000000_{host}_pid{dead_pid}"
+    mine = name_dir / f"20250101-000000-000001_{host}_pid{os.getpid()}"
+    other_host = name_dir / f"20250101-000000-000002_elsewhere_pid{dead_pid}"
+    hidden = name_dir / f".20250101-000000-000003_{host}_pid{dead_pid}.new"
+    for d in (old, mine, other_host, hidden):
+        d.mkdir(parents=True)
+        (d / export.RAW_TRACE).write_bytes(b"x" * 1000)
+    for d in (old, mine, other_host):
+        (d / export.INCOMPLETE_MARKER).write_text("")
+    export.export_result(ProfileResult(name="stale", backend="cpu"), tmp_path / "runs", summary="s")
+    assert not (old / export.RAW_TRACE).exists() and not hidden.exists()
+    assert (mine / export.RAW_TRACE).exists()  # a live process (this one) may still be writing it
+    assert (other_host / export.RAW_TRACE).exists()  # another host's pids say nothing here

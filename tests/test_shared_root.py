@@ -42,8 +42,8 @@ def _can_be_another_user() -> str | None:
         return "not running as root: no second Unix user can be made"
     if not shutil.which("setpriv") or not shutil.which("useradd"):
         return "setpriv or useradd is missing"
-    if subprocess.run(["id", ATTACKER], capture_output=True).returncode != 0:
-        made = subprocess.run(["useradd", "-M", "-s", "/bin/sh", ATTACKER], capture_output=True, text=True)
+    if subprocess.run(["id", ATTACKER], capture_output=True, check=False).returncode != 0:
+        made = subprocess.run(["useradd", "-M", "-s", "/bin/sh", ATTACKER], capture_output=True, text=True, check=False)
         if made.returncode != 0 and "exists" not in made.stderr:
             return f"useradd failed: {made.stderr.strip()}"
     return None
@@ -58,12 +58,23 @@ class Attacker:
 
     def sh(self, script: str) -> None:
         cmd = ["setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups", "--", "/bin/sh", "-c", script]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False)
         assert done.returncode == 0, done.stderr
 
     def popen(self, script: str) -> subprocess.Popen[bytes]:
         cmd = ["setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups", "--", "/bin/sh", "-c", script]
         return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _tally() -> Iterator[None]:
+    """Print the tally with NEURONSCOPE_TALLY=1, as tests/test_reliability.py does."""
+    yield
+    if os.environ.get("NEURONSCOPE_TALLY"):
+        import json
+        import sys
+
+        sys.__stdout__.write(f"\nshared-root tally: {json.dumps(TALLY)}\n")
 
 
 @pytest.fixture
@@ -74,25 +85,37 @@ def attacker() -> Attacker:
     return Attacker()
 
 
+def _dirs(attacker: Attacker, prefix: str, root_mode: int) -> tuple[Path, Path, Path]:
+    """(a base outside pytest's private tmp (mode 0700), a root of ``root_mode`` in it, and the
+    attacker's own directory, holding files of a third party that an attack would overwrite)."""
+    base = Path(tempfile.mkdtemp(prefix=prefix))
+    base.chmod(0o755)
+    root, loot = base / "shared", base / "attacker-home"
+    root.mkdir()
+    root.chmod(root_mode)
+    loot.mkdir()
+    (loot / "result.json").write_text("precious\n")
+    (loot / "summary.txt").write_text("precious\n")
+    loot.chmod(0o777)
+    os.chown(loot, attacker.uid, attacker.gid)
+    return base, root, loot
+
+
 @pytest.fixture
 def shared(attacker: Attacker) -> Iterator[tuple[Path, Path]]:
-    """(a shared root, mode 1777; the attacker's own directory, holding a file of a third
-    party that an attack would overwrite). Made outside pytest's private tmp (mode 0700)."""
-    base = Path(tempfile.mkdtemp(prefix="ns-shared-"))
-    try:
-        base.chmod(0o755)
-        root = base / "shared"
-        root.mkdir()
-        root.chmod(0o1777)
-        loot = base / "attacker-home"
-        loot.mkdir()
-        (loot / "result.json").write_text("precious\n")
-        (loot / "summary.txt").write_text("precious\n")
-        loot.chmod(0o777)
-        os.chown(loot, attacker.uid, attacker.gid)
-        yield root, loot
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
+    """(a shared root, mode 1777 as /tmp; the attacker's directory)."""
+    base, root, loot = _dirs(attacker, "ns-shared-", 0o1777)
+    yield root, loot
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def open_root(attacker: Attacker) -> Iterator[tuple[Path, Path]]:
+    """(a root writable by all without the sticky bit, so the attacker can rename entries in
+    it; the attacker's directory)."""
+    base, root, loot = _dirs(attacker, "ns-open-", 0o777)
+    yield root, loot
+    shutil.rmtree(base, ignore_errors=True)
 
 
 def outside_files(loot: Path) -> list[str]:
@@ -141,7 +164,7 @@ def test_planted_symlink_for_the_name_is_refused(shared: tuple[Path, Path], atta
 
 
 def test_planted_directory_of_another_user_is_refused(shared: tuple[Path, Path], attacker: Attacker) -> None:
-    root, loot = shared
+    root, _ = shared
     attacker.sh(f"mkdir -m 777 {root}/victim")
     TALLY["attacks"] += 1
     with pytest.raises(UnsafePathError, match="another user"):
@@ -171,77 +194,48 @@ def test_a_symlink_of_our_own_above_the_root_is_followed(tmp_path: Path) -> None
 # ---- swapped while the captured block runs ----------------------------------------------------
 
 
-def test_run_directory_swapped_for_a_symlink_during_the_capture(tmp_path: Path, attacker: Attacker) -> None:
-    """The root is writable by all without the sticky bit, so the attacker can rename entries in
-    it: in the middle of the captured block it moves the capture's directory away and puts a
-    link to its own directory in its place (a run directory of the same name inside)."""
-    base = Path(tempfile.mkdtemp(prefix="ns-swap-"))
-    try:
-        base.chmod(0o755)
-        root, loot = base / "open", base / "attacker-home"
-        root.mkdir()
-        root.chmod(0o777)
-        loot.mkdir()
-        loot.chmod(0o777)
-        os.chown(loot, attacker.uid, attacker.gid)
-        (loot / "result.json").write_text("precious\n")
-        (loot / "summary.txt").write_text("precious\n")
-        with warnings.catch_warnings(record=True) as record:
-            warnings.simplefilter("always")
-            with neuron_region("swapped", backend="cpu", output_dir=str(root)) as r:
-                _work()
-                made = sorted(p.name for p in (root / "swapped").iterdir()) if (root / "swapped").is_dir() else []
-                runs = " ".join(made)
-                # In the attacker's directory: each run name as a link back to the attacker's
-                # directory itself, so a followed write would land there.
-                attacker.sh(
-                    f"mv {root}/swapped {root}/moved-away 2>/dev/null; mkdir -p {loot}/swapped; "
-                    f"for r in {runs}; do ln -s {loot} {loot}/swapped/$r; done; ln -s {loot}/swapped {root}/swapped"
-                )
-                TALLY["attacks"] += 1
-        assert r.result is not None and r.result.ops  # the measurement is never lost
-        if r.result.run_dir is not None:  # made after the capture (the new flow): a fresh, checked directory
-            assert not Path(r.result.run_dir).resolve().is_relative_to(loot)
-        else:
-            assert any("symbolic link" in str(w.message) for w in record)
-        assert outside_files(loot) == []
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
+def test_run_directory_swapped_for_a_symlink_during_the_capture(open_root: tuple[Path, Path], attacker: Attacker) -> None:
+    """In the middle of the captured block the attacker moves the capture's directory away and
+    puts a link to its own directory in its place (run directories of the same names inside)."""
+    root, loot = open_root
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        with neuron_region("swapped", backend="cpu", output_dir=str(root)) as r:
+            _work()
+            made = sorted(p.name for p in (root / "swapped").iterdir()) if (root / "swapped").is_dir() else []
+            runs = " ".join(made)
+            # Each run name as a link back to the attacker's directory: a followed write lands there.
+            attacker.sh(
+                f"mv {root}/swapped {root}/moved-away 2>/dev/null; mkdir -p {loot}/swapped; "
+                f"for r in {runs}; do ln -s {loot} {loot}/swapped/$r; done; ln -s {loot}/swapped {root}/swapped"
+            )
+            TALLY["attacks"] += 1
+    assert r.result is not None and r.result.ops  # the measurement is never lost
+    if r.result.run_dir is not None:  # made after the capture (the new flow): a fresh, checked directory
+        assert not Path(r.result.run_dir).resolve().is_relative_to(loot)
+    else:
+        assert any("symbolic link" in str(w.message) for w in record)
+    assert outside_files(loot) == []
 
 
-def test_a_racing_attacker_never_gets_a_file(tmp_path: Path, attacker: Attacker) -> None:
-    """A second user swapping every run directory for a link, in a loop, while captures export:
+def test_a_racing_attacker_never_gets_a_file(open_root: tuple[Path, Path], attacker: Attacker) -> None:
+    """A second user swapping the name's directory for a link, in a loop, while captures export:
     files created in its directory: 0."""
-    base = Path(tempfile.mkdtemp(prefix="ns-race-"))
+    root, loot = open_root
+    racer = attacker.popen(
+        f"i=0; while :; do i=$((i+1)); mv {root}/race {root}/gone$i 2>/dev/null && ln -s {loot} {root}/race; done"
+    )
     try:
-        base.chmod(0o755)
-        root, loot = base / "open", base / "attacker-home"
-        root.mkdir()
-        root.chmod(0o777)
-        loot.mkdir()
-        loot.chmod(0o777)
-        os.chown(loot, attacker.uid, attacker.gid)
-        (loot / "result.json").write_text("precious\n")
-        (loot / "summary.txt").write_text("precious\n")
-        # Rename whatever is at the name and replace it with a link, as fast as a shell can.
-        racer = attacker.popen(
-            f"i=0; while :; do i=$((i+1)); mv {root}/race {root}/gone$i 2>/dev/null && ln -s {loot} {root}/race; done"
-        )
-        try:
-            kept = 0
-            for _ in range(12):
-                with neuron_region("race", backend="cpu", output_dir=str(root)) as r:
-                    _work()
-                TALLY["attacks"] += 1
-                assert r.result is not None and r.result.ops
-                kept += r.result.run_dir is not None
-                time.sleep(0.01)
-        finally:
-            racer.kill()
-            racer.wait(timeout=10)
-        assert outside_files(loot) == []
+        for _ in range(12):
+            with neuron_region("race", backend="cpu", output_dir=str(root)) as r:
+                _work()
+            TALLY["attacks"] += 1
+            assert r.result is not None and r.result.ops
+            time.sleep(0.01)
     finally:
-        shutil.rmtree(base, ignore_errors=True)
+        racer.kill()
+        racer.wait(timeout=10)
+    assert outside_files(loot) == []
 
 
 def test_export_result_holds_the_directory_it_checked(tmp_path: Path) -> None:

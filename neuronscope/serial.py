@@ -1,0 +1,144 @@
+"""How results become JSON and come back: the schema version, the layout of ``result.json``, and
+the forgiving readers of its fields (a hand-edited or foreign file holds odd values).
+
+The result types (:mod:`neuronscope.result`) use these in ``to_json`` / ``from_dict``; nothing
+here knows the types themselves.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import fields
+from typing import Any
+
+from .errors import RunLoadError
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "check_schema",
+    "dumps_json",
+    "known_fields",
+    "malformed",
+    "opt_float",
+    "opt_int",
+    "opt_str",
+    "ranks_list",
+]
+
+#: Version of the ``result.json`` layout. Bump it when a field changes meaning; ``from_dict``
+#: keeps loading every older version and refuses newer ones with a clear message.
+SCHEMA_VERSION = 1
+
+def dumps_json(value: Any, indent: int | str | None = 2) -> str:
+    """The text of ``json.dumps(value, indent=indent, default=str)``, laid out the same way
+    except that a list of numbers nested at most two deep (a shape, an op's input-shape
+    signature) stays on one line: a result's shapes would otherwise take a line per dimension.
+    Keys are converted as ``json.dumps`` converts them (and refused where it refuses them)."""
+    if indent is None:
+        return json.dumps(value, default=str)
+    return _dumps(value, indent if isinstance(indent, str) else " " * indent, 0)
+
+
+def _dumps(value: Any, pad: str, level: int) -> str:
+    if isinstance(value, dict) and value:
+        inner = pad * (level + 1)
+        items = (f"{inner}{_json_key(k)}: {_dumps(v, pad, level + 1)}" for k, v in value.items())
+        return "{\n" + ",\n".join(items) + "\n" + pad * level + "}"
+    if isinstance(value, (list, tuple)) and value and _depth(value) > 2:
+        inner = pad * (level + 1)
+        items = (inner + _dumps(v, pad, level + 1) for v in value)
+        return "[\n" + ",\n".join(items) + "\n" + pad * level + "]"
+    return json.dumps(value, default=str)
+
+
+def _json_key(key: Any) -> str:
+    """A dict key as ``json.dumps`` writes it (True -> "true", inf -> "Infinity"), or its
+    TypeError for a key it refuses."""
+    if isinstance(key, str):
+        return json.dumps(key)
+    return json.dumps({key: 0})[1:-4]  # '{"true": 0}' -> '"true"'
+
+
+def _depth(value: Any) -> int:
+    """How deep lists of numbers nest in ``value``; anything else in a list (a dict, a string,
+    an object written with ``default=str``) counts as too deep for one line."""
+    if isinstance(value, (list, tuple)):
+        return 1 + max((_depth(v) for v in value), default=0)
+    if value is None or isinstance(value, (int, float)):
+        return 0
+    return 99
+
+
+def known_fields(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
+    """The keys of ``data`` that ``cls`` has as fields: newer writers may add keys we ignore."""
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in data.items() if k in names}
+
+
+def opt_float(value: Any) -> float | None:
+    if value is None:
+        return None
+    out = float(value)
+    if math.isnan(out):
+        return None
+    return out
+
+
+def opt_int(value: Any) -> int | None:
+    """An integer field that may be absent."""
+    return None if value is None else int(value)
+
+
+def opt_str(value: Any) -> str | None:
+    """A text field that may be absent: None stays None, anything else becomes its text (a
+    hand-edited or foreign file may hold a number where a name belongs)."""
+    return None if value is None else str(value)
+
+
+_RANK_NUMBERS = ("wall_time_us", "total_op_us")
+
+
+def ranks_list(value: Any) -> list[dict[str, Any]] | None:
+    """``ranks`` as the renderers expect it: None, or a list of objects whose times are numbers."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(r, Mapping) for r in value):
+        raise TypeError(f"ranks must be a list of objects, got {value!r:.60}")
+    out = []
+    for r in value:
+        entry = dict(r)
+        for key in _RANK_NUMBERS:
+            if key in entry:
+                entry[key] = opt_float(entry[key])
+        out.append(entry)
+    return out
+
+
+def malformed(what: str, exc: Exception) -> str:
+    """Why a result.json could not be read back, and what to do."""
+    if isinstance(exc, KeyError):
+        problem = f"the field {exc.args[0]!r} is missing"
+    else:
+        problem = f"{type(exc).__name__}: {exc}"
+    return (
+        f"{what} data is malformed ({problem}); the file was edited or not written by "
+        f"neuronscope: re-export the run, or open its trace with `neuronscope show TRACE_FILE`"
+    )
+
+
+def check_schema(data: Any, expected_type: str) -> None:
+    if not isinstance(data, Mapping):
+        raise RunLoadError(f"expected a JSON object for a {expected_type}, got {type(data).__name__}")
+    version = data.get("schema_version", 1)
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise RunLoadError(f"schema_version must be an integer, got {version!r}")
+    if version > SCHEMA_VERSION:
+        raise RunLoadError(
+            f"written by a newer neuronscope (schema {version}, this one reads up to "
+            f"{SCHEMA_VERSION}); upgrade neuronscope to read it"
+        )
+    kind = data.get("type", expected_type)
+    if kind != expected_type:
+        raise RunLoadError(f"holds a {kind}, not a {expected_type}")

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 __all__ = [
+    "COMPILED_CODE_PREFIXES",
     "COMPILED_REGION_PREFIXES",
     "COPY_MARKERS",
     "ELEMENTWISE_OPS",
@@ -26,6 +27,9 @@ __all__ = [
 #: Names of the events torch.compile'd code runs under. Ops inside them are already fused (or
 #: are the extern kernels the compiled graph calls), so no rule looks at them.
 COMPILED_REGION_PREFIXES = ("Torch-Compiled Region", "## Call CompiledFxGraph", "CompiledFunction")
+#: The first two: the events of compiled code as a whole (a compiled region, one compiled
+#: graph's call), which torch may record as a range rather than an op.
+COMPILED_CODE_PREFIXES = COMPILED_REGION_PREFIXES[:2]
 
 # Ops whose output shares its input's storage: consumers of the view link straight to whoever
 # wrote the storage, as they would to the base tensor.

@@ -145,3 +145,22 @@ def test_trace_parity(name: str, tmp_path: Path) -> None:
     for h in replay.hints:
         if h.kind == "fusion":
             assert h.details["not_from_op_order"] == ["elementwise_chain"]
+
+
+def test_observing_a_compiled_function_adds_no_recompile() -> None:
+    """Dynamo guards compiled code on the torch function mode stack: where torch.compile is
+    in use the observation names lines with a trace function instead of a mode, so the
+    warm-up's compile serves the capture and no recompile is reported."""
+
+    def norm(x: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+
+    compiled = torch.compile(norm, backend="eager")  # Dynamo and its guards, without a slow Inductor build
+    x = torch.randn(8, 64)
+    (result,) = captured(lambda: compiled(x), name="compiled-norm")
+    assert not [h for h in result.hints if h.kind in ("recompile", "graph_break")], [h.message for h in result.hints]
+    # The same model gives the same hints and lines with the trace function as with the mode.
+    (llama,) = captured(rm.step_fn(rm.MODELS["llama"], False))
+    assert kinds(llama.hints) == rm.expected(rm.MODELS["llama"], False)
+    (rotary,) = [h for h in llama.hints if h.pattern == "rotary_embedding"]
+    assert rotary.location is not None and "modeling_llama.py" in rotary.location

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from ..capture.dynamo import facts, snapshot  # in __all__: gathering is the capture stage's
 from ..events import KIND_ANNOTATION, KIND_OP
 from ..result import Hint, OpStat
+from .opgraph import COMPILED_CODE_PREFIXES
 
 if TYPE_CHECKING:
     from ..events import EventTable, Summary
@@ -50,7 +51,6 @@ _GRAPH = re.compile(r"^## Call CompiledFxGraph (\w+) ##$")
 _COMPILE_ID = re.compile(r"(\d+)/(\d+)")
 _RESUME = re.compile(r"^torch_dynamo_resume_in_(.+)_at_(\d+)$")
 _BACKWARD = "CompiledFunctionBackward"
-_COMPILED_PREFIXES = ("## Call CompiledFxGraph", "Torch-Compiled Region")
 _COMPILE_DATA = re.compile(r"^\S+_data: (?:.*, )?compile_id=\S+$")
 
 
@@ -395,7 +395,7 @@ def _graph_owners(table: EventTable) -> dict[str, str]:
     """
     per_thread: dict[int, list[int]] = {}
     for i, name in enumerate(table.names):
-        if name.startswith(("Torch-Compiled Region", "## Call CompiledFxGraph")) or name == _BACKWARD:
+        if name.startswith(COMPILED_CODE_PREFIXES) or name == _BACKWARD:
             per_thread.setdefault(table.tids[i], []).append(i)
     owners: dict[str, str] = {}
     starts, ends, names = table.starts, table.ends, table.names
@@ -433,7 +433,7 @@ def promote_compiled_events(table: EventTable) -> None:
     """
     kinds, names = table.kinds, table.names
     for i in [i for i, k in enumerate(kinds) if k == KIND_ANNOTATION]:
-        if names[i].startswith(_COMPILED_PREFIXES):
+        if names[i].startswith(COMPILED_CODE_PREFIXES):
             kinds[i] = KIND_OP
 
 

@@ -102,6 +102,54 @@ def _function_mode() -> Any:
     return _Lines()
 
 
+def _compile_in_use() -> bool:
+    """Has torch.compile been asked for in this process? Dynamo guards compiled code on the
+    torch function mode stack: code compiled under the observation's mode would recompile at
+    the next call without it (a false ``recompile`` hint, and a second compile)."""
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    backends = getattr(eval_frame, "cached_backends", None) or {}
+    return any(b is not None for b in list(backends.values()))
+
+
+@contextlib.contextmanager
+def _line_ranges() -> Iterator[None]:
+    """The user's lines without a mode (where torch.compile runs): a trace function opens a
+    range per executed line of user code, so each op lands under the innermost user line that
+    ran it. No Python numbers this way. Left off under a debugger or coverage tool (a trace
+    function already set), which it would displace."""
+    if sys.gettrace() is not None:
+        yield
+        return
+    import torch
+
+    fast = torch._C._profiler._RecordFunctionFast
+    open_ranges: dict[int, Any] = {}
+
+    def local(frame: FrameType, event: str, arg: Any) -> Any:
+        key = id(frame)
+        held = open_ranges.pop(key, None)
+        if held is not None:
+            held.__exit__(None, None, None)
+        if event == "line":
+            rng = fast(f"{LOCATION_PREFIX}{frame.f_code.co_filename}:{frame.f_lineno}")
+            rng.__enter__()
+            open_ranges[key] = rng
+        return local
+
+    def tracer(frame: FrameType, event: str, arg: Any) -> Any:
+        if event == "call" and is_user_file(frame.f_code.co_filename):
+            return local
+        return None
+
+    sys.settrace(tracer)
+    try:
+        yield
+    finally:
+        sys.settrace(None)
+        for rng in reversed(list(open_ranges.values())):
+            rng.__exit__(None, None, None)
+
+
 def _profiler_busy() -> bool:
     import torch
 
@@ -126,14 +174,14 @@ def observe_dataflow() -> Iterator[Observation]:
         prof = torch.profiler.profile(
             activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True, profile_memory=True
         )
-        mode = _function_mode()
+        lines = _line_ranges() if _compile_in_use() else _function_mode()
         prof.start()
     except Exception as err:  # observing is best effort: the user's call runs regardless
         obs.error = f"{type(err).__name__}: {err}"
         yield obs
         return
     try:
-        with mode:
+        with lines:
             yield obs
     finally:
         try:

@@ -39,6 +39,7 @@ __all__ = [
     "Entry",
     "Owner",
     "acquire_profiler",
+    "capturing",
     "current",
     "enter",
     "idle",
@@ -174,6 +175,12 @@ def current() -> Entry | None:
     while e is not None and (not e.open or e.kind not in (CAPTURE, QUIET)):
         e = e.parent
     return e
+
+
+def capturing() -> bool:
+    """Whether the running code is inside one of neuronscope's captures."""
+    entry = current()
+    return entry is not None and entry.kind == CAPTURE
 
 
 def idle() -> bool:

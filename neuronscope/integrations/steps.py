@@ -28,8 +28,9 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from ..errors import ConfigError, NeuronscopeError
-from ..region import current_capture, neuron_region
+from ..region import neuron_region
 from ..result import ProfileResult
+from ..scope import capturing
 
 __all__ = ["HeldRegion", "StepCapture", "StepNotFinished", "check_options", "parse_steps"]
 
@@ -45,21 +46,21 @@ class StepNotFinished(NeuronscopeError):
 class HeldRegion:
     """A ``neuron_region`` entered in one trainer hook and exited in another.
 
-    The only place the integrations drive a region. Regions are context managers today; when
-    they gain ``start()`` / ``stop()``, the two lines marked below become those calls.
+    The only place the integrations drive a region: :meth:`neuron_region.start` here, and the
+    region's exit with the step's exception (if any) in :meth:`close`.
     """
 
     __slots__ = ("region",)
 
     def __init__(self, name: str, options: Mapping[str, Any]) -> None:
         self.region = neuron_region(name, **options)
-        self.region.__enter__()  # -> self.region.start()
+        self.region.start()
 
     def close(self, exc: BaseException | None = None) -> ProfileResult | None:
         """Exit the region (``exc``: the exception that ended the step, if any); the result of
         the capture that held it, or None when nothing was captured."""
         tb = None if exc is None else exc.__traceback__
-        self.region.__exit__(None if exc is None else type(exc), exc, tb)  # -> self.region.stop(exc)
+        self.region.__exit__(None if exc is None else type(exc), exc, tb)
         return self.region.result
 
 
@@ -115,7 +116,7 @@ class StepCapture:
         self.outer = HeldRegion(name, options)
         # Another capture (on another thread) or the user's own torch.profiler may hold the
         # profiler: then this step runs uncaptured (the region counted it) and gets no labels.
-        self.capturing = current_capture() is not None
+        self.capturing = capturing()
         _unfinished.add(self)
         if not self.capturing:
             return

@@ -12,9 +12,11 @@ innermost open entry that is a capture or a quiet pass; it decides what a new en
   ``torch.profiler`` becomes a labelled range in theirs (``foreign``).
 
 Closing marks an entry closed and any thread may do it (a generator finished on another
-thread, a trainer hook): readers skip closed entries, so no frame or thread bookkeeping is
-needed. Each thread and each asyncio task has its own context, hence its own chain. A capture
-that ends while labelled ranges inside it are still open cuts them: they get no result.
+thread, a trainer hook): readers skip closed entries, so threads, generators and tasks need no
+frame or thread bookkeeping. Each thread and each asyncio task has its own context, hence its
+own chain. A capture that ends while labelled ranges inside it are still open cuts them: they
+get no result. Frames are looked at in one case only: a region object entered again inside its
+own unprofiled pass, where recursion and a skipped ``__exit__`` look alike (:func:`_abandoned`).
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -131,11 +132,13 @@ class Session:
         _distributed.finish(self.dist, result, self.run_dir, hints=self.options.hints)
         if self.options.export:
             self._export(result, record.prof)
+        final = self.result  # a new result where the export failed
+        assert final is not None
         if self.announce:
-            announce_result(result, self.options.print_summary)
+            announce_result(final, self.options.print_summary)
         if record.interrupted is not None:
             raise record.interrupted
-        return result
+        return final
 
     def _trace_writer(self, prof: Any, event_count: int) -> Callable[[Path], Path | None]:
         fmt = self.options.trace_format
@@ -182,10 +185,8 @@ class Session:
                 trace_writer=self._trace_writer(prof, result.event_count),
             )
         except Exception as err:
-            result.run_dir = None
-            self.run_dir = None
             cause = f"{type(err).__name__}: {err}"
-            result.notes.append(f"not exported: {cause}")
+            self._not_exported(result, run_dir, cause)
             key = (str(self.options.output_root), type(err).__name__, getattr(err, "errno", None))
             if not warn_once(
                 ("export", *key),
@@ -194,15 +195,16 @@ class Session:
                 f"the same way are not warned about again; their results' notes say so",
             ):
                 log.debug("capture %r not exported: %s", self.name, cause)
-            if run_dir is not None:
-                _discard_partial_run(run_dir)
         except BaseException as err:  # Ctrl-C during the export: the result stays in memory
-            result.run_dir = None
-            self.run_dir = None
-            result.notes.append(f"not exported: interrupted ({type(err).__name__})")
-            if run_dir is not None:
-                _discard_partial_run(run_dir)
+            self._not_exported(result, run_dir, f"interrupted ({type(err).__name__})")
             raise
+
+    def _not_exported(self, result: ProfileResult, run_dir: Path | None, cause: str) -> None:
+        """The result as it stays in memory when the export failed: a new one, not exported."""
+        self.result = replace(result, run_dir=None, notes=[*result.notes, f"not exported: {cause}"])
+        self.run_dir = None
+        if run_dir is not None:
+            _discard_partial_run(run_dir)
 
     def abandon(self) -> None:
         """Undo a start that failed after the profiler started (the outer label, say)."""

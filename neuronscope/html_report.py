@@ -103,7 +103,7 @@ def _slug(text: str) -> str:
 
 
 def _device_label(backend: str | None) -> str:
-    return {"neuron": "NEURON", "cuda": "CUDA"}.get(backend or "", "device")
+    return {"neuron": "NEURON", "cuda": "CUDA", "rocm": "HIP", "mtia": "MTIA"}.get(backend or "", "device")
 
 
 def _plain(text: str) -> str:
@@ -204,7 +204,7 @@ class _Charts:
             colors.append(_GREY)
         shares = [100.0 * t / total for t in times]
         texts = [f"{s:.1f}%  {_fmt_us(t)}" for s, t in zip(shares, times)]
-        kind = f"self {_device_label(result.backend)} time" if result.has_device_time else "self CPU time"
+        kind = f"self {_device_label(result.platform or result.backend)} time" if result.has_device_time else "self CPU time"
         title = f"Where the time went: {result.name} (share of {_fmt_us(total)} {kind})"
         return self._bars(labels, shares, texts, colors, title, "share of total op time (%)")
 
@@ -341,7 +341,7 @@ def _meta_line(items: list[tuple[str, Any]]) -> str:
 def _ops_table(result: ProfileResult) -> str:
     ops = result.ops
     has_device = result.has_device_time
-    dev = _device_label(result.backend)
+    dev = _device_label(result.platform or result.backend)
     total = result.share_total_us
     headers = ["Op", "Calls", "Self CPU", "CPU total"]
     if has_device:
@@ -445,7 +445,7 @@ def _result_sections(result: ProfileResult, charts: _Charts, heading: str = "h2"
     parts: list[str] = []
     if result.error:
         parts.append(f'<section class="error"><{heading}>Error</{heading}><p><code>{_e(result.error)}</code></p></section>')
-    kind = f"self {_device_label(result.backend)} time" if result.has_device_time else "self CPU time"
+    kind = f"self {_device_label(result.platform or result.backend)} time" if result.has_device_time else "self CPU time"
     time_html = [f'<section id="time{sfx}"><{heading}>Where the time went</{heading}>']
     if result.ops:
         time_html.append(f'<p class="note">Ops ranked by {kind}, summed over the capture.</p>')

@@ -214,6 +214,12 @@ def test_rocm_trace_is_labelled_rocm_with_hip_columns() -> None:
     r = from_trace(TRACES / "mi300_bert_inference.json.gz")
     text = r.table()
     assert r.platform == "rocm" and "[rocm]" in text and "Self HIP" in text and "CUDA" not in text.split("\n\n")[1]
+    assert ProfileResult.from_dict(r.to_dict()).platform == "rocm"
+    pytest.importorskip("matplotlib")  # the report's charts need it (the "report" extra)
+    from neuronscope.html_report import render_report
+
+    page = render_report(r)
+    assert "Self HIP" in page and "Self CUDA" not in page
 
 
 def test_rank_without_world_size_prints_no_none() -> None:

@@ -172,7 +172,10 @@ class _Reader:
                 if tc is int:
                     start = ts * 1000
                 elif tc is float:
-                    start = int(ts * 1000 + 0.5)
+                    # Whole and fractional microseconds apart: ts * 1000 of an epoch timestamp
+                    # (about 1.7e18 ns) is past float precision, off by up to 128 ns.
+                    whole_us = int(ts)
+                    start = whole_us * 1000 + int((ts - whole_us) * 1000 + 0.5)
                 else:
                     raise TypeError(f"'ts' is a {tc.__name__}, not a number")
                 tc = dur.__class__
@@ -338,6 +341,8 @@ class _Reader:
                 launches.setdefault(launch[0], []).append((launch[1], k))
                 dev.launch_starts.append(launch[1])
                 dev.launch_ends.append(launch[2])
+        if dev_start:
+            dev.segments.append(len(dev.starts))
         dev.starts.extend(dev_start)
         dev.ends.extend(map(operator.add, dev_start, dev_dur))
         dev.streams.extend(self.dev_stream)

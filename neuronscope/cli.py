@@ -102,10 +102,12 @@ def _open(path_text: str) -> Any:
             return obj.results[label]
     if path.is_file() and _looks_like_trace(path):
         return _read_trace(path)
-    if path.is_dir() and not (path / "result.json").exists():
+    # A folder of rank traces, or what tensorboard_trace_handler wrote (traces inside); not a
+    # neuronscope run directory (its own trace.json beside a missing result.json: load says so).
+    own = ("result.json", "trace.json", "trace.json.gz", ".incomplete")
+    if path.is_dir() and not any((path / n).exists() for n in own):
         from .trace import find_trace_files
 
-        # A folder of rank traces, or what tensorboard_trace_handler wrote (traces inside).
         if find_trace_files(path):
             return _read_trace(path)
     return load(path)

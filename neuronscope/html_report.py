@@ -140,7 +140,7 @@ def _meta_line(items: list[tuple[str, Any]]) -> str:
 def _ops_table(result: ProfileResult) -> str:
     ops = result.ops
     has_device = result.has_device_time
-    dev = device_label(result.backend)
+    dev = device_label(result.platform or result.backend)
     total = result.share_total_us
     headers = ["Op", "Calls", "Self CPU", "CPU total"]
     if has_device:
@@ -244,7 +244,7 @@ def _result_sections(result: ProfileResult, charts: Charts, heading: str = "h2",
     parts: list[str] = []
     if result.error:
         parts.append(f'<section class="error"><{heading}>Error</{heading}><p><code>{_e(result.error)}</code></p></section>')
-    kind = f"self {device_label(result.backend)} time" if result.has_device_time else "self CPU time"
+    kind = f"self {device_label(result.platform or result.backend)} time" if result.has_device_time else "self CPU time"
     time_html = [f'<section id="time{sfx}"><{heading}>Where the time went</{heading}>']
     if result.ops:
         time_html.append(f'<p class="note">Ops ranked by {kind}, summed over the capture.</p>')

@@ -38,7 +38,7 @@ TIMELINE_STEPS = 24
 
 
 def device_label(backend: str | None) -> str:
-    return {"neuron": "NEURON", "cuda": "CUDA"}.get(backend or "", "device")
+    return {"neuron": "NEURON", "cuda": "CUDA", "rocm": "HIP", "mtia": "MTIA"}.get(backend or "", "device")
 
 
 def _plain(text: str) -> str:
@@ -155,7 +155,7 @@ class Charts:
             colors.append(_GREY)
         shares = [100.0 * t / total for t in times]
         texts = [f"{s:.1f}%  {fmt_us(t)}" for s, t in zip(shares, times)]
-        kind = f"self {device_label(result.backend)} time" if result.has_device_time else "self CPU time"
+        kind = f"self {device_label(result.platform or result.backend)} time" if result.has_device_time else "self CPU time"
         title = f"Where the time went: {shorten(result.name, 80)} (share of {fmt_us(total)} {kind})"
         return self._bars(labels, shares, texts, colors, title, "share of total op time (%)", axis_max=100.0)
 

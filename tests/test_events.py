@@ -665,3 +665,23 @@ def test_live_capture_keeps_device_intervals_launches_and_inner_ranges() -> None
     assert bd is not None and bd["window_us"] == 0.55 and bd["busy_us"] == 0.35
     assert bd["communication_us"] == 0.3 and bd["memory_us"] == 0.05
     assert bd["idle_sync_us"] == 0.09  # the host sat in cudaStreamSynchronize 470-560 of the 400-600 gap
+
+
+def test_one_answer_to_is_this_frame_user_code() -> None:
+    """events.frames: one list of library roots for live captures and trace files."""
+    from neuronscope.events.frames import LIBRARY_ROOTS, is_user_file, user_location
+
+    assert {"torch", "neuronscope", "_pytest", "pluggy", "wrapt", "torch_neuronx"} <= LIBRARY_ROOTS
+    assert user_location("/home/me/train.py(12): main") == "/home/me/train.py:12"
+    assert user_location("train.py(3): step") == "train.py:3"
+    for frame in (
+        "torch/nn/modules/module.py(1750): _call_impl",
+        "_pytest/python.py(159): pytest_pyfunc_call",
+        "/opt/venv/lib/python3.11/site-packages/wrapt/wrappers.py(9): __call__",
+        "/usr/lib/python3.11/json/decoder.py(337): decode",
+        "json/decoder.py(337): decode",
+        "<built-in method mm of type object at 0x0>",
+        "nn.Module: Linear_0",
+    ):
+        assert user_location(frame) is None, frame
+    assert is_user_file("/home/me/json/decoder.py")  # an absolute path named like the stdlib

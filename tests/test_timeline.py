@@ -214,6 +214,12 @@ def test_rocm_trace_is_labelled_rocm_with_hip_columns() -> None:
     r = from_trace(TRACES / "mi300_bert_inference.json.gz")
     text = r.table()
     assert r.platform == "rocm" and "[rocm]" in text and "Self HIP" in text and "CUDA" not in text.split("\n\n")[1]
+    assert ProfileResult.from_dict(r.to_dict()).platform == "rocm"
+    pytest.importorskip("matplotlib")  # the report's charts need it (the "report" extra)
+    from neuronscope.html_report import render_report
+
+    page = render_report(r)
+    assert "Self HIP" in page and "Self CUDA" not in page
 
 
 def test_rank_without_world_size_prints_no_none() -> None:
@@ -284,3 +290,22 @@ def test_report_html_has_the_timeline_chart(tmp_path: Path) -> None:
     assert "<svg" in section and "Device busy and idle" in section
     assert "host not launching" in section and "ProfilerStep#551" in section
     assert 'id="timeline"' not in render_report(from_trace(TRACES / "cpu_only.json.gz"))
+
+
+def test_captures_read_together_add_up_without_the_time_between(tmp_path: Path) -> None:
+    """Two captures of one rank (a schedule's repeats): each is broken down on its own."""
+    one = from_trace(TRACES / "training_mm_record_shapes.json.gz").breakdown
+    a, b = tmp_path / "w.1.pt.trace.json.gz", tmp_path / "w.2.pt.trace.json.gz"
+    a.write_bytes((TRACES / "training_mm_record_shapes.json.gz").read_bytes())
+    doc = json.loads(gzip.decompress(a.read_bytes()))
+    for e in doc["traceEvents"]:  # the second capture an hour later
+        if isinstance(e.get("ts"), (int, float)):
+            e["ts"] += 3.6e9
+    b.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    both = from_trace([a, b]).breakdown
+    assert one is not None and both is not None and both["captures"] == 2
+    assert both["window_us"] == pytest.approx(2 * one["window_us"], abs=0.01)  # not an hour
+    assert both["busy_us"] == pytest.approx(2 * one["busy_us"], abs=0.01)
+    assert both["idle_host_us"] == pytest.approx(2 * one["idle_host_us"], abs=0.01)
+    assert len(both["steps"]) == 2 * len(one["steps"])
+    assert both["streams"][0]["events"] == 2 * one["streams"][0]["events"]

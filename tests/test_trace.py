@@ -665,3 +665,30 @@ def test_shared_traces_are_untouched(tmp_path: Path) -> None:
     before = copy.read_bytes()
     from_trace(copy)
     assert copy.read_bytes() == before == (TRACES / "cpu_only.json.gz").read_bytes()
+
+
+def test_show_opens_a_set_of_rank_files_and_trace_folders(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from neuronscope.cli import main
+
+    ranks = tmp_path / "ranks"
+    ranks.mkdir()
+    shutil.copy(TRACES / "training_mm_record_shapes.json.gz", ranks / "r0.json.gz")
+    shutil.copy(TRACES / "a100_training_step.json.gz", ranks / "r3.json.gz")
+    for argv in (["show", str(ranks)], ["show", str(ranks / "r0.json.gz"), str(ranks / "r3.json.gz")]):
+        capsys.readouterr()
+        assert main([*argv, "--rows", "2"]) == 0, argv
+        out = capsys.readouterr().out
+        assert "Ranks:" in out and "r0.json.gz" in out and "r3.json.gz" in out
+        assert out.splitlines()[0].endswith("rank 0/2")  # two ranks that disagree on the world size
+    # What tensorboard_trace_handler writes: <dir>/<worker>.<ms>.pt.trace.json.gz, one level down.
+    tb = tmp_path / "tb" / "run1"
+    tb.mkdir(parents=True)
+    shutil.copy(TRACES / "a100_alexnet.json.gz", tb / "host_1.1695835535.pt.trace.json.gz")
+    capsys.readouterr()
+    assert main(["show", str(tmp_path / "tb"), "--rows", "2"]) == 0
+    assert "aten::" in capsys.readouterr().out
+    # A neuronscope run directory without its result.json is not read as a folder of traces.
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(TRACES / "a100_alexnet.json.gz", run / "trace.json.gz")
+    assert main(["show", str(run)]) == 2

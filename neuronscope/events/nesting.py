@@ -8,12 +8,13 @@ for a sorted list of instants (a trace's launches and frames).
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable
 
 import numpy as np
 
 from .table import KIND_ANNOTATION, EventTable
 
-__all__ = ["add_inner_range_device_time", "innermost_open", "parents"]
+__all__ = ["add_inner_range_device_time", "innermost_open", "parents", "rows_by_thread"]
 
 
 def parents(starts: np.ndarray, ends: np.ndarray, new_thread: np.ndarray) -> np.ndarray:
@@ -78,6 +79,21 @@ def innermost_open(rows: list[int], starts: list[int], ends: list[int], instants
     return out
 
 
+def rows_by_thread(table: EventTable, kind: int, threads: Iterable[int], base: int = 0) -> dict[int, list[int]]:
+    """The rows of ``kind`` from ``base`` on, per thread of ``threads``, parents first (by
+    start, the longer first on a tie): the order :func:`innermost_open` takes."""
+    kinds, tids, starts, ends = table.kinds, table.tids, table.starts, table.ends
+    rows: dict[int, list[int]] = {t: [] for t in threads}
+    for i in range(base, len(table)):
+        if kinds[i] == kind:
+            lst = rows.get(tids[i])
+            if lst is not None:
+                lst.append(i)
+    for lst in rows.values():
+        lst.sort(key=lambda i: (starts[i] << 64) - ends[i])
+    return rows
+
+
 def add_inner_range_device_time(table: EventTable, launches: list[tuple[int, int, int, int]], base: int = 0) -> None:
     """For each ``(thread, launch instant, op row, device ns)`` (device work linked to the op
     that launched it), add the time to the innermost range open at the launch on that thread
@@ -85,14 +101,8 @@ def add_inner_range_device_time(table: EventTable, launches: list[tuple[int, int
     :attr:`EventTable.range_device_ns`. Only rows from ``base`` on are ranges considered."""
     if not launches:
         return
-    kinds, tids, starts, ends = table.kinds, table.tids, table.starts, table.ends
-    threads = {t for t, _, _, _ in launches}
-    rows: dict[int, list[int]] = {t: [] for t in threads}
-    for i in range(base, len(table)):
-        if kinds[i] == KIND_ANNOTATION:
-            lst = rows.get(tids[i])
-            if lst is not None:
-                lst.append(i)
+    starts, ends = table.starts, table.ends
+    rows = rows_by_thread(table, KIND_ANNOTATION, {t for t, _, _, _ in launches}, base)
     by_thread: dict[int, list[tuple[int, int]]] = {}
     for k, (t, when, _, _) in enumerate(launches):
         if rows[t]:
@@ -100,7 +110,6 @@ def add_inner_range_device_time(table: EventTable, launches: list[tuple[int, int
     extra = table.range_device_ns
     for t, items in by_thread.items():
         ranges = rows[t]
-        ranges.sort(key=lambda i: (starts[i] << 64) - ends[i])
         items.sort()
         for (_, k), r in zip(items, innermost_open(ranges, starts, ends, items)):
             _, _, op, dur = launches[k]

@@ -171,9 +171,30 @@ class DeviceEvents:
     launch_ends: list[int] = field(default_factory=list)
     sync_starts: list[int] = field(default_factory=list)
     sync_ends: list[int] = field(default_factory=list)
+    #: where each separate capture's events begin (files of one rank read together): the time
+    #: between captures is no idle time of the device
+    segments: list[int] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.starts)
+
+    def segment(self, lo: int, hi: int) -> DeviceEvents:
+        """Events ``lo:hi``, with the syncs that overlap their time span."""
+        part = DeviceEvents(
+            starts=self.starts[lo:hi],
+            ends=self.ends[lo:hi],
+            streams=self.streams[lo:hi],
+            classes=self.classes[lo:hi],
+            launch_starts=self.launch_starts[lo:hi],
+            launch_ends=self.launch_ends[lo:hi],
+        )
+        if part.starts:
+            t0, t1 = min(part.starts), max(part.ends)
+            for a, b in zip(self.sync_starts, self.sync_ends):
+                if b >= t0 and a <= t1:
+                    part.sync_starts.append(a)
+                    part.sync_ends.append(b)
+        return part
 
 
 @dataclass

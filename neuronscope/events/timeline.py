@@ -24,6 +24,7 @@ the result:
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -37,6 +38,7 @@ from .table import (
     DEVICE_WAIT,
     KIND_ANNOTATION,
     KIND_OP,
+    DeviceEvents,
     EventTable,
 )
 
@@ -103,10 +105,43 @@ def _steps(table: EventTable) -> tuple[list[str], np.ndarray, np.ndarray]:
 
 def step_breakdown(table: EventTable) -> dict[str, Any] | None:
     """The device's busy and idle time of the capture and of each step (see the module
-    notes), or None when the table holds no device intervals."""
+    notes), or None when the table holds no device intervals. Separate captures read together
+    (:attr:`DeviceEvents.segments`) are broken down one by one and added up: the time between
+    them is no idle time."""
     dev = table.device
     if dev is None or not len(dev):
         return None
+    if len(dev.segments) > 1:
+        bounds = [*dev.segments, len(dev)]
+        parts = [_breakdown(dev.segment(a, b), table) for a, b in itertools.pairwise(bounds)]
+        return _combine([p for p in parts if p is not None])
+    return _breakdown(dev, table)
+
+
+def _combine(parts: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Several captures' breakdowns as one: times added, steps listed in turn, streams merged;
+    the launch statistics and the chart are the longest capture's."""
+    if len(parts) < 2:
+        return parts[0] if parts else None
+    main = max(parts, key=lambda p: p["window_us"])
+    out = dict(main)
+    for key in main:
+        if key.endswith("_us") and isinstance(main[key], float):
+            out[key] = round(sum(p[key] for p in parts), 3)
+    out["busy_pct"] = round(100.0 * out["busy_us"] / out["window_us"], 2) if out["window_us"] else 0.0
+    out["steps"] = [s for p in parts for s in p["steps"]][:MAX_STEPS]
+    streams: dict[int, dict[str, Any]] = {}
+    for p in parts:
+        for st in p["streams"]:
+            row = streams.setdefault(st["stream"], {"stream": st["stream"], "events": 0, "busy_us": 0.0})
+            row["events"] += st["events"]
+            row["busy_us"] = round(row["busy_us"] + st["busy_us"], 3)
+    out["streams"] = sorted(streams.values(), key=lambda r: r["busy_us"], reverse=True)
+    out["captures"] = len(parts)
+    return out
+
+
+def _breakdown(dev: DeviceEvents, table: EventTable) -> dict[str, Any] | None:
     s = np.array(dev.starts, dtype=np.int64)
     e = np.array(dev.ends, dtype=np.int64)
     cls = np.array(dev.classes, dtype=np.int8)

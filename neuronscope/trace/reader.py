@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from ..errors import TraceFormatError
 from ..events import IGNORED_NAMES, KIND_ANNOTATION, KIND_OP, KIND_PYTHON, KIND_RUNTIME, EventTable, gc_paused
 from ..events.frames import user_location
-from ..events.nesting import add_inner_range_device_time, innermost_open
+from ..events.nesting import add_inner_range_device_time, innermost_open, rows_by_thread
 from ..events.table import (
     KIND_DEVICE,
     KIND_SKIP,
@@ -27,6 +27,7 @@ from ..events.table import (
     promote_compiled_events,
 )
 from .jsontext import Fallback, stream, whole
+from .meta import trace_metadata
 
 _UNSET = object()
 _SYNC = 7  # a category of host intervals blocked in a synchronisation (read, not a row)
@@ -171,7 +172,10 @@ class _Reader:
                 if tc is int:
                     start = ts * 1000
                 elif tc is float:
-                    start = int(ts * 1000 + 0.5)
+                    # Whole and fractional microseconds apart: ts * 1000 of an epoch timestamp
+                    # (about 1.7e18 ns) is past float precision, off by up to 128 ns.
+                    whole_us = int(ts)
+                    start = whole_us * 1000 + int((ts - whole_us) * 1000 + 0.5)
                 else:
                     raise TypeError(f"'ts' is a {tc.__name__}, not a number")
                 tc = dur.__class__
@@ -299,20 +303,6 @@ class _Reader:
         return KIND_SKIP if kind is None else kind
 
     # ---- linking, once per file ------------------------------------------------------------
-    def _rows_by_thread(self, base: int, kind: int, threads: Iterable[int]) -> dict[int, list[int]]:
-        """This file's rows of one kind on each of ``threads``, parents first."""
-        table = self.table
-        rows: dict[int, list[int]] = {t: [] for t in threads}
-        kinds, tids, starts, ends = table.kinds, table.tids, table.starts, table.ends
-        for i in range(base, len(table)):
-            if kinds[i] == kind:
-                lst = rows.get(tids[i])
-                if lst is not None:
-                    lst.append(i)
-        for lst in rows.values():
-            lst.sort(key=lambda i: (starts[i] << 64) - ends[i])
-        return rows
-
     def _finish_file(self, base: int) -> None:
         table = self.table
         n = len(table)
@@ -351,6 +341,8 @@ class _Reader:
                 launches.setdefault(launch[0], []).append((launch[1], k))
                 dev.launch_starts.append(launch[1])
                 dev.launch_ends.append(launch[2])
+        if dev_start:
+            dev.segments.append(len(dev.starts))
         dev.starts.extend(dev_start)
         dev.ends.extend(map(operator.add, dev_start, dev_dur))
         dev.streams.extend(self.dev_stream)
@@ -365,7 +357,7 @@ class _Reader:
         launched_at: dict[int, tuple[int, int]] = {}  # orphan -> (thread, launch instant)
         inside_op: list[tuple[int, int, int, int]] = []  # (thread, launch, op, ns) linked to an op
         if launches:
-            per_thread = self._rows_by_thread(base, KIND_OP, launches)
+            per_thread = rows_by_thread(table, KIND_OP, launches, base)
             for t, items in launches.items():
                 items.sort()
                 for (when, k), i in zip(items, innermost_open(per_thread[t], starts, ends, items)):
@@ -409,7 +401,7 @@ class _Reader:
             # Launched outside any op (a fused optimizer's kernels, launched from C++) but
             # inside a range: the range's device time. It stays "outside any op" as well.
             if outside:
-                ranges = self._rows_by_thread(base, KIND_ANNOTATION, outside)
+                ranges = rows_by_thread(table, KIND_ANNOTATION, outside, base)
                 for t, items in outside.items():
                     items.sort()
                     for (_, k), i in zip(items, innermost_open(ranges[t], starts, ends, items)):
@@ -518,77 +510,4 @@ def read_files(files: Sequence[Path]) -> tuple[EventTable, dict[str, Any]]:
             reader.read(p)
         table = reader.finish()
         table.processes = {i: key[0] for key, i in reader.thread_ids.items()}
-        return table, _metadata(reader)
-
-
-def _metadata(reader: _Reader) -> dict[str, Any]:
-    meta: dict[str, Any] = {}
-    for m in reader.metas:  # the first file's values win
-        for k, v in m.items():
-            meta.setdefault(k, v)
-    dist_raw, devices_raw = meta.get("distributedInfo"), meta.get("deviceProperties")
-    dist: dict[str, Any] = dist_raw if isinstance(dist_raw, dict) else {}
-    devices: list[Any] = devices_raw if isinstance(devices_raw, list) else []
-    names = [str(d["name"]) for d in devices if isinstance(d, dict) and d.get("name")]
-    device_name = ", ".join(dict.fromkeys(names)) or None
-    table = reader.table
-    looks_neuron = any(w in (device_name or "").lower() for w in ("neuron", "trainium", "inferentia"))
-    if reader.saw_privateuse1 or looks_neuron:
-        backend = "neuron"
-    elif reader.saw_mtia:
-        backend = "mtia"
-    elif table.has_device:
-        backend = "cuda"
-    else:
-        backend = "cpu"
-    platform = {"neuron": "neuron", "cpu": "cpu", "mtia": "mtia"}.get(backend) or ("rocm" if reader.saw_hip else "cuda")
-    notes = []
-    if reader.saw_mtia and table.has_device:
-        notes.append(
-            "MTIA trace: device time from its mtia_ccp_events (a stream waiting on another, "
-            "event_wait, is not counted as busy)"
-        )
-    if reader.saw_counters:
-        notes.append(
-            "CUPTI counter-mode trace: device times are cuda_profiler_range records, each kernel "
-            "replayed to read hardware counters, so they are the replays' durations, not the run's "
-            "timing (no busy/idle breakdown); use a trace without counters for times"
-        )
-    if reader.negative:
-        notes.append(f"{reader.negative:,} event(s) with a negative duration were read as 0")
-    pids = sorted({k[0] for k in reader.thread_ids}, key=str)
-
-    def _int(v: Any) -> int | None:
-        # A rank or world size is a small non-negative integer; anything else is not one.
-        if v.__class__ is str and v.isdigit() and len(v) <= 9:
-            return int(v)
-        if v.__class__ is not int or not 0 <= v < 1 << 31:
-            return None
-        return int(v)
-
-    return {
-        "files": list(reader.files),
-        "backend": backend,
-        "platform": platform,
-        "device_name": device_name,
-        "rank": _int(dist.get("rank")),
-        "world_size": _int(dist.get("world_size")),
-        "distributed_backend": dist.get("backend"),
-        "host_name": meta.get("host_name"),
-        "pids": pids,
-        "threads": {i: key for key, i in reader.thread_ids.items()},
-        "wall_ns": reader.wall_ns,
-        "trace_events": table.raw_event_count,
-        "device_events": table.device_event_count,
-        "device_linked_by_correlation": reader.linked_correlation,
-        "device_linked_by_external_id": reader.linked_external,
-        "device_unattributed_events": reader.unattributed_events,
-        "device_categories": sorted(reader.device_categories),
-        "record_shapes": bool(table.shapes),
-        "notes": notes,
-        "counter_mode": reader.saw_counters,
-        "locations": reader.locations,
-        "top_level": {k: v for k, v in meta.items() if k not in ("deviceProperties", "INFO")},
-    }
-
-
+        return table, trace_metadata(reader)

@@ -346,6 +346,7 @@ def make_trace_writer(prof: Any, trace_format: str, event_count: int, saved: Pat
         atomic_write_with(plain, lambda tmp: save_chrome_trace(prof, tmp))
         return plain
 
+    write.filename = "trace.json.gz" if fmt == "gz" else "trace.json"  # type: ignore[attr-defined]
     return write
 
 
@@ -366,8 +367,13 @@ def _fill(
     """Write a run into the directory held open as ``fd``; return the result as written."""
     base = safe_io.fd_path(fd, run_dir)
     out: Any = dataclasses.replace(result, run_dir=str(run_dir), notes=list(result.notes))
+    # The trace's name, where the writer says it in advance (make_trace_writer's do): then
+    # result.json names it from its first write and is written once when the trace comes out.
+    expected = getattr(trace_writer, "filename", None)
     if isinstance(out, ProfileResult):
         out.artifacts = dict(out.artifacts)
+        if expected is not None:
+            out.artifacts.setdefault("trace", expected)
     _write_text(base / RESULT_FILE, out.to_json())  # the measurement first: it is small
     _write_text(base / SUMMARY_FILE, _summary_text(summary, out))
     if trace_writer is None:
@@ -377,15 +383,18 @@ def _fill(
     try:
         trace_path = trace_writer(base)
     except Exception as err:  # a full disk: keep the result and summary already written
-        out = dataclasses.replace(out, notes=[*out.notes, f"trace not written: {type(err).__name__}: {err}"])
+        artifacts = {k: v for k, v in getattr(out, "artifacts", {}).items() if not (k == "trace" and v == expected)}
+        changes = {"artifacts": artifacts} if isinstance(out, ProfileResult) else {}
+        out = dataclasses.replace(out, notes=[*out.notes, f"trace not written: {type(err).__name__}: {err}"], **changes)
         log.warning("neuronscope: the trace of %r was not written (%s: %s); result.json and summary.txt are in %s",
                     out.name, type(err).__name__, err, run_dir)
         trace_path = None
-    if trace_path is not None and isinstance(out, ProfileResult):
-        out = dataclasses.replace(out, artifacts={**out.artifacts, "trace": out.artifacts.get("trace", trace_path.name)})
+    if trace_path is not None and isinstance(out, ProfileResult) and "trace" not in out.artifacts:
+        out = dataclasses.replace(out, artifacts={**out.artifacts, "trace": trace_path.name})
     if out is not first:  # name the trace, or say why there is none
         _write_text(base / RESULT_FILE, out.to_json())
-        _write_text(base / SUMMARY_FILE, _summary_text(summary, out, out.notes[len(first.notes) :]))
+        if out.notes != first.notes:  # the summary shows notes, not the trace's name
+            _write_text(base / SUMMARY_FILE, _summary_text(summary, out, out.notes[len(first.notes) :]))
     safe_io.unlink_quietly(fd, INCOMPLETE_MARKER)
     return out
 

@@ -274,13 +274,15 @@ def atomic_write_text(path: Path, text: str) -> None:
     received from someone else too): planted links or temporary names are never followed."""
     dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        safe_io.write_bytes_at(dir_fd, path.name, text.encode("utf-8", "surrogateescape"))
+        safe_io.write_bytes_at(dir_fd, path.name, text.encode("utf-8", "backslashreplace"))
     finally:
         os.close(dir_fd)
 
 
+# Text is encoded with "backslashreplace": a lone surrogate (a name from os.fsdecode of a
+# non-UTF-8 file name) is written as '\\udc..' instead of failing the export.
 def _write_text(path: Path, text: str) -> None:
-    atomic_write_with(path, lambda tmp: tmp.write_bytes(text.encode("utf-8", "surrogateescape")))
+    atomic_write_with(path, lambda tmp: tmp.write_bytes(text.encode("utf-8", "backslashreplace")))
 
 
 def save_chrome_trace(prof: Any, path: Path) -> None:
@@ -468,8 +470,8 @@ def save_result(
         return export_result(result, root, summary=summary, trace_writer=trace_writer, rank=rank, when=when)
     fd = safe_io.open_dir(result.run_dir, private_tail=2)
     try:
-        safe_io.write_bytes_at(fd, RESULT_FILE, result.to_json().encode("utf-8", "surrogateescape"))
-        safe_io.write_bytes_at(fd, SUMMARY_FILE, _summary_text(summary, result).encode("utf-8", "surrogateescape"))
+        safe_io.write_bytes_at(fd, RESULT_FILE, result.to_json().encode("utf-8", "backslashreplace"))
+        safe_io.write_bytes_at(fd, SUMMARY_FILE, _summary_text(summary, result).encode("utf-8", "backslashreplace"))
     finally:
         os.close(fd)
     return result
@@ -480,7 +482,7 @@ def write_interim_result(run_dir: Path | str, result: ProfileResult) -> None:
     rank 0 measured is on disk before it waits for the other ranks."""
     fd = safe_io.open_dir(run_dir, private_tail=2)
     try:
-        safe_io.write_bytes_at(fd, RESULT_FILE, dataclasses.replace(result, run_dir=str(run_dir)).to_json().encode("utf-8", "surrogateescape"))
+        safe_io.write_bytes_at(fd, RESULT_FILE, dataclasses.replace(result, run_dir=str(run_dir)).to_json().encode("utf-8", "backslashreplace"))
     finally:
         os.close(fd)
 
@@ -489,7 +491,7 @@ def finish_run(run_dir: Path, result: ProfileResult | Comparison) -> None:
     """Write ``result.json`` atomically and drop the incomplete marker."""
     fd = safe_io.open_dir(run_dir, private_tail=2)
     try:
-        safe_io.write_bytes_at(fd, RESULT_FILE, result.to_json().encode("utf-8", "surrogateescape"))
+        safe_io.write_bytes_at(fd, RESULT_FILE, result.to_json().encode("utf-8", "backslashreplace"))
         safe_io.unlink_quietly(fd, INCOMPLETE_MARKER)
     finally:
         os.close(fd)

@@ -154,3 +154,15 @@ def test_the_trace_policy_names_its_file_so_result_json_is_written_once(
     assert "trace" not in failed.artifacts and "trace" not in load(failed.run_dir or "").artifacts
     assert export.make_trace_writer(_FakeProfile(), "none", 10) is None
     assert export.make_trace_writer(_FakeProfile(), "auto", export.GZIP_TRACE_ABOVE_EVENTS + 1).filename == "trace.json.gz"  # type: ignore[union-attr]
+
+
+def test_lone_surrogates_in_names_do_not_fail_the_export(tmp_path: Path) -> None:
+    """os.fsdecode of a non-UTF-8 file name gives lone surrogates; nothing may raise on them."""
+    odd = "model\udcff\ud800"
+    result = ProfileResult(name=odd, backend="cpu", wall_time_us=5.0, ops=[OpStat(f"aten::{odd}", 1, 3.0, 3.0)], notes=[odd])
+    out = export.export_result(result, tmp_path, summary=lambda r: f"{r.name} {r.notes}\n")
+    run = Path(out.run_dir or "")
+    assert run.parent.name == "model"  # the surrogates are not letters: cut, then stripped
+    loaded = load(run)
+    assert loaded.name == odd and loaded.ops[0].name == f"aten::{odd}"
+    assert "\\udcff" in (run / "summary.txt").read_text()

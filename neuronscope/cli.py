@@ -70,8 +70,10 @@ def _looks_like_trace(path: Path) -> bool:
             head = fh.read(4096)
     except OSError:
         return False
-    # The object format names its events; the array format is a bare list of events.
-    return b"traceEvents" in head or (head.lstrip()[:1] == b"[" and b'"ph"' in head)
+    # The object format names its event list; the array format (a bare list of events, which
+    # from_trace reads too) starts with '[' and its events have a phase.
+    array = head.removeprefix(b"\xef\xbb\xbf").lstrip().startswith(b"[") and b'"ph"' in head
+    return b"traceEvents" in head or array
 
 
 def _read_trace(path: Path | list[Path]) -> Any:

@@ -274,13 +274,15 @@ def atomic_write_text(path: Path, text: str) -> None:
     received from someone else too): planted links or temporary names are never followed."""
     dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        safe_io.write_bytes_at(dir_fd, path.name, text.encode("utf-8", "surrogateescape"))
+        safe_io.write_bytes_at(dir_fd, path.name, text.encode("utf-8", "backslashreplace"))
     finally:
         os.close(dir_fd)
 
 
+# Text is encoded with "backslashreplace": a lone surrogate (a name from os.fsdecode of a
+# non-UTF-8 file name) is written as '\\udc..' instead of failing the export.
 def _write_text(path: Path, text: str) -> None:
-    atomic_write_with(path, lambda tmp: tmp.write_bytes(text.encode("utf-8", "surrogateescape")))
+    atomic_write_with(path, lambda tmp: tmp.write_bytes(text.encode("utf-8", "backslashreplace")))
 
 
 def save_chrome_trace(prof: Any, path: Path) -> None:
@@ -346,6 +348,7 @@ def make_trace_writer(prof: Any, trace_format: str, event_count: int, saved: Pat
         atomic_write_with(plain, lambda tmp: save_chrome_trace(prof, tmp))
         return plain
 
+    write.filename = "trace.json.gz" if fmt == "gz" else "trace.json"  # type: ignore[attr-defined]
     return write
 
 
@@ -366,8 +369,13 @@ def _fill(
     """Write a run into the directory held open as ``fd``; return the result as written."""
     base = safe_io.fd_path(fd, run_dir)
     out: Any = dataclasses.replace(result, run_dir=str(run_dir), notes=list(result.notes))
+    # The trace's name, where the writer says it in advance (make_trace_writer's do): then
+    # result.json names it from its first write and is written once when the trace comes out.
+    expected = getattr(trace_writer, "filename", None)
     if isinstance(out, ProfileResult):
         out.artifacts = dict(out.artifacts)
+        if expected is not None:
+            out.artifacts.setdefault("trace", expected)
     _write_text(base / RESULT_FILE, out.to_json())  # the measurement first: it is small
     _write_text(base / SUMMARY_FILE, _summary_text(summary, out))
     if trace_writer is None:
@@ -377,15 +385,18 @@ def _fill(
     try:
         trace_path = trace_writer(base)
     except Exception as err:  # a full disk: keep the result and summary already written
-        out = dataclasses.replace(out, notes=[*out.notes, f"trace not written: {type(err).__name__}: {err}"])
+        artifacts = {k: v for k, v in getattr(out, "artifacts", {}).items() if not (k == "trace" and v == expected)}
+        changes = {"artifacts": artifacts} if isinstance(out, ProfileResult) else {}
+        out = dataclasses.replace(out, notes=[*out.notes, f"trace not written: {type(err).__name__}: {err}"], **changes)
         log.warning("neuronscope: the trace of %r was not written (%s: %s); result.json and summary.txt are in %s",
                     out.name, type(err).__name__, err, run_dir)
         trace_path = None
-    if trace_path is not None and isinstance(out, ProfileResult):
-        out = dataclasses.replace(out, artifacts={**out.artifacts, "trace": out.artifacts.get("trace", trace_path.name)})
+    if trace_path is not None and isinstance(out, ProfileResult) and "trace" not in out.artifacts:
+        out = dataclasses.replace(out, artifacts={**out.artifacts, "trace": trace_path.name})
     if out is not first:  # name the trace, or say why there is none
         _write_text(base / RESULT_FILE, out.to_json())
-        _write_text(base / SUMMARY_FILE, _summary_text(summary, out, out.notes[len(first.notes) :]))
+        if out.notes != first.notes:  # the summary shows notes, not the trace's name
+            _write_text(base / SUMMARY_FILE, _summary_text(summary, out, out.notes[len(first.notes) :]))
     safe_io.unlink_quietly(fd, INCOMPLETE_MARKER)
     return out
 
@@ -459,8 +470,8 @@ def save_result(
         return export_result(result, root, summary=summary, trace_writer=trace_writer, rank=rank, when=when)
     fd = safe_io.open_dir(result.run_dir, private_tail=2)
     try:
-        safe_io.write_bytes_at(fd, RESULT_FILE, result.to_json().encode("utf-8", "surrogateescape"))
-        safe_io.write_bytes_at(fd, SUMMARY_FILE, _summary_text(summary, result).encode("utf-8", "surrogateescape"))
+        safe_io.write_bytes_at(fd, RESULT_FILE, result.to_json().encode("utf-8", "backslashreplace"))
+        safe_io.write_bytes_at(fd, SUMMARY_FILE, _summary_text(summary, result).encode("utf-8", "backslashreplace"))
     finally:
         os.close(fd)
     return result
@@ -471,7 +482,7 @@ def write_interim_result(run_dir: Path | str, result: ProfileResult) -> None:
     rank 0 measured is on disk before it waits for the other ranks."""
     fd = safe_io.open_dir(run_dir, private_tail=2)
     try:
-        safe_io.write_bytes_at(fd, RESULT_FILE, dataclasses.replace(result, run_dir=str(run_dir)).to_json().encode("utf-8", "surrogateescape"))
+        safe_io.write_bytes_at(fd, RESULT_FILE, dataclasses.replace(result, run_dir=str(run_dir)).to_json().encode("utf-8", "backslashreplace"))
     finally:
         os.close(fd)
 
@@ -480,7 +491,7 @@ def finish_run(run_dir: Path, result: ProfileResult | Comparison) -> None:
     """Write ``result.json`` atomically and drop the incomplete marker."""
     fd = safe_io.open_dir(run_dir, private_tail=2)
     try:
-        safe_io.write_bytes_at(fd, RESULT_FILE, result.to_json().encode("utf-8", "surrogateescape"))
+        safe_io.write_bytes_at(fd, RESULT_FILE, result.to_json().encode("utf-8", "backslashreplace"))
         safe_io.unlink_quietly(fd, INCOMPLETE_MARKER)
     finally:
         os.close(fd)

@@ -43,7 +43,8 @@ __all__ = [
     "write_bytes_at",
 ]
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0)
+# getattr: Windows has neither flag (nor dir_fd); importing must still work there.
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 #: Directories neuronscope makes are never writable by every user (even under ``umask 0``):
 #: in a shared root, another user could otherwise rename a run directory away and plant a link.

@@ -479,3 +479,15 @@ def test_show_an_incomplete_run_points_at_its_complete_trace(tmp_path: Path, cap
     _write_result(run_dir, _result_data())
     code, out, _ = run(["show", str(run_dir)], capsys)
     assert code == 0 and "incomplete" in out and "its trace is complete" in out
+
+
+def test_show_reads_an_array_format_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A Chrome trace may be a bare list of events; from_trace reads it, so show must too."""
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mul", "pid": 1, "tid": 1, "ts": 10, "dur": 5, "args": {}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 20, "dur": 3, "args": {}},
+    ]
+    trace = tmp_path / "array.json"
+    trace.write_text(json.dumps(events))
+    code, out, err = run(["show", str(trace)], capsys)
+    assert code == 0 and "aten::mul" in out, err

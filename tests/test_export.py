@@ -120,3 +120,49 @@ def test_repr_html_in_a_real_jupyter_kernel() -> None:
     outputs = nb.cells[0].outputs
     html = "".join(o.get("data", {}).get("text/html", "") for o in outputs)
     assert "gelu" in html and "inner" in html, json.dumps(outputs)[:2000]
+
+
+class _FakeProfile:
+    """What make_trace_writer needs of a torch profile: export_chrome_trace(path)."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.fail = fail
+
+    def export_chrome_trace(self, path: str) -> None:
+        if self.fail:
+            raise OSError(28, "No space left on device")
+        Path(path).write_text('{"traceEvents": []}')
+
+
+@pytest.mark.parametrize("fmt,name", [("json", "trace.json"), ("gz", "trace.json.gz")])
+def test_the_trace_policy_names_its_file_so_result_json_is_written_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fmt: str, name: str
+) -> None:
+    written: list[str] = []
+    real = export.atomic_write_with
+
+    def counting(path: Path, write: object) -> None:
+        written.append(path.name)
+        real(path, write)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(export, "atomic_write_with", counting)
+    out = export.export_result(_result(), tmp_path, summary="s", trace_writer=export.make_trace_writer(_FakeProfile(), fmt, 10))
+    assert written.count("result.json") == 1 and out.artifacts["trace"] == name
+    run = Path(out.run_dir or "")
+    assert sorted(p.name for p in run.iterdir()) == sorted(["result.json", "summary.txt", name])
+    failed = export.export_result(_result(), tmp_path, summary="s", trace_writer=export.make_trace_writer(_FakeProfile(True), fmt, 10))
+    assert "trace" not in failed.artifacts and "trace" not in load(failed.run_dir or "").artifacts
+    assert export.make_trace_writer(_FakeProfile(), "none", 10) is None
+    assert export.make_trace_writer(_FakeProfile(), "auto", export.GZIP_TRACE_ABOVE_EVENTS + 1).filename == "trace.json.gz"  # type: ignore[union-attr]
+
+
+def test_lone_surrogates_in_names_do_not_fail_the_export(tmp_path: Path) -> None:
+    """os.fsdecode of a non-UTF-8 file name gives lone surrogates; nothing may raise on them."""
+    odd = "model\udcff\ud800"
+    result = ProfileResult(name=odd, backend="cpu", wall_time_us=5.0, ops=[OpStat(f"aten::{odd}", 1, 3.0, 3.0)], notes=[odd])
+    out = export.export_result(result, tmp_path, summary=lambda r: f"{r.name} {r.notes}\n")
+    run = Path(out.run_dir or "")
+    assert run.parent.name == "model"  # the surrogates are not letters: cut, then stripped
+    loaded = load(run)
+    assert loaded.name == odd and loaded.ops[0].name == f"aten::{odd}"
+    assert "\\udcff" in (run / "summary.txt").read_text()

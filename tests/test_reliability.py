@@ -369,9 +369,7 @@ FSYNC_ORDER = ["result.json", "summary", "trace"]  # the export's order: small f
 
 @pytest.mark.parametrize("nth", [1, 2, 3], ids=FSYNC_ORDER)
 @pytest.mark.parametrize("trace_format", ["json", "gz"])
-def test_enospc_from_fsync_at_each_file(
-    patch: pytest.MonkeyPatch, runs_dir: Path, nth: int, trace_format: str, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_enospc_from_fsync_at_each_file(patch: pytest.MonkeyPatch, runs_dir: Path, nth: int, trace_format: str) -> None:
     """Network and some local file systems report a full disk only at fsync or close. Up to
     summary.txt the export fails as a whole (the result stays in memory, one warning, nothing on
     disk); at the trace, the small files written first stay and say why the trace is missing."""
@@ -384,12 +382,19 @@ def test_enospc_from_fsync_at_each_file(
             raise _enospc()
         real_fsync(fd)
 
+    logged: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = logged.append  # type: ignore[method-assign]
+    logging.getLogger("neuronscope").addHandler(handler)
     patch.setattr(export.os, "fsync", fsync)
-    with warnings.catch_warnings(record=True) as record:
-        warnings.simplefilter("always")
-        with neuron_region("enospc", backend="cpu", trace_format=trace_format) as r:
-            _work()
-    patch.undo()
+    try:
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            with neuron_region("enospc", backend="cpu", trace_format=trace_format) as r:
+                _work()
+    finally:
+        patch.undo()
+        logging.getLogger("neuronscope").removeHandler(handler)
     TALLY["faults_injected"] += 1
     assert calls["n"] >= nth, "the fault was not reached"
     assert r.result is not None and r.result.ops
@@ -407,7 +412,7 @@ def test_enospc_from_fsync_at_each_file(
     assert any("trace not written" in n and "No space left" in n for n in loaded.notes), loaded.notes
     assert "trace not written" in (run / "summary.txt").read_text()
     assert "trace" not in loaded.artifacts
-    assert any("trace" in rec.getMessage() and "not written" in rec.getMessage() for rec in caplog.records)
+    assert any("trace" in rec.getMessage() and "not written" in rec.getMessage() for rec in logged)
 
 
 @pytest.mark.parametrize("victim", ["summary.txt", "result.json"])

@@ -228,8 +228,9 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_hf_trainer_under_torchrun_every_rank_captures_and_rank_0_gathers(tmp_path: Path) -> None:
-    """Real torchrun, two CPU processes on gloo: the Trainer wraps the model in DDP."""
+def _torchrun(mode: str, out: Path) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """Run tests/integrations_dist_worker.py MODE under real torchrun (two CPU processes, gloo);
+    each rank's record, and the processes' stderr."""
     import json
     import os
 
@@ -239,21 +240,32 @@ def test_hf_trainer_under_torchrun_every_rank_captures_and_rank_0_gathers(tmp_pa
         pytest.skip("torch.distributed with gloo is not available")
     worker = Path(__file__).with_name("integrations_dist_worker.py")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=2"]
-    cmd += ["--master_addr=127.0.0.1", f"--master_port={_free_port()}", str(worker), str(tmp_path)]
+    cmd += ["--master_addr=127.0.0.1", f"--master_port={_free_port()}", str(worker), mode, str(out)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    rank0, rank1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
-    assert rank0["ddp"] == "DistributedDataParallel" and rank0["world"] == 2
+    rank0, rank1 = (json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1))
+    return rank0, rank1, proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("mode", "name", "ddp"),
+    [("hf", "ddp_llama.step2", "DistributedDataParallel"), ("lightning", "ddp_lightning.step2", "DDPStrategy")],
+)
+def test_under_torchrun_every_rank_captures_and_rank_0_gathers(tmp_path: Path, mode: str, name: str, ddp: str) -> None:
+    """Real torchrun, two CPU processes on gloo; each trainer wraps the model in DDP."""
+    rank0, rank1, stderr = _torchrun(mode, tmp_path)
+    assert rank0["ddp"] == ddp and rank0["world"] == 2
     (r0,), (r1,) = rank0["results"], rank1["results"]
-    assert r0["name"] == r1["name"] == "ddp_llama.step2"
+    assert r0["name"] == r1["name"] == name
     assert (r0["rank"], r1["rank"]) == (0, 1) and r0["world_size"] == r1["world_size"] == 2
-    assert {"forward", "backward", "optimizer"} <= set(r0["regions"]) and r0["allreduce"] and r1["allreduce"]
+    assert {"forward", "backward", "optimizer", "DistributedDataParallel.forward"} <= set(r0["regions"])
+    assert r0["allreduce"] and r1["allreduce"]
     # Rank 0 gathered both ranks; each rank wrote its own run directory, one line on rank 0 only.
     assert [row["rank"] for row in r0["ranks"]] == [0, 1] and r1["ranks"] is None
     assert [row["run_dir"] for row in r0["ranks"]] == [r0["run_dir"], r1["run_dir"]]
     assert r0["run_dir"].endswith("_rank0") and r1["run_dir"].endswith("_rank1")
-    assert proc.stderr.count("neuronscope: ddp_llama.step2 ok") == 1
+    assert stderr.count(f"neuronscope: {name} ok") == 1
 
 
 # ---- Lightning ----------------------------------------------------------------------------

@@ -41,6 +41,7 @@ from .report import fmt_us, render_result
 from .result import Comparison, ComparisonRow, Hint, ProfileResult
 from .timing import (
     DEFAULT_TIME_BUDGET_S,
+    MIN_SAMPLE_S,
     Rounds,
     block_timer,
     budget_note,
@@ -213,7 +214,10 @@ def _time_variants(
     """Calibrate each variant (a few single timed calls), then run the interleaved rounds."""
     timers = {label: block_timer(fn, args, kwargs, sync, settings.timer) for label, fn in variants.items()}
     per_call = {label: calibrate(timer) for label, timer in timers.items()}
-    calls = {label: calls_per_sample(s) for label, s in per_call.items()}
+    # One sample size for all (from the median variant), so that identical variants are timed
+    # identically however the calibration went; a much quicker variant gets larger samples.
+    shared = calls_per_sample(statistics.median(per_call.values()))
+    calls = {label: max(shared, calls_per_sample(s, MIN_SAMPLE_S / 8)) for label, s in per_call.items()}
     round_s = sum(max(per_call[label], 0.0) * calls[label] for label in timers)
     rounds = plan_rounds(round_s, settings.time_budget, settings.rounds)
     log.info(

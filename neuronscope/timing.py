@@ -2,7 +2,8 @@
 
 Each variant is timed in samples of ``calls`` back-to-back calls (enough calls that a sample
 lasts at least :data:`MIN_SAMPLE_S`, so the clock's resolution and the per-sample overhead do
-not matter), with the device synchronised before the clock is read at either end. Variants
+not matter; compare() gives all variants of about the same speed the same count), with the
+device synchronised before the clock is read at either end. Variants
 take turns, round after round (A B C, B C A, C A B, ...), so a load swing on a shared machine
 hits all of them alike, and no variant always runs right after the same neighbour.
 

@@ -235,3 +235,17 @@ def test_interleaving_keeps_a_drifting_machine_from_faking_a_difference() -> Non
     for row in cmp.rows[1:]:
         assert row.speedup_low is not None and row.speedup_high is not None
         assert 0.5 < row.speedup_low <= 1.0 <= row.speedup_high < 2.0
+
+
+def test_variants_of_about_the_same_speed_share_one_sample_size() -> None:
+    # Under load a sample's per-call time depends on its size, so identical variants must be
+    # timed in samples of the same size whatever the calibration measured.
+    m = FakeMachine()
+    cmp = compare(
+        {"a": m.variant(0.001), "b": m.variant(0.0015), "quick": m.variant(0.00001)},
+        torch.ones(2), timer=m.clock, export=False, enabled=False, rounds=3,
+    )
+    calls = cmp.timing["calls_per_round"]
+    assert calls["a"] == calls["b"] == 2  # from the median variant: 2 ms / 1 ms
+    assert calls["quick"] == 32  # 100x quicker: larger samples, at least 0.25 ms each
+    assert [r.calls_per_round for r in cmp.rows] == [2, 2, 32]

@@ -40,11 +40,12 @@ from _common import environment
 from neuronscope import compare
 
 
-def _spin(stop: Any, seed: int) -> None:
-    """Busy bursts of 1-50 ms separated by idle gaps of 1-50 ms, until ``stop`` is set."""
+def _spin(stop: Any, seed: int, parent: int) -> None:
+    """Busy bursts of 1-50 ms separated by idle gaps of 1-50 ms, until ``stop`` is set or
+    the benchmark's process is gone (killed, it cannot set ``stop``)."""
     rng = random.Random(seed)
     x = 0
-    while not stop.is_set():
+    while not stop.is_set() and os.getppid() == parent:
         end = time.perf_counter() + rng.uniform(0.001, 0.05)
         while time.perf_counter() < end:
             x = (x * 1103515245 + 12345) % 2**31
@@ -89,7 +90,7 @@ def main() -> None:
     print(f"torch threads {torch.get_num_threads()}, background load processes {args.load}, {runs} runs")
     x = torch.randn(args.size)
     stop = mp.Event()
-    loaders = [mp.Process(target=_spin, args=(stop, i), daemon=True) for i in range(args.load)]
+    loaders = [mp.Process(target=_spin, args=(stop, i, os.getpid()), daemon=True) for i in range(args.load)]
     for p in loaders:
         p.start()
     same_ok = double_ok = both_ok = half_ok = 0

@@ -304,7 +304,7 @@ def _hint_text(hint: Hint, calls: int) -> str:
     return f"{hint.pattern} (~{fmt_us(hint.est_saving_us / max(calls, 1))} per call)"
 
 
-def _busy_rounds_note(rounds: Rounds) -> str | None:
+def _busy_rounds_note(rounds: Rounds, backend: str) -> str | None:
     """Say how many timed samples were far from their variant's median (the machine was busy
     then); the medians and intervals are robust to them, but the user should know."""
     far = total = 0
@@ -315,9 +315,18 @@ def _busy_rounds_note(rounds: Rounds) -> str | None:
             total += len(values)
     if not far:
         return None
+    import torch
+
+    threads = torch.get_num_threads()
+    advice = (
+        f"; torch runs {threads} threads per op here, which wait for each other when the cores are busy: "
+        "torch.set_num_threads(1) steadies CPU timings"
+        if backend == "cpu" and threads > 1
+        else ""
+    )
     return (
         f"{far} of {total} timed samples took over {stats.FAR_FACTOR:g}x their variant's median: the machine "
-        "was busy at times (the medians and intervals discount such samples; a quiet machine narrows them)"
+        f"was busy at times (the medians and intervals discount such samples; a quiet machine narrows them){advice}"
     )
 
 
@@ -393,7 +402,7 @@ def compare(variants: Mapping[str, Callable[..., Any]], *args: Any, **options: A
         if opts.warmup == 0 and settings.check_outputs:
             outputs[label] = fn(*args, **call_kwargs)  # no warm-up output to check
     _fill_rows(cmp, variants, rounds, profiled, outputs, settings, opts)
-    for note in (rounds_note, _busy_rounds_note(rounds)):
+    for note in (rounds_note, _busy_rounds_note(rounds, backend.name)):
         if note:
             cmp.notes.append(note)
     if not opts.enabled:

@@ -249,3 +249,18 @@ def test_variants_of_about_the_same_speed_share_one_sample_size() -> None:
     assert calls["a"] == calls["b"] == 2  # from the median variant: 2 ms / 1 ms
     assert calls["quick"] == 32  # 100x quicker: larger samples, at least 0.25 ms each
     assert [r.calls_per_round for r in cmp.rows] == [2, 2, 32]
+
+
+def test_samples_far_from_their_median_are_noted() -> None:
+    # 12 calls warm up and calibrate; then, in the rounds, one sample 20x slower: a busy moment.
+    spikes = iter([1.0] * 20 + [20.0] + [1.0] * 1000)
+
+    m = FakeMachine()
+    m.load = lambda now: next(spikes)
+    cmp = compare({"a": m.variant(0.004), "b": m.variant(0.004)}, torch.ones(2), timer=m.clock, export=False, enabled=False, rounds=10)
+    (note,) = [n for n in cmp.notes if "timed samples took over 3x" in n]
+    assert note.startswith("1 of 20 timed samples took over 3x their variant's median: the machine was busy")
+    assert ("torch.set_num_threads(1)" in note) == (torch.get_num_threads() > 1)
+    quiet = FakeMachine()
+    cmp = compare({"a": quiet.variant(0.004)}, torch.ones(2), timer=quiet.clock, export=False, enabled=False, rounds=5)
+    assert not any("timed samples" in n for n in cmp.notes)

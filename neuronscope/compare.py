@@ -338,9 +338,9 @@ def compare(variants: Mapping[str, Callable[..., Any]], *args: Any, **options: A
     compiles before anything is measured). Then all variants are timed, without the
     profiler, in interleaved rounds (A B C, B C A, ...), the device synchronised before each
     clock read: a variant's ``time_us`` is its median per-call time over the rounds, and each
-    speedup (the first variant's median over this one's) comes with an interval (a seeded,
-    paired bootstrap over the rounds, ``confidence`` 0.99) and a ``verdict``: ``faster``,
-    ``slower``, or ``noise`` when the interval holds 1.0. Last, ``active`` calls per variant
+    speedup (the median over the rounds of the first variant's time over this one's in the
+    same round) comes with an interval (a seeded bootstrap, ``confidence`` 0.99) and a
+    ``verdict``: ``faster``, ``slower``, or ``noise`` when the interval holds 1.0. Last, ``active`` calls per variant
     (default 3) run under the profiler, for the op table, ``op_count`` (the ops the variant's
     own code dispatched per call: six for a hand-written RMSNorm, one for ``torch.rms_norm``
     or a compiled region), ``all_op_count`` (with the ops nested inside those) and the hints.
@@ -351,10 +351,9 @@ def compare(variants: Mapping[str, Callable[..., Any]], *args: Any, **options: A
     planned the rounds run past the budget to reach 20, but stop at three budgets with at
     least 5), ``rounds`` (a fixed number instead), ``confidence``, ``seed`` (of the
     bootstrap), ``timer`` (the clock, seconds; inject one to test), ``check_outputs``,
-    ``rtol``, ``atol``. Any other keyword
-    goes to the callables, except one that looks like an option's name (``activ=``) and that
-    not every variant names as a parameter: that raises :class:`ConfigError`; pass such
-    keywords as ``call_kwargs={...}``. Outputs are checked against the first variant's unless
+    ``rtol``, ``atol``. Any other keyword goes to the callables, except one that looks like
+    an option's name (``activ=``) and that not every variant names as a parameter: that raises
+    :class:`ConfigError`; pass such keywords as ``call_kwargs={...}``. Outputs are checked against the first variant's unless
     ``check_outputs=False``; a mismatch is warned about, noted and shown in the table. A
     variant that raises stops the comparison and its exception passes through unchanged.
     With ``enabled=False`` (or ``NEURONSCOPE_DISABLE=1``) nothing is profiled or written.

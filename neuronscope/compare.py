@@ -4,7 +4,7 @@ Four phases, each announced on the ``neuronscope`` logger before it starts:
 
 1. **warm-up**: ``warmup`` unprofiled calls per variant, so compilation (``torch.compile``,
    Neuron's per-op builds) never lands in a measurement;
-2. **timing**: unprofiled calls in interleaved rounds (:mod:`neuronscope.timing`), the device
+2. **timing**: unprofiled calls in interleaved, shuffled rounds (:mod:`neuronscope.timing`), the device
    synchronised before each clock read; a variant's time is its median per-call time over the
    rounds, and each speedup gets an interval (:mod:`neuronscope.stats`);
 3. **profiling**: ``active`` calls per variant under the profiler, each call a labelled range
@@ -224,7 +224,8 @@ def _time_variants(
         "neuronscope compare: timing %s in %d interleaved rounds of unprofiled calls (about %.1f s; time_budget=%g s)...",
         ", ".join(variants), rounds, rounds * round_s, settings.time_budget,
     )
-    return run_rounds(timers, calls, rounds, budget_s=None if settings.rounds is not None else settings.time_budget)
+    budget = None if settings.rounds is not None else settings.time_budget
+    return run_rounds(timers, calls, rounds, budget_s=budget, seed=settings.seed)
 
 
 def _profile_variant(
@@ -336,7 +337,7 @@ def compare(variants: Mapping[str, Callable[..., Any]], *args: Any, **options: A
 
     Each variant gets ``warmup`` unprofiled calls first (default 3, so ``torch.compile``
     compiles before anything is measured). Then all variants are timed, without the
-    profiler, in interleaved rounds (A B C, B C A, ...), the device synchronised before each
+    profiler, in interleaved rounds (each round in a freshly shuffled order), the device synchronised before each
     clock read: a variant's ``time_us`` is its median per-call time over the rounds, and each
     speedup (the median over the rounds of the first variant's time over this one's in the
     same round) comes with an interval (a seeded bootstrap, ``confidence`` 0.99) and a

@@ -97,7 +97,7 @@ def test_spread_note_flags_measurements_far_apart() -> None:
 
 
 # ---- timing ------------------------------------------------------------------------------------
-def test_rounds_take_turns_starting_at_the_next_variant() -> None:
+def test_rounds_run_each_variant_once_in_a_shuffled_seeded_order() -> None:
     order: list[str] = []
 
     def timer(label: str) -> Callable[[int], float]:
@@ -107,10 +107,22 @@ def test_rounds_take_turns_starting_at_the_next_variant() -> None:
 
         return run
 
-    out = run_rounds({"a": timer("a"), "b": timer("b"), "c": timer("c")}, {"a": 1, "b": 2, "c": 1}, 4)
-    assert order == list("abc" "bca" "cab" "abc")
-    assert out.count == 4 and out.per_call_us == {k: [1000.0] * 4 for k in "abc"}
+    timers = {k: timer(k) for k in "abc"}
+    out = run_rounds(timers, {"a": 1, "b": 2, "c": 1}, 30, seed=5)
+    rounds = ["".join(order[i : i + 3]) for i in range(0, 90, 3)]
+    assert all(sorted(r) == ["a", "b", "c"] for r in rounds)  # each variant once per round
+    # No variant always follows the same neighbour: every ordered pair occurs.
+    pairs = {(x[i], x[i + 1]) for x in rounds for i in range(2)}
+    assert pairs == {(x, y) for x in "abc" for y in "abc" if x != y}
+    assert out.count == 30 and out.per_call_us == {k: [1000.0] * 30 for k in "abc"}
     assert out.calls == {"a": 1, "b": 2, "c": 1}
+    first = order[:]
+    order.clear()
+    run_rounds(timers, {"a": 1, "b": 2, "c": 1}, 30, seed=5)
+    assert order == first  # seeded: the same order again
+    order.clear()
+    run_rounds(timers, {"a": 1, "b": 2, "c": 1}, 30, seed=6)
+    assert order != first
 
 
 def test_rounds_stop_at_the_budget_once_enough_ran() -> None:

@@ -4,7 +4,7 @@ Four phases, each announced on the ``neuronscope`` logger before it starts:
 
 1. **warm-up**: ``warmup`` unprofiled calls per variant, so compilation (``torch.compile``,
    Neuron's per-op builds) never lands in a measurement;
-2. **timing**: unprofiled calls in interleaved rounds (:mod:`neuronscope.timing`), the device
+2. **timing**: unprofiled calls in interleaved, shuffled rounds (:mod:`neuronscope.timing`), the device
    synchronised before each clock read; a variant's time is its median per-call time over the
    rounds, and each speedup gets an interval (:mod:`neuronscope.stats`);
 3. **profiling**: ``active`` calls per variant under the profiler, each call a labelled range
@@ -40,6 +40,7 @@ from .result import Comparison, ComparisonRow, Hint, ProfileResult
 from .scope import CAPTURE, Owner, enter, leave
 from .timing import (
     DEFAULT_TIME_BUDGET_S,
+    MIN_SAMPLE_S,
     Rounds,
     block_timer,
     budget_note,
@@ -196,14 +197,18 @@ def _time_variants(
     """Calibrate each variant (a few single timed calls), then run the interleaved rounds."""
     timers = {label: block_timer(fn, args, kwargs, sync, settings.timer) for label, fn in variants.items()}
     per_call = {label: calibrate(timer) for label, timer in timers.items()}
-    calls = {label: calls_per_sample(s) for label, s in per_call.items()}
+    # One sample size for all (from the median variant), so that identical variants are timed
+    # identically however the calibration went; a much quicker variant gets larger samples.
+    shared = calls_per_sample(statistics.median(per_call.values()))
+    calls = {label: max(shared, calls_per_sample(s, MIN_SAMPLE_S / 8)) for label, s in per_call.items()}
     round_s = sum(max(per_call[label], 0.0) * calls[label] for label in timers)
     rounds = plan_rounds(round_s, settings.time_budget, settings.rounds)
     log.info(
         "neuronscope compare: timing %s in %d interleaved rounds of unprofiled calls (about %.1f s; time_budget=%g s)...",
         ", ".join(variants), rounds, rounds * round_s, settings.time_budget,
     )
-    return run_rounds(timers, calls, rounds, budget_s=None if settings.rounds is not None else settings.time_budget)
+    budget = None if settings.rounds is not None else settings.time_budget
+    return run_rounds(timers, calls, rounds, budget_s=budget, seed=settings.seed)
 
 
 def _profile_variant(
@@ -271,7 +276,7 @@ def _hint_text(hint: Hint, calls: int) -> str:
     return f"{hint.pattern} (~{fmt_us(hint.est_saving_us / max(calls, 1))} per call)"
 
 
-def _busy_rounds_note(rounds: Rounds) -> str | None:
+def _busy_rounds_note(rounds: Rounds, backend: str) -> str | None:
     """Say how many timed samples were far from their variant's median (the machine was busy
     then); the medians and intervals are robust to them, but the user should know."""
     far = total = 0
@@ -282,9 +287,18 @@ def _busy_rounds_note(rounds: Rounds) -> str | None:
             total += len(values)
     if not far:
         return None
+    import torch
+
+    threads = torch.get_num_threads()
+    advice = (
+        f"; torch runs {threads} threads per op here, which wait for each other when the cores are busy: "
+        "torch.set_num_threads(1) steadies CPU timings"
+        if backend == "cpu" and threads > 1
+        else ""
+    )
     return (
         f"{far} of {total} timed samples took over {stats.FAR_FACTOR:g}x their variant's median: the machine "
-        "was busy at times (the medians and intervals discount such samples; a quiet machine narrows them)"
+        f"was busy at times (the medians and intervals discount such samples; a quiet machine narrows them){advice}"
     )
 
 
@@ -294,11 +308,11 @@ def compare(variants: Mapping[str, Callable[..., Any]], *args: Any, **options: A
 
     Each variant gets ``warmup`` unprofiled calls first (default 3, so ``torch.compile``
     compiles before anything is measured). Then all variants are timed, without the
-    profiler, in interleaved rounds (A B C, B C A, ...), the device synchronised before each
+    profiler, in interleaved rounds (each round in a freshly shuffled order), the device synchronised before each
     clock read: a variant's ``time_us`` is its median per-call time over the rounds, and each
-    speedup (the first variant's median over this one's) comes with an interval (a seeded,
-    paired bootstrap over the rounds, ``confidence`` 0.99) and a ``verdict``: ``faster``,
-    ``slower``, or ``noise`` when the interval holds 1.0. Last, ``active`` calls per variant
+    speedup (the median over the rounds of the first variant's time over this one's in the
+    same round) comes with an interval (a seeded bootstrap, ``confidence`` 0.99) and a
+    ``verdict``: ``faster``, ``slower``, or ``noise`` when the interval holds 1.0. Last, ``active`` calls per variant
     (default 3) run under the profiler, for the op table, ``op_count`` (the ops the variant's
     own code dispatched per call: six for a hand-written RMSNorm, one for ``torch.rms_norm``
     or a compiled region), ``all_op_count`` (with the ops nested inside those) and the hints.
@@ -309,10 +323,9 @@ def compare(variants: Mapping[str, Callable[..., Any]], *args: Any, **options: A
     planned the rounds run past the budget to reach 20, but stop at three budgets with at
     least 5), ``rounds`` (a fixed number instead), ``confidence``, ``seed`` (of the
     bootstrap), ``timer`` (the clock, seconds; inject one to test), ``check_outputs``,
-    ``rtol``, ``atol``. Any other keyword
-    goes to the callables, except one that looks like an option's name (``activ=``) and that
-    not every variant names as a parameter: that raises :class:`ConfigError`; pass such
-    keywords as ``call_kwargs={...}``. Outputs are checked against the first variant's unless
+    ``rtol``, ``atol``. Any other keyword goes to the callables, except one that looks like
+    an option's name (``activ=``) and that not every variant names as a parameter: that raises
+    :class:`ConfigError`; pass such keywords as ``call_kwargs={...}``. Outputs are checked against the first variant's unless
     ``check_outputs=False``; a mismatch is warned about, noted and shown in the table. A
     variant that raises stops the comparison and its exception passes through unchanged.
     With ``enabled=False`` (or ``NEURONSCOPE_DISABLE=1``) nothing is profiled or written.
@@ -360,7 +373,7 @@ def compare(variants: Mapping[str, Callable[..., Any]], *args: Any, **options: A
         if opts.warmup == 0 and settings.check_outputs:
             outputs[label] = fn(*args, **call_kwargs)  # no warm-up output to check
     _fill_rows(cmp, variants, rounds, profiled, outputs, settings, opts)
-    for note in (rounds_note, _busy_rounds_note(rounds)):
+    for note in (rounds_note, _busy_rounds_note(rounds, backend.name)):
         if note:
             cmp.notes.append(note)
     if not opts.enabled:

@@ -211,13 +211,16 @@ def comparison_legend(cmp: Comparison) -> list[str]:
     first = cmp.rows[0]
     conf = cmp.timing.get("confidence")
     level = f"{conf * 100:g}% " if isinstance(conf, (int, float)) else ""
-    return [
-        (f"Time: median per call over {first.repeats} interleaved rounds of unprofiled calls (Spread: half the IQR). "
+    timing = (
+        f"Time: median per call over {first.repeats} interleaved rounds of unprofiled calls (Spread: half the IQR). "
         f"Speedup: median over the rounds of {first.label}'s time over the variant's in the same round, "
-        f"[{level}interval]; (noise): the interval holds 1.0."),
-        ("Ops/call: ops the variant's own code dispatched per profiled call (all: with the ops they ran inside); "
-        "Top op: the costliest of those."),
-    ]
+        f"[{level}interval]; (noise): the interval holds 1.0."
+    )
+    ops = (
+        "Ops/call: ops the variant's own code dispatched per profiled call (all: with the ops they ran inside); "
+        "Top op: the costliest of those."
+    )
+    return [timing, ops]
 
 
 def render_comparison(cmp: Comparison) -> str:

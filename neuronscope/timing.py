@@ -2,9 +2,11 @@
 
 Each variant is timed in samples of ``calls`` back-to-back calls (enough calls that a sample
 lasts at least :data:`MIN_SAMPLE_S`, so the clock's resolution and the per-sample overhead do
-not matter), with the device synchronised before the clock is read at either end. Variants
-take turns, round after round (A B C, B C A, C A B, ...), so a load swing on a shared machine
-hits all of them alike, and no variant always runs right after the same neighbour.
+not matter; compare() gives all variants of about the same speed the same count), with the
+device synchronised before the clock is read at either end. Variants
+take turns, round after round, each round in a freshly shuffled order, so a load swing on a
+shared machine hits all of them alike, and no variant always runs right after the same
+neighbour.
 
 The blocks are run by the standard library's :class:`timeit.Timer` (which pauses the garbage
 collector while it times, as torch.utils.benchmark does). torch.utils.benchmark's ``Timer``
@@ -18,6 +20,7 @@ Its device synchronisation is done here by the backend (CUDA, Neuron) before eac
 from __future__ import annotations
 
 import math
+import random
 import time
 import timeit
 from collections.abc import Callable, Mapping
@@ -146,18 +149,25 @@ def run_rounds(
     rounds: int,
     budget_s: float | None = None,
     now: Callable[[], float] = time.monotonic,
+    seed: int = 0,
 ) -> Rounds:
-    """Run ``rounds`` interleaved rounds; round ``r`` starts at the ``r``-th variant (A B C,
-    B C A, C A B, ...). With ``budget_s``, stop at a round's end once ``now()`` says the budget
-    is spent and :data:`MIN_ROUNDS` rounds ran, or once :data:`OVERRUN_FACTOR` budgets are
-    spent and :data:`FLOOR_ROUNDS` ran: the machine got slower than the plan assumed.
-    A variant's exception passes through unchanged."""
+    """Run ``rounds`` interleaved rounds, each variant once per round, in an order shuffled
+    afresh each round (seeded): a fixed order (A B C, B C A, ...) runs a variant after the
+    same neighbour most of the time, and whatever that neighbour leaves behind (the
+    allocator's state, the caches) then counts against it alone; with such a rotation,
+    identical variants were called different in 3 of 28 runs of benchmarks/bench_compare.py
+    (``--threads 1``). With ``budget_s``, stop at a
+    round's end once ``now()`` says the budget is spent and :data:`MIN_ROUNDS` rounds ran, or
+    once :data:`OVERRUN_FACTOR` budgets are spent and :data:`FLOOR_ROUNDS` ran: the machine got
+    slower than the plan assumed. A variant's exception passes through unchanged."""
     labels = list(timers)
     out = Rounds(calls=dict(calls), per_call_us={label: [] for label in labels})
+    rng = random.Random(seed)
     start = now()
     for r in range(rounds):
-        k = r % len(labels)
-        for label in labels[k:] + labels[:k]:
+        order = labels[:]
+        rng.shuffle(order)
+        for label in order:
             n = calls[label]
             out.per_call_us[label].append(timers[label](n) / n * 1e6)
         if budget_s is not None:

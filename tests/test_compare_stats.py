@@ -97,7 +97,7 @@ def test_spread_note_flags_measurements_far_apart() -> None:
 
 
 # ---- timing ------------------------------------------------------------------------------------
-def test_rounds_take_turns_starting_at_the_next_variant() -> None:
+def test_rounds_run_each_variant_once_in_a_shuffled_seeded_order() -> None:
     order: list[str] = []
 
     def timer(label: str) -> Callable[[int], float]:
@@ -107,10 +107,22 @@ def test_rounds_take_turns_starting_at_the_next_variant() -> None:
 
         return run
 
-    out = run_rounds({"a": timer("a"), "b": timer("b"), "c": timer("c")}, {"a": 1, "b": 2, "c": 1}, 4)
-    assert order == list("abc" "bca" "cab" "abc")
-    assert out.count == 4 and out.per_call_us == {k: [1000.0] * 4 for k in "abc"}
+    timers = {k: timer(k) for k in "abc"}
+    out = run_rounds(timers, {"a": 1, "b": 2, "c": 1}, 30, seed=5)
+    rounds = ["".join(order[i : i + 3]) for i in range(0, 90, 3)]
+    assert all(sorted(r) == ["a", "b", "c"] for r in rounds)  # each variant once per round
+    # No variant always follows the same neighbour: every ordered pair occurs.
+    pairs = {(x[i], x[i + 1]) for x in rounds for i in range(2)}
+    assert pairs == {(x, y) for x in "abc" for y in "abc" if x != y}
+    assert out.count == 30 and out.per_call_us == {k: [1000.0] * 30 for k in "abc"}
     assert out.calls == {"a": 1, "b": 2, "c": 1}
+    first = order[:]
+    order.clear()
+    run_rounds(timers, {"a": 1, "b": 2, "c": 1}, 30, seed=5)
+    assert order == first  # seeded: the same order again
+    order.clear()
+    run_rounds(timers, {"a": 1, "b": 2, "c": 1}, 30, seed=6)
+    assert order != first
 
 
 def test_rounds_stop_at_the_budget_once_enough_ran() -> None:
@@ -235,3 +247,32 @@ def test_interleaving_keeps_a_drifting_machine_from_faking_a_difference() -> Non
     for row in cmp.rows[1:]:
         assert row.speedup_low is not None and row.speedup_high is not None
         assert 0.5 < row.speedup_low <= 1.0 <= row.speedup_high < 2.0
+
+
+def test_variants_of_about_the_same_speed_share_one_sample_size() -> None:
+    # Under load a sample's per-call time depends on its size, so identical variants must be
+    # timed in samples of the same size whatever the calibration measured.
+    m = FakeMachine()
+    cmp = compare(
+        {"a": m.variant(0.001), "b": m.variant(0.0015), "quick": m.variant(0.00001)},
+        torch.ones(2), timer=m.clock, export=False, enabled=False, rounds=3,
+    )
+    calls = cmp.timing["calls_per_round"]
+    assert calls["a"] == calls["b"] == 2  # from the median variant: 2 ms / 1 ms
+    assert calls["quick"] == 32  # 100x quicker: larger samples, at least 0.25 ms each
+    assert [r.calls_per_round for r in cmp.rows] == [2, 2, 32]
+
+
+def test_samples_far_from_their_median_are_noted() -> None:
+    # 12 calls warm up and calibrate; then, in the rounds, one sample 20x slower: a busy moment.
+    spikes = iter([1.0] * 20 + [20.0] + [1.0] * 1000)
+
+    m = FakeMachine()
+    m.load = lambda now: next(spikes)
+    cmp = compare({"a": m.variant(0.004), "b": m.variant(0.004)}, torch.ones(2), timer=m.clock, export=False, enabled=False, rounds=10)
+    (note,) = [n for n in cmp.notes if "timed samples took over 3x" in n]
+    assert note.startswith("1 of 20 timed samples took over 3x their variant's median: the machine was busy")
+    assert ("torch.set_num_threads(1)" in note) == (torch.get_num_threads() > 1)
+    quiet = FakeMachine()
+    cmp = compare({"a": quiet.variant(0.004)}, torch.ones(2), timer=quiet.clock, export=False, enabled=False, rounds=5)
+    assert not any("timed samples" in n for n in cmp.notes)

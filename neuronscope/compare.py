@@ -24,6 +24,7 @@ from typing import Any
 
 from . import export as _export
 from .capture import Backend, resolve_backend
+from .capture.observe import observe_warmup
 from .config import Options, build_options, disabled_by_env
 from .errors import ConfigError, NeuronscopeError
 from .events import KIND_ANNOTATION, EventTable, table_from_profiler
@@ -209,8 +210,9 @@ def _run_variant(
     t0 = time.perf_counter()
     output: Any = None
     try:
-        for _ in range(options.warmup):
-            output = fn(*args, **kwargs)
+        for i in range(options.warmup):
+            with observe_warmup(label, options.hints and i == options.warmup - 1):  # exact links for the hints
+                output = fn(*args, **kwargs)
         backend.synchronize()
     except BaseException as exc:
         log.info("neuronscope compare: [%d/%d] %s raised %s during warm-up", index, total, label, type(exc).__name__)

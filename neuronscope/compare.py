@@ -28,6 +28,7 @@ from typing import Any
 from . import stats
 from .announce import ensure_log_handler, log, warn_user
 from .capture import Backend, profiler_running, resolve_backend
+from .capture.observe import observe_warmup
 from .compare_export import adopt_session_files, export_comparison
 from .config import Options, build_options, disabled_by_env
 from .errors import ConfigError, NeuronscopeError
@@ -174,13 +175,24 @@ class _Profiled:
     device_us: float | None = None
 
 
-def _warm_up(label: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], calls: int, sync: Callable[[], None], where: str) -> tuple[Any, float]:
-    """Run ``calls`` unprofiled calls; return the last output and the seconds taken."""
+def _warm_up(
+    label: str,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    calls: int,
+    sync: Callable[[], None],
+    where: str,
+    observe: bool,
+) -> tuple[Any, float]:
+    """Run ``calls`` unprofiled calls; return the last output and the seconds taken. With
+    ``observe``, the last one is observed for the hints' exact data flow (capture.observe)."""
     log.info("neuronscope compare: %s %s: warming up (%d calls)...", where, label, calls)
     t0 = time.perf_counter()
     output: Any = None
-    for _ in range(calls):
-        output = fn(*args, **kwargs)
+    for i in range(calls):
+        with observe_warmup(label, observe and i == calls - 1):
+            output = fn(*args, **kwargs)
     sync()
     seconds = time.perf_counter() - t0
     log.info("neuronscope compare: %s %s: warm-up took %.2f s", where, label, seconds)
@@ -359,7 +371,9 @@ def compare(variants: Mapping[str, Callable[..., Any]], *args: Any, **options: A
     outputs: dict[str, Any] = {}
     warm_s: dict[str, float] = {}
     for label, fn in variants.items():
-        outputs[label], warm_s[label] = _warm_up(label, fn, args, call_kwargs, opts.warmup, backend.synchronize, where[label])
+        outputs[label], warm_s[label] = _warm_up(
+            label, fn, args, call_kwargs, opts.warmup, backend.synchronize, where[label], opts.enabled and opts.hints
+        )
     rounds = _time_variants(variants, args, call_kwargs, backend.synchronize, settings)
     rounds_note = None if settings.rounds is not None else budget_note(rounds.count, rounds.seconds, settings.time_budget)
     capture_opts = build_options(None, **{**opts.to_dict(), "export": False, "print_summary": False})

@@ -92,7 +92,7 @@ _USDT_MARKER = b"USDT:"
 
 
 @contextlib.contextmanager
-def quiet_native_stderr() -> Iterator[None]:
+def quiet_native_stderr(drop: tuple[bytes, ...] = (_USDT_MARKER,)) -> Iterator[None]:
     """Drop the two ``USDT: ... profiler_start/stop`` lines that torch's CPU build prints.
 
     They come from C++ straight to file descriptor 2, so no Python-level redirect or
@@ -126,7 +126,7 @@ def quiet_native_stderr() -> Iterator[None]:
             os.dup2(saved, 2)
             os.close(saved)
             tmp.seek(0)
-            kept = [line for line in tmp.read().splitlines(keepends=True) if _USDT_MARKER not in line]
+            kept = [line for line in tmp.read().splitlines(keepends=True) if not any(m in line for m in drop)]
             if kept:
                 os.write(2, b"".join(kept))
 

@@ -33,6 +33,7 @@ from collections.abc import Iterator
 from types import FrameType
 from typing import Any
 
+from .base import quiet_native_stderr
 from .frames import is_user_file
 
 __all__ = [
@@ -51,6 +52,9 @@ __all__ = [
 LOCATION_PREFIX = "ns@"
 #: Separates the line from the call's Python numbers in those names: ``ns@f.py:3|1e-06``.
 CONSTS_SEP = "|"
+#: Lines torch prints from C++ around an observation's profiler start: its USDT probes and
+#: the once-per-process note about blocks allocated before profile_memory started.
+NATIVE_NOISE = (b"USDT:", b"was allocated before the profiling started")
 #: How many frames above a torch call are searched for the user's line: deep enough for a
 #: model's forward under nn.Module's call machinery and a library's helpers.
 MAX_FRAMES = 24
@@ -175,7 +179,13 @@ def observe_dataflow() -> Iterator[Observation]:
             activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True, profile_memory=True
         )
         lines = _line_ranges() if _compile_in_use() else _function_mode()
-        prof.start()
+        # torch warns once per process, on stderr from C++, when a block allocated before
+        # profile_memory started is freed: freeing one here, while stderr is filtered, spends
+        # that warning where the user does not see it.
+        probe = torch.empty(1)
+        with quiet_native_stderr(NATIVE_NOISE):
+            prof.start()
+            del probe
     except Exception as err:  # observing is best effort: the user's call runs regardless
         obs.error = f"{type(err).__name__}: {err}"
         yield obs
@@ -185,7 +195,8 @@ def observe_dataflow() -> Iterator[Observation]:
             yield obs
     finally:
         try:
-            prof.stop()
+            with quiet_native_stderr():
+                prof.stop()
             obs.profiler = prof
         except Exception as err:
             obs.error = f"{type(err).__name__}: {err}"

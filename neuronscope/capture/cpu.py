@@ -24,6 +24,12 @@ class CpuBackend(Backend):
         self._scratch: Path | None = None
         self._stray_record: dict[str, Any] | None = None
 
+    @property
+    def writes_session_files(self) -> bool:
+        """With TorchNeuron loaded, its runtime writes a session during a CPU capture too: the
+        run directory then exists from the start, so that those files can be moved into it."""
+        return self._stray.neuron_loaded()
+
     def environment_warnings(self) -> list[str]:
         return self._stray.warnings()
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from ..result import OpStat, RegionStat
 from .nesting import parents
+from .stats import OpStat, RegionStat
 from .table import (
     FLAG_ASYNC,
     FLAG_LEGACY_DEVICE,

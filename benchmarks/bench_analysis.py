@@ -224,7 +224,7 @@ def section_scaling(small: int, big: int, big_key_averages: bool) -> None:
 # ---- 3. the trace -------------------------------------------------------------------------------
 def section_trace(n_events: int) -> None:
     from neuronscope import export
-    from neuronscope.session import GZIP_TRACE_ABOVE_EVENTS
+    from neuronscope.export import GZIP_TRACE_ABOVE_EVENTS
 
     print(f"\n== 3. trace export of {n_events:,} events (gzip above {GZIP_TRACE_ABOVE_EVENTS:,} raw events) ==")
     with tempfile.TemporaryDirectory() as tmp:

@@ -63,6 +63,7 @@ __all__ = [
     "atomic_write_text",
     "atomic_write_with",
     "export_result",
+    "fill_run",
     "find_runs",
     "finish_run",
     "incomplete_trace_text",
@@ -425,6 +426,46 @@ def export_result(
     try:
         written: _R = _fill(fd, run_dir, result, summary, trace_writer)
         return written
+    except Exception:
+        # result.json or summary.txt could not be written (a full disk: the trace's failure is
+        # handled in _fill): the export fails as a whole and leaves nothing half-written. An
+        # interrupt (BaseException) leaves what was written, in a run still marked incomplete.
+        _remove_run(run_dir, fd)
+        raise
+    finally:
+        os.close(fd)
+
+
+def _remove_run(run_dir: Path, fd: int) -> None:
+    """Remove a run directory this process made and holds open as ``fd`` (its temporary files
+    included): through the parent's descriptor, so nothing outside it is touched."""
+    try:
+        parent_fd = safe_io.open_dir(run_dir.parent, private_tail=1)
+    except Exception:  # the parent is gone or was swapped: leave it
+        return
+    try:
+        _remove_empty_run(parent_fd, run_dir.name)
+    finally:
+        os.close(parent_fd)
+
+
+def fill_run(
+    run_dir: Path | str,
+    result: _R,
+    *,
+    summary: str | Callable[[_R], str],
+    trace_writer: TraceWriter | None = None,
+) -> _R:
+    """Fill a directory made by :func:`new_run_dir` (before a capture whose backend writes
+    files into it) and return ``result`` as written; ``result`` itself is not changed.
+
+    The directory is opened again with the same checks, so one swapped for a symbolic link or
+    another user's directory since it was made is refused (nothing is written there).
+    """
+    fd = safe_io.open_dir(run_dir, private_tail=2)
+    try:
+        written: _R = _fill(fd, Path(run_dir), result, summary, trace_writer)
+        return written
     finally:
         os.close(fd)
 
@@ -435,18 +476,9 @@ def write_run(
     summary: str,
     trace_writer: TraceWriter | None = None,
 ) -> None:
-    """Fill a directory made by :func:`new_run_dir` and set ``result.run_dir`` (and the trace
-    artifact, and notes) on ``result`` itself. Kept for callers that make the directory before
-    the capture; :func:`export_result` is the form that leaves the result unchanged.
-
-    The directory is opened again with the same checks, so one swapped for a symbolic link or
-    another user's directory since it was made is refused (nothing is written there).
-    """
-    fd = safe_io.open_dir(run_dir, private_tail=2)
-    try:
-        written = _fill(fd, Path(run_dir), result, summary, trace_writer)
-    finally:
-        os.close(fd)
+    """:func:`fill_run` that sets ``run_dir`` (and the trace artifact, and notes) on ``result``
+    itself, for a comparison, which its caller fills in as it goes."""
+    written = fill_run(run_dir, result, summary=summary, trace_writer=trace_writer)
     result.run_dir = written.run_dir
     result.notes[:] = written.notes
     if isinstance(result, ProfileResult) and isinstance(written, ProfileResult):

@@ -24,11 +24,8 @@ from .pipeline import CaptureFacts, result_from_record
 from .report import render_result
 from .result import ProfileResult
 
-__all__ = ["GZIP_TRACE_ABOVE_EVENTS", "Session"]
+__all__ = ["Session"]
 
-#: Above this many raw events the trace is written gzip-compressed (``trace_format="auto"``):
-#: Chrome traces compress about 10x, and below this size the plain file opens faster.
-GZIP_TRACE_ABOVE_EVENTS = 20_000
 
 
 class Session:
@@ -58,6 +55,7 @@ class Session:
         self.run_dir: Path | None = None
         self.dist: _distributed.DistCapture | None = None
         self._run_dir_error: BaseException | None = None
+        self._export_failed = False
 
     @property
     def prof(self) -> Any:
@@ -104,13 +102,17 @@ class Session:
         )
 
     def stop(self, exc: BaseException | None) -> ProfileResult:
-        """Stop the capture, build the result, export and announce it.
+        """Stop the capture, build the result, export it, gather the ranks, announce it.
 
-        An interrupt that landed while the profiler stopped is raised again here, after the
-        result was built (``self.result``) and exported: what was measured is kept.
+        The result is built once; the export and the gather each hand back a new one. Each
+        rank exports before it waits for the others (a rank killed meanwhile costs rank 0 its
+        per-rank table, never its measurement). An interrupt that landed while the profiler
+        stopped is raised again here, after the result was built (``self.result``) and
+        exported: what was measured is kept.
         """
         assert self.capture is not None and self.backend is not None
         record = self.record = self.capture.stop()
+        _distributed.mark_stopped(self.dist)  # rank 0: no rank joins this capture from now on
         facts = CaptureFacts(
             name=self.name,
             options=self.options,
@@ -120,73 +122,59 @@ class Session:
             backend_notes=self.backend.extra_notes,
             observation=observation_for(self.name),
         )
-        result = result_from_record(record, facts)
-        self.result = result
-        if self.options.export and self.run_dir is None and self._run_dir_error is None:
-            # Made now, when there is something to put in it: each rank's row names its run.
-            try:
-                self.run_dir = self._new_run_dir()
-            except Exception as err:  # OSError, or ValueError for a path the OS cannot name
-                self._run_dir_error = err
-        # Every rank calls this: rank 0 gathers the per-rank table (with a timeout).
-        _distributed.finish(self.dist, result, self.run_dir, hints=self.options.hints)
-        if self.options.export:
-            self._export(result, record.prof)
-        final = self.result  # a new result where the export failed
-        assert final is not None
+        result = self.result = result_from_record(record, facts)
+        save = self._save if self.options.export else None
+        try:
+            final = _distributed.gather(self.dist, result, hints=self.options.hints, save=save)
+        except BaseException as err:  # Ctrl-C during the export: what was written stays
+            self.result = replace(
+                self.result,
+                run_dir=None,
+                notes=[*self.result.notes, f"not exported: interrupted ({type(err).__name__}); the files written so far stay in a run directory marked incomplete"],
+            )
+            raise
+        self.result = final
         if self.announce:
             announce_result(final, self.options.print_summary)
         if record.interrupted is not None:
             raise record.interrupted
         return final
 
-    def _trace_writer(self, prof: Any, event_count: int) -> Callable[[Path], Path | None]:
-        fmt = self.options.trace_format
-        if fmt == "auto":
-            fmt = "gz" if event_count > GZIP_TRACE_ABOVE_EVENTS else "json"
-        backend = self.backend
-        assert backend is not None
-
-        def write(run_dir: Path) -> Path | None:
-            if fmt == "none" or not _has_events(prof):
-                return None
-            plain = run_dir / "trace.json"
-            saved = backend.saved_trace()
-            if saved is not None:  # the profiler saved it already; a second save raises
-                if fmt == "gz":
-                    _export.gzip_file(saved, run_dir / "trace.json.gz")
-                    return run_dir / "trace.json.gz"
-                _export.atomic_write_with(plain, lambda tmp: shutil.copyfile(saved, tmp))
-                return plain
-            if fmt == "gz":
-                tmp = run_dir / ".trace.json.raw"
-                try:
-                    _export.save_chrome_trace(prof, tmp)
-                    _export.gzip_file(tmp, run_dir / "trace.json.gz")
-                finally:
-                    tmp.unlink(missing_ok=True)
-                return run_dir / "trace.json.gz"
-            _export.atomic_write_with(plain, lambda tmp: _export.save_chrome_trace(prof, tmp))
-            return plain
-
-        return write
-
-    def _export(self, result: ProfileResult, prof: Any) -> None:
+    def _save(self, result: ProfileResult) -> ProfileResult:
+        """Write ``result`` and return it as written (``run_dir`` set); on rank 0 called again
+        with the gathered result, which rewrites that run. A failed export keeps the result in
+        memory with a note, and is not tried again for this capture."""
+        if self._export_failed:
+            return result
         run_dir = self.run_dir
         try:
             if self._run_dir_error is not None:
                 raise self._run_dir_error
-            if run_dir is None:
-                run_dir = self.run_dir = self._new_run_dir()
-            _export.write_run(
-                run_dir,
+            if result.run_dir is not None:  # rank 0, the per-rank table in: rewrite in place
+                return _export.save_result(result, self.options.output_root, summary=render_result)
+            writer = _export.make_trace_writer(
+                self.prof,
+                self.options.trace_format if _has_events(self.prof) else "none",
+                result.event_count,
+                None if self.backend is None else self.backend.saved_trace(),
+            )
+            if run_dir is not None:  # made at the start for the backend's own session files
+                return _export.fill_run(run_dir, result, summary=render_result, trace_writer=writer)
+            return _export.export_result(
                 result,
-                render_result(result),
-                trace_writer=self._trace_writer(prof, result.event_count),
+                self.options.output_root,
+                summary=render_result,
+                trace_writer=writer,
+                name=self.name,
+                rank=None if self.dist is None else self.dist.rank,
+                when=None if self.dist is None else self.dist.started,  # one timestamp for all ranks
             )
         except Exception as err:
+            self._export_failed = True
             cause = f"{type(err).__name__}: {err}"
-            self._not_exported(result, run_dir, cause)
+            if run_dir is not None:
+                _discard_partial_run(run_dir)
+                self.run_dir = None
             key = (str(self.options.output_root), type(err).__name__, getattr(err, "errno", None))
             if not warn_once(
                 ("export", *key),
@@ -195,16 +183,7 @@ class Session:
                 f"the same way are not warned about again; their results' notes say so",
             ):
                 log.debug("capture %r not exported: %s", self.name, cause)
-        except BaseException as err:  # Ctrl-C during the export: the result stays in memory
-            self._not_exported(result, run_dir, f"interrupted ({type(err).__name__})")
-            raise
-
-    def _not_exported(self, result: ProfileResult, run_dir: Path | None, cause: str) -> None:
-        """The result as it stays in memory when the export failed: a new one, not exported."""
-        self.result = replace(result, run_dir=None, notes=[*result.notes, f"not exported: {cause}"])
-        self.run_dir = None
-        if run_dir is not None:
-            _discard_partial_run(run_dir)
+            return replace(result, run_dir=None, notes=[*result.notes, f"not exported: {cause}"])
 
     def abandon(self) -> None:
         """Undo a start that failed after the profiler started (the outer label, say)."""

@@ -682,7 +682,8 @@ def test_error_caught_inside_the_outer_region_leaves_it_ok() -> None:
 
 def test_ctrl_c_during_the_export_keeps_the_result(patch: pytest.MonkeyPatch, runs_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Ctrl-C landing while a large trace is written: the interrupt goes on (same object), the
-    result measured before it stays in memory, and no half-written run is left."""
+    result measured before it stays in memory, and what was written before it (result.json and
+    summary.txt come first) stays on disk in a run marked incomplete, with no temporary file."""
     interrupt = KeyboardInterrupt()
     real = export.atomic_write_with
 
@@ -712,7 +713,12 @@ def test_ctrl_c_during_the_export_keeps_the_result(patch: pytest.MonkeyPatch, ru
     patch.undo()
     TALLY["faults_injected"] += 2
     assert step.last_result is not None and step.last_result.ops and step.last_result.run_dir is None
-    assert _files_under(runs_dir) == []
+    kept = sorted(p.relative_to(runs_dir).parts[0] for p in _files_under(runs_dir) if p.name == "result.json")
+    assert kept == ["ctrl-c", "step"], _files_under(runs_dir)
+    for run in _run_dirs_on_disk(runs_dir):
+        assert sorted(p.name for p in run.iterdir()) == [".incomplete", "result.json", "summary.txt"]
+        assert len(load(run).ops) > 0
+    assert any("interrupted" in n for n in r.result.notes)
     _assert_clean_and_working()
 
 

@@ -38,8 +38,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import forking as _forking  # noqa: F401 - registers the fork hook with every capture engine
 from .analysis.straggler import STRAGGLER_MIN_US, STRAGGLER_THRESHOLD, straggler_hints
+from .config import rank_info
 from .result import ProfileResult
 
 __all__ = [
@@ -50,12 +50,10 @@ __all__ = [
     "TIMEOUT_ENV",
     "DistCapture",
     "begin",
-    "finish",
     "gather",
     "gather_timeout_s",
     "mark_stopped",
     "rank_entry",
-    "rank_info",
     "straggler_hints",
 ]
 
@@ -80,18 +78,6 @@ JOIN_WINDOW_S = 0.25
 
 #: Seconds rank 0 spent gathering at its last capture (for diagnostics and the benchmarks).
 last_gather_seconds: float | None = None
-
-
-def rank_info() -> tuple[int, int] | None:
-    """``(rank, world_size)`` when torch.distributed is initialised, else None."""
-    try:
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            return int(dist.get_rank()), int(dist.get_world_size())
-    except Exception:  # a half-initialised or torn-down group counts as none
-        pass
-    return None
 
 
 def gather_timeout_s() -> float:
@@ -391,28 +377,6 @@ def gather(
     except Exception as err:  # the gather must never cost the user the measurement
         gathered = dataclasses.replace(saved, notes=[*saved.notes, f"per-rank gather failed: {type(err).__name__}: {err}"])
     return save(gathered) if save is not None else gathered
-
-
-def finish(dc: DistCapture | None, result: ProfileResult, run_dir: Any = None, hints: bool = True) -> None:
-    """The older call shape of :func:`gather`, for callers that export after it: sets the
-    fields on ``result`` itself. With ``run_dir`` (made before the capture), rank 0's result
-    is written there before the wait, so that a kill meanwhile loses only the table."""
-    save = None
-    if run_dir is not None and dc is not None:
-        from .export import write_interim_result
-
-        def save(r: ProfileResult) -> ProfileResult:
-            r = dataclasses.replace(r, run_dir=str(run_dir))  # names the rank's directory in its row
-            if r.ranks is None and dc.rank == 0 and dc.world_size > 1:
-                try:
-                    write_interim_result(run_dir, r)
-                except Exception as err:  # the real export comes later and says what failed
-                    log.debug("neuronscope: interim result not written: %s", err)
-            return r
-
-    gathered = gather(dc, result, hints=hints, save=save)
-    for f in ("rank", "world_size", "ranks", "hints", "notes"):
-        setattr(result, f, getattr(gathered, f))
 
 
 def _gather(dc: DistCapture, own: dict[str, Any], notes: list[str]) -> list[dict[str, Any]]:

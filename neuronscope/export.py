@@ -75,7 +75,6 @@ __all__ = [
     "new_run_dir",
     "safe_name",
     "save_result",
-    "write_interim_result",
     "write_run",
 ]
 
@@ -507,16 +506,6 @@ def save_result(
     finally:
         os.close(fd)
     return result
-
-
-def write_interim_result(run_dir: Path | str, result: ProfileResult) -> None:
-    """Write ``result.json`` into a run directory still being filled (its marker stays): what
-    rank 0 measured is on disk before it waits for the other ranks."""
-    fd = safe_io.open_dir(run_dir, private_tail=2)
-    try:
-        safe_io.write_bytes_at(fd, RESULT_FILE, dataclasses.replace(result, run_dir=str(run_dir)).to_json().encode("utf-8", "backslashreplace"))
-    finally:
-        os.close(fd)
 
 
 def finish_run(run_dir: Path, result: ProfileResult | Comparison) -> None:

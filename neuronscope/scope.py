@@ -31,6 +31,7 @@ from .announce import announce_window, ensure_log_handler, log, on_skipped, warn
 from .capture import profiler_running
 from .capture.observe import begin_observation, end_observation
 from .config import Options, disabled_by_env
+from .forking import check_forked_child
 from .result import ProfileResult
 from .session import Session
 from .window import CallWindow, windows
@@ -288,6 +289,8 @@ def enter(owner: Owner, frame: FrameType | None = None) -> Entry:
         return _quiet(owner, frame)
     if disabled_by_env():
         return OFF  # a disabled call counts for nothing, not even its window
+    if check_forked_child():  # forked while a capture ran: no profiler here (warned once)
+        return _push(OFF_KIND, owner)
     if scope is not None:
         entry = _push(LABEL, owner)
         entry.holder, entry.session = scope, scope.session

@@ -1143,14 +1143,20 @@ def test_a_child_forked_during_a_capture_is_told_once(tmp_path: Path) -> None:
             try:
                 with warnings.catch_warnings(record=True) as record:
                     warnings.simplefilter("always")
+                    results = []
+                    for _ in range(2):  # a region in the child: runs its block, captures nothing
+                        with neuron_region("in-child", backend="cpu", export=False) as child:
+                            _work(2)
+                        results.append(child.result)
+                    by_region = len([w for w in record if "forked" in str(w.message)])  # said on entry
                     first, second = forking.check_forked_child(), forking.check_forked_child()
-                msgs = [str(w.message) for w in record]
-                out.write_text(json.dumps({"first": first, "second": second, "msgs": msgs}))
+                msgs = [str(w.message) for w in record if "forked" in str(w.message)]
+                out.write_text(json.dumps({"first": first, "second": second, "msgs": msgs, "none": results == [None, None], "by_region": by_region}))
             finally:
                 os._exit(0)
         os.waitpid(pid, 0)
     seen = json.loads(out.read_text())
-    assert seen["first"] and seen["second"] and len(seen["msgs"]) == 1
+    assert seen["first"] and seen["second"] and seen["none"] and seen["by_region"] == 1 and len(seen["msgs"]) == 1
     assert "forked" in seen["msgs"][0] and "spawn" in seen["msgs"][0]
     assert not forking.check_forked_child()  # the parent is not a forked child
 

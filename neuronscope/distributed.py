@@ -38,7 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .analysis.straggler import STRAGGLER_MIN_US, STRAGGLER_THRESHOLD, straggler_hints
+from .analysis.straggler import STRAGGLER_MIN_US, STRAGGLER_THRESHOLD, rank_entry, straggler_hints
 from .config import rank_info
 from .result import ProfileResult
 
@@ -319,19 +319,6 @@ def mark_stopped(dc: DistCapture | None) -> None:
         dc.store.set(f"{dc.base}/stopped", f"{dc.seq} {time.time()!r}")
     except Exception:
         pass
-
-
-def rank_entry(rank: int, result: ProfileResult, run_dir: Any = None) -> dict[str, Any]:
-    """One row of ``ranks``: what rank 0 shows for a rank."""
-    top = result.top_op
-    return {
-        "rank": rank,
-        "wall_time_us": result.wall_time_us,
-        "total_op_us": result.total_op_us,
-        "top_op": top.name if top is not None else None,
-        "run_dir": None if run_dir is None else str(run_dir),
-        "status": result.status,
-    }
 
 
 def gather(

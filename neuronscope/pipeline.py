@@ -16,11 +16,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from .analysis import AnalysisContext, analyze
-from .analysis.compile import label_compiled_ops, promote_compiled_events
+from .analysis.compile import label_compiled_ops
 from .capture import CaptureRecord
 from .config import Options, rank_info
 from .errors import NeuronscopeError
 from .events import EventTable, summarize, table_from_profiler
+from .events.table import promote_compiled_events
+from .events.timeline import step_breakdown
 from .result import HINTS_OFF_NOTE, ProfileResult
 
 __all__ = ["CaptureFacts", "build_result", "from_profiler", "now_iso", "result_from_record"]
@@ -49,6 +51,7 @@ def build_result(
     extra: dict[str, Any] | None = None,
     facts: dict[str, Any] | None = None,
     notes: list[str] | None = None,
+    breakdown: bool = True,
 ) -> ProfileResult:
     """Summarise ``table``, run the hint rules, and return the result.
 
@@ -60,12 +63,15 @@ def build_result(
     """
     promote_compiled_events(table)  # compiled code recorded as a range is an op (torch 2.13)
     summary = summarize(table)
+    # The device's busy and idle time; a CUPTI counter-mode trace replays each kernel, so its
+    # timeline is the replays', not the run's (the caller says so with breakdown=False).
+    steps = step_breakdown(table) if breakdown else None
     result_notes = list(summary.notes)
     result_notes.extend(notes or ())
     found = []
     if hints:
         ctx = AnalysisContext(
-            table=table, summary=summary, backend=backend, profiler=profiler, source=source, extra=extra or {}
+            table=table, summary=summary, backend=backend, profiler=profiler, source=source, extra={**(extra or {}), "breakdown": steps}
         )
         found = analyze(ctx)
     else:
@@ -79,13 +85,11 @@ def build_result(
         hints=found,
         regions=summary.regions,
         notes=result_notes,
-        started_at=now_iso(),
-        host=socket.gethostname(),
-        pid=os.getpid(),
         torch_version=_torch_version() if source == "live" else None,
         event_count=table.raw_event_count or len(table),
         device_unattributed_us=(table.unattributed_device_ns / 1e3) if table.has_device else None,
-        **(facts or {}),
+        breakdown=steps,
+        **{"started_at": now_iso(), "host": socket.gethostname(), "pid": os.getpid(), **(facts or {})},
     )
     # After the rules, which see torch's own names: compiled code gets readable op names.
     label_compiled_ops(result, table, (extra or {}).get("compile"))

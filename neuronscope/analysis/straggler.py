@@ -10,9 +10,9 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from ..result import Hint
+from ..result import Hint, ProfileResult
 
-__all__ = ["STRAGGLER_MIN_US", "STRAGGLER_THRESHOLD", "straggler_hints"]
+__all__ = ["STRAGGLER_MIN_US", "STRAGGLER_THRESHOLD", "rank_entry", "straggler_hints"]
 
 #: A rank is a straggler when its wall time exceeds the median of all ranks by more than this
 #: fraction. In data-parallel work every rank waits for the slowest at each collective, so a
@@ -67,3 +67,17 @@ def straggler_hints(entries: list[dict[str, Any]]) -> list[Hint]:
             )
         )
     return hints
+
+
+def rank_entry(rank: int, result: ProfileResult, run_dir: Any = None) -> dict[str, Any]:
+    """One row of ``ranks``: what rank 0 shows for a rank, and what this rule reads."""
+    top = result.top_op
+    return {
+        "rank": rank,
+        "wall_time_us": result.wall_time_us,
+        "total_op_us": result.total_op_us,
+        "top_op": top.name if top is not None else None,
+        "run_dir": None if run_dir is None else str(run_dir),
+        "status": result.status,
+    }
+

@@ -37,13 +37,13 @@ table: the hot loop, linking), ``files`` (which files, which rank). ``orjson`` i
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..distributed import rank_entry, straggler_hints
+from ..analysis.straggler import rank_entry, straggler_hints
 from ..events import KIND_OP, EventTable, gc_paused
-from ..events.timeline import step_breakdown
 from ..pipeline import build_result
 from ..result import ProfileResult
 from .files import TracePath, find_trace_files, group_by_rank, resolve_paths
@@ -67,11 +67,37 @@ def table_from_trace(path: TracePath | Sequence[TracePath]) -> tuple[EventTable,
     return read_files(files)
 
 
-def _result(table: EventTable, meta: dict[str, Any], name: str, hints: bool = True) -> ProfileResult:
-    locations = meta.get("locations")
-    # Counter mode replays each kernel: its timeline is the replays', not the run's.
-    breakdown = None if meta["counter_mode"] else step_breakdown(table)
-    result = build_result(
+def _result(
+    table: EventTable,
+    meta: dict[str, Any],
+    name: str,
+    hints: bool = True,
+    ranks: dict[str, Any] | None = None,
+    notes: list[str] | None = None,
+) -> ProfileResult:
+    """The result of one rank's trace files; ``ranks`` (rank, world size, the files of every
+    rank) and ``notes`` are the caller's facts about the set of files."""
+    notes = [*meta["notes"], *(notes or [])]
+    if table.has_device and table.unattributed_device_ns:
+        total = sum(d for d, kind in zip(table.device_ns, table.kinds) if kind == KIND_OP) + table.unattributed_device_ns
+        share = 100.0 * table.unattributed_device_ns / total if total else 0.0
+        notes.append(
+            f"{share:.1f}% of device time ({meta['device_unattributed_events']} device events) "
+            f"was launched outside any op (the shares' total includes it)"
+        )
+    facts: dict[str, Any] = {
+        "device_name": meta.get("device_name"),
+        "platform": meta["platform"] if meta["platform"] in ("rocm", "mtia") else None,
+        "artifacts": {"trace_files": list(meta["files"])},
+        "rank": meta["rank"],
+        "world_size": meta["world_size"],
+        **(ranks or {}),
+    }
+    if meta.get("host_name"):
+        facts["host"] = str(meta["host_name"])
+    if len(meta["pids"]) == 1 and isinstance(meta["pids"][0], int):
+        facts["pid"] = meta["pids"][0]
+    return build_result(
         table,
         name=name,
         backend=meta["backend"],
@@ -79,29 +105,14 @@ def _result(table: EventTable, meta: dict[str, Any], name: str, hints: bool = Tr
         source="trace",
         hints=hints,
         extra={
-            "locations": locations,
+            "locations": meta.get("locations"),
             "trace": {k: v for k, v in meta.items() if k != "locations"},
-            "breakdown": breakdown,
         },
+        facts=facts,
+        notes=notes,
+        # Counter mode replays each kernel: its timeline is the replays', not the run's.
+        breakdown=not meta["counter_mode"],
     )
-    result.device_name = meta.get("device_name")
-    result.breakdown = breakdown
-    if meta["platform"] in ("rocm", "mtia"):
-        result.platform = meta["platform"]
-    result.notes.extend(meta["notes"])
-    if meta.get("host_name"):
-        result.host = str(meta["host_name"])
-    if len(meta["pids"]) == 1 and isinstance(meta["pids"][0], int):
-        result.pid = meta["pids"][0]
-    result.artifacts["trace_files"] = list(meta["files"])
-    if table.has_device and table.unattributed_device_ns:
-        total = sum(d for d, kind in zip(table.device_ns, table.kinds) if kind == KIND_OP) + table.unattributed_device_ns
-        share = 100.0 * table.unattributed_device_ns / total if total else 0.0
-        result.notes.append(
-            f"{share:.1f}% of device time ({meta['device_unattributed_events']} device events) "
-            f"was launched outside any op (the shares' total includes it)"
-        )
-    return result
 
 
 def from_trace(path: TracePath | Sequence[TracePath], name: str | None = None) -> ProfileResult:
@@ -127,46 +138,40 @@ def from_trace(path: TracePath | Sequence[TracePath], name: str | None = None) -
 
 
 def _from_files(files: list[Path], label: str) -> ProfileResult:
-    if len(files) == 1:
-        table, meta = read_files(files)
-        result = _result(table, meta, label)
-        result.rank, result.world_size = meta["rank"], meta["world_size"]
-        return result
-
     groups = group_by_rank(files)
     if len(groups) == 1:
         table, meta = read_files(groups[0][1])
-        result = _result(table, meta, label)
-        result.rank, result.world_size = meta["rank"], meta["world_size"]
-        if len(groups[0][1]) > 1:
-            result.notes.append(f"{len(groups[0][1])} trace files of one rank read together")
-        return result
+        several = len(groups[0][1]) > 1
+        return _result(table, meta, label, notes=[f"{len(groups[0][1])} trace files of one rank read together"] if several else None)
 
-    main_rank = groups[0][0]  # rank 0, or the lowest present
+    main_rank, main_files = groups[0]  # rank 0, or the lowest present
     entries: list[dict[str, Any]] = []
-    main: ProfileResult | None = None
     worlds: set[int] = set()
-    for rank, group in groups:  # one rank in memory at a time
+    for rank, group in groups[1:]:  # one rank in memory at a time; they need their totals only
         table, meta = read_files(group)
         if meta["world_size"] is not None:
             worlds.add(meta["world_size"])
-        # The other ranks need their totals only: no hint rules.
-        res = _result(table, meta, label, hints=rank == main_rank)
+        res = _result(table, meta, label, hints=False)
         del table
         # "run_dir" names the rank's trace: `neuronscope show` opens it as it opens a run.
         entries.append(rank_entry(rank, res, run_dir=group[0]))
-        if rank == main_rank:
-            main = res
-    assert main is not None
-    main.rank = main_rank
-    main.world_size = worlds.pop() if len(worlds) == 1 else len(groups)
-    main.ranks = entries
-    if main.world_size > len(groups):
-        main.notes.append(f"traces of {len(groups)} of {main.world_size} ranks found")
-    main.artifacts["trace_files"] = [str(p) for _, g in groups for p in g]
-    found = straggler_hints(entries)
-    if found:
-        main.hints.extend(found)
-        main.hints.sort(key=lambda h: h.est_saving_us, reverse=True)
-    return main
-
+    table, meta = read_files(main_files)
+    if meta["world_size"] is not None:
+        worlds.add(meta["world_size"])
+    world = worlds.pop() if len(worlds) == 1 else len(groups)
+    main = _result(
+        table,
+        meta,
+        label,
+        ranks={
+            "rank": main_rank,
+            "world_size": world,
+            "artifacts": {"trace_files": [str(p) for _, g in groups for p in g]},
+        },
+        notes=[f"traces of {len(groups)} of {world} ranks found"] if world > len(groups) else None,
+    )
+    # The ranks' rows need the main rank's totals: they and the straggler hints come with a
+    # new result, as rank 0 of a live run gets them (distributed.gather).
+    rows = [rank_entry(main_rank, main, run_dir=main_files[0]), *entries]
+    hints = sorted([*main.hints, *straggler_hints(rows)], key=lambda h: h.est_saving_us, reverse=True)
+    return dataclasses.replace(main, ranks=rows, hints=hints)

@@ -107,6 +107,17 @@ class _Once:
 _said = _Once()
 
 
+def first_time(key: Any) -> bool:
+    """True the first time ``key`` is seen in this process (for a message said once)."""
+    return _said.first(key)
+
+
+def forget_said() -> None:
+    """Forget what was said once (tests start each case from a fresh process's state)."""
+    global _said
+    _said = _Once()
+
+
 def warn_once(key: Any, message: str) -> bool:
     """``warn_user(message)`` the first time ``key`` is seen in this process; True if it warned."""
     if not _said.first(key):

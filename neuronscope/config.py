@@ -128,7 +128,7 @@ class Options:
         return d
 
 
-_KNOWN = {f for f in Options.__dataclass_fields__}
+_KNOWN = frozenset(Options.__dataclass_fields__)
 
 
 def _check_bool(key: str, value: Any) -> bool:

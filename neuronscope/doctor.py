@@ -33,8 +33,9 @@ import sys
 import tempfile
 import traceback
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 __all__ = ["DOCTOR_SCHEMA", "REPORT_KEYS", "doctor_trace", "load_doctor_report", "run_doctor"]
@@ -45,12 +46,12 @@ REPORT_KEYS = ("schema", "kind", "created", "host", "versions", "environment", "
 #: Framework-trace events kept in the slice: enough to see the shape, small enough to attach.
 TRACE_SLICE_EVENTS = 300
 _ENV_PREFIXES = ("NEURON_", "TORCH_NEURONX_", "XLA_", "TORCH_DEVICE_BACKEND_AUTOLOAD", "NKI_")
-_OPTIONAL_KEYWORDS: dict[str, Any] = {
+_OPTIONAL_KEYWORDS: Mapping[str, Any] = MappingProxyType({
     "correlate_device_time": True,
     "max_events_per_nc": 100_000,
     "capture_enabled_for_nc": "0",
     "precache_node_info": True,
-}
+})
 PLAN = """neuronscope doctor: torch-neuronx is not installed here, so there is nothing to record.
 On a Trainium host (Trn2/Trn3, TorchNeuron 2.13.3.0 or later) it would write one JSON file with:
   1. NeuronConfig / ProfileMode / NeuronProfiler: types, signatures, value types;

@@ -35,7 +35,7 @@ import socket
 import unicodedata
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from . import safe_io
 from .result import Comparison, ProfileResult
@@ -90,7 +90,7 @@ GZIP_TRACE_ABOVE_EVENTS = 20_000
 #: Characters kept in a directory name: letters and digits of any script (``\w``), '.', '-'.
 _UNSAFE_CHARS = re.compile(r"[^\w.\-]+")
 #: Names Windows reserves for devices, with or without an extension (a run copied there).
-_RESERVED = {"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(1, 10)), *(f"LPT{i}" for i in range(1, 10))}
+_RESERVED = frozenset({"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(1, 10)), *(f"LPT{i}" for i in range(1, 10))})
 #: Longest directory name made from a capture name, in characters and UTF-8 bytes (file systems
 #: allow 255 bytes; the run directory's own name and a hash suffix must fit beside it).
 MAX_NAME_CHARS = 96
@@ -477,7 +477,7 @@ def write_run(
 ) -> None:
     """:func:`fill_run` that sets ``run_dir`` (and the trace artifact, and notes) on ``result``
     itself, for a comparison, which its caller fills in as it goes."""
-    written = fill_run(run_dir, result, summary=summary, trace_writer=trace_writer)
+    written: Any = fill_run(run_dir, cast(Any, result), summary=summary, trace_writer=trace_writer)
     result.run_dir = written.run_dir
     result.notes[:] = written.notes
     if isinstance(result, ProfileResult) and isinstance(written, ProfileResult):

@@ -47,7 +47,7 @@ MAX_NAME_CHARS = 200
 #: Unicode categories never printed as they are: controls (escape sequences that retitle, clear
 #: or write the clipboard of a terminal), format characters (bidi overrides that reorder a line),
 #: lone surrogates, private-use and unassigned code points, and line/paragraph separators.
-_UNPRINTABLE = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}
+_UNPRINTABLE = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
 
 
 def printable(text: object, keep: str = "") -> str:

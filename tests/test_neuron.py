@@ -29,6 +29,7 @@ import torch
 
 from neuronscope import (
     NeuronscopeError,
+    announce,
     compare,
     from_trace,
     load,
@@ -81,8 +82,7 @@ def clean_env(monkeypatch, tmp_path):
     ):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path / "neff-cache-unused"))
-    monkeypatch.setattr(neuron_backend, "_captured_names", set())
-    monkeypatch.setattr(neuron_files, "_stray_warned", False)
+    announce.forget_said()  # each case starts as a fresh process: first captures, first warnings
     return tmp_path
 
 

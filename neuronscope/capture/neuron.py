@@ -29,12 +29,12 @@ import logging
 import os
 import shutil
 import tempfile
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import Options
+from ..announce import first_time
+from ..config import Options, env_true, rank_info
 from .base import Backend
 from .neuron_api import (
     INSTALL_HINT,
@@ -86,32 +86,6 @@ DEFAULT_MAX_EVENTS_PER_NC = 1_000_000
 
 # ---- warm-up bookkeeping ------------------------------------------------------------------
 
-_captured_names: set[str] = set()
-_captured_lock = threading.Lock()
-
-
-def _first_capture_of(name: str) -> bool:
-    with _captured_lock:
-        first = name not in _captured_names
-        _captured_names.add(name)
-        return first
-
-
-def _env_true(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
-
-
-def _rank() -> int | None:
-    try:
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            return int(dist.get_rank())
-    except Exception:
-        pass
-    return None
-
-
 # ---- the backend --------------------------------------------------------------------------
 
 
@@ -162,7 +136,7 @@ class NeuronBackend(Backend):
                 "runtime's environment-variable capture conflicts with it, Neuron docs); unset it "
                 "before the process starts"
             )
-        if opts.with_stack and not _env_true("NEURON_FRAMEWORK_DEBUG"):
+        if opts.with_stack and not env_true("NEURON_FRAMEWORK_DEBUG"):
             out.append(
                 "with_stack=True records Python source in the framework events; mapping device "
                 "instructions to source in Neuron Explorer also needs NEURON_FRAMEWORK_DEBUG=1, set "
@@ -175,7 +149,7 @@ class NeuronBackend(Backend):
                 "memory; leave modes=['runtime'] unless you need the instruction-level trace"
             )
         name = opts.name or "<unnamed>"
-        if _first_capture_of(name) and opts.warmup == 0:
+        if first_time(("neuron-first-capture", name)) and opts.warmup == 0:
             out.append(
                 f"capture {name!r} starts without warm-up (warmup=0, first capture of this name): if "
                 "this code has not run on the neuron device before, the capture holds NEFF "
@@ -191,7 +165,7 @@ class NeuronBackend(Backend):
             # export=False (compare() captures, for instance): the runtime still writes its files,
             # and they must not land in ./output beside the user's script.
             cap = _Capture(Path(tempfile.mkdtemp(prefix="neuronscope-neuron-")), temporary=True)
-        elif _rank() is not None:
+        elif rank_info() is not None:
             # Every rank of a run under one root (Neuron docs, multi-rank): Explorer shows all
             # <instance>_pid_<pid> directories of one root together. Ranks share the run's
             # timestamp, which starts every rank's run directory name.
@@ -398,7 +372,8 @@ class NeuronBackend(Backend):
         info["session_dirs"] = [d.relative_to(root).as_posix() or "." for d in sessions]
         if cap.saved_trace is not None and cap.saved_trace.is_file():
             info["framework_trace"] = cap.saved_trace.relative_to(root).as_posix()
-        rank = _rank()
+        ranks = rank_info()
+        rank = None if ranks is None else ranks[0]
         if rank is not None:
             info["rank"] = rank
         if any(file_kind(f.name) != "framework_trace" for f in files):

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..announce import first_time
 from ..config import Options
 from ..errors import BackendUnavailableError, ConfigError, NeuronscopeError
 
@@ -72,13 +73,9 @@ def _import_torch_neuronx() -> Any:
     return torch_neuronx
 
 
-_broken_install_logged = False
-
-
 def neuron_available() -> bool:
     """True when torch-neuronx is installed and ``torch.neuron.is_available()`` says a Neuron
     device is visible. Never raises; imports torch-neuronx only when it is installed."""
-    global _broken_install_logged
     if importlib.util.find_spec("torch_neuronx") is None:
         return False
     try:
@@ -86,8 +83,7 @@ def neuron_available() -> bool:
         module = torch_neuron_module()
         return bool(module is not None and module.is_available())
     except Exception as err:
-        if not _broken_install_logged:  # "auto" quietly profiling the CPU would mislead
-            _broken_install_logged = True
+        if first_time(("neuron-broken-install",)):  # "auto" quietly profiling the CPU would mislead
             log.warning("neuronscope: backend 'auto' skips Neuron: %s", err)
         return False
 

@@ -17,7 +17,10 @@ import shlex
 import shutil
 import sys
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
+
+from ..announce import first_time
 
 __all__ = [
     "DEFAULT_NEFF_CACHE",
@@ -46,13 +49,13 @@ MAX_LISTED_FILES = 1000
 RUNTIME_DEFAULT_OUTPUT = "./output"
 RUNTIME_OUTPUT_ENV = "NEURON_RT_INSPECT_OUTPUT_DIR"
 
-_NAMED_KINDS = {
+_NAMED_KINDS = MappingProxyType({
     "ntrace.pb": "system_trace",
     "trace_info.pb": "trace_info",
     "cpu_util.pb": "cpu_util",
     "host_mem.pb": "host_memory",
     "trace.json": "framework_trace",
-}
+})
 _SESSION_MARKERS = ("trace_info.pb", "ntrace.pb")
 FRAMEWORK_TRACE_NAME = "trace.json"
 _RANK_TRACE = re.compile(r"^neuron_framework_trace_rank_\d+\.json$")
@@ -234,9 +237,6 @@ def _runtime_default_root() -> Path:
     return Path(os.environ.get(RUNTIME_OUTPUT_ENV) or RUNTIME_DEFAULT_OUTPUT)
 
 
-_stray_warned = False
-
-
 class StrayRuntimeOutput:
     """Contains what TorchNeuron's profiler plugin does in a capture that never asked for it.
 
@@ -259,10 +259,8 @@ class StrayRuntimeOutput:
         return "torch_neuronx" in sys.modules
 
     def warnings(self) -> list[str]:
-        global _stray_warned
-        if _stray_warned or not self.neuron_loaded():
+        if not self.neuron_loaded() or not first_time(("neuron-stray-runtime",)):
             return []
-        _stray_warned = True
         return [
             ("TorchNeuron is loaded (torch autoloads it), so this CPU capture also starts the Neuron "
             "runtime trace: torch's CPU activity includes the PrivateUse1 runtime/driver types and "

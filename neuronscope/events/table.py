@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 KIND_OP = 0  #: an operator (``cpu_op``): aten ops, c10d ops, custom ops
@@ -29,7 +30,7 @@ KIND_SPAN = 6  #: the profiler's own span (``Trace``): tells a torch.profiler tr
 #: The one table of event categories, shared by live captures (Kineto's activity names) and
 #: trace files (the ``cat`` field, the same names). A backend that brings new categories adds
 #: them here (Neuron: its driver events as KIND_DEVICE, ``privateuse1_runtime`` is a launch).
-CATEGORY_KINDS: dict[str, int] = {
+CATEGORY_KINDS: Mapping[str, int] = MappingProxyType({
     "cpu_op": KIND_OP,
     "operator": KIND_OP,  # torch 1.8's name for cpu_op
     "user_annotation": KIND_ANNOTATION,
@@ -56,7 +57,7 @@ CATEGORY_KINDS: dict[str, int] = {
     # The device-side copy of a record_function range: a span over kernels, not work.
     "gpu_user_annotation": KIND_SKIP,
     "trace": KIND_SPAN,
-}
+})
 
 #: Categories of host intervals spent blocked in a device synchronisation (CUPTI's sync
 #: records); runtime calls named ``*Synchronize*`` count too (see :func:`is_sync_call`).

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from ..errors import TraceFormatError
@@ -33,7 +34,7 @@ _UNSET = object()
 _SYNC = 7  # a category of host intervals blocked in a synchronisation (read, not a row)
 #: Timestamps beyond this (ns) are refused: they overflow the int64 arrays of the summary.
 _MAX_NS = 1 << 62
-_NO_ARGS: dict[str, Any] = {}
+_NO_ARGS: Mapping[str, Any] = MappingProxyType({})
 
 
 class _Reader:

@@ -54,7 +54,9 @@ def check_evidence(h: Hint, confidence: str = "dataflow") -> None:
     assert h.ops and all(o.startswith("aten::") for o in h.ops)
     assert h.calls >= 1
     assert h.time_us > 0
-    assert 0 < h.est_saving_us <= h.time_us
+    # A named idiom is reported even when fusing it would save nothing measurable (0: torch.compile
+    # being its only fused form, whose entry cost exceeds what a small idiom saves).
+    assert 0 <= h.est_saving_us <= h.time_us
     assert h.suggestion
     assert h.details["shape"]
     if confidence != "sequence":  # a trace records shapes but not dtypes

@@ -65,27 +65,82 @@ def test_exactly_the_expected_hints(name: str, train: bool) -> None:
             assert int(h.location.rsplit(":", 1)[1]) > 0
 
 
-def _suggestions(name: str) -> dict[str, str]:
-    (result,) = captured(rm.step_fn(rm.MODELS[name], False))
-    return {h.pattern: h.suggestion for h in result.hints}
+_SUGGESTIONS_SCRIPT = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import torch
+torch.set_num_threads(1)
+import real_models as rm
+from neuronscope import profile_on_neuron
+out = {}
+for name in sys.argv[2:]:
+    f = profile_on_neuron(rm.step_fn(rm.MODELS[name], False), export=False, backend="cpu", print_summary=False)
+    f(); f()
+    out[name] = {h.pattern: h.suggestion for h in f.last_result.hints}
+json.dump(out, sys.stdout)
+"""
 
 
 def test_suggestions_are_equivalent_for_the_code_in_hand() -> None:
-    llama = _suggestions("llama")
+    """In a fresh process: where torch.compile is in use (earlier tests of this session), the
+    observation records no Python numbers (see test_observing_a_compiled_function...)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    here = Path(__file__).resolve().parent
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(here.parent), os.environ.get("PYTHONPATH", "")]))
+    names = ["llama", "gemma", "t5", "gpt2", "nanogpt", "timm_vit"]
+    proc = subprocess.run(
+        [sys.executable, "-c", _SUGGESTIONS_SCRIPT, str(here), *names],
+        capture_output=True, text=True, env=env, timeout=300, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout)
+    llama = got["llama"]
     assert "rms_norm(x, (64,), weight, eps=1e-06)" in llama["rms_norm"]
     assert 'attn_implementation="sdpa"' in llama["attention"]
     assert "scale=" not in llama["attention"]  # head_dim ** -0.5: sdpa's default
     assert "silu(gate) * up" in llama["silu_mul"]
-    gemma = _suggestions("gemma")
+    gemma = got["gemma"]
     assert "1 + weight" in gemma["rms_norm"]  # Gemma's RMSNorm scales by (1 + weight)
     assert "gelu(gate) * up" in gemma["silu_mul"]
-    t5 = _suggestions("t5")
-    assert "scale=1.0" in t5["attention"]  # T5 does not scale the scores
-    assert 'approximate="tanh"' in _suggestions("gpt2")["gelu"]
-    nano = _suggestions("nanogpt")
+    assert "scale=1.0" in got["t5"]["attention"]  # T5 does not scale the scores
+    assert 'approximate="tanh"' in got["gpt2"]["gelu"]
+    nano = got["nanogpt"]
     assert "attn_implementation" not in nano["attention"] and "attn_mask=mask" in nano["attention"]
-    timm = _suggestions("timm_vit")
-    assert "scale=" not in timm["attention"]  # scale on q, by head_dim ** -0.5
+    assert "scale=" not in got["timm_vit"]["attention"]  # scale on q, by head_dim ** -0.5
+
+
+def test_a_scale_the_observation_could_not_read_is_not_taken_for_the_default() -> None:
+    from neuronscope.analysis.dataflow import OpGraph, OpNode, TensorArg
+    from neuronscope.analysis.patterns import REGISTRY
+
+    attention = REGISTRY[0]
+    q = TensorArg(1, (2, 4, 8, 16), "float32", 1, 1024)
+    s = TensorArg(2, (2, 4, 8, 8), "float32", 2, 512)
+    nodes = [
+        OpNode(0, "aten::matmul", "matmul", 1, 0, 1, [q, q], [-1, -1]),
+        OpNode(1, "aten::mul", "mul", 1, 1, 2, [s, TensorArg(3, (), "float32", 3, 1)], [0, -1]),
+        OpNode(2, "aten::softmax", "softmax", 1, 2, 3, [s], [1]),
+        OpNode(3, "aten::matmul", "matmul", 1, 3, 4, [s, q], [2, -1]),
+    ]
+    for n in nodes:
+        for p in n.producers:
+            if p >= 0:
+                nodes[p].consumers.append(n.index)
+    g = OpGraph(nodes, "exact")
+    assert attention.match is not None
+    m = attention.match(g, nodes[2])
+    assert m is not None
+    assert "scale=<the scale your code applies>" in attention.suggest(m, "cpu")
+    nodes[1].consts = (0.25,)  # 16 ** -0.5: sdpa's default
+    m = attention.match(g, nodes[2])
+    assert m is not None and "scale=" not in attention.suggest(m, "cpu")
+    nodes[1].consts = (1.0,)
+    m = attention.match(g, nodes[2])
+    assert m is not None and "scale=1.0" in attention.suggest(m, "cpu")
 
 
 def test_rotary_points_at_the_line_that_computes() -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import statistics
 import time
+from typing import Any
 
 from .dataflow import OpGraph, OpNode
 from .patterns import pattern_named
@@ -108,7 +109,102 @@ def grounded_saving_ns(pattern: str, nodes: list[OpNode], g: OpGraph, backend: s
             if p in inside:
                 moved += 2 * t.numel * _ITEMSIZE.get(t.dtype, 4)  # written, then read again
     launches = max(0, len(nodes) - fused_passes(pattern))
-    return launches * per_op + moved / bytes_per_ns
+    saving = launches * per_op + moved / bytes_per_ns
+    if not eager_api_faster(pattern, device_of(backend)):
+        # The fused form is torch.compile's: each call pays compiled code's own entry cost
+        # (guards, the wrapper), which can exceed what a small idiom saves.
+        saving -= compiled_call_ns(device_of(backend)) or 0.0
+    return max(0.0, saving)
+
+
+#: Least speed-up of a fused eager API over the hand-written chain (measured at a probe
+#: shape) that counts it as a faster fused form on this device.
+MIN_EAGER_GAIN = 1.25
+_PROBE_SHAPE = [64, 256]
+
+
+@functools.cache
+def eager_api_faster(pattern: str, device: str = "cpu") -> bool:
+    """Does torch's eager replacement of ``pattern`` beat the hand-written chain on this
+    device? Measured once per process with the pattern's verify builder at a small shape
+    (on CPU ``torch.rms_norm`` runs the same ops as the chain: no faster). Patterns without an
+    eager replacement: False. Devices this process does not measure: True (the capture's own
+    times are all there is)."""
+    record = pattern_named(pattern)
+    if record is None or not record.eager_replacement:
+        return False
+    if record.verify is None or device != "cpu":
+        return True  # nothing to probe with here: the capture's own times are all there is
+    try:
+        import torch
+
+        from ..result import Hint
+
+        probe = Hint("fusion", pattern, [], details={"shape": _PROBE_SHAPE, "weight": True})
+        x = torch.randn(*_PROBE_SHAPE)
+        with torch.no_grad():
+            chain, replacement, _ = record.verify(probe, x, torch.device("cpu"))
+            if replacement is None:
+                return False
+            times: dict[str, list[float]] = {"chain": [], "replacement": []}
+            chain(), replacement()
+            for _ in range(5):
+                for name, fn in (("chain", chain), ("replacement", replacement)):
+                    t0 = time.perf_counter_ns()
+                    for _ in range(20):
+                        fn()
+                    times[name].append((time.perf_counter_ns() - t0) / 20)
+        return statistics.median(times["chain"]) >= MIN_EAGER_GAIN * statistics.median(times["replacement"])
+    except Exception:  # a probe that cannot run: trust the capture's times
+        return True
+
+
+@functools.cache
+def compiled_call_ns(device: str = "cpu") -> float | None:
+    """What calling torch.compile'd code costs beyond the eager op it runs, in ns: one op
+    compiled (Dynamo's guards and frame, no Inductor build) against the op itself, measured
+    once per process. None off the CPU or where torch.compile fails here."""
+    if device != "cpu":
+        return None
+    try:
+        import torch
+
+        x = torch.ones(8)
+
+        def one(t: torch.Tensor) -> torch.Tensor:
+            return t + 1.0
+
+        registry = _backend_registry()
+        before = set(registry)
+        compiled = torch.compile(one, backend="eager", dynamic=False)
+        with torch.no_grad():
+            compiled(x)
+            eager, comp = [], []
+            for _ in range(5):
+                t0 = time.perf_counter_ns()
+                for _ in range(50):
+                    one(x)
+                t1 = time.perf_counter_ns()
+                for _ in range(50):
+                    compiled(x)
+                t2 = time.perf_counter_ns()
+                eager.append((t1 - t0) / 50)
+                comp.append((t2 - t1) / 50)
+        # This measurement is no use of torch.compile by the user: its backend leaves the
+        # registry the observation pass reads to tell (see capture.observe).
+        for key in set(registry) - before:
+            registry.pop(key, None)
+        return max(0.0, statistics.median(comp) - statistics.median(eager))
+    except Exception:  # a torch.compile that cannot run here: no such cost is claimed
+        return None
+
+
+def _backend_registry() -> dict[int, Any]:
+    """torch.compile's registry of the backends asked for in this process."""
+    from torch._dynamo import eval_frame
+
+    registry = getattr(eval_frame, "cached_backends", None)
+    return registry if isinstance(registry, dict) else {}
 
 
 def full_size(nodes: list[OpNode]) -> list[bool]:
@@ -134,4 +230,6 @@ def model_text(pattern: str, backend: str) -> str:
     text = f"sum(op times) - {fused_passes(pattern)} pass(es) x median full-size op time, per call, from each op's median over the calls"
     if device_costs(device_of(backend)) is not None:
         text += "; at most the launches and intermediate bytes fusion removes, at this device's measured per-op cost and bandwidth"
+        if not eager_api_faster(pattern, device_of(backend)):
+            text += ", less the measured cost of entering torch.compile'd code (its fused form here)"
     return text

@@ -88,7 +88,12 @@ def _is_scaling(n: OpNode) -> bool:
     return n.op in ("mul", "div") and len(n.inputs) == 2 and len(n.big_inputs()) == 1
 
 
-def _scale_value(scales: list[OpNode], head_dim: int | None) -> float | None:
+#: The ``scale=`` text where the code scales by a number the observation did not see (under
+#: torch.compile it names lines without recording numbers): sdpa's default may not be it.
+UNKNOWN_SCALE = "<the scale your code applies>"
+
+
+def _scale_value(scales: list[OpNode], head_dim: int | None) -> float | str | None:
     """The ``scale=`` an equivalent ``scaled_dot_product_attention`` call needs: None where
     its default (``1/sqrt(head_dim)``) is right or the value was not observed, 1.0 where the
     code applies no scale at all (T5)."""
@@ -97,7 +102,7 @@ def _scale_value(scales: list[OpNode], head_dim: int | None) -> float | None:
     value = 1.0
     for n in scales:
         if not n.consts or n.consts[0] == 0:
-            return None  # scaled by a number the capture did not record
+            return UNKNOWN_SCALE  # scaled by a number the observation could not record
         value *= n.consts[0] if n.op == "mul" else 1.0 / n.consts[0]
     if head_dim and abs(value * head_dim**0.5 - 1.0) < 1e-6:
         return None
@@ -120,7 +125,9 @@ def _suggest(m: Match, backend: str) -> str:
     if m.params.get("masked"):
         args.append("attn_mask=mask")
     scale = m.params.get("scale")
-    if scale is not None:
+    if scale == UNKNOWN_SCALE:
+        args.append(f"scale={scale}")
+    elif scale is not None:
         args.append(f"scale={scale!r}")
     call = f"torch.nn.functional.scaled_dot_product_attention({', '.join(args)})"
     if in_transformers(m):

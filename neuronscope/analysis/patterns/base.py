@@ -97,6 +97,9 @@ class Pattern:
     #: Reported whatever its estimated saving (a named idiom's time is worth knowing); False:
     #: only above :data:`~neuronscope.analysis.cost.MIN_SAVING_NS` (a generic chain).
     always_report: bool = True
+    #: Whether torch has an eager fused replacement; False: the fused form is torch.compile's,
+    #: and the cost model charges compiled code's entry cost.
+    eager_replacement: bool = True
     #: Ops a trace match of this idiom may span but does not include (silu_mul's up projection).
     sequence_skip: frozenset[str] = frozenset()
     #: Facts a trace match records (gelu: approximate), from its op names.

@@ -59,4 +59,5 @@ ROTARY_EMBEDDING = Pattern(
     sequence=r"mul neg (?:cat|stack) (?:flatten |reshape )?mul add ",
     sequence_shapes="rotary",
     suggest=_suggest,
+    eager_replacement=False,
 )

@@ -79,4 +79,5 @@ SILU_MUL = Pattern(
     suggest=_suggest,
     verify=_verify,
     sequence_skip=frozenset({"linear", "matmul", "mm", "addmm"}),
+    eager_replacement=False,
 )

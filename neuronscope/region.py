@@ -51,8 +51,12 @@ _made: dict[Any, Any] = {}
 
 
 def _key(name: Any, options: dict[str, Any]) -> Any:
-    key = (name, options_key(options)) if isinstance(name, (str, type(None))) else None
-    return None if key is None or key[1] is None else key
+    if not isinstance(name, (str, type(None))):
+        return None
+    if not options:  # the common inline region, neuron_region("step"): no options to key
+        return (name, ())
+    key = options_key(options)
+    return None if key is None else (name, key)
 
 
 def _options(name: Any, options: dict[str, Any]) -> Options:

@@ -91,3 +91,15 @@ def test_a_path_object_is_read_each_time(tmp_path: Path) -> None:
     assert build_options(None, output_dir=where).output_dir == str(tmp_path / "a")
     where.path = str(tmp_path / "b")
     assert build_options(None, output_dir=where).output_dir == str(tmp_path / "b")
+
+
+@pytest.mark.parametrize("value", ["1", "true", " TRUE ", "Yes", "on", "0", "false", "", "no", "2", "ön"])
+def test_the_kill_switch_reads_the_environment_as_env_true_does(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    """disabled_by_env() reads CPython's byte store behind os.environ (for speed): it must
+    agree with the plain reading, and follow os.environ's changes at once."""
+    from neuronscope.config import DISABLE_ENV, disabled_by_env, env_true
+
+    monkeypatch.setenv(DISABLE_ENV, value)
+    assert disabled_by_env() == env_true(DISABLE_ENV)
+    monkeypatch.delenv(DISABLE_ENV)
+    assert not disabled_by_env()

@@ -76,8 +76,6 @@ _KEY_ROOT = "neuronscope"
 #: starting later than this after rank 0 stopped was not in that capture (it skipped it).
 JOIN_WINDOW_S = 0.25
 
-#: Seconds rank 0 spent gathering at its last capture (for diagnostics and the benchmarks).
-last_gather_seconds: float | None = None
 
 
 def gather_timeout_s() -> float:
@@ -338,7 +336,6 @@ def gather(
     gathered result, which then carries the ``run_dir`` of the first call (rewrite that run).
     ``save`` raising is the caller's business: it propagates.
     """
-    global last_gather_seconds
     if dc is None:
         return save(result) if save is not None else result
     mark_stopped(dc)
@@ -354,10 +351,8 @@ def gather(
         if dc.rank != 0:
             dc.store.set(f"{dc.key}/rank{dc.rank}", json.dumps(entry))
             return saved
-        t0 = time.perf_counter()
         notes: list[str] = []
         entries = _gather(dc, entry, notes)
-        last_gather_seconds = time.perf_counter() - t0
         found = straggler_hints(entries) if hints else []
         new_hints = sorted([*saved.hints, *found], key=lambda h: h.est_saving_us, reverse=True) if found else saved.hints
         gathered = dataclasses.replace(saved, ranks=entries, hints=new_hints, notes=[*saved.notes, *notes])

@@ -153,15 +153,20 @@ def test_type_checking_imports_are_not_edges(tmp_path: Path) -> None:
 #: comment saying why"). Counted as module-level assignments of a dict, list or set display,
 #: or a call of dict/list/set/defaultdict/WeakSet/WeakKeyDictionary/local.
 MAX_MUTABLE_GLOBALS = 10
-_MUTABLE_CALLS = {"dict", "list", "set", "defaultdict", "OrderedDict", "WeakSet", "WeakKeyDictionary", "WeakValueDictionary", "local", "ContextVar"}
+_MUTABLE_CALLS = {
+    "dict", "list", "set", "defaultdict", "OrderedDict", "WeakSet", "WeakKeyDictionary",
+    "WeakValueDictionary", "local", "ContextVar", "Lock", "RLock",
+}
 
 
 def mutable_globals() -> list[str]:
-    """``module.name`` of each module-level binding to a mutable container (constants in
-    ALL_CAPS that are frozen types are not counted), and of each name a ``global`` rebinds."""
+    """``module.name`` of each module-level binding to a mutable container, a lock or context
+    variable, or an instance of a class the module defines (frozen types are not counted),
+    and of each name a ``global`` rebinds."""
     found: list[str] = []
     for module, path in _modules().items():
         tree = ast.parse(path.read_text(), str(path))
+        own_classes = {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
         for node in tree.body:
             targets: list[ast.expr] = []
             value: ast.expr | None = None
@@ -173,7 +178,7 @@ def mutable_globals() -> list[str]:
                 continue
             mutable = isinstance(value, (ast.Dict, ast.List, ast.Set, ast.DictComp, ast.ListComp, ast.SetComp)) or (
                 isinstance(value, ast.Call)
-                and (getattr(value.func, "id", None) or getattr(value.func, "attr", None)) in _MUTABLE_CALLS
+                and (getattr(value.func, "id", None) or getattr(value.func, "attr", None)) in _MUTABLE_CALLS | own_classes
             )
             if mutable:
                 found.extend(f"{module}.{t.id}" for t in targets if isinstance(t, ast.Name) and t.id != "__all__")

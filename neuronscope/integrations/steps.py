@@ -214,14 +214,21 @@ class StepCapture:
 # capture holds the labels. ``Tensor.backward`` is what every path ends in (accelerate, a grad
 # scaler, a plain script), so a captured step replaces it, for its duration only, with a wrapper
 # that labels the capturing thread's calls and passes every other call straight through.
-_backward_target: StepCapture | None = None
-_original_backward: Callable[..., Any] | None = None
+class _BackwardPatch:
+    """``Tensor.backward`` as it was before a captured step replaced it, and the step whose
+    thread's calls are labelled. Global because ``Tensor.backward`` is: one per process."""
+
+    target: StepCapture | None = None
+    original: Callable[..., Any] | None = None
+
+
+_backward = _BackwardPatch()
 
 
 def _labelled_backward(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-    original = _original_backward
+    original = _backward.original
     assert original is not None
-    target = _backward_target
+    target = _backward.target
     if target is None or threading.get_ident() != target.thread:
         return original(tensor, *args, **kwargs)
     target.open("backward")
@@ -232,26 +239,25 @@ def _labelled_backward(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
 
 
 def _install_backward_labels(capture: StepCapture) -> None:
-    global _backward_target, _original_backward
     if torch.Tensor.backward is not _labelled_backward:
-        _original_backward = torch.Tensor.backward
-        functools.update_wrapper(_labelled_backward, _original_backward)
+        _backward.original = torch.Tensor.backward
+        functools.update_wrapper(_labelled_backward, _backward.original)
         torch.Tensor.backward = _labelled_backward  # type: ignore[method-assign,assignment]
-    _backward_target = capture
+    _backward.target = capture
 
 
 def _uninstall_backward_labels(capture: StepCapture) -> None:
-    global _backward_target
-    if _backward_target is not capture:
+    if _backward.target is not capture:
         return
-    _backward_target = None
-    if torch.Tensor.backward is _labelled_backward and _original_backward is not None:
-        torch.Tensor.backward = _original_backward  # type: ignore[method-assign]
+    _backward.target = None
+    if torch.Tensor.backward is _labelled_backward and _backward.original is not None:
+        torch.Tensor.backward = _backward.original  # type: ignore[method-assign]
     # Otherwise someone replaced Tensor.backward after us: theirs stays, and ours inside it
     # passes every call through now that it has no target.
 
 
 # ---- a step that never ended -------------------------------------------------------------------
+# Why global: the atexit hook below must find every step still open in the process.
 _unfinished: set[StepCapture] = set()
 
 

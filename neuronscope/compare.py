@@ -189,6 +189,7 @@ class _Profiled:
     all_op_count: int | None = None
     top_op: str | None = None
     device_us: float | None = None
+    calls_us: float = 0.0  # the profiled calls' inclusive time, together
 
 
 def _warm_up(label: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], calls: int, sync: Callable[[], None], where: str) -> tuple[Any, float]:
@@ -283,6 +284,7 @@ def _profile_variant(
                 inclusive[op] = inclusive.get(op, 0.0) + us
         profiled.top_op = max(inclusive, key=lambda op: inclusive[op]) if inclusive else None
     regions = [result.regions[n] for n in names if n in result.regions]
+    profiled.calls_us = sum(r.time_us for r in regions)
     if result.has_device_time:
         device = [r.device_time_us for r in regions if r.device_time_us is not None]
         profiled.device_us = statistics.median(device) if device else None
@@ -299,10 +301,13 @@ def _unprofiled_result(label: str, fn: Callable[..., Any], backend: Backend, tim
     return result
 
 
-def _hint_text(hint: Hint, calls: int) -> str:
-    """The row's top hint, its saving per call like the row's time (a hint's saving is summed
-    over every profiled call)."""
-    return f"{hint.pattern} (~{fmt_us(hint.est_saving_us / max(calls, 1))} per call)"
+def _hint_text(hint: Hint, calls_us: float) -> str:
+    """The row's top hint, its saving as a share of the profiled calls' time: a share, not a
+    time, so that it cannot disagree with the row's time, which comes from unprofiled calls
+    (the profiler's per-op cost, or a busy moment, inflates the profiled ones)."""
+    if calls_us <= 0:
+        return hint.pattern
+    return f"{hint.pattern} (~{min(hint.est_saving_us / calls_us, 1.0):.0%} of its time)"
 
 
 def _busy_rounds_note(rounds: Rounds, backend: str) -> str | None:
@@ -474,7 +479,7 @@ def _fill_rows(
                 op_count=p.op_count,
                 top_op=p.top_op,
                 speedup=speedup,
-                top_hint=_hint_text(top_hint, calls) if top_hint else None,
+                top_hint=_hint_text(top_hint, p.calls_us) if top_hint else None,
                 spread_us=stats.half_iqr(times),
                 repeats=len(times),
                 outputs_match=match,

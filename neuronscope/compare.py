@@ -460,7 +460,7 @@ def _fill_rows(
         verdict = "baseline" if label == first else None
         if label != first and min(base + times) > 0:
             speedup, low, high = stats.paired_speedup(base, times, settings.confidence, seed=settings.seed)
-            verdict = stats.verdict(low, high)
+            verdict = stats.verdict(low, high, speedup)
         elif label != first:  # a clock that did not move (an injected one): no ratio to take
             speedup = math.inf if median <= 0 < statistics.median(base) else 1.0
         match: bool | None = None

@@ -346,7 +346,8 @@ def compare(variants: Mapping[str, Callable[..., Any]], *args: Any, **options: A
     clock read: a variant's ``time_us`` is its median per-call time over the rounds, and each
     speedup (the median over the rounds of the first variant's time over this one's in the
     same round) comes with an interval (a seeded bootstrap, ``confidence`` 0.99) and a
-    ``verdict``: ``faster``, ``slower``, or ``noise`` when the interval holds 1.0. Last, ``active`` calls per variant
+    ``verdict``: ``faster``, ``slower``, or ``noise`` when the interval holds 1.0 or the
+    speedup is within 2 % of it. Last, ``active`` calls per variant
     (default 3) run under the profiler, for the op table, ``op_count`` (the ops the variant's
     own code dispatched per call: six for a hand-written RMSNorm, one for ``torch.rms_norm``
     or a compiled region), ``all_op_count`` (with the ops nested inside those) and the hints.

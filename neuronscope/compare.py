@@ -173,6 +173,7 @@ class _Profiled:
     all_op_count: int | None = None
     top_op: str | None = None
     device_us: float | None = None
+    calls_us: float = 0.0  # the profiled calls' inclusive time, together
 
 
 def _warm_up(
@@ -266,6 +267,7 @@ def _profile_variant(
                 inclusive[op] = inclusive.get(op, 0.0) + us
         profiled.top_op = max(inclusive, key=lambda op: inclusive[op]) if inclusive else None
     regions = [result.regions[n] for n in names if n in result.regions]
+    profiled.calls_us = sum(r.time_us for r in regions)
     if result.has_device_time:
         device = [r.device_time_us for r in regions if r.device_time_us is not None]
         profiled.device_us = statistics.median(device) if device else None
@@ -282,10 +284,13 @@ def _unprofiled_result(label: str, fn: Callable[..., Any], backend: Backend, tim
     return result
 
 
-def _hint_text(hint: Hint, calls: int) -> str:
-    """The row's top hint, its saving per call like the row's time (a hint's saving is summed
-    over every profiled call)."""
-    return f"{hint.pattern} (~{fmt_us(hint.est_saving_us / max(calls, 1))} per call)"
+def _hint_text(hint: Hint, calls_us: float) -> str:
+    """The row's top hint, its saving as a share of the profiled calls' time: a share, not a
+    time, so that it cannot disagree with the row's time, which comes from unprofiled calls
+    (the profiler's per-op cost, or a busy moment, inflates the profiled ones)."""
+    if calls_us <= 0:
+        return hint.pattern
+    return f"{hint.pattern} (~{min(hint.est_saving_us / calls_us, 1.0):.0%} of its time)"
 
 
 def _busy_rounds_note(rounds: Rounds, backend: str) -> str | None:
@@ -324,7 +329,8 @@ def compare(variants: Mapping[str, Callable[..., Any]], *args: Any, **options: A
     clock read: a variant's ``time_us`` is its median per-call time over the rounds, and each
     speedup (the median over the rounds of the first variant's time over this one's in the
     same round) comes with an interval (a seeded bootstrap, ``confidence`` 0.99) and a
-    ``verdict``: ``faster``, ``slower``, or ``noise`` when the interval holds 1.0. Last, ``active`` calls per variant
+    ``verdict``: ``faster``, ``slower``, or ``noise`` when the interval holds 1.0 or the
+    speedup is within 2 % of it. Last, ``active`` calls per variant
     (default 3) run under the profiler, for the op table, ``op_count`` (the ops the variant's
     own code dispatched per call: six for a hand-written RMSNorm, one for ``torch.rms_norm``
     or a compiled region), ``all_op_count`` (with the ops nested inside those) and the hints.
@@ -440,7 +446,7 @@ def _fill_rows(
         verdict = "baseline" if label == first else None
         if label != first and min(base + times) > 0:
             speedup, low, high = stats.paired_speedup(base, times, settings.confidence, seed=settings.seed)
-            verdict = stats.verdict(low, high)
+            verdict = stats.verdict(low, high, speedup)
         elif label != first:  # a clock that did not move (an injected one): no ratio to take
             speedup = math.inf if median <= 0 < statistics.median(base) else 1.0
         match: bool | None = None
@@ -459,7 +465,7 @@ def _fill_rows(
                 op_count=p.op_count,
                 top_op=p.top_op,
                 speedup=speedup,
-                top_hint=_hint_text(top_hint, calls) if top_hint else None,
+                top_hint=_hint_text(top_hint, p.calls_us) if top_hint else None,
                 spread_us=stats.half_iqr(times),
                 repeats=len(times),
                 outputs_match=match,

@@ -19,6 +19,7 @@ __all__ = [
     "DEFAULT_CONFIDENCE",
     "DEFAULT_RESAMPLES",
     "FAR_FACTOR",
+    "NOISE_BAND",
     "VERDICTS",
     "half_iqr",
     "paired_speedup",
@@ -37,6 +38,11 @@ DEFAULT_RESAMPLES = 2000
 #: Values that differ by more than this factor (largest over smallest) were not taken under
 #: the same conditions: on a shared machine, some of them ran while the CPU was busy.
 FAR_FACTOR = 3.0
+#: A speedup within this of 1.0 is noise whatever its interval: with a few hundred rounds the
+#: interval of identical variants can exclude 1.0 by a hair ("0.99x [0.97-1.00]", 1 of 21 runs
+#: of benchmarks/bench_compare.py), and a 2 % difference does not repeat from run to run on a
+#: shared machine.
+NOISE_BAND = 0.02
 #: A row's verdict: the first variant is the ``baseline``; the others are ``faster``,
 #: ``slower`` or ``noise`` (the interval holds 1.0: no difference told apart).
 VERDICTS = ("baseline", "faster", "slower", "noise")
@@ -76,9 +82,12 @@ def paired_speedup(
     return statistics.median(ratios), low, high
 
 
-def verdict(low: float, high: float) -> str:
-    """``"noise"`` when the interval ``[low, high]`` of a speedup holds 1.0, else
-    ``"faster"`` (all of it above 1) or ``"slower"`` (all of it below 1)."""
+def verdict(low: float, high: float, speedup: float | None = None, band: float = NOISE_BAND) -> str:
+    """``"noise"`` when the interval ``[low, high]`` of a speedup holds 1.0, or when the
+    ``speedup`` itself is within ``band`` of 1.0; else ``"faster"`` (all of the interval above
+    1) or ``"slower"`` (all of it below 1)."""
+    if speedup is not None and abs(speedup - 1.0) < band:
+        return "noise"
     if low > 1.0:
         return "faster"
     if high < 1.0:

@@ -156,7 +156,7 @@ def run_rounds(
     same neighbour most of the time, and whatever that neighbour leaves behind (the
     allocator's state, the caches) then counts against it alone; with such a rotation,
     identical variants were called different in 3 of 28 runs of benchmarks/bench_compare.py
-    (``--threads 1``). With ``budget_s``, stop at a
+    (``--threads 1``), shuffled in 0 of 40. With ``budget_s``, stop at a
     round's end once ``now()`` says the budget is spent and :data:`MIN_ROUNDS` rounds ran, or
     once :data:`OVERRUN_FACTOR` budgets are spent and :data:`FLOOR_ROUNDS` ran: the machine got
     slower than the plan assumed. A variant's exception passes through unchanged."""

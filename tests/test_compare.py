@@ -110,10 +110,10 @@ def test_rows_read_like_the_study(study: tuple[Comparison, list[str]]) -> None:
         assert {f"{row.label}#{i}" for i in range(COMPARE_PROFILED)} <= set(result.regions)
         assert result.name == row.label and result.backend == "cpu" and result.status == "ok"
         assert all(o.self_device_us is None for o in result.ops)  # no silent zeros on the CPU
-        # The row's top hint is the variant's first hint, its saving per call like the time.
+        # The row's top hint is the variant's first hint, its saving a share of the variant's time.
         if result.hints:
             assert row.top_hint is not None and row.top_hint.startswith(result.hints[0].pattern + " (~")
-            assert row.top_hint.endswith(" per call)")
+            assert row.top_hint.endswith("% of its time)")
         else:
             assert row.top_hint is None
     assert "aten::rms_norm" in {o.name for o in cmp.results["fused"].ops}

@@ -43,6 +43,7 @@ def test_the_answer_names_the_fastest_by_how_much_and_why() -> None:
     assert "Why: ops dispatched per call by each variant's own code: naive 6 (20 with the ops nested in them), fused 1" in text
     # torch.rms_norm on a CPU is one op with 26 inside it: said, so the op table cannot contradict the row.
     assert "Here fused's one op, aten::rms_norm, is no single kernel: it runs 26 ops inside it." in text
+    assert "Here compiled" not in text  # 2 ops inside, fewer than naive's 6: a fused kernel indeed
     assert "2,355 us" in text and "403.3 us" in text and "375.5 us" in text and STUDY in text
     assert CPU_DIFFERS in text
     assert "\n" not in text  # one paragraph

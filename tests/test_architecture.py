@@ -155,14 +155,18 @@ def test_type_checking_imports_are_not_edges(tmp_path: Path) -> None:
 MAX_MUTABLE_GLOBALS = 10
 _MUTABLE_CALLS = {
     "dict", "list", "set", "defaultdict", "OrderedDict", "WeakSet", "WeakKeyDictionary",
-    "WeakValueDictionary", "local", "ContextVar", "Lock", "RLock",
+    "WeakValueDictionary", "local", "ContextVar",
 }
 
 
+def _is_constant_name(targets: list[ast.expr]) -> bool:
+    return all(isinstance(t, ast.Name) and t.id.lstrip("_").isupper() for t in targets)
+
+
 def mutable_globals() -> list[str]:
-    """``module.name`` of each module-level binding to a mutable container, a lock or context
-    variable, or an instance of a class the module defines (frozen types are not counted),
-    and of each name a ``global`` rebinds."""
+    """``module.name`` of each module-level binding to a mutable container, a context variable,
+    or an instance of a class the module defines (frozen types, locks that guard one of these,
+    and ALL_CAPS sentinels are not counted), and of each name a ``global`` rebinds."""
     found: list[str] = []
     for module, path in _modules().items():
         tree = ast.parse(path.read_text(), str(path))
@@ -178,7 +182,11 @@ def mutable_globals() -> list[str]:
                 continue
             mutable = isinstance(value, (ast.Dict, ast.List, ast.Set, ast.DictComp, ast.ListComp, ast.SetComp)) or (
                 isinstance(value, ast.Call)
-                and (getattr(value.func, "id", None) or getattr(value.func, "attr", None)) in _MUTABLE_CALLS | own_classes
+                and (
+                    (getattr(value.func, "id", None) or getattr(value.func, "attr", None)) in _MUTABLE_CALLS
+                    # an instance of the module's own class, unless an ALL_CAPS sentinel
+                    or (getattr(value.func, "id", None) in own_classes and not _is_constant_name(targets))
+                )
             )
             if mutable:
                 found.extend(f"{module}.{t.id}" for t in targets if isinstance(t, ast.Name) and t.id != "__all__")

@@ -43,3 +43,43 @@ def test_events_frames_use_the_one_answer() -> None:
     # a helper of a model library is not the user's line, in a trace as live
     assert ef.user_location("transformers/activations.py(40): forward") is None
     assert cf.is_user_file.cache_info().maxsize == cf.CACHE_SIZE  # bounded
+
+
+def _rms_hint() -> Hint:
+    return Hint(
+        kind="fusion", pattern="rms_norm", ops=["aten::pow", "aten::mean", "aten::add", "aten::rsqrt", "aten::mul", "aten::mul"],
+        calls=2, time_us=100.0, est_saving_us=38.8, suggestion="use torch.nn.functional.rms_norm(x, (32,), weight, eps=1e-06)",
+        details={"shape": [8, 32], "dtype": "float32", "device": "cpu", "weight": True},
+    )
+
+
+def _fake_rounds(monkeypatch: Any, chain: list[float], fused: list[float]) -> None:
+    """The rounds verify() timed, fixed: the decision it makes from them is what is tested."""
+    from neuronscope.analysis import verify
+
+    monkeypatch.setattr(verify, "_time", lambda variants, *a: {name: list(chain if name == "chain" else fused) for name in variants})
+
+
+def test_a_verified_loss_is_said_plainly(monkeypatch: Any) -> None:
+    _fake_rounds(monkeypatch, [10.0] * 9, [50.0] * 9)
+    h = _rms_hint()
+    v = h.verify(compile=False)
+    assert v.slower and v.verified_saving_us < 0
+    assert h.est_saving_us <= 0 and "save ~" not in h.message
+    assert "verify measured the fused form slower here: keep the code as it is on this device" in h.message
+    assert "rms_norm(" not in h.message  # no longer recommends what it measured slower
+    assert Hint.from_dict(h.to_dict()).message == h.message  # survives export
+
+
+def test_a_verified_gain_keeps_the_suggestion(monkeypatch: Any) -> None:
+    _fake_rounds(monkeypatch, [50.0] * 9, [10.0] * 9)
+    h = _rms_hint()
+    v = h.verify(compile=False)
+    assert not v.slower and not v.notes and h.est_saving_us == 38.8
+    assert "rms_norm(" in h.message and "measured: 80.0 us" in h.message
+
+
+def test_verify_notes_rounds_that_disagree_widely(monkeypatch: Any) -> None:
+    _fake_rounds(monkeypatch, [10.0, 12.0, 400.0, 11.0, 10.0, 900.0, 10.0, 10.0, 10.0], [5.0] * 9)
+    v = _rms_hint().verify(compile=False)
+    assert v.notes and "disagree widely" in v.notes[0] and "chain" in v.notes[0]

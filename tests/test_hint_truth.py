@@ -83,3 +83,31 @@ def test_verify_notes_rounds_that_disagree_widely(monkeypatch: Any) -> None:
     _fake_rounds(monkeypatch, [10.0, 12.0, 400.0, 11.0, 10.0, 900.0, 10.0, 10.0, 10.0], [5.0] * 9)
     v = _rms_hint().verify(compile=False)
     assert v.notes and "disagree widely" in v.notes[0] and "chain" in v.notes[0]
+
+
+def test_a_traces_rms_norm_saving_counts_its_intermediates(monkeypatch: Any, tmp_path: Any) -> None:
+    """The cost model's second bound on a trace (ops in order, no links) counts the
+    intermediates the chain passes on, as on a live capture: it was 0 there before."""
+    from torch.profiler import profile
+
+    from neuronscope.analysis import cost
+    from neuronscope.analysis.dataflow import graph_from_profiler, graph_from_table
+    from neuronscope.analysis.fusion import find_matches, find_sequence_matches
+    from neuronscope.trace.reader import read_files
+
+    x, w = torch.randn(64, 256), torch.randn(256)
+    with profile(record_shapes=True, profile_memory=True) as prof:
+        _rms(x, w)
+    live = graph_from_profiler(prof, None)
+    prof.export_chrome_trace(str(tmp_path / "trace.json"))
+    table, _ = read_files([tmp_path / "trace.json"])
+    trace = graph_from_table(table)
+    (lm,) = [m for m in find_matches(live) if m.pattern == "rms_norm"]
+    (tm,) = [m for m in find_sequence_matches(trace) if m.pattern == "rms_norm"]
+    monkeypatch.setattr(cost, "device_costs", lambda device="cpu": (0.0, 1.0))  # 1 byte per ns, free launches
+    monkeypatch.setattr(cost, "eager_api_faster", lambda pattern, device="cpu": True)
+    on_trace = cost.grounded_saving_ns("rms_norm", tm.nodes, trace, "cpu")
+    on_links = cost.grounded_saving_ns("rms_norm", lm.nodes, live, "cpu")
+    assert on_trace is not None and on_trace > 0
+    assert on_trace == on_links
+    assert tm.params == {"weight": True}  # the trailing mul by a (256,) tensor is the weight

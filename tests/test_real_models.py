@@ -200,6 +200,16 @@ def test_trace_parity(name: str, tmp_path: Path) -> None:
     for h in replay.hints:
         if h.kind == "fusion":
             assert h.details["not_from_op_order"] == ["elementwise_chain"]
+    # A trace's suggestion drops nothing the code does: the weight and the mask are carried
+    # over, and what op order cannot show (the eps, a scale's value) is named, not guessed.
+    said = {h.pattern: h.suggestion for h in replay.hints if h.kind == "fusion"}
+    for h in live.hints:
+        if h.pattern == "rms_norm":
+            assert ("weight" in said["rms_norm"]) == ("weight" in h.suggestion), said["rms_norm"]
+            assert ", None," not in said["rms_norm"] or ", None," in h.suggestion
+            assert "eps=<the eps your code uses>" in said["rms_norm"]
+        if h.pattern == "attention":
+            assert ("attn_mask=mask" in said["attention"]) == ("attn_mask=mask" in h.suggestion), said["attention"]
 
 
 def test_observing_a_compiled_function_adds_no_recompile() -> None:

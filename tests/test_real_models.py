@@ -155,6 +155,10 @@ def test_rotary_points_at_the_line_that_computes() -> None:
     assert "q_embed" in source[int(line) - 1] and "rotate_half" in source[int(line) - 1]
     (silu,) = [h for h in result.hints if h.pattern == "silu_mul"]
     assert "act_fn" in source[int(silu.location.rsplit(":", 1)[1]) - 1]  # type: ignore[union-attr]
+    # Attention spans lines: it points where it starts, the scores (q @ k^T), not the @ v.
+    (attention,) = [h for h in result.hints if h.pattern == "attention"]
+    scores = source[int(attention.location.rsplit(":", 1)[1]) - 1]  # type: ignore[union-attr]
+    assert "matmul" in scores and "key" in scores and "value" not in scores, scores
 
 
 def test_the_same_hints_every_time() -> None:

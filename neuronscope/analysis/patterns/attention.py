@@ -157,4 +157,5 @@ ATTENTION = Pattern(
     suggest=_suggest,
     cost_excludes=MATMULS,
     sequence_params=_sequence_params,
+    location_at_start=True,
 )

@@ -111,3 +111,4 @@ def test_a_traces_rms_norm_saving_counts_its_intermediates(monkeypatch: Any, tmp
     assert on_trace is not None and on_trace > 0
     assert on_trace == on_links
     assert tm.params == {"weight": True}  # the trailing mul by a (256,) tensor is the weight
+

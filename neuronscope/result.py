@@ -47,8 +47,6 @@ _fmt_us = fmt_us
 
 #: A fusion hint's text once ``hint.verify()`` measured the fused form slower, beyond noise.
 VERIFIED_SLOWER_TEXT = "verify measured the fused form slower here: keep the code as it is on this device"
-#: A fusion hint's text where the cost model had nothing to estimate from (a trace's op order).
-SAVING_NOT_ESTIMATED_TEXT = "saving not estimated from a trace"
 
 
 @dataclass
@@ -88,8 +86,7 @@ class Hint:
             # hint.verify() measured a loss beyond noise: recommending the fused form would be false.
             loss = fmt_us(-(self.verified_saving_us or 0.0))
             return (head + f"{VERIFIED_SLOWER_TEXT} ({loss} slower in all)").replace("  ", " ")
-        saving = f"save ~{fmt_us(self.est_saving_us)}" if not self.details.get("saving_not_estimated") else SAVING_NOT_ESTIMATED_TEXT
-        return (head + f"{saving}{measured}: {self.suggestion}").replace("  ", " ")
+        return (head + f"save ~{fmt_us(self.est_saving_us)}{measured}: {self.suggestion}").replace("  ", " ")
 
     def verify(self, **options: Any) -> Any:
         """Measure the saving: time the hand-written chain against the suggested replacement.

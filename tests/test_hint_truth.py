@@ -112,3 +112,22 @@ def test_a_traces_rms_norm_saving_counts_its_intermediates(monkeypatch: Any, tmp
     assert on_trace == on_links
     assert tm.params == {"weight": True}  # the trailing mul by a (256,) tensor is the weight
 
+
+
+def test_a_trace_without_shapes_names_the_weight_as_the_users_to_carry(tmp_path: Any) -> None:
+    """Without shapes a trailing mul may or may not be a weight: the suggestion says so."""
+    from torch.profiler import profile
+
+    from neuronscope.analysis.dataflow import graph_from_table
+    from neuronscope.analysis.fusion import find_sequence_matches
+    from neuronscope.analysis.patterns import pattern_named
+    from neuronscope.trace.reader import read_files
+
+    with profile() as prof:
+        _rms(torch.randn(8, 32), torch.randn(32))
+    prof.export_chrome_trace(str(tmp_path / "trace.json"))
+    table, _ = read_files([tmp_path / "trace.json"])
+    (m,) = [m for m in find_sequence_matches(graph_from_table(table)) if m.pattern == "rms_norm"]
+    text = pattern_named("rms_norm").suggest(m, "cpu")  # type: ignore[union-attr]
+    assert "<weight, if your code multiplies by one>" in text and "None" not in text
+    assert "eps=<the eps your code uses>" in text

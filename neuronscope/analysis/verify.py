@@ -13,8 +13,11 @@ The variants run interleaved, in rounds, so that a load spike on a shared machin
 variant of a round alike. Each reported time is the median over rounds; the saving per call
 is the median over rounds of (chain - replacement) in the same round, for the better of the
 two replacements, times the hint's ``calls``. It is stored in ``hint.verified_saving_us``
-(negative when no replacement is faster). Verification runs at the thread count torch has
-now, like the capture did.
+(negative when no replacement is faster). Where the fused forms were slower in most rounds
+(a loss beyond the noise), the hint says so instead of its suggestion, and its
+``est_saving_us`` drops to 0 (the estimate is kept in ``details``). Rounds that disagree
+widely get a note in :attr:`Verification.notes`. Verification runs at the thread count
+torch has now, like the capture did.
 """
 
 from __future__ import annotations

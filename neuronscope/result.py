@@ -45,6 +45,10 @@ HINTS_OFF_NOTE = "hint rules off (hints=False)"
 _fmt_us = fmt_us
 
 
+#: A fusion hint's text once ``hint.verify()`` measured the fused form slower, beyond noise.
+VERIFIED_SLOWER_TEXT = "verify measured the fused form slower here: keep the code as it is on this device"
+
+
 @dataclass
 class Hint:
     """One finding about the capture: a fusion candidate, compile trouble, a slow rank...
@@ -77,10 +81,12 @@ class Hint:
         measured = (
             f" (measured: {fmt_us(self.verified_saving_us)})" if self.verified_saving_us is not None else ""
         )
-        return (
-            f"[{self.kind}:{self.pattern}]{where} {ops} {times} costs {fmt_us(self.time_us)}, "
-            f"save ~{fmt_us(self.est_saving_us)}{measured}: {self.suggestion}"
-        ).replace("  ", " ")
+        head = f"[{self.kind}:{self.pattern}]{where} {ops} {times} costs {fmt_us(self.time_us)}, "
+        if self.details.get("verified_slower"):
+            # hint.verify() measured a loss beyond noise: recommending the fused form would be false.
+            loss = fmt_us(-(self.verified_saving_us or 0.0))
+            return (head + f"{VERIFIED_SLOWER_TEXT} ({loss} slower in all)").replace("  ", " ")
+        return (head + f"save ~{fmt_us(self.est_saving_us)}{measured}: {self.suggestion}").replace("  ", " ")
 
     def verify(self, **options: Any) -> Any:
         """Measure the saving: time the hand-written chain against the suggested replacement.

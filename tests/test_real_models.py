@@ -155,6 +155,10 @@ def test_rotary_points_at_the_line_that_computes() -> None:
     assert "q_embed" in source[int(line) - 1] and "rotate_half" in source[int(line) - 1]
     (silu,) = [h for h in result.hints if h.pattern == "silu_mul"]
     assert "act_fn" in source[int(silu.location.rsplit(":", 1)[1]) - 1]  # type: ignore[union-attr]
+    # Attention spans lines: it points where it starts, the scores (q @ k^T), not the @ v.
+    (attention,) = [h for h in result.hints if h.pattern == "attention"]
+    scores = source[int(attention.location.rsplit(":", 1)[1]) - 1]  # type: ignore[union-attr]
+    assert "matmul" in scores and "key" in scores and "value" not in scores, scores
 
 
 def test_the_same_hints_every_time() -> None:
@@ -200,6 +204,16 @@ def test_trace_parity(name: str, tmp_path: Path) -> None:
     for h in replay.hints:
         if h.kind == "fusion":
             assert h.details["not_from_op_order"] == ["elementwise_chain"]
+    # A trace's suggestion drops nothing the code does: the weight and the mask are carried
+    # over, and what op order cannot show (the eps, a scale's value) is named, not guessed.
+    said = {h.pattern: h.suggestion for h in replay.hints if h.kind == "fusion"}
+    for h in live.hints:
+        if h.pattern == "rms_norm":
+            assert ("weight" in said["rms_norm"]) == ("weight" in h.suggestion), said["rms_norm"]
+            assert ", None," not in said["rms_norm"] or ", None," in h.suggestion
+            assert "eps=<the eps your code uses>" in said["rms_norm"]
+        if h.pattern == "attention":
+            assert ("attn_mask=mask" in said["attention"]) == ("attn_mask=mask" in h.suggestion), said["attention"]
 
 
 def test_observing_a_compiled_function_adds_no_recompile() -> None:

@@ -16,6 +16,7 @@ the user's program) does not pay: the second bound keeps an estimate from promis
 from __future__ import annotations
 
 import functools
+import itertools
 import statistics
 import time
 from typing import Any
@@ -102,12 +103,7 @@ def grounded_saving_ns(pattern: str, nodes: list[OpNode], g: OpGraph, backend: s
     if costs is None or not any(n.inputs for n in nodes):
         return None
     per_op, bytes_per_ns = costs
-    inside = {n.index for n in nodes}
-    moved = 0
-    for n in nodes:
-        for t, p in zip(n.inputs, n.producers):
-            if p in inside:
-                moved += 2 * t.numel * _ITEMSIZE.get(t.dtype, 4)  # written, then read again
+    moved = _intermediate_bytes(nodes) if g.linking == "none" else _linked_intermediate_bytes(nodes)
     launches = max(0, len(nodes) - fused_passes(pattern))
     saving = launches * per_op + moved / bytes_per_ns
     if not eager_api_faster(pattern, device_of(backend)):
@@ -115,6 +111,33 @@ def grounded_saving_ns(pattern: str, nodes: list[OpNode], g: OpGraph, backend: s
         # (guards, the wrapper), which can exceed what a small idiom saves.
         saving -= compiled_call_ns(device_of(backend)) or 0.0
     return max(0.0, saving)
+
+
+def _linked_intermediate_bytes(nodes: list[OpNode]) -> int:
+    """Bytes of the intermediates the ops pass each other through their links: each
+    written, then read again."""
+    inside = {n.index for n in nodes}
+    moved = 0
+    for n in nodes:
+        for t, p in zip(n.inputs, n.producers):
+            if p in inside:
+                moved += 2 * t.numel * _ITEMSIZE.get(t.dtype, 4)
+    return moved
+
+
+def _intermediate_bytes(nodes: list[OpNode]) -> int:
+    """The same for ops in order without links (a trace file): a match is a claim that each
+    op takes the one before it, whose output is costed at the smaller of the two ops'
+    largest inputs (an output is no larger than what made it, unless broadcast; a
+    reduction's is smaller still), an under-estimate rather than a promise."""
+    moved = 0
+    for prev, n in itertools.pairwise(nodes):
+        a = max(prev.inputs, key=lambda t: t.numel, default=None)
+        b = max(n.inputs, key=lambda t: t.numel, default=None)
+        if a is not None and b is not None:
+            t = a if a.numel <= b.numel else b
+            moved += 2 * t.numel * _ITEMSIZE.get(t.dtype, 4)
+    return moved
 
 
 #: Least speed-up of a fused eager API over the hand-written chain (measured at a probe

@@ -429,7 +429,10 @@ def graph_with_observation(graph: OpGraph, observed: OpGraph) -> OpGraph:
     :mod:`neuronscope.capture.observe`).
 
     The two ops lists are aligned by op name (``difflib``: the same code runs the same ops; a
-    branch taken differently leaves a stretch unaligned). An aligned op takes the observed
+    branch taken differently leaves a stretch unaligned). The observation is of one call and a
+    capture may hold several (``compare()``'s profiled calls, a decorator's ``active``): the
+    observed ops are repeated as often as the capture holds them, so that every repetition is
+    aligned, not only the first. An aligned op takes the observed
     op's tensor identities, producers and code line; a link is kept only when both ends are
     aligned, and an op that is not aligned has no links at all: nothing is guessed. The
     result's ``linking`` is ``"exact"``.
@@ -437,7 +440,10 @@ def graph_with_observation(graph: OpGraph, observed: OpGraph) -> OpGraph:
     import difflib
 
     a = [n.name for n in graph.nodes]
-    b = [n.name for n in observed.nodes]
+    one = [n.name for n in observed.nodes]
+    period = len(one)
+    # Observed op i of repetition r is index r * period + i of the repeated list.
+    b = one * max(1, -(-len(a) // max(period, 1)))
     to_capture: dict[int, int] = {}
     if a == b:
         to_capture = {i: i for i in range(len(a))}
@@ -450,13 +456,15 @@ def graph_with_observation(graph: OpGraph, observed: OpGraph) -> OpGraph:
     for n in graph.nodes:
         n.consumers = []
         oi = aligned.get(n.index)
-        o = observed.nodes[oi] if oi is not None else None
+        o = observed.nodes[oi % period] if oi is not None else None
         if o is None or len(o.inputs) != len(n.inputs):
             n.producers = [-1] * len(n.inputs)
             n.inputs = [t._replace(key=-2 - n.index * 64 - k) for k, t in enumerate(n.inputs)]  # unique: no value shared
             continue
         n.inputs = [t._replace(key=ot.key) for t, ot in zip(n.inputs, o.inputs)]
-        n.producers = [to_capture.get(p, -1) if p >= 0 else -1 for p in o.producers]
+        assert oi is not None  # o is set
+        base = oi - oi % period  # producers within the same repetition
+        n.producers = [to_capture.get(base + p, -1) if p >= 0 else -1 for p in o.producers]
         n.writes = o.writes
         n.consts = o.consts
         if o.location is not None:

@@ -183,13 +183,15 @@ def hints_from_matches(matches: list[Match], g: OpGraph, backend: str, confidenc
     # RMSNorm line, and rotary's q and k lines (of other shapes under grouped-query
     # attention) are one idiom; the hint points at the first line.
     groups: dict[tuple[Any, ...], list[Match]] = {}
+    located: dict[int, str | None] = {}
     for m in matches:
-        loc = match_location(m)
+        record = pattern_named(m.pattern)
+        loc = located[id(m)] = match_location(m, record is not None and record.location_at_start)
         file = loc.rsplit(":", 1)[0] if loc else None
         groups.setdefault((m.pattern, m.names, file), []).append(m)
     hints: list[Hint] = []
     for (pattern, names, _file), ms in groups.items():
-        locs = [loc for m in ms if (loc := match_location(m)) is not None]
+        locs = [loc for m in ms if (loc := located[id(m)]) is not None]
         loc = min(locs, key=line_of) if locs else None
         x = ms[0].x
         sizes, dtype = (x.sizes, x.dtype) if x is not None else (None, None)

@@ -13,8 +13,11 @@ The variants run interleaved, in rounds, so that a load spike on a shared machin
 variant of a round alike. Each reported time is the median over rounds; the saving per call
 is the median over rounds of (chain - replacement) in the same round, for the better of the
 two replacements, times the hint's ``calls``. It is stored in ``hint.verified_saving_us``
-(negative when no replacement is faster). Verification runs at the thread count torch has
-now, like the capture did.
+(negative when no replacement is faster). Where the fused forms were slower in most rounds
+(a loss beyond the noise), the hint says so instead of its suggestion, and its
+``est_saving_us`` drops to 0 (the estimate is kept in ``details``). Rounds that disagree
+widely get a note in :attr:`Verification.notes`. Verification runs at the thread count
+torch has now, like the capture did.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import NeuronscopeError
@@ -46,6 +49,12 @@ DEFAULT_REPEATS = 9
 MIN_BLOCK_S = 0.004
 #: Untimed calls of each variant first (allocator, caches, lazy initialisation).
 WARMUP_CALLS = 3
+#: Share of rounds in which the fused form must be slower for a loss to count as measured
+#: (beyond the noise): one slow round of the chain or of the replacement does not decide it.
+SLOWER_SHARE = 0.75
+#: Slowest over fastest round of one variant beyond which the rounds disagree widely: the
+#: machine was busy, and the Verification says so.
+WIDE_SPREAD = 3.0
 
 
 
@@ -66,6 +75,11 @@ class Verification:
     saving_per_call_us: float
     verified_saving_us: float
     est_saving_us: float
+    #: the fused form was slower in at least :data:`SLOWER_SHARE` of the rounds: a loss
+    #: beyond the noise, and the hint now says to keep the code as it is
+    slower: bool = False
+    #: what the user should know about the measurement (rounds that disagree widely)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def best_us(self) -> float:
@@ -213,7 +227,10 @@ def verify_hint(
         samples = _time(variants, _sync(dev), repeats, min_block_s)
 
     times = {name: statistics.median(v) for name, v in samples.items()}
-    per_call = max(_paired_saving(samples["chain"], v) for name, v in samples.items() if name != "chain")
+    best = max((name for name in samples if name != "chain"), key=lambda name: _paired_saving(samples["chain"], samples[name]))
+    per_call = _paired_saving(samples["chain"], samples[best])
+    losses = sum(1 for c, o in zip(samples["chain"], samples[best]) if c < o)
+    slower = per_call < 0 and losses >= SLOWER_SHARE * len(samples[best])
     result = Verification(
         pattern=hint.pattern,
         device=str(dev),
@@ -228,6 +245,30 @@ def verify_hint(
         saving_per_call_us=per_call,
         verified_saving_us=per_call * hint.calls,
         est_saving_us=hint.est_saving_us,
+        slower=slower,
+        notes=_spread_notes(samples, dev),
     )
     hint.verified_saving_us = result.verified_saving_us
+    if slower:
+        # The estimate was wrong here: what is printed must not still promise a saving.
+        hint.details["est_saving_before_verify_us"] = hint.est_saving_us
+        hint.details["verified_slower"] = True
+        hint.est_saving_us = 0.0
+    else:
+        hint.details.pop("verified_slower", None)
     return result
+
+
+def _spread_notes(samples: dict[str, list[float]], device: Any) -> list[str]:
+    """A note where one variant's rounds disagree widely (slowest over fastest beyond
+    :data:`WIDE_SPREAD`): the medians are robust to a few busy rounds, but not to a machine
+    busy all along."""
+    wide = {name: (min(v), max(v)) for name, v in samples.items() if v and max(v) > WIDE_SPREAD * max(min(v), 1e-9)}
+    if not wide:
+        return []
+    ranges = ", ".join(f"{name} {lo:.1f}-{hi:.1f} us" for name, (lo, hi) in wide.items())
+    note = f"the rounds disagree widely ({ranges} per call): the machine was busy, so these numbers are rough"
+    threads = _torch().get_num_threads()
+    if device.type == "cpu" and threads > 1:
+        note += f"; torch runs {threads} threads per op here: torch.set_num_threads(1) steadies CPU timings"
+    return [note]

@@ -7,11 +7,12 @@ the observation pass and trace files all ask :func:`is_user_file`, so they agree
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sys
 
-__all__ = ["LIBRARY_HELPERS", "LIBRARY_ROOTS", "is_user_file"]
+__all__ = ["CACHE_SIZE", "LIBRARY_HELPERS", "LIBRARY_ROOTS", "is_user_file"]
 
 #: Top-level packages whose frames are never the user's code: torch and what runs it,
 #: neuronscope itself, the wrappers and test runners that sit between a call and the model.
@@ -36,10 +37,12 @@ LIBRARY_HELPERS = (
 _STDLIB_DIR = re.compile(r"/lib/python3\.\d+/")
 _STDLIB = frozenset(getattr(sys, "stdlib_module_names", ()))
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))).replace("\\", "/") + "/"
-# Paths are few (one per source file) and asked about once per op: worth remembering.
-_cache: dict[str, bool] = {}
+#: Paths remembered by :func:`is_user_file`: a capture names a few source files, asked about
+#: once per op; a hostile trace can name millions, so the cache is bounded.
+CACHE_SIZE = 65_536
 
 
+@functools.lru_cache(maxsize=CACHE_SIZE)
 def is_user_file(path: str) -> bool:
     """False for torch, neuronscope, standard-library and library-helper files.
 
@@ -47,23 +50,19 @@ def is_user_file(path: str) -> bool:
     records, where the site-packages / stdlib prefix is cut and the first path component is
     the package.
     """
-    hit = _cache.get(path)
-    if hit is None:
-        norm = path.replace("\\", "/")
-        tail = norm
-        for marker in ("/site-packages/", "/dist-packages/"):
-            if marker in norm:
-                tail = norm.rsplit(marker, 1)[1]
-                break
-        stdlib = _STDLIB_DIR.search(norm) if tail is norm else None
-        if stdlib is not None:
-            tail = norm[stdlib.end() :]
-        root = tail.lstrip("/").split("/", 1)[0].removesuffix(".py")
-        hit = not (
-            norm.startswith(("<", _PACKAGE_DIR))
-            or root in LIBRARY_ROOTS
-            or (root in _STDLIB and (stdlib is not None or not norm.startswith("/")))
-            or any(h in tail for h in LIBRARY_HELPERS)
-        )
-        _cache[path] = hit
-    return hit
+    norm = path.replace("\\", "/")
+    tail = norm
+    for marker in ("/site-packages/", "/dist-packages/"):
+        if marker in norm:
+            tail = norm.rsplit(marker, 1)[1]
+            break
+    stdlib = _STDLIB_DIR.search(norm) if tail is norm else None
+    if stdlib is not None:
+        tail = norm[stdlib.end() :]
+    root = tail.lstrip("/").split("/", 1)[0].removesuffix(".py")
+    return not (
+        norm.startswith(("<", _PACKAGE_DIR))
+        or root in LIBRARY_ROOTS
+        or (root in _STDLIB and (stdlib is not None or not norm.startswith("/")))
+        or any(h in tail for h in LIBRARY_HELPERS)
+    )

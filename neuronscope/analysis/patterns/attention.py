@@ -135,6 +135,17 @@ def _suggest(m: Match, backend: str) -> str:
     return f"use {call}"
 
 
+def _sequence_params(members: list[OpNode]) -> dict[str, Any]:
+    """What a trace's op order shows: a mask is an add / masked_fill / where before the
+    softmax; a scale is a mul / div there, by a number the trace does not record (the
+    profiler writes it as a 0-dim tensor), so its value stays unknown; no scale op: 1.0."""
+    soft = next((i for i, n in enumerate(members) if n.op in SOFTMAXES or n.op in ("exp", "max", "amax")), len(members))
+    pre = members[1:soft]
+    params: dict[str, Any] = {"masked": any(n.op in ("add", "masked_fill", "where") for n in pre)}
+    params["scale"] = UNKNOWN_SCALE if any(n.op in ("mul", "div") for n in pre) else 1.0
+    return params
+
+
 ATTENTION = Pattern(
     name="attention",
     match=match_attention,
@@ -145,4 +156,6 @@ ATTENTION = Pattern(
     sequence_shapes="any",
     suggest=_suggest,
     cost_excludes=MATMULS,
+    sequence_params=_sequence_params,
+    location_at_start=True,
 )

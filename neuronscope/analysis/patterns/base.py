@@ -102,6 +102,10 @@ class Pattern:
     eager_replacement: bool = True
     #: Ops a trace match of this idiom may span but does not include (silu_mul's up projection).
     sequence_skip: frozenset[str] = frozenset()
+    #: Where a hint points: False, the line of the idiom's result (its last op: a norm's
+    #: ``return``, rotary's ``q_embed = ...``); True, the line of its first op, where a
+    #: multi-line idiom starts (attention's ``q @ k^T``, not the ``@ v`` lines later).
+    location_at_start: bool = False
     #: Facts a trace match records (gelu: approximate), from its op names.
     sequence_params: Callable[[list[OpNode]], dict[str, Any]] | None = None
 
@@ -214,10 +218,11 @@ def line_of(loc: str) -> int:
     return int(tail) if tail.isdigit() else 0
 
 
-def match_location(m: Match) -> str | None:
+def match_location(m: Match, at_start: bool = False) -> str | None:
     """The user's line of the op that ends the idiom (its result's line), else the first op
-    with a known line."""
-    for n in [m.nodes[-1], *m.nodes]:
+    with a known line; with ``at_start``, the line of the idiom's first op (where the user
+    would say it starts: attention's scores, not its ``@ v``)."""
+    for n in m.nodes if at_start else [m.nodes[-1], *m.nodes]:
         if n.location is not None:
             return n.location
         if n.event is not None:

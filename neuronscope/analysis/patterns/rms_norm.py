@@ -25,11 +25,38 @@ def _match(g: OpGraph, n: OpNode) -> Match | None:
     return m if m is not None and m.pattern == "rms_norm" else None
 
 
+#: What an equivalent call needs that the evidence did not show: the user carries it over.
+UNKNOWN_EPS = "<the eps your code uses>"
+UNKNOWN_WEIGHT = "<weight, if your code multiplies by one>"
+
+
 def _suggest(m: Match, backend: str) -> str:
     eps = m.params.get("eps")
-    eps_text = f"eps={eps!r}" if eps is not None else "eps"
-    weight = "1 + weight" if m.params.get("weight_plus_one") else ("weight" if m.params.get("weight") else "None")
+    eps_text = f"eps={eps!r}" if eps is not None else f"eps={UNKNOWN_EPS}"
+    if m.params.get("weight_plus_one"):
+        weight = "1 + weight"
+    elif m.params.get("weight") is None:
+        weight = UNKNOWN_WEIGHT  # a trace without shapes: a trailing mul may be the weight
+    else:
+        weight = "weight" if m.params["weight"] else "None"
     return f"use torch.nn.functional.rms_norm(x, ({dims(m)},), {weight}, {eps_text}) (or torch.compile the module)"
+
+
+def _sequence_params(members: list[OpNode]) -> dict[str, Any]:
+    """What a trace's op order and shapes show of the norm: a weight is a multiply after the
+    normalising one with a 1-D operand of the last dim's size; the eps is not in a trace (a
+    0-dim tensor to the profiler), so it stays unknown. Without shapes, a trailing multiply
+    may or may not be a weight: unknown (None)."""
+    roots = [i for i, n in enumerate(members) if n.op in ("rsqrt", "sqrt")]
+    after = members[roots[0] + 1 :] if roots else []
+    norming = next((i for i, n in enumerate(after) if n.op in ("mul", "div")), None)
+    trailing = [n for n in after[norming + 1 :] if n.op == "mul"] if norming is not None else []
+    if not trailing:
+        return {"weight": False}
+    x = members[0].inputs[0].sizes if members[0].inputs else None
+    if not x or not all(n.inputs for n in trailing):
+        return {"weight": None}
+    return {"weight": any(len(t.sizes) == 1 and t.sizes[0] == x[-1] for n in trailing for t in n.inputs)}
 
 
 def _verify(hint: Hint, x: Any, device: Any) -> Builders:
@@ -71,4 +98,5 @@ RMS_NORM = Pattern(
     fused_passes=2,
     suggest=_suggest,
     verify=_verify,
+    sequence_params=_sequence_params,
 )

@@ -197,7 +197,7 @@ def _run_rows(root: Path) -> list[dict[str, Any]]:
                 backend=obj.backend,
                 status="ok",
                 total_us=obj.wall_time_us,  # how long compare() ran: a sum of medians means nothing
-                top_hint=f"fastest: {best.label} ({best.speedup_text(obj.rows[0])})" if best else None,
+                top_hint=_fastest_text(obj, best),
             )
         else:
             row.update(
@@ -212,6 +212,17 @@ def _run_rows(root: Path) -> list[dict[str, Any]]:
             row["status"] = "incomplete"
         rows.append(row)
     return rows
+
+
+def _fastest_text(cmp: Any, best: Any) -> str | None:
+    """The comparison's answer in one cell: the fastest variant, or that none was told apart
+    from the first (every speedup within the noise) — never a winner the noise picked."""
+    if best is None:
+        return None
+    text = f"{best.label} ({best.speedup_text(cmp.rows[0])})"
+    if best is not cmp.rows[0] and best.within_noise(cmp.rows[0]):
+        return f"fastest: none told apart from {cmp.rows[0].label} (best {text})"
+    return f"fastest: {text}"
 
 
 def cmd_ls(args: argparse.Namespace) -> int:

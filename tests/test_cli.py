@@ -491,3 +491,18 @@ def test_show_reads_an_array_format_trace(tmp_path: Path, capsys: pytest.Capture
     trace.write_text(json.dumps(events))
     code, out, err = run(["show", str(trace)], capsys)
     assert code == 0 and "aten::mul" in out, err
+
+
+def test_ls_names_no_winner_when_every_speedup_is_noise() -> None:
+    """An identical pair is 1.00x [0.97-1.02] (noise): ls must not call either one fastest."""
+    from neuronscope.cli import _fastest_text
+    from neuronscope.result import Comparison, ComparisonRow
+
+    def row(label: str, speedup: float, low: float, high: float, verdict: str | None) -> ComparisonRow:
+        return ComparisonRow(label=label, time_us=10.0, op_count=1, top_op=None, speedup=speedup,
+                             speedup_low=low, speedup_high=high, verdict=verdict)
+
+    same = Comparison(name="c", rows=[row("a", 1.0, 1.0, 1.0, None), row("b", 1.003, 0.97, 1.02, "noise")])
+    assert _fastest_text(same, same.rows[1]) == "fastest: none told apart from a (best b (1.00x [0.97-1.02] (noise)))"
+    faster = Comparison(name="c", rows=[row("a", 1.0, 1.0, 1.0, None), row("b", 2.0, 1.9, 2.1, "faster")])
+    assert _fastest_text(faster, faster.rows[1]) == "fastest: b (2.00x [1.90-2.10])"

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .analysis import AnalysisContext, analyze
 from .analysis.compile import label_compiled_ops
+from .analysis.rules import AnalysisContext, analyze
 from .capture import CaptureRecord
 from .config import Options, rank_info
 from .errors import NeuronscopeError

@@ -1,6 +1,7 @@
 """The package's shape, read from its source: no import cycle (imports inside functions count;
-imports under ``if TYPE_CHECKING:`` do not, since they never run), and no ``from .x import
-_private`` across modules (a shared helper is public in its one home)."""
+imports under ``if TYPE_CHECKING:`` do not, since they never run; importing a submodule imports
+its parent packages), no ``from .x import _private`` across modules (a shared helper is public
+in its one home), and little mutable module state."""
 
 from __future__ import annotations
 
@@ -81,6 +82,13 @@ def _graph() -> tuple[dict[str, set[str]], list[tuple[str, str, str]]]:
             if source not in known or source == module:
                 continue
             graph[module].add(source)
+            # Importing a submodule runs its parent packages first (below the root package,
+            # which every module is under): that is an import of them too.
+            parts = source.split(".")
+            for depth in range(2, len(parts)):
+                parent = ".".join(parts[:depth])
+                if parent in known and parent != module and not module.startswith(parent + "."):
+                    graph[module].add(parent)
             private.extend((module, source, n) for n in names if n.startswith("_") and not n.startswith("__"))
     return graph, private
 

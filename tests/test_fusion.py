@@ -18,9 +18,9 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from neuronscope.analysis import AnalysisContext
 from neuronscope.analysis.dataflow import graph_from_profiler, graph_from_table
 from neuronscope.analysis.fusion import PATTERNS, estimate_saving_ns, fusion_hints
+from neuronscope.analysis.rules import AnalysisContext
 from neuronscope.analysis.verify import verify_hint
 from neuronscope.capture.observe import observe_dataflow
 from neuronscope.errors import NeuronscopeError

@@ -256,7 +256,7 @@ def test_share_counts_device_time_launched_outside_any_op() -> None:
 
 # ---- the launch-overhead hint ------------------------------------------------------------------
 def _ctx(table: EventTable) -> Any:
-    from neuronscope.analysis import AnalysisContext
+    from neuronscope.analysis.rules import AnalysisContext
     from neuronscope.events import summarize
 
     return AnalysisContext(table=table, summary=summarize(table), backend="cuda", source="trace")

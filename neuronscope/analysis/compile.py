@@ -41,7 +41,7 @@ from .opgraph import COMPILED_CODE_PREFIXES
 if TYPE_CHECKING:
     from ..events import EventTable, Summary
     from ..result import ProfileResult
-    from . import AnalysisContext
+    from .rules import AnalysisContext
 
 __all__ = ["compile_hints", "compiled_label", "facts", "label_compiled_ops", "promote_compiled_events", "snapshot"]
 
@@ -112,7 +112,7 @@ def _op_by_name(summary: Summary | None, name: str) -> OpStat | None:
 # ---- 2. rules -------------------------------------------------------------------------------
 #: Recompile reasons by the guard that failed, with what to do about each. Matched in order on
 #: the reason text of torch 2.x ("tensor 'x' size mismatch at index 0. expected 4, actual 8").
-_RECOMPILE_KINDS: list[tuple[str, tuple[str, ...], str]] = [
+_RECOMPILE_KINDS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     (
         "shape",
         ("size mismatch", "rank mismatch", "stride mismatch", "dimensionality"),
@@ -147,7 +147,7 @@ _RECOMPILE_KINDS: list[tuple[str, tuple[str, ...], str]] = [
             "(torch._dynamo.config.specialize_int=False for ints)"
         ),
     ),
-]
+)
 _GENERIC_RECOMPILE = "a guard failed: keep what it checks the same between calls (TORCH_LOGS=recompiles prints them)"
 
 

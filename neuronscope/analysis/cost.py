@@ -19,6 +19,7 @@ import functools
 import itertools
 import statistics
 import time
+from types import MappingProxyType
 from typing import Any
 
 from .dataflow import OpGraph, OpNode
@@ -31,7 +32,7 @@ __all__ = ["MIN_SAVING_NS", "device_costs", "device_of", "estimate_saving_ns", "
 #: a microsecond the suggestion costs the reader more than it saves. Named idioms are always
 #: reported (their time is worth knowing even when the saving is small).
 MIN_SAVING_NS = 1_000
-_ITEMSIZE = {"float64": 8, "int64": 8, "complex64": 8, "float32": 4, "int32": 4, "float16": 2, "bfloat16": 2, "int16": 2}
+_ITEMSIZE = MappingProxyType({"float64": 8, "int64": 8, "complex64": 8, "float32": 4, "int32": 4, "float16": 2, "bfloat16": 2, "int16": 2})
 
 
 def fused_passes(pattern: str) -> int:
@@ -143,7 +144,7 @@ def _intermediate_bytes(nodes: list[OpNode]) -> int:
 #: Least speed-up of a fused eager API over the hand-written chain (measured at a probe
 #: shape) that counts it as a faster fused form on this device.
 MIN_EAGER_GAIN = 1.25
-_PROBE_SHAPE = [64, 256]
+_PROBE_SHAPE = (64, 256)
 
 
 @functools.cache
@@ -163,7 +164,7 @@ def eager_api_faster(pattern: str, device: str = "cpu") -> bool:
 
         from ..result import Hint
 
-        probe = Hint("fusion", pattern, [], details={"shape": _PROBE_SHAPE, "weight": True})
+        probe = Hint("fusion", pattern, [], details={"shape": list(_PROBE_SHAPE), "weight": True})
         x = torch.randn(*_PROBE_SHAPE)
         with torch.no_grad():
             chain, replacement, _ = record.verify(probe, x, torch.device("cpu"))

@@ -31,6 +31,7 @@ Times come from the event table in both cases, so a hint's numbers agree with th
 from __future__ import annotations
 
 import bisect
+import functools
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
@@ -262,14 +263,9 @@ def user_location(event: Any) -> str | None:
     return None
 
 
-_dtype_names: dict[Any, str] = {}
-
-
+@functools.lru_cache(maxsize=64)  # a handful of dtypes, asked about once per tensor
 def _dtype_name(dtype: Any) -> str:
-    name = _dtype_names.get(dtype)
-    if name is None:
-        name = _dtype_names[dtype] = str(dtype).rsplit(".", 1)[-1]
-    return name
+    return str(dtype).rsplit(".", 1)[-1]
 
 
 def graph_from_profiler(prof: Any, table: EventTable | None = None, infer: bool = True) -> OpGraph | None:

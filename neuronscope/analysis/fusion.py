@@ -32,6 +32,7 @@ from __future__ import annotations
 import re
 import statistics
 from collections.abc import Iterable
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from ..result import Hint
@@ -50,7 +51,7 @@ from .patterns import PATTERNS, REGISTRY, Match, pattern_named
 from .patterns.base import line_of, match_location
 
 if TYPE_CHECKING:
-    from . import AnalysisContext
+    from .rules import AnalysisContext
 
 __all__ = [
     "NOT_FROM_OP_ORDER",
@@ -94,7 +95,7 @@ def find_matches(g: OpGraph, reserved: Iterable[int] = ()) -> list[Match]:
 #: a claim about data flow. Sequence hints name these in ``details["not_from_op_order"]``.
 NOT_FROM_OP_ORDER = tuple(p.name for p in REGISTRY if p.exact_only)
 
-_SEQUENCE_RE = {p.name: re.compile(p.sequence) for p in REGISTRY if p.sequence}
+_SEQUENCE_RE = MappingProxyType({p.name: re.compile(p.sequence) for p in REGISTRY if p.sequence})
 
 
 def find_sequence_matches(g: OpGraph) -> list[Match]:

@@ -16,6 +16,7 @@ first used right after an op whose output is never used may be taken for that ou
 from __future__ import annotations
 
 import bisect
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from .opgraph import (
@@ -75,16 +76,16 @@ _SAME_SHAPE = frozenset(
         "group_norm", "dropout", "clone", "contiguous", "cumsum", "cumprod", "native_dropout",
     ]
 )
-_CAST_DTYPES = {"float": "float32", "half": "float16", "bfloat16": "bfloat16", "double": "float64",
-                "int": "int32", "long": "int64", "bool": "bool"}
+_CAST_DTYPES = MappingProxyType({"float": "float32", "half": "float16", "bfloat16": "bfloat16", "double": "float64",
+                "int": "int32", "long": "int64", "bool": "bool"})
 # c10::ScalarType by number, as the profiler records a ``dtype`` argument.
 _SCALAR_TYPES = (
         "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64", "complex32",
         "complex64", "complex128", "bool", "qint8", "quint8", "qint32", "bfloat16",
 )
 # Type promotion order, enough for predicting an op's output dtype.
-_KIND_RANK = {"bool": 0, "uint8": 1, "int8": 1, "int16": 1, "int32": 1, "int64": 1,
-              "float16": 2, "bfloat16": 2, "float32": 3, "float64": 4}
+_KIND_RANK = MappingProxyType({"bool": 0, "uint8": 1, "int8": 1, "int16": 1, "int32": 1, "int64": 1,
+              "float16": 2, "bfloat16": 2, "float32": 3, "float64": 4})
 
 
 

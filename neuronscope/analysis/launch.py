@@ -14,7 +14,7 @@ from ..events.timeline import step_breakdown
 from ..result import Hint
 
 if TYPE_CHECKING:
-    from . import AnalysisContext
+    from .rules import AnalysisContext
 
 __all__ = ["MIN_HOST_IDLE_SHARE", "MIN_SHORT_SHARE", "launch_hints"]
 

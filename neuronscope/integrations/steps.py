@@ -222,6 +222,7 @@ class _BackwardPatch:
     original: Callable[..., Any] | None = None
 
 
+# Why global: Tensor.backward is process-wide, so what replaced it is too.
 _backward = _BackwardPatch()
 
 

@@ -5,6 +5,8 @@ generic chain. Adding an idiom: one new module here with its record, and one lin
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 from .attention import ATTENTION
 from .base import Match, Pattern
 from .elementwise_chain import ELEMENTWISE_CHAIN
@@ -29,7 +31,7 @@ REGISTRY: tuple[Pattern, ...] = (
 )
 #: The contract's pattern vocabulary, in claim order.
 PATTERNS: tuple[str, ...] = tuple(p.name for p in REGISTRY)
-_BY_NAME = {p.name: p for p in REGISTRY}
+_BY_NAME = MappingProxyType({p.name: p for p in REGISTRY})
 
 
 def pattern_named(name: str) -> Pattern | None:

@@ -15,12 +15,9 @@ import pytest
 import torch
 
 from neuronscope import neuron_region
-from neuronscope.analysis.compile import (
-    compiled_label,
-    label_compiled_ops,
-    promote_compiled_events,
-)
+from neuronscope.analysis.compile import compiled_label, label_compiled_ops
 from neuronscope.events import KIND_ANNOTATION, KIND_OP, EventTable, summarize
+from neuronscope.events.table import promote_compiled_events
 from neuronscope.result import Hint, ProfileResult
 
 dynamo = pytest.importorskip("torch._dynamo")

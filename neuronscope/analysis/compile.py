@@ -34,16 +34,15 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from ..capture.dynamo import facts, snapshot  # in __all__: gathering is the capture stage's
-from ..events import KIND_ANNOTATION, KIND_OP
+from ..events.table import COMPILED_CODE_PREFIXES
 from ..result import Hint, OpStat
-from .opgraph import COMPILED_CODE_PREFIXES
 
 if TYPE_CHECKING:
     from ..events import EventTable, Summary
     from ..result import ProfileResult
     from .rules import AnalysisContext
 
-__all__ = ["compile_hints", "compiled_label", "facts", "label_compiled_ops", "promote_compiled_events", "snapshot"]
+__all__ = ["compile_hints", "compiled_label", "facts", "label_compiled_ops", "snapshot"]
 
 REGION_PREFIX = "Torch-Compiled Region: "
 _REGION = re.compile(r"^Torch-Compiled Region: (\d+/\d+)")
@@ -419,22 +418,6 @@ def _graph_owners(table: EventTable) -> dict[str, str]:
                 if m:
                     owners[g.group(1)] = m.group(1)
     return owners
-
-
-def promote_compiled_events(table: EventTable) -> None:
-    """Make compiled code an op wherever torch recorded it as a range.
-
-    torch 2.13 records ``## Call CompiledFxGraph <hash> ##`` as a ``cpu_op`` without
-    ``record_shapes`` but as a ``user_annotation`` with it (the event carries keyword values
-    then), which would make the fused work a region with no op of its own: missing from the op
-    table, its time in nobody's self time. Called before :func:`~neuronscope.events.summarize`,
-    so that self times, region contents and device time come out as for any other op. Names are
-    kept (rules match torch's names); :func:`label_compiled_ops` renames the rows afterwards.
-    """
-    kinds, names = table.kinds, table.names
-    for i in [i for i, k in enumerate(kinds) if k == KIND_ANNOTATION]:
-        if names[i].startswith(COMPILED_CODE_PREFIXES):
-            kinds[i] = KIND_OP
 
 
 def _merge_into(a: OpStat, b: OpStat) -> None:

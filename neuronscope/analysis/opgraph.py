@@ -8,6 +8,8 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from ..events.table import COMPILED_CODE_PREFIXES, COMPILED_EVENT_PREFIXES
+
 __all__ = [
     "COMPILED_CODE_PREFIXES",
     "COMPILED_REGION_PREFIXES",
@@ -24,12 +26,8 @@ __all__ = [
     "short_name",
 ]
 
-#: Names of the events torch.compile'd code runs under. Ops inside them are already fused (or
-#: are the extern kernels the compiled graph calls), so no rule looks at them.
-COMPILED_REGION_PREFIXES = ("Torch-Compiled Region", "## Call CompiledFxGraph", "CompiledFunction")
-#: The first two: the events of compiled code as a whole (a compiled region, one compiled
-#: graph's call), which torch may record as a range rather than an op.
-COMPILED_CODE_PREFIXES = COMPILED_REGION_PREFIXES[:2]
+# The names of compiled-code events live with the event table (their one home).
+COMPILED_REGION_PREFIXES = COMPILED_EVENT_PREFIXES
 
 # Ops whose output shares its input's storage: consumers of the view link straight to whoever
 # wrote the storage, as they would to the base tensor.

@@ -123,6 +123,9 @@ def device_class(category: str, name: str) -> int:
 #: Names of events of compiled code (``torch.compile``): Dynamo's region around a compiled
 #: call, Inductor's graph call, and AOTAutograd's forward/backward functions.
 COMPILED_EVENT_PREFIXES = ("Torch-Compiled Region", "## Call CompiledFxGraph", "CompiledFunction")
+#: The first two: compiled code as a whole (a compiled region, one compiled graph's call),
+#: which torch may record as a range rather than an op.
+COMPILED_CODE_PREFIXES = COMPILED_EVENT_PREFIXES[:2]
 
 
 def is_compiled_event(name: str) -> bool:
@@ -303,5 +306,5 @@ def promote_compiled_events(table: EventTable) -> None:
     """
     kinds, names = table.kinds, table.names
     for i in [i for i, k in enumerate(kinds) if k == KIND_ANNOTATION]:
-        if names[i].startswith(COMPILED_EVENT_PREFIXES[:2]):
+        if names[i].startswith(COMPILED_CODE_PREFIXES):
             kinds[i] = KIND_OP

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .analysis.compile import label_compiled_ops
+from .analysis.compile import labelled_compiled_ops
 from .analysis.rules import AnalysisContext, analyze
 from .capture import CaptureRecord
 from .config import Options, rank_info
@@ -76,14 +76,16 @@ def build_result(
         found = analyze(ctx)
     else:
         result_notes.append(HINTS_OFF_NOTE)
-    result = ProfileResult(
+    # After the rules, which see torch's own names: compiled code gets readable op names.
+    ops, regions = labelled_compiled_ops(summary.ops, summary.regions, table, (extra or {}).get("compile"))
+    return ProfileResult(
         name=name,
         backend=backend,
         status=status,
         wall_time_us=summary.span_us if wall_time_us is None else wall_time_us,
-        ops=summary.ops,
+        ops=ops,
         hints=found,
-        regions=summary.regions,
+        regions=regions,
         notes=result_notes,
         torch_version=_torch_version() if source == "live" else None,
         event_count=table.raw_event_count or len(table),
@@ -91,9 +93,6 @@ def build_result(
         breakdown=steps,
         **{"started_at": now_iso(), "host": socket.gethostname(), "pid": os.getpid(), **(facts or {})},
     )
-    # After the rules, which see torch's own names: compiled code gets readable op names.
-    label_compiled_ops(result, table, (extra or {}).get("compile"))
-    return result
 
 
 @dataclass(frozen=True)

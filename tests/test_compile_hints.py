@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from neuronscope import neuron_region
-from neuronscope.analysis.compile import compiled_label, label_compiled_ops
+from neuronscope.analysis.compile import compiled_label, labelled_compiled_ops
 from neuronscope.events import KIND_ANNOTATION, KIND_OP, EventTable, summarize
 from neuronscope.events.table import promote_compiled_events
 from neuronscope.result import Hint, ProfileResult
@@ -232,9 +232,10 @@ def _table(rows: list[tuple[str, int, int, int]]) -> EventTable:
     return table
 
 
-def _result_of(table: EventTable) -> ProfileResult:
+def _result_of(table: EventTable, fx: dict[str, Any] | None = None) -> ProfileResult:
     summary = summarize(table)
-    return ProfileResult(name="t", backend="cpu", ops=summary.ops, regions=summary.regions)
+    ops, regions = labelled_compiled_ops(summary.ops, summary.regions, table, fx)
+    return ProfileResult(name="t", backend="cpu", ops=ops, regions=regions)
 
 
 def test_labels_without_dynamos_records_keep_the_compile_id() -> None:
@@ -248,7 +249,6 @@ def test_labels_without_dynamos_records_keep_the_compile_id() -> None:
         ]
     )
     result = _result_of(table)
-    label_compiled_ops(result, table, None)
     by_name = {o.name: o for o in result.ops}
     assert set(by_name) >= {"compiled: [3/1]", "compiled graph: [3/1]", "compiled graph: backward [98765432]", "aten::mm"}
     assert by_name["compiled: [3/1]"].self_cpu_us == pytest.approx(0.2)  # 1000 - 800 ns
@@ -268,8 +268,7 @@ def test_compiled_graph_recorded_as_a_range_becomes_an_op_with_its_own_self_time
         ]
     )
     promote_compiled_events(table)
-    result = _result_of(table)
-    label_compiled_ops(result, table, {"functions": {"0/0": {"function": "f"}}})
+    result = _result_of(table, {"functions": {"0/0": {"function": "f"}}})
     graph = result.op("compiled graph: f [0/0]")
     assert graph is not None and graph.self_cpu_us == pytest.approx(0.8) and graph.cpu_total_us == pytest.approx(1.0)
     region = result.op("compiled: f [0/0]")

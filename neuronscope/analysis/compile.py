@@ -8,7 +8,7 @@ Three parts, in pipeline order:
    imported: when the program has not imported ``torch._dynamo``, nothing was compiled.
 2. Rules: :func:`compile_hints` turns the facts and the captured events into ``recompile``,
    ``graph_break`` and ``compile`` hints.
-3. Naming: :func:`label_compiled_ops` gives the compiled code's rows in the op table names a
+3. Naming: :func:`labelled_compiled_ops` gives the compiled code's rows in the op table names a
    person reads (see its docstring for what their self and total times mean).
 
 What torch exposes (read on torch 2.13; ``getattr`` everywhere, so older versions just give
@@ -30,19 +30,19 @@ less):
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import TYPE_CHECKING, Any
 
 from ..capture.dynamo import facts, snapshot  # in __all__: gathering is the capture stage's
 from ..events.table import COMPILED_CODE_PREFIXES
-from ..result import Hint, OpStat
+from ..result import Hint, OpStat, RegionStat
 
 if TYPE_CHECKING:
     from ..events import EventTable, Summary
-    from ..result import ProfileResult
     from .rules import AnalysisContext
 
-__all__ = ["compile_hints", "compiled_label", "facts", "label_compiled_ops", "snapshot"]
+__all__ = ["compile_hints", "compiled_label", "facts", "labelled_compiled_ops", "snapshot"]
 
 REGION_PREFIX = "Torch-Compiled Region: "
 _REGION = re.compile(r"^Torch-Compiled Region: (\d+/\d+)")
@@ -430,8 +430,11 @@ def _merge_into(a: OpStat, b: OpStat) -> None:
         a.device_total_us += b.device_total_us
 
 
-def label_compiled_ops(result: ProfileResult, table: EventTable, fx: dict[str, Any] | None) -> None:
-    """Rename the compiled code's rows of the op table (and of each region's ops).
+def labelled_compiled_ops(
+    ops: list[OpStat], regions: dict[str, RegionStat], table: EventTable, fx: dict[str, Any] | None
+) -> tuple[list[OpStat], dict[str, RegionStat]]:
+    """The op table and regions with the compiled code's rows renamed (new lists and rows; the
+    ones given are not changed), for the result to be built with.
 
     - ``Torch-Compiled Region: 0/0`` becomes ``compiled: f [0/0]``: one call of the compiled
       function ``f`` (frame 0, attempt 0; ``f (after the graph break at line N)`` for the part
@@ -450,7 +453,7 @@ def label_compiled_ops(result: ProfileResult, table: EventTable, fx: dict[str, A
     only.
     """
     functions = (fx or {}).get("functions") or {}
-    owners = _graph_owners(table) if any(o.name.startswith("## Call CompiledFxGraph") for o in result.ops) else {}
+    owners = _graph_owners(table) if any(o.name.startswith("## Call CompiledFxGraph") for o in ops) else {}
     renames: dict[str, str] = {}
 
     def new_name(name: str) -> str | None:
@@ -482,7 +485,7 @@ def label_compiled_ops(result: ProfileResult, table: EventTable, fx: dict[str, A
             if label is None:
                 out.append(op)
                 continue
-            op.name = label
+            op = dataclasses.replace(op, name=label)
             if label in merged:  # two graphs under one label (a compile id reused after a reset)
                 _merge_into(merged[label], op)
             else:
@@ -490,11 +493,12 @@ def label_compiled_ops(result: ProfileResult, table: EventTable, fx: dict[str, A
                 out.append(op)
         return out
 
-    result.ops = relabel(result.ops)
-    for region in result.regions.values():
-        region.ops = relabel(region.ops)
     # Dynamo's bookkeeping ranges while it compiles ("build_guards_data: compile_id=0/1"): no
     # ops inside, dozens per compile; the compile hints report the compile time instead.
-    for name in [n for n in result.regions if _COMPILE_DATA.match(n)]:
-        del result.regions[name]
+    kept = {
+        name: dataclasses.replace(region, ops=relabel(region.ops))
+        for name, region in regions.items()
+        if not _COMPILE_DATA.match(name)
+    }
+    return relabel(ops), kept
 

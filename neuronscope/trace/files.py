@@ -92,7 +92,10 @@ def group_by_rank(files: Sequence[Path]) -> list[tuple[int, list[Path]]]:
     directory's name (``neuron_framework_trace_rank_3.json``, neuronscope's ``..._rank3/``),
     else one rank per worker (``tensorboard_trace_handler`` names files
     ``<worker>.<ms>.pt.trace.json``; a fixed name such as ``trace.json`` is its directory's),
-    numbered in name order after the known ranks."""
+    numbered in name order after the known ranks. One file is one rank: its own reading says
+    which (its head is not read twice)."""
+    if len(files) == 1:
+        return [(0, list(files))]
     known: dict[int, list[Path]] = {}
     unknown: dict[str, list[Path]] = {}
     for p in files:

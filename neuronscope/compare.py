@@ -217,11 +217,14 @@ def _time_variants(
     round_s = sum(max(per_call[label], 0.0) * calls[label] for label in timers)
     rounds = plan_rounds(round_s, settings.time_budget, settings.rounds)
     log.info(
-        "neuronscope compare: timing %s in %d interleaved rounds of unprofiled calls (about %.1f s; time_budget=%g s)...",
+        "neuronscope compare: timing %s in up to %d interleaved rounds of unprofiled calls "
+        "(planned from one calibration call each: about %.1f s; time_budget=%g s)...",
         ", ".join(variants), rounds, rounds * round_s, settings.time_budget,
     )
     budget = None if settings.rounds is not None else settings.time_budget
-    return run_rounds(timers, calls, rounds, budget_s=budget, seed=settings.seed)
+    done = run_rounds(timers, calls, rounds, budget_s=budget, seed=settings.seed)
+    log.info("neuronscope compare: timed %d rounds in %.1f s", done.count, done.seconds)
+    return done
 
 
 def _profile_variant(

@@ -41,7 +41,10 @@ from .result import Comparison, ComparisonRow, Hint, ProfileResult
 from .scope import CAPTURE, Owner, enter, leave
 from .timing import (
     DEFAULT_TIME_BUDGET_S,
+    MAX_ROUNDS,
+    MIN_ROUNDS,
     MIN_SAMPLE_S,
+    SAMPLES_PER_ROUND,
     Rounds,
     block_timer,
     budget_note,
@@ -214,15 +217,24 @@ def _time_variants(
     # identically however the calibration went; a much quicker variant gets larger samples.
     shared = calls_per_sample(statistics.median(per_call.values()))
     calls = {label: max(shared, calls_per_sample(s, MIN_SAMPLE_S / 8)) for label, s in per_call.items()}
-    round_s = sum(max(per_call[label], 0.0) * calls[label] for label in timers)
-    rounds = plan_rounds(round_s, settings.time_budget, settings.rounds)
-    log.info(
-        "neuronscope compare: timing %s in up to %d interleaved rounds of unprofiled calls "
-        "(planned from one calibration call each: about %.1f s; time_budget=%g s)...",
-        ", ".join(variants), rounds, rounds * round_s, settings.time_budget,
-    )
-    budget = None if settings.rounds is not None else settings.time_budget
-    done = run_rounds(timers, calls, rounds, budget_s=budget, seed=settings.seed)
+    round_s = SAMPLES_PER_ROUND * sum(max(per_call[label], 0.0) * calls[label] for label in timers)
+    if settings.rounds is not None:
+        rounds, budget = settings.rounds, None
+        log.info(
+            "neuronscope compare: timing %s in %d interleaved rounds of unprofiled calls (about %.1f s, "
+            "planned from one calibration call each)...",
+            ", ".join(variants), rounds, rounds * round_s,
+        )
+    else:
+        # The rounds run until the budget is spent, not to a count planned from the calibration:
+        # calibration calls that met a busy moment would plan too few.
+        rounds, budget = MAX_ROUNDS, settings.time_budget
+        log.info(
+            "neuronscope compare: timing %s in interleaved rounds of unprofiled calls until time_budget=%g s "
+            "is spent (%d to %d rounds; about %d fit, planned from one calibration call each)...",
+            ", ".join(variants), budget, MIN_ROUNDS, MAX_ROUNDS, plan_rounds(round_s, budget),
+        )
+    done = run_rounds(timers, calls, rounds, budget_s=budget, now=settings.timer, seed=settings.seed)
     log.info("neuronscope compare: timed %d rounds in %.1f s", done.count, done.seconds)
     return done
 
@@ -300,7 +312,7 @@ def _busy_rounds_note(rounds: Rounds, backend: str) -> str | None:
     """Say how many timed samples were far from their variant's median (the machine was busy
     then); the medians and intervals are robust to them, but the user should know."""
     far = total = 0
-    for values in rounds.per_call_us.values():
+    for values in rounds.samples_us.values():
         if values:
             mid = statistics.median(values)
             far += sum(1 for v in values if v > stats.FAR_FACTOR * mid)
@@ -318,7 +330,8 @@ def _busy_rounds_note(rounds: Rounds, backend: str) -> str | None:
     )
     return (
         f"{far} of {total} timed samples took over {stats.FAR_FACTOR:g}x their variant's median: the machine "
-        f"was busy at times (the medians and intervals discount such samples; a quiet machine narrows them){advice}"
+        f"was busy at times (each round keeps a variant's quickest sample, and the medians and intervals discount "
+        f"busy rounds; a quiet machine narrows them){advice}"
     )
 
 
@@ -328,8 +341,10 @@ def compare(variants: Mapping[str, Callable[..., Any]], *args: Any, **options: A
 
     Each variant gets ``warmup`` unprofiled calls first (default 3, so ``torch.compile``
     compiles before anything is measured). Then all variants are timed, without the
-    profiler, in interleaved rounds (each round in a freshly shuffled order), the device synchronised before each
-    clock read: a variant's ``time_us`` is its median per-call time over the rounds, and each
+    profiler, in interleaved rounds (each round three passes over the variants, each pass in a
+    freshly shuffled order, a variant's quickest sample of the round kept), the device
+    synchronised before each clock read: a variant's ``time_us`` is its median per-call time
+    over the rounds, and each
     speedup (the median over the rounds of the first variant's time over this one's in the
     same round) comes with an interval (a seeded bootstrap, ``confidence`` 0.99) and a
     ``verdict``: ``faster``, ``slower``, or ``noise`` when the interval holds 1.0 or the
@@ -340,7 +355,7 @@ def compare(variants: Mapping[str, Callable[..., Any]], *args: Any, **options: A
 
     Options: the shared ones (``name``, ``backend``, ``output_dir``, ``export``, ``warmup``,
     ``active``, ``record_shapes``, ``enabled``, ...), and ``time_budget`` (seconds for the
-    timing rounds, default 10: as many rounds as fit, 20 to 200; on a machine slower than
+    timing rounds, default 10: as many rounds as fit, 20 to 100; on a machine slower than
     planned the rounds run past the budget to reach 20, but stop at three budgets with at
     least 5), ``rounds`` (a fixed number instead), ``confidence``, ``seed`` (of the
     bootstrap), ``timer`` (the clock, seconds; inject one to test), ``check_outputs``,
@@ -404,6 +419,7 @@ def compare(variants: Mapping[str, Callable[..., Any]], *args: Any, **options: A
     cmp.timing = {
         "rounds": rounds.count,
         "calls_per_round": rounds.calls,
+        "samples_per_round": SAMPLES_PER_ROUND,
         "timing_s": round(rounds.seconds, 3),
         "time_budget_s": settings.time_budget,
         "confidence": settings.confidence,

@@ -212,7 +212,8 @@ def comparison_legend(cmp: Comparison) -> list[str]:
     conf = cmp.timing.get("confidence")
     level = f"{conf * 100:g}% " if isinstance(conf, (int, float)) else ""
     timing = (
-        f"Time: median per call over {first.repeats} interleaved rounds of unprofiled calls (Spread: half the IQR). "
+        f"Time: median per call over {first.repeats} interleaved rounds of unprofiled calls, each round's quickest "
+        f"of {cmp.timing.get('samples_per_round', 1)} samples (Spread: half the IQR). "
         f"Speedup: median over the rounds of {first.label}'s time over the variant's in the same round, "
         f"[{level}interval]; (noise): the interval holds 1.0, or the speedup is within 2% of it."
     )

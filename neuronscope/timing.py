@@ -3,10 +3,12 @@
 Each variant is timed in samples of ``calls`` back-to-back calls (enough calls that a sample
 lasts at least :data:`MIN_SAMPLE_S`, so the clock's resolution and the per-sample overhead do
 not matter; compare() gives all variants of about the same speed the same count), with the
-device synchronised before the clock is read at either end. Variants
-take turns, round after round, each round in a freshly shuffled order, so a load swing on a
-shared machine hits all of them alike, and no variant always runs right after the same
-neighbour.
+device synchronised before the clock is read at either end. Variants take turns, round after
+round, each pass of a round in a freshly shuffled order, so a load swing on a shared machine
+hits all of them alike, and no variant always runs right after the same neighbour. A round
+times every variant :data:`SAMPLES_PER_ROUND` times and keeps each variant's quickest sample:
+load only ever adds time, and on a busy 2-core machine a sample that waited for a core is
+common (see the constant), while one of three rarely all did.
 
 The blocks are run by the standard library's :class:`timeit.Timer` (which pauses the garbage
 collector while it times, as torch.utils.benchmark does). torch.utils.benchmark's ``Timer``
@@ -32,6 +34,7 @@ __all__ = [
     "MAX_ROUNDS",
     "MIN_ROUNDS",
     "MIN_SAMPLE_S",
+    "SAMPLES_PER_ROUND",
     "BlockTimer",
     "Rounds",
     "block_timer",
@@ -51,7 +54,13 @@ DEFAULT_TIME_BUDGET_S = 10.0
 #: :data:`OVERRUN_FACTOR` times the budget), and the comparison says when they did.
 MIN_ROUNDS = 20
 #: Rounds never run even when the budget allows: past this the intervals barely narrow.
-MAX_ROUNDS = 200
+MAX_ROUNDS = 100
+#: Samples of each variant per round, the quickest kept. With three background processes
+#: spinning on a 2-core machine (benchmarks/bench_compare.py ``--load 3``), the median sample
+#: of a 1 ms call took 1-43 ms (torch's two threads per op waiting for a core) while the
+#: quickest of the run stayed within 20 % of the quiet time; keeping one sample per round,
+#: the 2x pair was called noise in 1 of 20 runs, the 1.5x pair in 3 of 20.
+SAMPLES_PER_ROUND = 3
 #: Rounds run whatever the budget: a median and an interval need a few values.
 FLOOR_ROUNDS = 5
 #: The rounds stop, at :data:`FLOOR_ROUNDS` or more, once they ran this many budgets.
@@ -108,9 +117,11 @@ def calibrate(timer: BlockTimer, tries: int = CALIBRATION_CALLS) -> float:
 
 
 def plan_rounds(round_s: float, budget_s: float, rounds: int | None = None) -> int:
-    """Rounds to run when one round takes about ``round_s`` seconds: as many as fit in
-    ``budget_s``, between :data:`MIN_ROUNDS` and :data:`MAX_ROUNDS`. ``rounds`` (the user's
-    explicit choice) wins over the budget."""
+    """Rounds expected to run when one round takes about ``round_s`` seconds: as many as fit
+    in ``budget_s``, between :data:`MIN_ROUNDS` and :data:`MAX_ROUNDS`. ``rounds`` (the user's
+    explicit choice) wins over the budget. An expectation for the user's information: the
+    rounds themselves run until the budget is spent (:func:`run_rounds`), since a calibration
+    taken while the machine was busy would plan too few."""
     if rounds is not None:
         return rounds
     fit = int(budget_s // round_s) if round_s > 0 else MAX_ROUNDS
@@ -131,12 +142,16 @@ def budget_note(done: int, seconds: float, budget_s: float) -> str | None:
 
 @dataclass
 class Rounds:
-    """Per-call times (microseconds) of each variant, one value per round, and how they were
-    taken. ``per_call_us[label][i]`` comes from round ``i`` for every label."""
+    """Per-call times (microseconds) of each variant, one value per round (its quickest
+    sample of the round), and how they were taken. ``per_call_us[label][i]`` comes from round
+    ``i`` for every label."""
 
     calls: dict[str, int]
     per_call_us: dict[str, list[float]] = field(default_factory=dict)
     seconds: float = 0.0
+    #: Every sample's per-call time, the ones a round did not keep included (how busy the
+    #: machine was shows in these).
+    samples_us: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def count(self) -> int:
@@ -150,9 +165,11 @@ def run_rounds(
     budget_s: float | None = None,
     now: Callable[[], float] = time.monotonic,
     seed: int = 0,
+    samples: int = SAMPLES_PER_ROUND,
 ) -> Rounds:
-    """Run ``rounds`` interleaved rounds, each variant once per round, in an order shuffled
-    afresh each round (seeded): a fixed order (A B C, B C A, ...) runs a variant after the
+    """Run up to ``rounds`` interleaved rounds. A round makes ``samples`` passes over the
+    variants, each pass in an order shuffled afresh (seeded), and keeps each variant's quickest
+    sample of the round: a fixed order (A B C, B C A, ...) runs a variant after the
     same neighbour most of the time, and whatever that neighbour leaves behind (the
     allocator's state, the caches) then counts against it alone; with such a rotation,
     identical variants were called different in 3 of 28 runs of benchmarks/bench_compare.py
@@ -161,15 +178,21 @@ def run_rounds(
     once :data:`OVERRUN_FACTOR` budgets are spent and :data:`FLOOR_ROUNDS` ran: the machine got
     slower than the plan assumed. A variant's exception passes through unchanged."""
     labels = list(timers)
-    out = Rounds(calls=dict(calls), per_call_us={label: [] for label in labels})
+    out = Rounds(calls=dict(calls), per_call_us={label: [] for label in labels}, samples_us={label: [] for label in labels})
     rng = random.Random(seed)
     start = now()
     for r in range(rounds):
-        order = labels[:]
-        rng.shuffle(order)
-        for label in order:
-            n = calls[label]
-            out.per_call_us[label].append(timers[label](n) / n * 1e6)
+        quickest = dict.fromkeys(labels, math.inf)
+        for _ in range(max(samples, 1)):
+            order = labels[:]
+            rng.shuffle(order)
+            for label in order:
+                n = calls[label]
+                us = timers[label](n) / n * 1e6
+                out.samples_us[label].append(us)
+                quickest[label] = min(quickest[label], us)
+        for label in labels:
+            out.per_call_us[label].append(quickest[label])
         if budget_s is not None:
             spent = now() - start
             if (spent > budget_s and r + 1 >= MIN_ROUNDS) or (spent > OVERRUN_FACTOR * budget_s and r + 1 >= FLOOR_ROUNDS):

@@ -128,7 +128,7 @@ def test_progress_lines_name_the_variant_and_the_warm_up(study: tuple[Comparison
     joined = "\n".join(messages)
     assert "[1/2] naive: warming up (3 calls)" in joined
     assert "[2/2] fused: warm-up took" in joined
-    assert f"timing naive, fused in up to {ROUNDS} interleaved rounds of unprofiled calls" in joined
+    assert f"timing naive, fused in {ROUNDS} interleaved rounds of unprofiled calls" in joined
     assert f"timed {ROUNDS} rounds in " in joined  # what ran, said after it
     assert "[2/2] fused: profiling 3 calls for the op table and hints" in joined
     # Each phase is announced before it starts.

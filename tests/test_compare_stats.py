@@ -3,6 +3,7 @@ clocks and injected timing functions, so that no assertion depends on this machi
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Callable
 from typing import Any
@@ -17,6 +18,7 @@ from neuronscope.timing import (
     MAX_CALLS_PER_SAMPLE,
     MAX_ROUNDS,
     MIN_ROUNDS,
+    SAMPLES_PER_ROUND,
     block_timer,
     budget_note,
     calibrate,
@@ -102,7 +104,7 @@ def test_spread_note_flags_measurements_far_apart() -> None:
 
 
 # ---- timing ------------------------------------------------------------------------------------
-def test_rounds_run_each_variant_once_in_a_shuffled_seeded_order() -> None:
+def test_rounds_run_each_variant_once_per_pass_in_a_shuffled_seeded_order() -> None:
     order: list[str] = []
 
     def timer(label: str) -> Callable[[int], float]:
@@ -114,10 +116,11 @@ def test_rounds_run_each_variant_once_in_a_shuffled_seeded_order() -> None:
 
     timers = {k: timer(k) for k in "abc"}
     out = run_rounds(timers, {"a": 1, "b": 2, "c": 1}, 30, seed=5)
-    rounds = ["".join(order[i : i + 3]) for i in range(0, 90, 3)]
-    assert all(sorted(r) == ["a", "b", "c"] for r in rounds)  # each variant once per round
+    assert len(order) == 30 * SAMPLES_PER_ROUND * 3
+    passes = ["".join(order[i : i + 3]) for i in range(0, len(order), 3)]
+    assert all(sorted(r) == ["a", "b", "c"] for r in passes)  # each variant once per pass
     # No variant always follows the same neighbour: every ordered pair occurs.
-    pairs = {(x[i], x[i + 1]) for x in rounds for i in range(2)}
+    pairs = {(x[i], x[i + 1]) for x in passes for i in range(2)}
     assert pairs == {(x, y) for x in "abc" for y in "abc" if x != y}
     assert out.count == 30 and out.per_call_us == {k: [1000.0] * 30 for k in "abc"}
     assert out.calls == {"a": 1, "b": 2, "c": 1}
@@ -130,6 +133,17 @@ def test_rounds_run_each_variant_once_in_a_shuffled_seeded_order() -> None:
     assert order != first
 
 
+def test_a_round_keeps_each_variants_quickest_sample() -> None:
+    """Load only adds time: of a round's samples, the quickest is the least disturbed one."""
+    seconds = {"a": iter([0.005, 0.001, 0.009, 0.002, 0.002, 0.002]), "b": iter([0.004, 0.006, 0.003, 0.008, 0.002, 0.030])}
+
+    def timer(label: str) -> Callable[[int], float]:
+        return lambda n: next(seconds[label]) * n
+
+    out = run_rounds({k: timer(k) for k in "ab"}, {"a": 2, "b": 1}, 2, samples=3)
+    assert out.per_call_us == {"a": [1000.0, 2000.0], "b": [3000.0, 2000.0]}
+
+
 def test_rounds_stop_at_the_budget_once_enough_ran() -> None:
     clock = [0.0]
 
@@ -140,12 +154,16 @@ def test_rounds_stop_at_the_budget_once_enough_ran() -> None:
 
         return run
 
-    fast = sampler(0.0625)  # rounds of 1/8 s: the 2 s budget is spent after 17 rounds
+    # Rounds of 3 passes x 2 variants x 1/48 s = 1/8 s: the 2 s budget is spent after 16 rounds.
+    fast = sampler(1 / 48)
     out = run_rounds({"a": fast, "b": fast}, {"a": 1, "b": 1}, 500, budget_s=2.0, now=lambda: clock[0])
-    assert out.count == MIN_ROUNDS and out.seconds == 2.5  # MIN_ROUNDS is the least run
+    assert out.count == MIN_ROUNDS and out.seconds == pytest.approx(2.5)  # MIN_ROUNDS is the least run
     assert budget_note(out.count, out.seconds, 2.0) is not None  # 25 % past the budget: said
     clock[0] = 0.0
-    slow = sampler(1.0)  # rounds of 2 s against a 1 s budget: three budgets spent by round 2
+    out = run_rounds({"a": fast, "b": fast}, {"a": 1, "b": 1}, 500, budget_s=5.0, now=lambda: clock[0])
+    assert out.count == 41 and budget_note(out.count, out.seconds, 5.0) is None  # ran until the budget was spent
+    clock[0] = 0.0
+    slow = sampler(1 / 3)  # rounds of 2 s against a 1 s budget: three budgets spent by round 2
     out = run_rounds({"a": slow, "b": slow}, {"a": 1, "b": 1}, 500, budget_s=1.0, now=lambda: clock[0])
     assert out.count == FLOOR_ROUNDS
     assert "only 5 timing rounds ran" in (budget_note(out.count, out.seconds, 1.0) or "")
@@ -218,13 +236,16 @@ class FakeMachine:
         return self.now
 
 
-def test_compare_with_an_exact_clock_finds_2x_and_calls_identical_noise() -> None:
+def test_compare_with_an_exact_clock_finds_2x_and_calls_identical_noise(caplog: pytest.LogCaptureFixture) -> None:
     m = FakeMachine()
     x = torch.ones(2)
-    cmp = compare(
-        {"base": m.variant(0.004), "same": m.variant(0.004), "double": m.variant(0.008), "half": m.variant(0.002)},
-        x, timer=m.clock, export=False, enabled=False, time_budget=1.0,
-    )
+    with caplog.at_level(logging.INFO, logger="neuronscope"):
+        cmp = compare(
+            {"base": m.variant(0.004), "same": m.variant(0.004), "double": m.variant(0.008), "half": m.variant(0.002)},
+            x, timer=m.clock, export=False, enabled=False, time_budget=2.0,
+        )
+    # Said before the rounds: they run until the budget is spent; the calibration's plan is a guess.
+    assert f"in interleaved rounds of unprofiled calls until time_budget=2 s is spent ({MIN_ROUNDS} to {MAX_ROUNDS} rounds; about 37 fit" in caplog.text
     rows = {r.label: r for r in cmp.rows}
     assert rows["base"].verdict == "baseline" and rows["base"].time_us == pytest.approx(4000.0)
     assert rows["same"].verdict == "noise" and rows["same"].speedup == pytest.approx(1.0)
@@ -234,8 +255,10 @@ def test_compare_with_an_exact_clock_finds_2x_and_calls_identical_noise() -> Non
     assert rows["half"].time_us == pytest.approx(2000.0)
     assert rows["half"].speedup_text(rows["base"]) == "2.00x [2.00-2.00]"
     assert rows["same"].speedup_text(rows["base"]) == "1.00x [1.00-1.00] (noise)"
-    # The budget is fake seconds here too: each round costs 18 ms of fake time.
-    assert cmp.timing["rounds"] == rows["base"].repeats == int(1.0 // 0.018)
+    # The budget is fake seconds here too: a round's three passes cost 3 x 18 ms of fake time,
+    # and the rounds stop at the end of the first round past the budget.
+    assert cmp.timing["rounds"] == rows["base"].repeats == int(2.0 // 0.054) + 1
+    assert cmp.timing["samples_per_round"] == SAMPLES_PER_ROUND
     assert cmp.timing["confidence"] == stats.DEFAULT_CONFIDENCE and cmp.timing["seed"] == 0
 
 
@@ -276,7 +299,8 @@ def test_samples_far_from_their_median_are_noted() -> None:
     m.load = lambda now: next(spikes)
     cmp = compare({"a": m.variant(0.004), "b": m.variant(0.004)}, torch.ones(2), timer=m.clock, export=False, enabled=False, rounds=10)
     (note,) = [n for n in cmp.notes if "timed samples took over 3x" in n]
-    assert note.startswith("1 of 20 timed samples took over 3x their variant's median: the machine was busy")
+    assert note.startswith(f"1 of {10 * SAMPLES_PER_ROUND * 2} timed samples took over 3x their variant's median: the machine was busy")
+    assert [r.time_us for r in cmp.rows] == [pytest.approx(4000.0)] * 2  # the round kept a quicker sample
     assert ("torch.set_num_threads(1)" in note) == (torch.get_num_threads() > 1)
     quiet = FakeMachine()
     cmp = compare({"a": quiet.variant(0.004)}, torch.ones(2), timer=quiet.clock, export=False, enabled=False, rounds=5)

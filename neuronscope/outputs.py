@@ -14,12 +14,32 @@ DEFAULT_RTOL = 1e-3
 DEFAULT_ATOL = 1e-3
 
 
-def _flatten(value: Any) -> list[Any]:
+#: How deep the check looks into objects' attributes (a model library's cache of layers of
+#: tensors is three levels down); deeper structures are compared as whole objects.
+MAX_ATTRIBUTE_DEPTH = 6
+
+
+def _flatten(value: Any, path: str = "", depth: int = 0, seen: frozenset[int] = frozenset()) -> list[tuple[str, Any]]:
+    """The leaves of an output with where they sit (``[0]``, ``.logits``, ``.past_key_values.layers[1].keys``):
+    tensors, numbers, strings..., in the output's own order. Containers are opened, and so are objects
+    without an ``__eq__`` of their own (a transformers ``DynamicCache``, a dataclass with
+    ``eq=False``): two such objects made by two calls are never ``==`` (identity), though the
+    tensors they hold may be the same."""
     if isinstance(value, (list, tuple)):
-        return [leaf for item in value for leaf in _flatten(item)]
+        return [leaf for i, item in enumerate(value) for leaf in _flatten(item, f"{path}[{i}]", depth, seen)]
     if isinstance(value, Mapping):
-        return [leaf for key in sorted(value, key=str) for leaf in _flatten(value[key])]
-    return [value]
+        return [leaf for key in value for leaf in _flatten(value[key], f"{path}.{key}", depth, seen)]
+    if _compared_by_identity(value) and depth < MAX_ATTRIBUTE_DEPTH and id(value) not in seen:
+        attributes = vars(value)
+        inner = seen | {id(value)}
+        kind = [(f"{path} (type)", type(value))]
+        return kind + [leaf for key in attributes for leaf in _flatten(attributes[key], f"{path}.{key}", depth + 1, inner)]
+    return [(path, value)]
+
+
+def _compared_by_identity(value: Any) -> bool:
+    """An object whose ``==`` is ``object``'s (identity) and that has attributes to compare."""
+    return type(value).__eq__ is object.__eq__ and not isinstance(value, type) and isinstance(getattr(value, "__dict__", None), dict)
 
 
 def _leaves_equal(x: Any, y: Any, rtol: float, atol: float) -> bool:
@@ -39,24 +59,30 @@ def _leaves_equal(x: Any, y: Any, rtol: float, atol: float) -> bool:
 def outputs_agree(a: Any, b: Any, rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL) -> tuple[bool, str]:
     """Whether two outputs hold the same values (tensors within tolerance); and why not.
 
-    Tuples, lists and dicts are compared leaf by leaf; tensors with ``torch.allclose`` after
-    moving them to the CPU in float32, so a bfloat16 variant can be checked against a float32 one.
+    Tuples, lists and dicts are compared leaf by leaf, and so are the attributes of objects
+    compared by identity (a model's cache object; see :func:`_flatten`); tensors with
+    ``torch.allclose`` after moving them to the CPU in float32, so a bfloat16 variant can be
+    checked against a float32 one.
     """
     import torch
 
-    left, right = _flatten(a), _flatten(b)
-    if len(left) != len(right):
-        return False, f"different structure ({len(left)} vs {len(right)} leaves)"
-    for i, (x, y) in enumerate(zip(left, right)):
+    left, right = _flatten(a), dict(_flatten(b))
+    if len(left) != len(right) or any(path not in right for path, _ in left):
+        missing = next((path for path, _ in left if path not in right), None)
+        detail = f": output{missing} is in one only" if missing else ""
+        return False, f"different structure ({len(left)} vs {len(right)} leaves){detail}"
+    for path, x in left:
+        y = right[path]
+        where = f"output{path}" if path else "output"
         if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
             if x.shape != y.shape:
-                return False, f"output {i}: shape {tuple(x.shape)} vs {tuple(y.shape)}"
+                return False, f"{where}: shape {tuple(x.shape)} vs {tuple(y.shape)}"
             xf, yf = x.detach().float().cpu(), y.detach().float().cpu()
             if not torch.allclose(xf, yf, rtol=rtol, atol=atol, equal_nan=True):
                 diff = (xf - yf).abs().nan_to_num(nan=math.inf).max().item()
-                return False, f"output {i}: max abs difference {diff:.3g} (rtol={rtol}, atol={atol})"
+                return False, f"{where}: max abs difference {diff:.3g} (rtol={rtol}, atol={atol})"
         elif isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
-            return False, f"output {i}: {type(x).__name__} vs {type(y).__name__}"
+            return False, f"{where}: {type(x).__name__} vs {type(y).__name__}"
         elif not _leaves_equal(x, y, rtol, atol):
-            return False, f"output {i}: {x!r:.40} vs {y!r:.40}"
+            return False, f"{where}: {x!r:.40} vs {y!r:.40}"
     return True, ""

@@ -246,6 +246,31 @@ def test_outputs_agree() -> None:
     assert not outputs_agree("a", "b")[0]
     numpy = pytest.importorskip("numpy")
     assert outputs_agree(numpy.zeros(2), numpy.zeros(2))[0]  # == on arrays is not a bool
+    assert outputs_agree({"a": 1, "b": t}, {"b": t, "a": 1})[0]  # leaves matched by where they sit
+    assert outputs_agree({"x": t}, {"x": torch.zeros(3)})[1].startswith("output.x: max abs difference 1")
+    assert "output.y is in one only" in outputs_agree({"y": t}, {"x": t})[1]
+
+
+def test_outputs_of_a_model_library_agree_through_its_cache_object() -> None:
+    """A transformers forward returns a ModelOutput holding a DynamicCache, compared by identity:
+    two calls' caches are never ==, though their tensors are the same. Its tensors are compared."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1, max_position_embeddings=32,
+    )
+    torch.manual_seed(0)
+    model, other = transformers.LlamaForCausalLM(cfg).eval(), transformers.LlamaForCausalLM(cfg).eval()
+    ids = torch.randint(0, 64, (1, 8))
+    with torch.no_grad():
+        first, again, different = model(ids), model(ids), other(ids)
+    assert outputs_agree(first, again) == (True, "")
+    agree, why = outputs_agree(first, different)
+    assert not agree and why.startswith("output.logits: max abs difference")
+    # The check looks into the cache: same logits, different cached keys are told apart.
+    again.past_key_values.layers[0].keys.add_(1.0)
+    agree, why = outputs_agree(first, again)
+    assert not agree and ".layers[0].keys: max abs difference 1" in why
 
 
 # ---- arguments and options -------------------------------------------------------------------

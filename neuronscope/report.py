@@ -211,9 +211,10 @@ def comparison_legend(cmp: Comparison) -> list[str]:
     first = cmp.rows[0]
     conf = cmp.timing.get("confidence")
     level = f"{conf * 100:g}% " if isinstance(conf, (int, float)) else ""
+    samples = cmp.timing.get("samples_per_round")
+    quickest = f", each round's quickest of {samples} samples" if isinstance(samples, int) and samples > 1 else ""
     timing = (
-        f"Time: median per call over {first.repeats} interleaved rounds of unprofiled calls, each round's quickest "
-        f"of {cmp.timing.get('samples_per_round', 1)} samples (Spread: half the IQR). "
+        f"Time: median per call over {first.repeats} interleaved rounds of unprofiled calls{quickest} (Spread: half the IQR). "
         f"Speedup: median over the rounds of {first.label}'s time over the variant's in the same round, "
         f"[{level}interval]; (noise): the interval holds 1.0, or the speedup is within 2% of it."
     )

@@ -72,6 +72,9 @@ __all__ = [
     "user_location",
 ]
 
+#: The name torch's profiler gives every allocation event (``profile_memory=True``).
+ALLOCATION_NAME = "[memory]"
+
 # ---- the user-level ops of an event table -----------------------------------------------------
 
 
@@ -268,24 +271,26 @@ def _dtype_name(dtype: Any) -> str:
     return str(dtype).rsplit(".", 1)[-1]
 
 
-def graph_from_profiler(prof: Any, table: EventTable | None = None, infer: bool = True) -> OpGraph | None:
+def graph_from_profiler(prof: Any, table: EventTable | None = None, infer: bool = True, links_only: bool = False) -> OpGraph | None:
     """The data-flow graph of a finished live profiler, or None when it has no event tree.
 
     ``table`` (the capture's event table) supplies times, device time included, and tells
     ops from annotations cheaply; without it the tree's own CPU times are used. With
     ``infer=False`` a capture without tensor ids is left unlinked (``linking == "none"``),
-    for links taken from an observation pass instead.
+    for links taken from an observation pass instead. With ``links_only=True`` the inputs
+    carry their identities but no sizes or dtypes (an observation pass's graph, which lends
+    a capture its links only: reading them is a third of building it).
     """
     with gc_paused():
-        return _graph_from_profiler(prof, table, infer)
+        return _graph_from_profiler(prof, table, infer, links_only)
 
 
-def _graph_from_profiler(prof: Any, table: EventTable | None, infer: bool = True) -> OpGraph | None:
+def _graph_from_profiler(prof: Any, table: EventTable | None, infer: bool = True, links_only: bool = False) -> OpGraph | None:
     kineto = getattr(getattr(prof, "profiler", None), "kineto_results", None)
     if kineto is None or not hasattr(kineto, "experimental_event_tree"):
         return None
     roots = kineto.experimental_event_tree()
-    torch_op, _py_call, _py_ccall, allocation, user_scope = event_types()
+    torch_op, _py_call, _py_ccall, _allocation, user_scope = event_types()
 
     times: dict[tuple[int, int], _TableOp] = {}
     annotations: set[tuple[int, int]] = set()
@@ -309,7 +314,13 @@ def _graph_from_profiler(prof: Any, table: EventTable | None, infer: bool = True
     stack = list(reversed(roots))
     while stack:
         ev = stack.pop()
-        if ev.tag == torch_op and not ev.name.startswith(LOCATION_PREFIX):
+        name = ev.name  # cheaper to read than the tag: tells allocations and line ranges apart first
+        if name == ALLOCATION_NAME:
+            continue
+        if name.startswith(LOCATION_PREFIX):
+            stack.extend(reversed(ev.children))
+            continue
+        if ev.tag == torch_op:
             if times or annotations:
                 key = (ev.start_tid, ev.start_time_ns)
                 hit = times.get(key)
@@ -360,17 +371,22 @@ def _graph_from_profiler(prof: Any, table: EventTable | None, infer: bool = True
                     continue
                 if not ptr:
                     continue  # an undefined or empty tensor: nothing flows through it
-                sizes = tuple(item.sizes)
-                tensors.append(TensorArg(ptr, sizes, _dtype_name(item.dtype), item.impl_ptr, numel(sizes)))
+                tensor_id = item.id  # profile_memory's id: the key exact links use
+                key = ptr if tensor_id is None else tensor_id
+                if links_only:
+                    tensors.append(TensorArg(key, (), ""))
+                else:
+                    sizes = tuple(item.sizes)
+                    tensors.append(TensorArg(key, sizes, _dtype_name(item.dtype), item.impl_ptr, numel(sizes)))
                 producers.append(-1)
-                node_ids.append(item.id)
+                node_ids.append(tensor_id)
         nodes.append(node)
         events.append(ev)
         ids.append(node_ids)
     exact = any(i and i[0] is not None for i in ids)
     graph = OpGraph(nodes, "exact" if exact else "inferred", has_device=has_device)
     if exact:
-        _link_exact(graph, events, ids, allocation)
+        _link_exact(graph, events, ids)
     elif infer:
         link_inferred(graph, events)
     else:
@@ -385,7 +401,7 @@ def _graph_from_profiler(prof: Any, table: EventTable | None, infer: bool = True
 # ---- exact linking (profile_memory=True) -----------------------------------------------------
 
 
-def _link_exact(graph: OpGraph, events: list[Any], ids: list[list[Any]], allocation: Any) -> None:
+def _link_exact(graph: OpGraph, events: list[Any], ids: list[list[Any]]) -> None:
     """Link inputs through the profiler's tensor ids: the op whose subtree allocated an id
     made it; an in-place op writes its first input; views share their base's id."""
     writer: dict[int, int] = {}
@@ -393,8 +409,7 @@ def _link_exact(graph: OpGraph, events: list[Any], ids: list[list[Any]], allocat
     for node, ev, node_ids in zip(nodes, events, ids):
         for k, tensor_id in enumerate(node_ids):
             if tensor_id is None:
-                continue
-            node.inputs[k] = node.inputs[k]._replace(key=tensor_id)
+                continue  # the input's key is its id already (see _graph_from_profiler)
             w = writer.get(tensor_id, -1)
             node.producers[k] = w
             if w >= 0:
@@ -402,17 +417,19 @@ def _link_exact(graph: OpGraph, events: list[Any], ids: list[list[Any]], allocat
         node.writes = node.inplace
         if node.inplace and node_ids and node_ids[0] is not None:
             writer[node_ids[0]] = node.index
-        # What this op allocated (anywhere below it) is its output or its scratch.
+        # What this op allocated (anywhere below it) is its output or its scratch. Told by
+        # name: an event's name costs a third of its tag to read, and this walk reads every
+        # event below every op.
         stack = list(ev.children)
         while stack:
             child = stack.pop()
-            if child.tag == allocation:
+            if child.name == ALLOCATION_NAME:
                 f = child.extra_fields
                 if f.alloc_size > 0:
                     node.writes = True
                     if f.id is not None:  # None: a tensor no op ever took as input
                         writer[f.id] = node.index
-            elif child.children:
+            else:
                 stack.extend(child.children)
 
 
@@ -455,9 +472,10 @@ def graph_with_observation(graph: OpGraph, observed: OpGraph) -> OpGraph:
         o = observed.nodes[oi % period] if oi is not None else None
         if o is None or len(o.inputs) != len(n.inputs):
             n.producers = [-1] * len(n.inputs)
-            n.inputs = [t._replace(key=-2 - n.index * 64 - k) for k, t in enumerate(n.inputs)]  # unique: no value shared
+            # unique keys: no value shared
+            n.inputs = [TensorArg(-2 - n.index * 64 - k, t.sizes, t.dtype, t.impl, t.numel) for k, t in enumerate(n.inputs)]
             continue
-        n.inputs = [t._replace(key=ot.key) for t, ot in zip(n.inputs, o.inputs)]
+        n.inputs = [TensorArg(ot.key, t.sizes, t.dtype, t.impl, t.numel) for t, ot in zip(n.inputs, o.inputs)]
         assert oi is not None  # o is set
         base = oi - oi % period  # producers within the same repetition
         n.producers = [to_capture.get(base + p, -1) if p >= 0 else -1 for p in o.producers]
@@ -483,7 +501,7 @@ def observed_graph(observation: Any) -> OpGraph | None:
     cached = getattr(observation, "graph", None)
     if isinstance(cached, OpGraph):
         return cached  # every capture of a name shares its observation: built once
-    graph = graph_from_profiler(prof, None)
+    graph = graph_from_profiler(prof, None, links_only=True)
     if graph is None or graph.linking != "exact":
         return None
     try:

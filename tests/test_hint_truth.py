@@ -231,3 +231,60 @@ def test_verify_keeps_each_rounds_fastest_block_and_times_more_rounds_when_they_
     assert samples["steady"] == [pytest.approx(10.0)] * 5  # us per call, the interruptions gone
     samples = verify.time_variants({"busy": busy}, lambda: None, repeats=5, min_block_s=1e-2, best_of=1)
     assert len(samples["busy"]) == 10
+
+
+# ---- a capture that ran the observed ops takes the observation's graph -------------------------
+
+
+def _observed_and_captured(x_obs: torch.Tensor, x_cap: torch.Tensor, calls: int = 1) -> tuple[Any, Any, Any]:
+    from torch.profiler import ProfilerActivity, profile
+
+    from neuronscope.analysis.dataflow import observed_graph
+    from neuronscope.capture.observe import observe_dataflow
+    from neuronscope.events import table_from_profiler
+
+    w = torch.randn(x_obs.shape[-1])
+    with observe_dataflow() as obs:
+        _two_norms(x_obs, w)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        for _ in range(calls):
+            _two_norms(x_cap, w)
+    return observed_graph(obs), prof, table_from_profiler(prof, record_shapes=True)
+
+
+def test_a_capture_of_the_observed_ops_takes_the_observations_graph_with_its_own_times() -> None:
+    """Same ops, same shapes (twice over: a capture of two calls): the graph is the one relinking
+    the capture's own event tree gives, without reading that tree."""
+    from neuronscope.analysis.dataflow import graph_from_observation, graph_from_profiler, graph_with_observation
+
+    x = torch.randn(8, 32)
+    observed, prof, table = _observed_and_captured(x, x, calls=2)
+    fast = graph_from_observation(observed, table)
+    slow = graph_with_observation(graph_from_profiler(prof, table, infer=False), observed)
+    assert fast is not None and fast.linking == "exact" and len(fast.nodes) == 2 * len(observed.nodes)
+
+    def facts(n: Any) -> tuple[Any, ...]:
+        return (n.name, n.producers, n.consumers, [(t.key, t.sizes, t.dtype) for t in n.inputs], n.writes, n.location, n.cpu_ns, n.start_ns)
+
+    assert [facts(n) for n in fast.nodes] == [facts(n) for n in slow.nodes]
+    period = len(observed.nodes)
+    assert all(p < period for n in fast.nodes[:period] for p in n.producers)  # links stay in their call
+    assert all(p == -1 or p >= period for n in fast.nodes[period:] for p in n.producers)
+
+
+def test_a_capture_on_other_shapes_is_relinked_from_its_own_tree() -> None:
+    """The warm-up call saw other shapes: the observation's facts are not the capture's, so the
+    capture's own event tree is read and relinked, and its hint carries the captured shape."""
+    from neuronscope.analysis.dataflow import graph_from_observation
+    from neuronscope.pipeline import build_result
+
+    observed, prof, table = _observed_and_captured(torch.randn(8, 32), torch.randn(16, 32))
+    assert observed is not None and graph_from_observation(observed, table) is None
+
+    class Obs:  # what the decorator hands the analysis: an observation with its graph built
+        profiler = object()
+        graph = observed
+
+    result = build_result(table, name="x", backend="cpu", profiler=prof, extra={"observed": Obs()})
+    (hint,) = [h for h in result.hints if h.pattern == "rms_norm"]
+    assert hint.details["shape"] == [16, 32] and hint.confidence == "dataflow"

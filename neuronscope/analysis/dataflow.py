@@ -64,6 +64,7 @@ __all__ = [
     "OpNode",
     "TensorArg",
     "broadcast_shape",
+    "graph_from_observation",
     "graph_from_profiler",
     "graph_from_table",
     "graph_with_observation",
@@ -271,21 +272,19 @@ def _dtype_name(dtype: Any) -> str:
     return str(dtype).rsplit(".", 1)[-1]
 
 
-def graph_from_profiler(prof: Any, table: EventTable | None = None, infer: bool = True, links_only: bool = False) -> OpGraph | None:
+def graph_from_profiler(prof: Any, table: EventTable | None = None, infer: bool = True) -> OpGraph | None:
     """The data-flow graph of a finished live profiler, or None when it has no event tree.
 
     ``table`` (the capture's event table) supplies times, device time included, and tells
     ops from annotations cheaply; without it the tree's own CPU times are used. With
     ``infer=False`` a capture without tensor ids is left unlinked (``linking == "none"``),
-    for links taken from an observation pass instead. With ``links_only=True`` the inputs
-    carry their identities but no sizes or dtypes (an observation pass's graph, which lends
-    a capture its links only: reading them is a third of building it).
+    for links taken from an observation pass instead.
     """
     with gc_paused():
-        return _graph_from_profiler(prof, table, infer, links_only)
+        return _graph_from_profiler(prof, table, infer)
 
 
-def _graph_from_profiler(prof: Any, table: EventTable | None, infer: bool = True, links_only: bool = False) -> OpGraph | None:
+def _graph_from_profiler(prof: Any, table: EventTable | None, infer: bool = True) -> OpGraph | None:
     kineto = getattr(getattr(prof, "profiler", None), "kineto_results", None)
     if kineto is None or not hasattr(kineto, "experimental_event_tree"):
         return None
@@ -373,11 +372,8 @@ def _graph_from_profiler(prof: Any, table: EventTable | None, infer: bool = True
                     continue  # an undefined or empty tensor: nothing flows through it
                 tensor_id = item.id  # profile_memory's id: the key exact links use
                 key = ptr if tensor_id is None else tensor_id
-                if links_only:
-                    tensors.append(TensorArg(key, (), ""))
-                else:
-                    sizes = tuple(item.sizes)
-                    tensors.append(TensorArg(key, sizes, _dtype_name(item.dtype), item.impl_ptr, numel(sizes)))
+                sizes = tuple(item.sizes)
+                tensors.append(TensorArg(key, sizes, _dtype_name(item.dtype), item.impl_ptr, numel(sizes)))
                 producers.append(-1)
                 node_ids.append(tensor_id)
         nodes.append(node)
@@ -492,6 +488,69 @@ def graph_with_observation(graph: OpGraph, observed: OpGraph) -> OpGraph:
     return graph
 
 
+def graph_from_observation(observed: OpGraph, table: EventTable) -> OpGraph | None:
+    """A capture's graph taken whole from the observation of an earlier call, where the capture
+    ran the very ops observed, in order and on inputs of the same shapes, once or repeated (a
+    decorated function or a region called alike, ``compare()``'s profiled calls): the observed
+    ops with their links, lines, numbers and tensor facts, each with the capture's own times
+    from ``table``. This spares reading the capture's event tree a second time, which relinking
+    it would (:func:`graph_with_observation`, for captures that differ: another branch taken,
+    other shapes). None where they differ. The Python numbers of the ops are the observed call's
+    (an optimizer's step-dependent factors may differ; the hint rules read none of those).
+    """
+    one = observed.nodes
+    period = len(one)
+    if not period or len(table.shapes) != len(table):
+        return None
+    rows = [t for t in _user_ops(table) if "::" in table.names[t.row]]
+    if not rows or len(rows) % period:
+        return None
+    names, shapes = table.names, table.shapes
+    sizes_of = [[t.sizes for t in o.inputs if t.sizes] for o in one]
+    recorded: dict[int, list[tuple[int, ...]]] = {}  # the table shares one list among calls alike
+    nodes: list[OpNode] = []
+    for j, t in enumerate(rows):
+        o = one[j % period]
+        i = t.row
+        if names[i] != o.name:
+            return None
+        dims = shapes[i]
+        got = recorded.get(id(dims))
+        if got is None:
+            got = recorded[id(dims)] = _table_sizes(dims)
+        if got != sizes_of[j % period] and not _in_order(got, sizes_of[j % period]):
+            return None
+        base = j - j % period  # producers within the same repetition
+        nodes.append(
+            OpNode(
+                j, o.name, o.op, table.tids[i], table.starts[i], table.ends[i],
+                inputs=list(o.inputs), producers=[base + p if p >= 0 else -1 for p in o.producers],
+                scalars=list(o.scalars), cpu_ns=t.cpu_ns, device_ns=t.device_ns, location=o.location,
+                event=o.event, consts=o.consts, writes=o.writes,
+            )
+        )
+    for n in nodes:
+        for p in n.producers:
+            if p >= 0:
+                nodes[p].consumers.append(n.index)
+    return OpGraph(nodes, "exact", has_device=table.has_device)
+
+
+def _table_sizes(dims: Any) -> list[tuple[int, ...]]:
+    """A table row's input shapes as :func:`graph_from_observation` compares them: those of
+    tensors of at least one dimension and one element (an empty tensor has no storage for
+    data to flow through; the profiler records a tensor list's shape as empty)."""
+    # A shape is a list of ints; a tensor list's entry, when recorded, a list of lists.
+    return [tuple(d) for d in dims or () if d and d.__class__ in (list, tuple) and d[0].__class__ is int and 0 not in d]
+
+
+def _in_order(recorded: list[tuple[int, ...]], observed: list[tuple[int, ...]]) -> bool:
+    """Are the shapes a capture recorded those the observation saw, in order? The observation
+    also sees the members of tensor lists, which the capture's table does not hold."""
+    it = iter(observed)
+    return all(any(r == o for o in it) for r in recorded)
+
+
 def observed_graph(observation: Any) -> OpGraph | None:
     """The exact graph of an observation pass (:class:`~neuronscope.capture.observe.Observation`),
     or None when there is none or it recorded no linkable ops."""
@@ -501,7 +560,7 @@ def observed_graph(observation: Any) -> OpGraph | None:
     cached = getattr(observation, "graph", None)
     if isinstance(cached, OpGraph):
         return cached  # every capture of a name shares its observation: built once
-    graph = graph_from_profiler(prof, None, links_only=True)
+    graph = graph_from_profiler(prof, None)
     if graph is None or graph.linking != "exact":
         return None
     try:

@@ -305,6 +305,7 @@ def _graph_from_profiler(prof: Any, table: EventTable | None, infer: bool = True
                 if table.names[i].startswith(COMPILED_REGION_PREFIXES):
                     compiled.append((table.tids[i], table.starts[i], table.ends[i]))
     in_compiled = _Ranges(compiled)
+    any_compiled = bool(in_compiled)
 
     # The user-level ops: the first op on each path down from a root. Annotations are passed
     # through; compiled regions are ops to the tree, which so hides what ran inside them. The
@@ -345,7 +346,7 @@ def _graph_from_profiler(prof: Any, table: EventTable | None, infer: bool = True
             continue
         start = ev.start_time_ns
         tid = ev.start_tid
-        if in_compiled and in_compiled.covers(tid, start):
+        if any_compiled and in_compiled.covers(tid, start):
             continue
         end = ev.end_time_ns
         node = OpNode(len(nodes), name, short_name(name), tid, start, end, event=ev)

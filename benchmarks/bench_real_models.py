@@ -24,6 +24,7 @@ the default options (one warm-up call, observed; one captured call).
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
 import statistics
@@ -150,6 +151,7 @@ def section_overhead(models: list[str], rounds: int) -> list[float]:
                 prof_b = rs()
 
                 def analyse(prof: Any, extra: dict[str, Any] | None) -> float:
+                    gc.collect()  # each analysis starts from the same collector state (its own garbage still counts)
                     t0 = time.perf_counter()
                     build_result(table_from_profiler(prof, record_shapes=True), name="x", backend="cpu", profiler=prof, extra=extra)
                     return (time.perf_counter() - t0) * 1e3

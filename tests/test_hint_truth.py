@@ -288,3 +288,20 @@ def test_a_capture_on_other_shapes_is_relinked_from_its_own_tree() -> None:
     result = build_result(table, name="x", backend="cpu", profiler=prof, extra={"observed": Obs()})
     (hint,) = [h for h in result.hints if h.pattern == "rms_norm"]
     assert hint.details["shape"] == [16, 32] and hint.confidence == "dataflow"
+
+
+def test_an_op_on_the_weight_alone_is_no_launch_the_eager_call_removes(monkeypatch: Any) -> None:
+    """Gemma's ``1 + weight`` stays in the suggested call (``rms_norm(x, ..., 1 + weight)``):
+    the eager form's estimate is that of the same norm with a plain weight."""
+    from neuronscope.analysis import cost
+    from neuronscope.analysis.dataflow import OpGraph, OpNode, TensorArg
+
+    nodes, _ = _rms_nodes()
+    w = TensorArg(9, (256,), "float32", 9, 256)
+    y = nodes[4].inputs[0]._replace(key=5)
+    gemma = [*nodes[:5], OpNode(5, "aten::add", "add", 1, 5, 6, [w], [-1]), OpNode(6, "aten::mul", "mul", 1, 6, 7, [y, w], [4, 5])]
+    _inject(monkeypatch, per_op=1000.0, entry=1e6, eager=(1.0, 0.0))
+    plain = cost.fused_forms_ns("rms_norm", nodes, OpGraph(nodes, "exact"), "cpu")
+    plus_one = cost.fused_forms_ns("rms_norm", gemma, OpGraph(gemma, "exact"), "cpu")
+    assert plain is not None and plus_one is not None
+    assert plus_one["eager"] == plain["eager"] == 4000.0  # six ops less the two passes

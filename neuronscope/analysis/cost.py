@@ -186,8 +186,27 @@ def fused_forms_ns(pattern: str, nodes: list[OpNode], g: OpGraph, backend: str) 
     forms = {"compiled": launches_ns + moved_ns - entry_ns}
     eager = eager_costs(pattern, device)
     if eager is not None:
-        forms["eager"] = eager[0] * launches_ns + eager[1] * sum(tensors)
+        # An op on a parameter alone (Gemma's ``1 + weight``) stays in the eager call's
+        # arguments: it is not one of the launches the replacement removes.
+        kept = max(0, len(nodes) - _parameter_ops(nodes) - fused_passes(pattern)) * costs.per_op_ns
+        forms["eager"] = eager[0] * kept + eager[1] * sum(tensors)
     return forms
+
+
+def _parameter_ops(nodes: list[OpNode]) -> int:
+    """How many of a linked occurrence's ops work on a parameter alone: every input made
+    outside the occurrence, none of them the tensor the idiom works on (the largest input from
+    outside). 0 without links (a trace), where nothing tells them."""
+    inside = {n.index for n in nodes}
+    outside = [(t.numel, t.key) for n in nodes for t, p in zip(n.inputs, n.producers) if p not in inside]
+    if not outside or all(p < 0 for n in nodes for p in n.producers):
+        return 0
+    x = max(outside)[1]
+    return sum(
+        1
+        for n in nodes
+        if n.inputs and all(p not in inside for p in n.producers) and all(t.key != x for t in n.inputs)
+    )
 
 
 def _linked_intermediate_bytes(nodes: list[OpNode]) -> list[int]:

@@ -188,8 +188,8 @@ def fused_forms_ns(pattern: str, nodes: list[OpNode], g: OpGraph, backend: str) 
     if eager is not None:
         # An op on a parameter alone (Gemma's ``1 + weight``) stays in the eager call's
         # arguments: it is not one of the launches the replacement removes.
-        kept = max(0, len(nodes) - _parameter_ops(nodes) - fused_passes(pattern)) * costs.per_op_ns
-        forms["eager"] = eager[0] * kept + eager[1] * sum(tensors)
+        removable_ns = max(0, len(nodes) - _parameter_ops(nodes) - fused_passes(pattern)) * costs.per_op_ns
+        forms["eager"] = eager[0] * removable_ns + eager[1] * sum(tensors)
     return forms
 
 

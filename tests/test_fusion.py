@@ -429,8 +429,10 @@ def test_estimate_model() -> None:
     assert estimate_saving_ns("rms_norm", [10, 10, 2, 1, 10, 10], full, "cpu") == 23
     assert estimate_saving_ns("softmax", [5], [True]) == 0
     # The grounded bound: measured once per process on the CPU, not for other devices.
-    per_op, bandwidth = device_costs("cpu")  # type: ignore[misc]
-    assert per_op > 0 and bandwidth > 0 and device_costs("cpu") == (per_op, bandwidth)
+    costs = device_costs("cpu")
+    assert costs is not None and costs.per_op_ns > 0 and device_costs("cpu") is costs
+    sizes = [size for size, _ in costs.bandwidth]
+    assert sizes == sorted(sizes) and all(bw > 0 for _, bw in costs.bandwidth)
     assert device_costs("cuda") is None
     assert "measured per-op cost" in model_text("rms_norm", "cpu")
     from neuronscope.analysis.dataflow import OpGraph, OpNode, TensorArg
@@ -438,7 +440,8 @@ def test_estimate_model() -> None:
     t = TensorArg(1, (256, 1024), "float32", 1, 256 * 1024)
     nodes = [OpNode(0, "aten::exp", "exp", 1, 0, 1, [t], [-1]), OpNode(1, "aten::sin", "sin", 1, 1, 2, [t], [0])]
     saving = grounded_saving_ns("elementwise_chain", nodes, OpGraph(nodes, "exact"), "cpu")
-    assert saving == pytest.approx(per_op + 2 * t.numel * 4 / bandwidth)
+    # A chain is compiled with its region: no entry cost per occurrence.
+    assert saving == pytest.approx(costs.per_op_ns + 2 * t.numel * 4 / costs.bytes_per_ns(t.numel * 4))
 
 
 @pytest.mark.parametrize("name", ["softmax_max", "gelu_gpt2_tanh", "swiglu_sigmoid"])

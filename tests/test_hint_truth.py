@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import torch
 
 import neuronscope
@@ -58,7 +59,7 @@ def _fake_rounds(monkeypatch: Any, chain: list[float], fused: list[float]) -> No
     """The rounds verify() timed, fixed: the decision it makes from them is what is tested."""
     from neuronscope.analysis import verify
 
-    monkeypatch.setattr(verify, "_time", lambda variants, *a: {name: list(chain if name == "chain" else fused) for name in variants})
+    monkeypatch.setattr(verify, "time_variants", lambda variants, *a: {name: list(chain if name == "chain" else fused) for name in variants})
 
 
 def test_a_verified_loss_is_said_plainly(monkeypatch: Any) -> None:
@@ -105,8 +106,9 @@ def test_a_traces_rms_norm_saving_counts_its_intermediates(monkeypatch: Any, tmp
     trace = graph_from_table(table)
     (lm,) = [m for m in find_matches(live) if m.pattern == "rms_norm"]
     (tm,) = [m for m in find_sequence_matches(trace) if m.pattern == "rms_norm"]
-    monkeypatch.setattr(cost, "device_costs", lambda device="cpu": (0.0, 1.0))  # 1 byte per ns, free launches
-    monkeypatch.setattr(cost, "eager_api_faster", lambda pattern, device="cpu": True)
+    free_launches = cost.DeviceCosts(0.0, ((1, 1.0),))  # 1 byte per ns at every size
+    monkeypatch.setattr(cost, "device_costs", lambda device="cpu": free_launches)
+    monkeypatch.setattr(cost, "compiled_call_ns", lambda device="cpu": 0.0)
     on_trace = cost.grounded_saving_ns("rms_norm", tm.nodes, trace, "cpu")
     on_links = cost.grounded_saving_ns("rms_norm", lm.nodes, live, "cpu")
     assert on_trace is not None and on_trace > 0
@@ -132,3 +134,174 @@ def test_a_trace_without_shapes_names_the_weight_as_the_users_to_carry(tmp_path:
     text = pattern_named("rms_norm").suggest(m, "cpu")  # type: ignore[union-attr]
     assert "<weight, if your code multiplies by one>" in text and "None" not in text
     assert "eps=<the eps your code uses>" in text
+
+
+# ---- the estimate weighs the fused forms as verify() does -------------------------------------
+
+
+def _rms_nodes() -> tuple[list[Any], Any]:
+    from neuronscope.analysis.dataflow import OpGraph, OpNode, TensorArg
+
+    x, row = TensorArg(1, (64, 256), "float32", 1, 64 * 256), TensorArg(2, (64, 1), "float32", 2, 64)
+    ops = ["pow", "mean", "add", "rsqrt", "mul", "mul"]
+    ins = [[x], [x], [row], [row], [x, row], [x]]
+    prods = [[-1], [0], [1], [2], [-1, 3], [4]]
+    nodes = [OpNode(i, f"aten::{op}", op, 1, i, i + 1, a, p) for i, (op, a, p) in enumerate(zip(ops, ins, prods))]
+    return nodes, OpGraph(nodes, "exact")
+
+
+def _inject(monkeypatch: Any, *, per_op: float, entry: float, eager: tuple[float, float] | None) -> None:
+    from neuronscope.analysis import cost
+
+    monkeypatch.setattr(cost, "device_costs", lambda device="cpu": cost.DeviceCosts(per_op, ((1, 1.0),)))
+    monkeypatch.setattr(cost, "compiled_call_ns", lambda device="cpu": entry)
+    monkeypatch.setattr(cost, "eager_costs", lambda pattern, device="cpu": eager)
+
+
+def test_the_estimate_takes_the_better_fused_form(monkeypatch: Any) -> None:
+    """As verify() keeps the faster of the eager replacement and torch.compile, the estimate
+    keeps the larger of their savings: compiled pays its entry cost per call, the eager form
+    removes its measured share of the launches and its cost per intermediate byte."""
+    from neuronscope.analysis import cost
+
+    nodes, g = _rms_nodes()
+    # written and read again, at 1 byte per ns: x**2 and y (read by mean and by the weight's
+    # mul) and three per-row statistics
+    moved = 2 * (2 * 64 * 256 * 4 + 3 * 64 * 4)
+    launches = 4 * 1000.0  # six ops, two passes stay
+    # A big entry cost: the eager composite (a quarter of the launches, nothing per byte) wins.
+    _inject(monkeypatch, per_op=1000.0, entry=1e6, eager=(0.25, 0.0))
+    forms = cost.fused_forms_ns("rms_norm", nodes, g, "cpu")
+    assert forms is not None and forms["eager"] == 1000.0 and forms["compiled"] < 0
+    assert cost.grounded_saving_ns("rms_norm", nodes, g, "cpu") == 1000.0
+    # A free entry: torch.compile removes all the launches and the traffic, and wins.
+    _inject(monkeypatch, per_op=1000.0, entry=0.0, eager=(0.25, 0.0))
+    assert cost.grounded_saving_ns("rms_norm", nodes, g, "cpu") == launches + moved
+    # A fused eager kernel that removes 3 ns per intermediate byte (work on the elements too)
+    # beats both.
+    _inject(monkeypatch, per_op=1000.0, entry=0.0, eager=(1.0, 3.0))
+    assert cost.grounded_saving_ns("rms_norm", nodes, g, "cpu") == launches + 3 * moved / 2
+    # No eager replacement measured, an entry above what fusion removes: no saving, never negative.
+    _inject(monkeypatch, per_op=1000.0, entry=1e6, eager=None)
+    assert cost.fused_forms_ns("rms_norm", nodes, g, "cpu") == {"compiled": pytest.approx(launches + moved - 1e6)}
+    assert cost.grounded_saving_ns("rms_norm", nodes, g, "cpu") == 0.0
+
+
+def test_a_cached_intermediate_moves_at_the_caches_bandwidth() -> None:
+    from neuronscope.analysis.cost import DeviceCosts
+
+    costs = DeviceCosts(1.0, ((1 << 10, 100.0), (1 << 20, 10.0)))
+    assert costs.bytes_per_ns(100) == 100.0 and costs.bytes_per_ns(1 << 30) == 10.0
+    assert costs.bytes_per_ns(1 << 15) == pytest.approx(55.0)  # halfway in log size
+    assert costs.moved_ns([1 << 10, 1 << 20]) == pytest.approx(2 * (1 << 10) / 100 + 2 * (1 << 20) / 10)
+
+
+def test_the_eager_probe_counts_the_chains_ops_and_intermediates() -> None:
+    from neuronscope.analysis import cost
+
+    x = torch.randn(16, 64)
+    ops, tensors = cost._chain_traffic(lambda: (x * 2).exp() + x.sum())
+    # the mul's output read by exp, exp's and the sum's by the add
+    assert ops == 4 and sorted(tensors) == [4, 16 * 64 * 4, 16 * 64 * 4]
+    assert cost.eager_costs("silu_mul", "cpu") is None  # no eager SwiGLU in torch
+    shares = cost.eager_costs("softmax", "cpu")
+    assert shares is not None and 0 <= shares[0] <= cost.MAX_SHARE and shares[1] >= 0
+
+
+def test_verify_keeps_each_rounds_fastest_block_and_times_more_rounds_when_they_disagree(monkeypatch: Any) -> None:
+    """A block another process interrupted is not the variant's cost; rounds that still
+    disagree get as many again."""
+    from types import SimpleNamespace
+
+    from neuronscope.analysis import verify
+
+    clock = [0.0]
+    calls = {"steady": 0, "busy": 0}
+
+    def steady() -> None:
+        calls["steady"] += 1
+        clock[0] += 1e-5 * (50 if calls["steady"] % 3 == 0 else 1)  # one block in three interrupted
+
+    def busy() -> None:  # a whole round slower, then fast again: the rounds disagree
+        calls["busy"] += 1
+        clock[0] += 2e-5 if (calls["busy"] // 2000) % 2 else 1e-5
+
+    monkeypatch.setattr(verify, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+    samples = verify.time_variants({"steady": steady}, lambda: None, repeats=5, min_block_s=5e-6, best_of=3)
+    assert samples["steady"] == [pytest.approx(10.0)] * 5  # us per call, the interruptions gone
+    samples = verify.time_variants({"busy": busy}, lambda: None, repeats=5, min_block_s=1e-2, best_of=1)
+    assert len(samples["busy"]) == 10
+
+
+# ---- a capture that ran the observed ops takes the observation's graph -------------------------
+
+
+def _observed_and_captured(x_obs: torch.Tensor, x_cap: torch.Tensor, calls: int = 1) -> tuple[Any, Any, Any]:
+    from torch.profiler import ProfilerActivity, profile
+
+    from neuronscope.analysis.dataflow import observed_graph
+    from neuronscope.capture.observe import observe_dataflow
+    from neuronscope.events import table_from_profiler
+
+    w = torch.randn(x_obs.shape[-1])
+    with observe_dataflow() as obs:
+        _two_norms(x_obs, w)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        for _ in range(calls):
+            _two_norms(x_cap, w)
+    return observed_graph(obs), prof, table_from_profiler(prof, record_shapes=True)
+
+
+def test_a_capture_of_the_observed_ops_takes_the_observations_graph_with_its_own_times() -> None:
+    """Same ops, same shapes (twice over: a capture of two calls): the graph is the one relinking
+    the capture's own event tree gives, without reading that tree."""
+    from neuronscope.analysis.dataflow import graph_from_observation, graph_from_profiler, graph_with_observation
+
+    x = torch.randn(8, 32)
+    observed, prof, table = _observed_and_captured(x, x, calls=2)
+    fast = graph_from_observation(observed, table)
+    slow = graph_with_observation(graph_from_profiler(prof, table, infer=False), observed)
+    assert fast is not None and fast.linking == "exact" and len(fast.nodes) == 2 * len(observed.nodes)
+
+    def facts(n: Any) -> tuple[Any, ...]:
+        return (n.name, n.producers, n.consumers, [(t.key, t.sizes, t.dtype) for t in n.inputs], n.writes, n.location, n.cpu_ns, n.start_ns)
+
+    assert [facts(n) for n in fast.nodes] == [facts(n) for n in slow.nodes]
+    period = len(observed.nodes)
+    assert all(p < period for n in fast.nodes[:period] for p in n.producers)  # links stay in their call
+    assert all(p == -1 or p >= period for n in fast.nodes[period:] for p in n.producers)
+
+
+def test_a_capture_on_other_shapes_is_relinked_from_its_own_tree() -> None:
+    """The warm-up call saw other shapes: the observation's facts are not the capture's, so the
+    capture's own event tree is read and relinked, and its hint carries the captured shape."""
+    from neuronscope.analysis.dataflow import graph_from_observation
+    from neuronscope.pipeline import build_result
+
+    observed, prof, table = _observed_and_captured(torch.randn(8, 32), torch.randn(16, 32))
+    assert observed is not None and graph_from_observation(observed, table) is None
+
+    class Obs:  # what the decorator hands the analysis: an observation with its graph built
+        profiler = object()
+        graph = observed
+
+    result = build_result(table, name="x", backend="cpu", profiler=prof, extra={"observed": Obs()})
+    (hint,) = [h for h in result.hints if h.pattern == "rms_norm"]
+    assert hint.details["shape"] == [16, 32] and hint.confidence == "dataflow"
+
+
+def test_an_op_on_the_weight_alone_is_no_launch_the_eager_call_removes(monkeypatch: Any) -> None:
+    """Gemma's ``1 + weight`` stays in the suggested call (``rms_norm(x, ..., 1 + weight)``):
+    the eager form's estimate is that of the same norm with a plain weight."""
+    from neuronscope.analysis import cost
+    from neuronscope.analysis.dataflow import OpGraph, OpNode, TensorArg
+
+    nodes, _ = _rms_nodes()
+    w = TensorArg(9, (256,), "float32", 9, 256)
+    y = nodes[4].inputs[0]._replace(key=5)
+    gemma = [*nodes[:5], OpNode(5, "aten::add", "add", 1, 5, 6, [w], [-1]), OpNode(6, "aten::mul", "mul", 1, 6, 7, [y, w], [4, 5])]
+    _inject(monkeypatch, per_op=1000.0, entry=1e6, eager=(1.0, 0.0))
+    plain = cost.fused_forms_ns("rms_norm", nodes, OpGraph(nodes, "exact"), "cpu")
+    plus_one = cost.fused_forms_ns("rms_norm", gemma, OpGraph(gemma, "exact"), "cpu")
+    assert plain is not None and plus_one is not None
+    assert plus_one["eager"] == plain["eager"] == 4000.0  # six ops less the two passes

@@ -64,6 +64,7 @@ __all__ = [
     "OpNode",
     "TensorArg",
     "broadcast_shape",
+    "graph_from_observation",
     "graph_from_profiler",
     "graph_from_table",
     "graph_with_observation",
@@ -71,6 +72,9 @@ __all__ = [
     "short_name",
     "user_location",
 ]
+
+#: The name torch's profiler gives every allocation event (``profile_memory=True``).
+ALLOCATION_NAME = "[memory]"
 
 # ---- the user-level ops of an event table -----------------------------------------------------
 
@@ -285,7 +289,7 @@ def _graph_from_profiler(prof: Any, table: EventTable | None, infer: bool = True
     if kineto is None or not hasattr(kineto, "experimental_event_tree"):
         return None
     roots = kineto.experimental_event_tree()
-    torch_op, _py_call, _py_ccall, allocation, user_scope = event_types()
+    torch_op, _py_call, _py_ccall, _allocation, user_scope = event_types()
 
     times: dict[tuple[int, int], _TableOp] = {}
     annotations: set[tuple[int, int]] = set()
@@ -301,6 +305,7 @@ def _graph_from_profiler(prof: Any, table: EventTable | None, infer: bool = True
                 if table.names[i].startswith(COMPILED_REGION_PREFIXES):
                     compiled.append((table.tids[i], table.starts[i], table.ends[i]))
     in_compiled = _Ranges(compiled)
+    any_compiled = bool(in_compiled)
 
     # The user-level ops: the first op on each path down from a root. Annotations are passed
     # through; compiled regions are ops to the tree, which so hides what ran inside them. The
@@ -309,7 +314,13 @@ def _graph_from_profiler(prof: Any, table: EventTable | None, infer: bool = True
     stack = list(reversed(roots))
     while stack:
         ev = stack.pop()
-        if ev.tag == torch_op and not ev.name.startswith(LOCATION_PREFIX):
+        name = ev.name  # cheaper to read than the tag: tells allocations and line ranges apart first
+        if name == ALLOCATION_NAME:
+            continue
+        if name.startswith(LOCATION_PREFIX):
+            stack.extend(reversed(ev.children))
+            continue
+        if ev.tag == torch_op:
             if times or annotations:
                 key = (ev.start_tid, ev.start_time_ns)
                 hit = times.get(key)
@@ -335,7 +346,7 @@ def _graph_from_profiler(prof: Any, table: EventTable | None, infer: bool = True
             continue
         start = ev.start_time_ns
         tid = ev.start_tid
-        if in_compiled and in_compiled.covers(tid, start):
+        if any_compiled and in_compiled.covers(tid, start):
             continue
         end = ev.end_time_ns
         node = OpNode(len(nodes), name, short_name(name), tid, start, end, event=ev)
@@ -360,17 +371,19 @@ def _graph_from_profiler(prof: Any, table: EventTable | None, infer: bool = True
                     continue
                 if not ptr:
                     continue  # an undefined or empty tensor: nothing flows through it
+                tensor_id = item.id  # profile_memory's id: the key exact links use
+                key = ptr if tensor_id is None else tensor_id
                 sizes = tuple(item.sizes)
-                tensors.append(TensorArg(ptr, sizes, _dtype_name(item.dtype), item.impl_ptr, numel(sizes)))
+                tensors.append(TensorArg(key, sizes, _dtype_name(item.dtype), item.impl_ptr, numel(sizes)))
                 producers.append(-1)
-                node_ids.append(item.id)
+                node_ids.append(tensor_id)
         nodes.append(node)
         events.append(ev)
         ids.append(node_ids)
     exact = any(i and i[0] is not None for i in ids)
     graph = OpGraph(nodes, "exact" if exact else "inferred", has_device=has_device)
     if exact:
-        _link_exact(graph, events, ids, allocation)
+        _link_exact(graph, events, ids)
     elif infer:
         link_inferred(graph, events)
     else:
@@ -385,7 +398,7 @@ def _graph_from_profiler(prof: Any, table: EventTable | None, infer: bool = True
 # ---- exact linking (profile_memory=True) -----------------------------------------------------
 
 
-def _link_exact(graph: OpGraph, events: list[Any], ids: list[list[Any]], allocation: Any) -> None:
+def _link_exact(graph: OpGraph, events: list[Any], ids: list[list[Any]]) -> None:
     """Link inputs through the profiler's tensor ids: the op whose subtree allocated an id
     made it; an in-place op writes its first input; views share their base's id."""
     writer: dict[int, int] = {}
@@ -393,8 +406,7 @@ def _link_exact(graph: OpGraph, events: list[Any], ids: list[list[Any]], allocat
     for node, ev, node_ids in zip(nodes, events, ids):
         for k, tensor_id in enumerate(node_ids):
             if tensor_id is None:
-                continue
-            node.inputs[k] = node.inputs[k]._replace(key=tensor_id)
+                continue  # the input's key is its id already (see _graph_from_profiler)
             w = writer.get(tensor_id, -1)
             node.producers[k] = w
             if w >= 0:
@@ -402,17 +414,19 @@ def _link_exact(graph: OpGraph, events: list[Any], ids: list[list[Any]], allocat
         node.writes = node.inplace
         if node.inplace and node_ids and node_ids[0] is not None:
             writer[node_ids[0]] = node.index
-        # What this op allocated (anywhere below it) is its output or its scratch.
+        # What this op allocated (anywhere below it) is its output or its scratch. Told by
+        # name: an event's name costs a third of its tag to read, and this walk reads every
+        # event below every op.
         stack = list(ev.children)
         while stack:
             child = stack.pop()
-            if child.tag == allocation:
+            if child.name == ALLOCATION_NAME:
                 f = child.extra_fields
                 if f.alloc_size > 0:
                     node.writes = True
                     if f.id is not None:  # None: a tensor no op ever took as input
                         writer[f.id] = node.index
-            elif child.children:
+            else:
                 stack.extend(child.children)
 
 
@@ -455,9 +469,10 @@ def graph_with_observation(graph: OpGraph, observed: OpGraph) -> OpGraph:
         o = observed.nodes[oi % period] if oi is not None else None
         if o is None or len(o.inputs) != len(n.inputs):
             n.producers = [-1] * len(n.inputs)
-            n.inputs = [t._replace(key=-2 - n.index * 64 - k) for k, t in enumerate(n.inputs)]  # unique: no value shared
+            # unique keys: no value shared
+            n.inputs = [TensorArg(-2 - n.index * 64 - k, t.sizes, t.dtype, t.impl, t.numel) for k, t in enumerate(n.inputs)]
             continue
-        n.inputs = [t._replace(key=ot.key) for t, ot in zip(n.inputs, o.inputs)]
+        n.inputs = [TensorArg(ot.key, t.sizes, t.dtype, t.impl, t.numel) for t, ot in zip(n.inputs, o.inputs)]
         assert oi is not None  # o is set
         base = oi - oi % period  # producers within the same repetition
         n.producers = [to_capture.get(base + p, -1) if p >= 0 else -1 for p in o.producers]
@@ -472,6 +487,69 @@ def graph_with_observation(graph: OpGraph, observed: OpGraph) -> OpGraph:
     graph.linking = "exact"
     graph.__dict__.pop("first_takers", None)
     return graph
+
+
+def graph_from_observation(observed: OpGraph, table: EventTable) -> OpGraph | None:
+    """A capture's graph taken whole from the observation of an earlier call, where the capture
+    ran the very ops observed, in order and on inputs of the same shapes, once or repeated (a
+    decorated function or a region called alike, ``compare()``'s profiled calls): the observed
+    ops with their links, lines, numbers and tensor facts, each with the capture's own times
+    from ``table``. This spares reading the capture's event tree a second time, which relinking
+    it would (:func:`graph_with_observation`, for captures that differ: another branch taken,
+    other shapes). None where they differ. The Python numbers of the ops are the observed call's
+    (an optimizer's step-dependent factors may differ; the hint rules read none of those).
+    """
+    one = observed.nodes
+    period = len(one)
+    if not period or len(table.shapes) != len(table):
+        return None
+    rows = [t for t in _user_ops(table) if "::" in table.names[t.row]]
+    if not rows or len(rows) % period:
+        return None
+    names, shapes = table.names, table.shapes
+    sizes_of = [[t.sizes for t in o.inputs if t.sizes] for o in one]
+    recorded: dict[int, list[tuple[int, ...]]] = {}  # the table shares one list among calls alike
+    nodes: list[OpNode] = []
+    for j, t in enumerate(rows):
+        o = one[j % period]
+        i = t.row
+        if names[i] != o.name:
+            return None
+        dims = shapes[i]
+        got = recorded.get(id(dims))
+        if got is None:
+            got = recorded[id(dims)] = _table_sizes(dims)
+        if got != sizes_of[j % period] and not _in_order(got, sizes_of[j % period]):
+            return None
+        base = j - j % period  # producers within the same repetition
+        nodes.append(
+            OpNode(
+                j, o.name, o.op, table.tids[i], table.starts[i], table.ends[i],
+                inputs=list(o.inputs), producers=[base + p if p >= 0 else -1 for p in o.producers],
+                scalars=list(o.scalars), cpu_ns=t.cpu_ns, device_ns=t.device_ns, location=o.location,
+                event=o.event, consts=o.consts, writes=o.writes,
+            )
+        )
+    for n in nodes:
+        for p in n.producers:
+            if p >= 0:
+                nodes[p].consumers.append(n.index)
+    return OpGraph(nodes, "exact", has_device=table.has_device)
+
+
+def _table_sizes(dims: Any) -> list[tuple[int, ...]]:
+    """A table row's input shapes as :func:`graph_from_observation` compares them: those of
+    tensors of at least one dimension and one element (an empty tensor has no storage for
+    data to flow through; the profiler records a tensor list's shape as empty)."""
+    # A shape is a list of ints; a tensor list's entry, when recorded, a list of lists.
+    return [tuple(d) for d in dims or () if d and d.__class__ in (list, tuple) and d[0].__class__ is int and 0 not in d]
+
+
+def _in_order(recorded: list[tuple[int, ...]], observed: list[tuple[int, ...]]) -> bool:
+    """Are the shapes a capture recorded those the observation saw, in order? The observation
+    also sees the members of tensor lists, which the capture's table does not hold."""
+    it = iter(observed)
+    return all(any(r == o for o in it) for r in recorded)
 
 
 def observed_graph(observation: Any) -> OpGraph | None:

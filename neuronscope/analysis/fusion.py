@@ -41,6 +41,7 @@ from .dataflow import (
     VIEW_OPS,
     OpGraph,
     OpNode,
+    graph_from_observation,
     graph_from_profiler,
     graph_from_table,
     graph_with_observation,
@@ -251,7 +252,14 @@ def fusion_hints(ctx: AnalysisContext) -> list[Hint]:
     # Without record_shapes=True the event tree has no tensor inputs to follow: skip it.
     if ctx.profiler is not None and getattr(ctx.profiler, "record_shapes", True):
         observed = observed_graph(ctx.extra.get("observed"))
-        graph = graph_from_profiler(ctx.profiler, ctx.table, infer=observed is None)
+        # A capture with its own tensor ids, or its own Python stacks (lines where the
+        # observation found none), is read itself; otherwise, where it ran the ops observed,
+        # the observation's graph is its graph.
+        own = getattr(ctx.profiler, "profile_memory", False) or getattr(ctx.profiler, "with_stack", False)
+        if observed is not None and not own:
+            graph = graph_from_observation(observed, ctx.table)
+        if graph is None:
+            graph = graph_from_profiler(ctx.profiler, ctx.table, infer=observed is None)
     # A capture without record_shapes=True has no tensor inputs to follow: op order it is.
     if graph is not None and any(n.inputs for n in graph.nodes):
         confidence = "dataflow"

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from .arrays import unique_sorted
 from .table import (
     DEVICE_CLASS_NAMES,
     DEVICE_COMM,
@@ -225,7 +226,7 @@ def _breakdown(dev: DeviceEvents, table: EventTable) -> dict[str, Any] | None:
 
     # ---- streams ----
     streams = []
-    for st in np.unique(stream).tolist():
+    for st in unique_sorted(stream).tolist():
         m = stream == st
         streams.append({"stream": int(st), "events": int(m.sum()), "busy_us": _us(_Cover(s[m], e[m]).total)})
     streams.sort(key=lambda r: r["busy_us"], reverse=True)

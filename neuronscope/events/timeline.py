@@ -243,7 +243,7 @@ def _breakdown(dev: DeviceEvents, table: EventTable) -> dict[str, Any] | None:
             median_kernel_us=_us(medians[0]),
             median_launch_us=_us(medians[1]),
             median_delay_us=_us(medians[2]),
-            p90_delay_us=_us(np.percentile(delay, 90)),
+            p90_delay_us=_us(_percentile(np.sort(delay).tolist(), 0.9)),
         )
     out["launch"] = launch
 
@@ -257,6 +257,18 @@ def _breakdown(dev: DeviceEvents, table: EventTable) -> dict[str, Any] | None:
     }
     out["classes"] = list(DEVICE_CLASS_NAMES[:2]) + ["memory"]
     return out
+
+
+def _percentile(ascending: list[int], q: float) -> float:
+    """``np.percentile(values, 100 * q)`` (its default, linear method), computed as numpy
+    computes it. np.percentile itself imports ``numpy.ma`` on its first call: 10 ms of a first
+    ``from_trace``."""
+    pos = (len(ascending) - 1) * q
+    lo = int(pos)
+    t = pos - lo
+    a, b = ascending[lo], ascending[min(lo + 1, len(ascending) - 1)]
+    # numpy's _lerp: from the nearer end, so that t = 0 and t = 1 give the ends exactly.
+    return b - (b - a) * (1 - t) if t >= 0.5 else a + (b - a) * t
 
 
 def _pick(s: np.ndarray, e: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -97,9 +97,9 @@ def _user_ops(table: EventTable) -> list[_TableOp]:
     if n == 0:
         return []
     names = table.names
-    code_of: dict[str, int] = {}
-    codes = np.fromiter((code_of.setdefault(nm, len(code_of)) for nm in names), dtype=np.int64, count=n)
-    uniq = list(code_of)
+    uniq = list(dict.fromkeys(names))  # distinct names, in order of appearance
+    code_of = {nm: c for c, nm in enumerate(uniq)}
+    codes = np.fromiter(map(code_of.__getitem__, names), dtype=np.int64, count=n)
     is_compiled_name = np.fromiter((nm.startswith(COMPILED_REGION_PREFIXES) for nm in uniq), dtype=bool, count=len(uniq))
     is_copy_name = np.fromiter((nm in COPY_MARKERS for nm in uniq), dtype=bool, count=len(uniq))
 

@@ -249,10 +249,11 @@ def device_of(backend: str) -> str:
     return {"cuda": "cuda", "neuron": "neuron"}.get(backend, "cpu")
 
 
-def model_text(pattern: str, backend: str) -> str:
-    """The estimate's model in words, for the hint's details."""
+def model_text(pattern: str, backend: str, measured_here: bool = True) -> str:
+    """The estimate's model in words, for the hint's details. ``measured_here`` is False for a
+    trace file: its device is not this process's, and nothing is measured here for it."""
     text = f"sum(op times) - {fused_passes(pattern)} pass(es) x median full-size op time, per call, from each op's median over the calls"
-    if device_costs(device_of(backend)) is not None:
+    if measured_here and device_costs(device_of(backend)) is not None:
         text += "; at most the launches and intermediate bytes fusion removes, at this device's measured per-op cost and bandwidth"
         if not eager_api_faster(pattern, device_of(backend)):
             text += ", less the measured cost of entering torch.compile'd code (its fused form here)"

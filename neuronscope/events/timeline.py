@@ -85,6 +85,10 @@ class _Cover:
     def within(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return self.upto(b) - self.upto(a)
 
+    def per_window(self, edges: np.ndarray) -> np.ndarray:
+        """Covered length between consecutive ``edges``: :meth:`within` for windows that tile."""
+        return np.diff(self.upto(edges))
+
 
 def _us(ns: float) -> float:
     return round(float(ns)) / 1e3
@@ -181,8 +185,7 @@ def _breakdown(dev: DeviceEvents, table: EventTable) -> dict[str, Any] | None:
     else:
         names = ["capture"]
         bounds = np.array([t0], dtype=np.int64)
-    w0 = bounds
-    w1 = np.append(bounds[1:], t1)
+    w0 = bounds  # the steps' windows: from each bound to the next, the last to t1
 
     covers = {
         "compute": _Cover(s[cls == DEVICE_COMPUTE], e[cls == DEVICE_COMPUTE]),
@@ -192,13 +195,15 @@ def _breakdown(dev: DeviceEvents, table: EventTable) -> dict[str, Any] | None:
     both_cc = _Cover(*_pick(s, e, (cls == DEVICE_COMPUTE) | (cls == DEVICE_COMM)))
     both_cm = _Cover(*_pick(s, e, (cls == DEVICE_COMPUTE) | (cls == DEVICE_MEMCPY) | (cls == DEVICE_MEMSET)))
 
-    def part(a: np.ndarray, b: np.ndarray) -> dict[str, np.ndarray]:
-        span = b - a
-        out = {"window": span, "busy": busy.within(a, b)}
+    def part(edges: np.ndarray) -> dict[str, np.ndarray]:
+        """The figures of each window between consecutive ``edges`` (windows that tile)."""
+        a = edges[:-1]
+        span = np.diff(edges)
+        out = {"window": span, "busy": busy.per_window(edges)}
         for key, cov in covers.items():
-            out[key] = cov.within(a, b)
-        out["overlap_compute_communication"] = out["compute"] + out["communication"] - both_cc.within(a, b)
-        out["overlap_compute_memory"] = out["compute"] + out["memory"] - both_cm.within(a, b)
+            out[key] = cov.per_window(edges)
+        out["overlap_compute_communication"] = out["compute"] + out["communication"] - both_cc.per_window(edges)
+        out["overlap_compute_memory"] = out["compute"] + out["memory"] - both_cm.per_window(edges)
         # Gaps never straddle a window's bound (a bound is an event's start): each gap is its
         # window's, found by its start.
         gi = np.searchsorted(a, g0, side="right") - 1
@@ -207,7 +212,7 @@ def _breakdown(dev: DeviceEvents, table: EventTable) -> dict[str, Any] | None:
         out["idle"] = span - out["busy"]
         return out
 
-    per_step = part(w0, w1)
+    per_step = part(np.append(w0, t1))
     # The steps' windows tile the device window, and every figure is a sum over time (integer
     # ns): the totals are the steps' sums.
     total = {key: vals.sum(keepdims=True) for key, vals in per_step.items()}
@@ -252,7 +257,7 @@ def _breakdown(dev: DeviceEvents, table: EventTable) -> dict[str, Any] | None:
     width = np.maximum(edges[1:] - edges[:-1], 1)
     out["chart"] = {
         "bin_us": _us((t1 - t0) / CHART_BINS),
-        **{key: (cov.within(edges[:-1], edges[1:]) / width).round(3).tolist() for key, cov in covers.items()},
+        **{key: (cov.per_window(edges) / width).round(3).tolist() for key, cov in covers.items()},
         "step_starts_us": [_us(b - t0) for b in w0.tolist()],
     }
     out["classes"] = list(DEVICE_CLASS_NAMES[:2]) + ["memory"]

@@ -393,7 +393,7 @@ def test_trace_fusion_estimates_measure_nothing_here(tmp_path: Path, monkeypatch
     torch = pytest.importorskip("torch")
     from torch.profiler import ProfilerActivity, profile
 
-    import neuronscope.analysis.cost as cost
+    from neuronscope.analysis import cost
 
     x, w = torch.randn(64, 256), torch.randn(256)
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from .arrays import unique_first_inverse, unique_sorted
+from .arrays import setdiff_sorted, unique_first_inverse, unique_sorted
 from .nesting import parents
 from .stats import OpStat, RegionStat
 from .table import (
@@ -257,7 +257,7 @@ def summarize(table: EventTable) -> Summary:
             # name open around it (its own nesting counts it already).
             own = _region_ops(parent, s_kind, s_code, unique_sorted(ev_x), n_codes)
             if own is not None:
-                keys = np.setdiff1d(keys, own[2] * n_codes + own[0])
+                keys = setdiff_sorted(keys, own[2] * n_codes + own[0])
             ev_x, reg_cx = np.divmod(unique_sorted(keys), n_codes)
             if r_dev is not None and s_dev_own is not None:
                 r_dev += np.bincount(reg_cx, weights=s_dev_own[ev_x], minlength=n_codes).astype(r_dev.dtype)

@@ -278,6 +278,10 @@ def test_launch_overhead_hint_where_the_host_starves_the_device() -> None:
     t2 = _table(busy)
     t2.append("aten::add", KIND_OP, 1, 0, 10)
     assert launch_hints(_ctx(t2)) == []
+    # A breakdown left out on purpose (a counter-mode trace replays its kernels): no hint.
+    ctx = _ctx(t)
+    ctx.extra["breakdown"] = None
+    assert launch_hints(ctx) == []
 
 
 def test_report_html_has_the_timeline_chart(tmp_path: Path) -> None:

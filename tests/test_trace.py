@@ -386,6 +386,31 @@ def test_stacks_and_fusion_hints_match_a_live_capture(tmp_path: Path) -> None:
         assert h.location is not None and h.location.endswith(where)
 
 
+def test_trace_fusion_estimates_measure_nothing_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trace's device is not this process's (the file may come from any machine): its fusion
+    estimates rest on the trace's own times, and no device cost is probed here (which would
+    import torch and compile a probe on a first from_trace)."""
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile
+
+    from neuronscope.analysis import cost
+
+    x, w = torch.randn(64, 256), torch.randn(256)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        for _ in range(5):
+            _hand_written_rms_norm(x, w)
+    path = tmp_path / "rms.json"
+    prof.export_chrome_trace(str(path))
+
+    def probe(*args: Any) -> Any:
+        raise AssertionError("a device cost was measured for a trace file")
+
+    for name in ("device_costs", "eager_costs", "compiled_call_ns"):
+        monkeypatch.setattr(cost, name, probe)
+    hints = [h for h in from_trace(path).fusion_hints if h.pattern == "rms_norm"]
+    assert hints and all("measured" not in h.details["estimate_model"] for h in hints)
+
+
 # ---- synthetic traces: linking rules -----------------------------------------------------------
 def _cuda_events() -> list[dict[str, Any]]:
     return [

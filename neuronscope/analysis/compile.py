@@ -454,7 +454,7 @@ def labelled_compiled_ops(
     """
     functions = (fx or {}).get("functions") or {}
     owners = _graph_owners(table) if any(o.name.startswith("## Call CompiledFxGraph") for o in ops) else {}
-    renames: dict[str, str] = {}
+    renames: dict[str, str | None] = {}  # None: the name stays
 
     def new_name(name: str) -> str | None:
         if name in renames:
@@ -473,8 +473,7 @@ def labelled_compiled_ops(
                     label = f"compiled graph: backward [{g.group(1)[:8]}]"
                 else:
                     label = compiled_label(owner, functions, graph=True)
-        if label is not None:
-            renames[name] = label
+        renames[name] = label
         return label
 
     def relabel(ops: list[OpStat]) -> list[OpStat]:

@@ -373,11 +373,12 @@ def device_of(backend: str) -> str:
     return {"cuda": "cuda", "neuron": "neuron"}.get(backend, "cpu")
 
 
-def model_text(pattern: str, backend: str) -> str:
-    """The estimate's model in words, for the hint's details."""
+def model_text(pattern: str, backend: str, measured_here: bool = True) -> str:
+    """The estimate's model in words, for the hint's details. ``measured_here`` is False for a
+    trace file: its device is not this process's, and nothing is measured here for it."""
     text = f"sum(op times) - {fused_passes(pattern)} pass(es) x median full-size op time, per call, from each op's median over the calls"
     device = device_of(backend)
-    if device_costs(device) is not None:
+    if measured_here and device_costs(device) is not None:
         text += (
             "; at most the saving of the better fused form at this device's measured per-op cost and bandwidth: "
             "torch.compile (the launches and intermediate bytes fusion removes, less the measured cost of entering compiled code)"

@@ -40,6 +40,7 @@ import numpy as np
 from ..capture.frames import is_user_file
 from ..capture.observe import CONSTS_SEP, LOCATION_PREFIX
 from ..events import KIND_OP, EventTable, gc_paused
+from ..events.arrays import unique_first_inverse
 from .inferred_links import broadcast_shape, link_inferred
 from .opgraph import (
     COMPILED_REGION_PREFIXES,
@@ -100,15 +101,15 @@ def _user_ops(table: EventTable) -> list[_TableOp]:
     if n == 0:
         return []
     names = table.names
-    code_of: dict[str, int] = {}
-    codes = np.fromiter((code_of.setdefault(nm, len(code_of)) for nm in names), dtype=np.int64, count=n)
-    uniq = list(code_of)
+    uniq = list(dict.fromkeys(names))  # distinct names, in order of appearance
+    code_of = {nm: c for c, nm in enumerate(uniq)}
+    codes = np.fromiter(map(code_of.__getitem__, names), dtype=np.int64, count=n)
     is_compiled_name = np.fromiter((nm.startswith(COMPILED_REGION_PREFIXES) for nm in uniq), dtype=bool, count=len(uniq))
     is_copy_name = np.fromiter((nm in COPY_MARKERS for nm in uniq), dtype=bool, count=len(uniq))
 
     starts = np.asarray(table.starts, dtype=np.int64)
     ends = np.asarray(table.ends, dtype=np.int64)
-    _, first_row, thread = np.unique(np.asarray(table.tids, dtype=np.int64), return_index=True, return_inverse=True)
+    _, first_row, thread = unique_first_inverse(np.asarray(table.tids, dtype=np.int64))
     thread = np.argsort(np.argsort(first_row))[thread]  # threads in order of appearance
     order = np.lexsort((-ends, starts, thread))
     s_start, s_end, s_code = starts[order], ends[order], codes[order]

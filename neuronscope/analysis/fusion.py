@@ -179,8 +179,12 @@ def _sequence_shapes_ok(pattern: str, members: list[OpNode]) -> bool:
 # ---- from matches to hints --------------------------------------------------------------------
 
 
-def hints_from_matches(matches: list[Match], g: OpGraph, backend: str, confidence: str) -> list[Hint]:
-    """Group matches (pattern, ops, location, input shape) into hints, largest saving first."""
+def hints_from_matches(
+    matches: list[Match], g: OpGraph, backend: str, confidence: str, measured_here: bool = True
+) -> list[Hint]:
+    """Group matches (pattern, ops, location, input shape) into hints, largest saving first.
+    ``measured_here`` False (a trace file, from another machine as likely as not): the estimate
+    rests on the capture's own times only, and no device cost is measured in this process."""
     # One hint per idiom, op sequence and source file: the layers of a model share one
     # RMSNorm line, and rotary's q and k lines (of other shapes under grouped-query
     # attention) are one idiom; the hint points at the first line.
@@ -206,7 +210,7 @@ def hints_from_matches(matches: list[Match], g: OpGraph, backend: str, confidenc
         per_op = [statistics.median(g.time_ns(m.nodes[i]) for m in ms) for i in kept]
         saving_ns = estimate_saving_ns(pattern, per_op, full_size([first.nodes[i] for i in kept]), backend) * len(ms)
         time_ns = sum(g.time_ns(n) for m in ms for n in m.nodes)
-        grounded = grounded_saving_ns(pattern, first.nodes, g, backend)
+        grounded = grounded_saving_ns(pattern, first.nodes, g, backend) if measured_here else None
         if grounded is not None:
             saving_ns = min(saving_ns, grounded * len(ms))
         saving_ns = min(saving_ns, time_ns)  # medians can add up to more than the total
@@ -220,7 +224,7 @@ def hints_from_matches(matches: list[Match], g: OpGraph, backend: str, confidenc
             "device": device_of(backend),
             "backend": backend,
             "time_source": "device" if g.has_device else "cpu",
-            "estimate_model": model_text(pattern, backend),
+            "estimate_model": model_text(pattern, backend, measured_here),
             **first.params,
         }
         hints.append(
@@ -279,7 +283,10 @@ def fusion_hints(ctx: AnalysisContext) -> list[Hint]:
     steps = optimizer_steps(graph, ctx.table)
     reserved = {i for updates in steps.values() for update in updates for i in update}
     matches = [m for m in find_sequence_matches(graph) if not any(n.index in reserved for n in m.nodes)]
-    hints = hints_from_matches(matches, graph, ctx.backend, "sequence")
+    # A trace file's device is not this process's: its estimates are not grounded on costs
+    # measured here (which would also import torch and compile a probe).
+    here = ctx.source != "trace"
+    hints = hints_from_matches(matches, graph, ctx.backend, "sequence", here)
     for h in hints:
         h.details["not_from_op_order"] = list(NOT_FROM_OP_ORDER)
-    return hints + optimizer_hints(graph, steps, ctx.backend, "sequence")
+    return hints + optimizer_hints(graph, steps, ctx.backend, "sequence", here)

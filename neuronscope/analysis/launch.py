@@ -30,7 +30,9 @@ MIN_KERNELS = 50
 
 def launch_hints(ctx: AnalysisContext) -> list[Hint]:
     """One ``launch:launch_overhead`` hint where launch overhead dominates, else none."""
-    bd: dict[str, Any] | None = ctx.extra.get("breakdown") or step_breakdown(ctx.table)
+    # The pipeline's breakdown, None where it made none on purpose (a counter-mode trace's
+    # kernels are replays: their timeline says nothing of launches).
+    bd: dict[str, Any] | None = ctx.extra["breakdown"] if "breakdown" in ctx.extra else step_breakdown(ctx.table)
     if not bd or not bd.get("window_us"):
         return []
     window, host = float(bd["window_us"]), float(bd["idle_host_us"])

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from .arrays import setdiff_sorted, unique_first_inverse, unique_sorted
 from .nesting import parents
 from .stats import OpStat, RegionStat
 from .table import (
@@ -254,10 +255,10 @@ def summarize(table: EventTable) -> Summary:
             keys = ev_x * n_codes + s_code[reg_x]
             # Once per range name, and not where the event's own thread has a range of that
             # name open around it (its own nesting counts it already).
-            own = _region_ops(parent, s_kind, s_code, np.unique(ev_x), n_codes)
+            own = _region_ops(parent, s_kind, s_code, unique_sorted(ev_x), n_codes)
             if own is not None:
-                keys = np.setdiff1d(keys, own[2] * n_codes + own[0])
-            ev_x, reg_cx = np.divmod(np.unique(keys), n_codes)
+                keys = setdiff_sorted(keys, own[2] * n_codes + own[0])
+            ev_x, reg_cx = np.divmod(unique_sorted(keys), n_codes)
             if r_dev is not None and s_dev_own is not None:
                 r_dev += np.bincount(reg_cx, weights=s_dev_own[ev_x], minlength=n_codes).astype(r_dev.dtype)
             is_op_x = s_is_op[ev_x]
@@ -265,14 +266,14 @@ def summarize(table: EventTable) -> Summary:
             if inner is None:
                 inner = (reg_cx, s_code[ev_x], ev_x)
             else:
-                both = np.unique(np.concatenate([inner[2] * n_codes + inner[0], ev_x * n_codes + reg_cx]))
+                both = unique_sorted(np.concatenate([inner[2] * n_codes + inner[0], ev_x * n_codes + reg_cx]))
                 ev_all, reg_all = np.divmod(both, n_codes)
                 inner = (reg_all, s_code[ev_all], ev_all)
         per_region: dict[int, list[OpStat]] = {}
         if inner is not None:
             reg_c, op_c, ev = inner
             key = reg_c * n_codes + op_c
-            uniq, inv = np.unique(key, return_inverse=True)
+            uniq, _, inv = unique_first_inverse(key)
             g_calls = np.bincount(inv, minlength=len(uniq)).tolist()
             g_self = np.bincount(inv, weights=self_ns[ev], minlength=len(uniq)).tolist()
             g_total = np.bincount(inv, weights=s_dur[ev], minlength=len(uniq)).tolist()
@@ -328,7 +329,7 @@ def _other_thread_work(
     thread of the same process is open; positions in (thread, start, -end) order. Only the
     table's own rows count (not Python frames or runtime calls: they hold no work of their
     own), and a thread's events are found by binary search on their starts."""
-    threads = np.unique(tid)
+    threads = unique_sorted(tid)
     if len(threads) < 2:
         return None
     main = order < n_main
@@ -399,7 +400,7 @@ def _region_ops(
     ev_all = np.concatenate(ev_parts)
     reg_all = np.concatenate(reg_parts)
     if len(ev_parts) > 1:  # ranges of one name nested: count the op once for that name
-        pair = np.unique(ev_all * n_codes + reg_all)
+        pair = unique_sorted(ev_all * n_codes + reg_all)
         ev_all, reg_all = np.divmod(pair, n_codes)
     return reg_all, code[ev_all], ev_all
 

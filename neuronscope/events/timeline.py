@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from .arrays import unique_sorted
 from .table import (
     DEVICE_CLASS_NAMES,
     DEVICE_COMM,
@@ -84,6 +85,10 @@ class _Cover:
     def within(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return self.upto(b) - self.upto(a)
 
+    def per_window(self, edges: np.ndarray) -> np.ndarray:
+        """Covered length between consecutive ``edges``: :meth:`within` for windows that tile."""
+        return np.diff(self.upto(edges))
+
 
 def _us(ns: float) -> float:
     return round(float(ns)) / 1e3
@@ -91,11 +96,10 @@ def _us(ns: float) -> float:
 
 def _steps(table: EventTable) -> tuple[list[str], np.ndarray, np.ndarray]:
     """The ``ProfilerStep#N`` ranges (any kind: torch 1.9 wrote them as ops), by start."""
-    rows = [
-        i
-        for i, nm in enumerate(table.names)
-        if nm.startswith("ProfilerStep#") and table.kinds[i] in (KIND_OP, KIND_ANNOTATION)
-    ]
+    # Distinct names first: a loop over every row would cost more than the whole breakdown.
+    step_names = {nm for nm in set(table.names) if nm.startswith("ProfilerStep#")}
+    candidates = itertools.compress(itertools.count(), map(step_names.__contains__, table.names))
+    rows = [i for i in candidates if table.kinds[i] in (KIND_OP, KIND_ANNOTATION)]
     rows.sort(key=lambda i: table.starts[i])
     names = [table.names[i] for i in rows]
     return names, np.array([table.starts[i] for i in rows], dtype=np.int64), np.array(
@@ -181,8 +185,7 @@ def _breakdown(dev: DeviceEvents, table: EventTable) -> dict[str, Any] | None:
     else:
         names = ["capture"]
         bounds = np.array([t0], dtype=np.int64)
-    w0 = bounds
-    w1 = np.append(bounds[1:], t1)
+    w0 = bounds  # the steps' windows: from each bound to the next, the last to t1
 
     covers = {
         "compute": _Cover(s[cls == DEVICE_COMPUTE], e[cls == DEVICE_COMPUTE]),
@@ -192,13 +195,15 @@ def _breakdown(dev: DeviceEvents, table: EventTable) -> dict[str, Any] | None:
     both_cc = _Cover(*_pick(s, e, (cls == DEVICE_COMPUTE) | (cls == DEVICE_COMM)))
     both_cm = _Cover(*_pick(s, e, (cls == DEVICE_COMPUTE) | (cls == DEVICE_MEMCPY) | (cls == DEVICE_MEMSET)))
 
-    def part(a: np.ndarray, b: np.ndarray) -> dict[str, np.ndarray]:
-        span = b - a
-        out = {"window": span, "busy": busy.within(a, b)}
+    def part(edges: np.ndarray) -> dict[str, np.ndarray]:
+        """The figures of each window between consecutive ``edges`` (windows that tile)."""
+        a = edges[:-1]
+        span = np.diff(edges)
+        out = {"window": span, "busy": busy.per_window(edges)}
         for key, cov in covers.items():
-            out[key] = cov.within(a, b)
-        out["overlap_compute_communication"] = out["compute"] + out["communication"] - both_cc.within(a, b)
-        out["overlap_compute_memory"] = out["compute"] + out["memory"] - both_cm.within(a, b)
+            out[key] = cov.per_window(edges)
+        out["overlap_compute_communication"] = out["compute"] + out["communication"] - both_cc.per_window(edges)
+        out["overlap_compute_memory"] = out["compute"] + out["memory"] - both_cm.per_window(edges)
         # Gaps never straddle a window's bound (a bound is an event's start): each gap is its
         # window's, found by its start.
         gi = np.searchsorted(a, g0, side="right") - 1
@@ -207,8 +212,10 @@ def _breakdown(dev: DeviceEvents, table: EventTable) -> dict[str, Any] | None:
         out["idle"] = span - out["busy"]
         return out
 
-    per_step = part(w0, w1)
-    total = part(np.array([t0]), np.array([t1]))
+    per_step = part(np.append(w0, t1))
+    # The steps' windows tile the device window, and every figure is a sum over time (integer
+    # ns): the totals are the steps' sums.
+    total = {key: vals.sum(keepdims=True) for key, vals in per_step.items()}
 
     def row(d: dict[str, np.ndarray], k: int) -> dict[str, float]:
         return {f"{key}_us": _us(vals[k]) for key, vals in d.items()}
@@ -224,7 +231,7 @@ def _breakdown(dev: DeviceEvents, table: EventTable) -> dict[str, Any] | None:
 
     # ---- streams ----
     streams = []
-    for st in np.unique(stream).tolist():
+    for st in unique_sorted(stream).tolist():
         m = stream == st
         streams.append({"stream": int(st), "events": int(m.sum()), "busy_us": _us(_Cover(s[m], e[m]).total)})
     streams.sort(key=lambda r: r["busy_us"], reverse=True)
@@ -235,12 +242,13 @@ def _breakdown(dev: DeviceEvents, table: EventTable) -> dict[str, Any] | None:
     launch: dict[str, Any] = {"kernels": int(((cls == DEVICE_COMPUTE) | (cls == DEVICE_COMM)).sum()), "linked": int(kern.sum())}
     if kern.any():
         kd, ld, delay = (e - s)[kern], (le - ls)[kern], np.maximum((s - ls)[kern], 0)
+        medians = np.median(np.stack([kd, ld, delay]), axis=1).tolist()  # one call: numpy's is slow
         launch.update(
             shorter_than_launch=int((kd < ld).sum()),
-            median_kernel_us=_us(np.median(kd)),
-            median_launch_us=_us(np.median(ld)),
-            median_delay_us=_us(np.median(delay)),
-            p90_delay_us=_us(np.percentile(delay, 90)),
+            median_kernel_us=_us(medians[0]),
+            median_launch_us=_us(medians[1]),
+            median_delay_us=_us(medians[2]),
+            p90_delay_us=_us(_percentile(np.sort(delay).tolist(), 0.9)),
         )
     out["launch"] = launch
 
@@ -249,11 +257,23 @@ def _breakdown(dev: DeviceEvents, table: EventTable) -> dict[str, Any] | None:
     width = np.maximum(edges[1:] - edges[:-1], 1)
     out["chart"] = {
         "bin_us": _us((t1 - t0) / CHART_BINS),
-        **{key: (cov.within(edges[:-1], edges[1:]) / width).round(3).tolist() for key, cov in covers.items()},
+        **{key: (cov.per_window(edges) / width).round(3).tolist() for key, cov in covers.items()},
         "step_starts_us": [_us(b - t0) for b in w0.tolist()],
     }
     out["classes"] = list(DEVICE_CLASS_NAMES[:2]) + ["memory"]
     return out
+
+
+def _percentile(ascending: list[int], q: float) -> float:
+    """``np.percentile(values, 100 * q)`` (its default, linear method), computed as numpy
+    computes it. np.percentile itself imports ``numpy.ma`` on its first call: 10 ms of a first
+    ``from_trace``."""
+    pos = (len(ascending) - 1) * q
+    lo = int(pos)
+    t = pos - lo
+    a, b = ascending[lo], ascending[min(lo + 1, len(ascending) - 1)]
+    # numpy's _lerp: from the nearer end, so that t = 0 and t = 1 give the ends exactly.
+    return b - (b - a) * (1 - t) if t >= 0.5 else a + (b - a) * t
 
 
 def _pick(s: np.ndarray, e: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -63,6 +63,7 @@ class _Reader:
         self.unattributed_events = 0
         self.device_categories: set[str] = set()
         self.class_cache: dict[tuple[Any, Any], int] = {}  # (category, name) -> device class
+        self.sync_calls: dict[str, bool] = {}  # runtime call name -> blocks the host
         self.saw_mtia = False
         self.saw_counters = False
         self.negative = 0  # events with a negative duration, read as 0
@@ -143,6 +144,7 @@ class _Reader:
         last_dims = self.last_dims
         name_cache = self.name_cache
         class_cache = self.class_cache
+        sync_calls = self.sync_calls
         last_pid: Any = _UNSET
         last_tid: Any = _UNSET
         thread = -1
@@ -257,9 +259,12 @@ class _Reader:
                             corr = args.get("correlation")
                             if corr is not None:
                                 runtime[corr] = (thread, start, start + dur_ns)
-                        if ev_name.startswith("hip"):
-                            self.saw_hip = True
-                        elif is_sync_call(ev_name):
+                        blocks = sync_calls.get(ev_name)
+                        if blocks is None:  # once per distinct name
+                            hip = ev_name.startswith("hip")
+                            self.saw_hip = self.saw_hip or hip
+                            blocks = sync_calls[ev_name] = not hip and is_sync_call(ev_name)
+                        if blocks:
                             syncs.append((start, start + dur_ns))
                         kind = KIND_RUNTIME
                     else:

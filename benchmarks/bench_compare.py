@@ -12,10 +12,10 @@ idle at others, as a shared machine is.
     python benchmarks/bench_compare.py [--runs 100] [--load 1] [--size 200000] [--quick]
 
 The goal (issue 16): ``same`` marked noise and ``double`` found in at least 95 of 100 runs.
-On a 2-core machine with only this script's load, one compare() runs its 200 rounds of
-millisecond samples in about 2-3 s, so 100 runs take about 5 minutes; under heavy outside
-load a run takes up to three time budgets (30 s), and 100 runs far longer: ``--runs 30`` or
-``--quick`` (10 runs) then. ``--dump FILE`` keeps every run's per-round timings.
+On a 2-core machine with only this script's load, one compare() runs its 100 rounds (each
+the quickest of three millisecond samples per variant) in about 4-5 s, so 100 runs take about
+8 minutes; under heavy outside load a run takes up to three time budgets (30 s), and 100 runs
+far longer: ``--runs 30`` or ``--quick`` (10 runs) then. ``--dump FILE`` keeps every run's per-round timings.
 The profiler is off in these runs (``enabled=False``): the verdicts come only from the
 unprofiled timing, which is the same code with the profiler on.
 """

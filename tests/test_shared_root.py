@@ -227,10 +227,16 @@ def test_a_racing_attacker_never_gets_a_file(open_root: tuple[Path, Path], attac
     )
     try:
         for _ in range(12):
-            with neuron_region("race", backend="cpu", output_dir=str(root)) as r:
-                _work()
+            with warnings.catch_warnings(record=True) as record:
+                warnings.simplefilter("always")
+                with neuron_region("race", backend="cpu", output_dir=str(root)) as r:
+                    _work()
             TALLY["attacks"] += 1
             assert r.result is not None and r.result.ops
+            # A capture whose export met the attacker keeps its result in memory and says why.
+            if r.result.run_dir is None:
+                said = [str(w.message) for w in record] + r.result.notes
+                assert any("could not export" in m or m.startswith("not exported: ") for m in said), said
             time.sleep(0.01)
     finally:
         racer.kill()

@@ -77,6 +77,13 @@ def answer(cmp: Comparison) -> str:
             + "".join(f"; {r.label} {r.speedup_text(base)}" for r in rest)
             + "."
         )
+    slower = [r for r in others if r.verdict == "slower" and r.speedup > 0]
+    if slower:
+        parts.append(
+            "Slower: "
+            + "; ".join(f"{r.label} takes {1 / r.speedup:.2f}x {base.label}'s time" for r in slower)
+            + "."
+        )
     if not told and others:
         parts.append("The differences here are within the machine's noise.")
     if any(r.op_count for r in cmp.rows):

@@ -223,7 +223,8 @@ def test_output_check_can_be_switched_off(inputs: Any) -> None:
             {"a": rms_norm_naive, "b": wrong}, *inputs, export=False, active=1, warmup=0, check_outputs=False, rounds=2
         )
     assert [r.outputs_match for r in cmp.rows] == [None, None]
-    assert cmp.notes == []
+    # Nothing said about outputs (a busy machine may still get its note about the samples).
+    assert not any("outputs" in n for n in cmp.notes)
 
 
 def test_tolerances_are_options(inputs: Any) -> None:

@@ -15,8 +15,11 @@ DEFAULT_ATOL = 1e-3
 
 
 #: How deep the check looks into objects' attributes (a model library's cache of layers of
-#: tensors is three levels down); deeper structures are compared as whole objects.
+#: tensors is three levels down); deeper objects, and an object met again inside itself (a
+#: cycle), are compared by their type only.
 MAX_ATTRIBUTE_DEPTH = 6
+#: The suffix of the path of a leaf that stands for an object's type (not a value of the output).
+TYPE_LEAF = " (type)"
 
 
 def _flatten(value: Any, path: str = "", depth: int = 0, seen: frozenset[int] = frozenset()) -> list[tuple[str, Any]]:
@@ -24,17 +27,27 @@ def _flatten(value: Any, path: str = "", depth: int = 0, seen: frozenset[int] = 
     tensors, numbers, strings..., in the output's own order. Containers are opened, and so are objects
     without an ``__eq__`` of their own (a transformers ``DynamicCache``, a dataclass with
     ``eq=False``): two such objects made by two calls are never ``==`` (identity), though the
-    tensors they hold may be the same."""
+    tensors they hold may be the same. A container or object met again inside itself, or an
+    object deeper than :data:`MAX_ATTRIBUTE_DEPTH`, gives its type only."""
+    opened = isinstance(value, (list, tuple, Mapping)) or _compared_by_identity(value)
+    if opened and (id(value) in seen or depth >= MAX_ATTRIBUTE_DEPTH):
+        return [(path + TYPE_LEAF, type(value))]
+    inner = seen | {id(value)}
     if isinstance(value, (list, tuple)):
-        return [leaf for i, item in enumerate(value) for leaf in _flatten(item, f"{path}[{i}]", depth, seen)]
+        return [leaf for i, item in enumerate(value) for leaf in _flatten(item, f"{path}[{i}]", depth, inner)]
     if isinstance(value, Mapping):
-        return [leaf for key in value for leaf in _flatten(value[key], f"{path}.{key}", depth, seen)]
-    if _compared_by_identity(value) and depth < MAX_ATTRIBUTE_DEPTH and id(value) not in seen:
+        return [leaf for key in value for leaf in _flatten(value[key], path + _key_path(key), depth, inner)]
+    if opened:
         attributes = vars(value)
-        inner = seen | {id(value)}
-        kind = [(f"{path} (type)", type(value))]
+        kind = [(path + TYPE_LEAF, type(value))]
         return kind + [leaf for key in attributes for leaf in _flatten(attributes[key], f"{path}.{key}", depth + 1, inner)]
     return [(path, value)]
+
+
+def _key_path(key: Any) -> str:
+    """``.name`` for a key that reads as an attribute, ``[repr]`` for any other (``1`` and ``"1"``
+    stay apart)."""
+    return f".{key}" if isinstance(key, str) and key.isidentifier() else f"[{key!r}]"
 
 
 def _compared_by_identity(value: Any) -> bool:
@@ -69,8 +82,9 @@ def outputs_agree(a: Any, b: Any, rtol: float = DEFAULT_RTOL, atol: float = DEFA
     left, right = _flatten(a), dict(_flatten(b))
     if len(left) != len(right) or any(path not in right for path, _ in left):
         missing = next((path for path, _ in left if path not in right), None)
-        detail = f": output{missing} is in one only" if missing else ""
-        return False, f"different structure ({len(left)} vs {len(right)} leaves){detail}"
+        detail = f": output{missing.removesuffix(TYPE_LEAF)} is in one only" if missing else ""
+        values = (sum(not p.endswith(TYPE_LEAF) for p, _ in left), sum(not p.endswith(TYPE_LEAF) for p in right))
+        return False, f"different structure ({values[0]} vs {values[1]} leaves){detail}"
     for path, x in left:
         y = right[path]
         where = f"output{path}" if path else "output"

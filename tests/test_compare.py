@@ -250,6 +250,25 @@ def test_outputs_agree() -> None:
     assert outputs_agree({"a": 1, "b": t}, {"b": t, "a": 1})[0]  # leaves matched by where they sit
     assert outputs_agree({"x": t}, {"x": torch.zeros(3)})[1].startswith("output.x: max abs difference 1")
     assert "output.y is in one only" in outputs_agree({"y": t}, {"x": t})[1]
+    # Keys that print alike stay apart; cycles and deep objects are compared, not called different.
+    assert outputs_agree({1: 1, "1": 2}, {1: 1, "1": 2}) == (True, "")
+    assert outputs_agree({1: 1, "1": 2}, {1: 1, "1": 3})[1] == "output['1']: 2 vs 3"
+
+    class Node:
+        def __init__(self, depth: int) -> None:
+            self.me = self
+            self.child = Node(depth - 1) if depth else None
+            self.value = t.clone()
+
+    assert outputs_agree(Node(8), Node(8)) == (True, "")
+    loop_a: list[Any] = [1]
+    loop_a.append(loop_a)
+    loop_b: list[Any] = [1]
+    loop_b.append(loop_b)
+    assert outputs_agree(loop_a, loop_b) == (True, "")
+    other = Node(8)
+    other.value = torch.zeros(3)
+    assert outputs_agree(Node(8), other)[1].startswith("output.value: max abs difference 1")
 
 
 def test_outputs_of_a_model_library_agree_through_its_cache_object() -> None:

@@ -148,7 +148,19 @@ def device_costs(device: str = "cpu") -> DeviceCosts | None:
             calls = max(1, (1 << 22) // size)
             t = _fastest_ns(lambda x=x, out=out: torch.add(x, 1.0, out=out), calls, 3)
             bandwidth.append((size, 2 * size / max(t - per_op, 1.0)))
-    return DeviceCosts(per_op, tuple(bandwidth))
+    return DeviceCosts(per_op, monotone_bandwidth(bandwidth))
+
+
+def monotone_bandwidth(points: list[tuple[int, float]]) -> tuple[tuple[int, float], ...]:
+    """Measured (size, bytes per ns) points, smallest size first, each lifted to at least the
+    figure of any larger size: a smaller tensor never moves slower than a larger one (it sits in
+    a nearer cache), so a figure below a larger size's came from a busy moment (with torch's two
+    threads per op on a busy 2-core machine, a 512 KiB add measured 600x slow), and load only
+    ever slows a probe."""
+    out = list(points)
+    for i in range(len(out) - 2, -1, -1):
+        out[i] = (out[i][0], max(out[i][1], out[i + 1][1]))
+    return tuple(out)
 
 
 def grounded_saving_ns(pattern: str, nodes: list[OpNode], g: OpGraph, backend: str) -> float | None:
@@ -237,6 +249,10 @@ _PROBE_SHAPES = ((16, 64), (256, 1024))
 #: Largest share of the launches :func:`eager_costs` credits: the chain's calls cost somewhat
 #: more than the tiny op the per-op cost is measured with, but a share beyond this is noise.
 MAX_SHARE = 3.0
+#: Most a fused eager replacement removes per intermediate byte, in multiples of what writing
+#: and reading the byte back costs at the probe's size: the traffic itself plus the per-element
+#: work of the ops it replaces (GELU's tanh formula: 2.4 times the traffic on this 2-core CPU).
+MAX_PER_BYTE_FACTOR = 8.0
 
 
 @functools.cache
@@ -277,12 +293,18 @@ def eager_costs(pattern: str, device: str = "cpu") -> tuple[float, float] | None
     except Exception:  # a probe that cannot run here: the compiled form is the estimate
         return None
     (l1, m1, s1), (l2, m2, s2) = rows
+    # Per byte, a fused kernel removes at most the traffic and the per-element work of the ops
+    # it replaces: a few times what moving the bytes costs (a figure above that came from a busy
+    # moment during the probe, and would promise milliseconds).
+    max_per_byte = MAX_PER_BYTE_FACTOR * 2 / costs.bytes_per_ns(int(m2) or 1)
     det = l1 * m2 - l2 * m1
-    if l1 <= 0 or abs(det) < 1e-9 * l1 * m2:  # nothing to tell the two rates apart by
-        return 0.0, max(s2, 0.0) / max(m2, 1.0)
+    if m2 <= 0 or abs(det) < 1e-9 * max(l1, 1.0) * m2:  # nothing to tell the two rates apart by
+        if l1 > 0:  # no intermediates counted: what it saves is a share of the launches' cost
+            return min(max(s1, 0.0) / l1, MAX_SHARE), 0.0
+        return None
     share = (s1 * m2 - s2 * m1) / det
     per_byte = (l1 * s2 - l2 * s1) / det
-    return min(max(share, 0.0), MAX_SHARE), max(per_byte, 0.0)
+    return min(max(share, 0.0), MAX_SHARE), min(max(per_byte, 0.0), max_per_byte)
 
 
 def _chain_traffic(fn: Any) -> tuple[int, list[int]]:

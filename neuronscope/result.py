@@ -355,7 +355,8 @@ class ComparisonRow:
     speedup_high: float | None = None
     #: ``"baseline"``, ``"faster"``, ``"slower"`` or ``"noise"`` (the interval holds 1.0).
     verdict: str | None = None
-    #: Calls per timed sample (``repeats`` rounds, each keeping its quickest sample, give ``time_us``).
+    #: Calls per timed sample, despite its name (each of the ``repeats`` rounds times several
+    #: samples and keeps its quickest; ``Comparison.timing['samples_per_round']`` says how many).
     calls_per_round: int | None = None
     #: Every op a call ran, the ops nested inside other ops included (``op_count`` counts only
     #: the ops the variant's own code dispatched), from the profiled calls.

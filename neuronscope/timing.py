@@ -46,8 +46,9 @@ __all__ = [
 ]
 
 #: Seconds the timing rounds may take by default (the ``time_budget`` option). The demo's
-#: three RMSNorm variants fit the most rounds in about a second on a quiet 2-core machine; a
-#: model's forward of 0.5 s per call gets 20 rounds (past the budget: see MIN_ROUNDS).
+#: three RMSNorm variants (about 1 ms a call) run the most rounds in about 5 s on a quiet 2-core
+#: machine; two variants of 0.5 s per call make rounds of 3 s, and stop at three budgets with
+#: about 10 rounds (see MIN_ROUNDS, OVERRUN_FACTOR), which the comparison notes.
 DEFAULT_TIME_BUDGET_S = 10.0
 #: Rounds below which the intervals get too wide to tell 1.5x apart on a busy 2-core
 #: machine: the rounds go on past the budget until there are this many (up to

@@ -290,6 +290,31 @@ def test_a_capture_on_other_shapes_is_relinked_from_its_own_tree() -> None:
     assert hint.details["shape"] == [16, 32] and hint.confidence == "dataflow"
 
 
+def test_a_capture_with_a_scalar_where_the_observation_saw_a_tensor_is_not_given_its_links() -> None:
+    """The warm-up call added a tensor, the captured call a Python number (a data-dependent
+    branch): same op names and the same first shape, but the observation's link from that
+    tensor is no data flow of the capture, so its graph is not taken; a list-taking op
+    (``cat``), whose members the capture does not record, may differ that way."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from neuronscope.analysis.dataflow import graph_from_observation, observed_graph, takes_tensor_list
+    from neuronscope.capture.observe import observe_dataflow
+    from neuronscope.events import table_from_profiler
+
+    def step(x: torch.Tensor, other: Any) -> torch.Tensor:
+        return (x.exp() + other).sin()
+
+    x, other = torch.randn(8, 32), torch.randn(8, 32)
+    with observe_dataflow() as obs:
+        step(x, other)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        step(x, 1.0)
+    observed = observed_graph(obs)
+    assert observed is not None and [n.op for n in observed.nodes] == ["exp", "add", "sin"]
+    assert graph_from_observation(observed, table_from_profiler(prof, record_shapes=True)) is None
+    assert takes_tensor_list("cat") and takes_tensor_list("_foreach_mul_") and not takes_tensor_list("add")
+
+
 def test_an_op_on_the_weight_alone_is_no_launch_the_eager_call_removes(monkeypatch: Any) -> None:
     """Gemma's ``1 + weight`` stays in the suggested call (``rms_norm(x, ..., 1 + weight)``):
     the eager form's estimate is that of the same norm with a plain weight."""

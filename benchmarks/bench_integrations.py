@@ -32,9 +32,11 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # tiny_trainer
 
 import torch
 from _common import environment, fmt_s
+from tiny_trainer import Tokens, cpu_args, tiny_llama
 
 logging.getLogger("neuronscope").addHandler(logging.NullHandler())  # no line per capture
 logging.getLogger("neuronscope").propagate = False
@@ -143,15 +145,6 @@ def section_hooks(runs: int, calls: int) -> None:
 
 
 # ---- 2. end to end -------------------------------------------------------------------------------
-class _Tokens(torch.utils.data.Dataset):  # type: ignore[type-arg]
-    def __len__(self) -> int:
-        return 100_000
-
-    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
-        ids = torch.randint(0, 128, (16,), generator=torch.Generator().manual_seed(i))
-        return {"input_ids": ids, "labels": ids}
-
-
 class _StepClock(transformers.TrainerCallback):
     def __init__(self) -> None:
         self.ends: list[float] = []
@@ -162,30 +155,11 @@ class _StepClock(transformers.TrainerCallback):
 
 def _hf_run(steps: int, callback: ProfileCallback | None) -> float:
     """Median seconds per optimizer step of one Trainer run, its first 3 steps left out."""
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        vocab_size=128,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-    )
     clock = _StepClock()
     with tempfile.TemporaryDirectory() as out:
-        args = transformers.TrainingArguments(
-            output_dir=out,
-            max_steps=steps,
-            per_device_train_batch_size=4,
-            report_to=[],
-            use_cpu=True,
-            save_strategy="no",
-            logging_strategy="no",
-            disable_tqdm=True,
-        )
         callbacks: list[Any] = [clock] if callback is None else [callback, clock]
-        model = transformers.LlamaForCausalLM(config)
-        transformers.Trainer(model=model, args=args, train_dataset=_Tokens(), callbacks=callbacks).train()
+        trainer = transformers.Trainer(model=tiny_llama(), args=cpu_args(out, steps), train_dataset=Tokens(100_000), callbacks=callbacks)
+        trainer.train()
     gaps = [b - a for a, b in zip(clock.ends[3:], clock.ends[4:])]
     return statistics.median(gaps)
 

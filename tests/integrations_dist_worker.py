@@ -20,17 +20,9 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from tiny_trainer import Tokens, cpu_args, tiny_llama
 
 from neuronscope.result import ProfileResult
-
-
-class Tokens(torch.utils.data.Dataset):  # type: ignore[type-arg]
-    def __len__(self) -> int:
-        return 64
-
-    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
-        ids = torch.randint(0, 128, (16,), generator=torch.Generator().manual_seed(i))
-        return {"input_ids": ids, "labels": ids}
 
 
 def hf(out: Path) -> tuple[str, list[ProfileResult]]:
@@ -38,31 +30,10 @@ def hf(out: Path) -> tuple[str, list[ProfileResult]]:
 
     from neuronscope.integrations.transformers import ProfileCallback
 
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        vocab_size=128,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-    )
     callback = ProfileCallback(steps=[2], name="ddp_llama", output_dir=str(out / "runs"))
     with tempfile.TemporaryDirectory() as checkpoints:
-        args = transformers.TrainingArguments(
-            output_dir=checkpoints,
-            max_steps=3,
-            per_device_train_batch_size=4,
-            report_to=[],
-            use_cpu=True,
-            save_strategy="no",
-            logging_strategy="no",
-            disable_tqdm=True,
-            ddp_backend="gloo",
-        )
-        trainer = transformers.Trainer(
-            model=transformers.LlamaForCausalLM(config), args=args, train_dataset=Tokens(), callbacks=[callback]
-        )
+        args = cpu_args(checkpoints, max_steps=3, ddp_backend="gloo")
+        trainer = transformers.Trainer(model=tiny_llama(), args=args, train_dataset=Tokens(), callbacks=[callback])
         trainer.train()
     return type(trainer.model_wrapped).__name__, callback.results
 

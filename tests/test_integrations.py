@@ -26,6 +26,8 @@ transformers = pytest.importorskip("transformers")
 pl = pytest.importorskip("lightning.pytorch")
 pytest.importorskip("accelerate")  # the Trainer needs it
 
+from tiny_trainer import Tokens, cpu_args, tiny_llama
+
 from neuronscope.integrations.lightning import NeuronscopeProfiler
 from neuronscope.integrations.transformers import ProfileCallback
 
@@ -77,29 +79,6 @@ def _runs(root: Path) -> list[Path]:
 # ---- Hugging Face Trainer ------------------------------------------------------------------
 
 
-class _Tokens(torch.utils.data.Dataset):  # type: ignore[type-arg]
-    def __len__(self) -> int:
-        return 64
-
-    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
-        ids = torch.randint(0, 128, (16,), generator=torch.Generator().manual_seed(i))
-        return {"input_ids": ids, "labels": ids}
-
-
-def _tiny_llama() -> nn.Module:
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        vocab_size=128,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-    )
-    return transformers.LlamaForCausalLM(config)
-
-
 class _Probe(transformers.TrainerCallback):  # type: ignore[misc]
     """Listed after ProfileCallback: what each step ran with, seen from inside it."""
 
@@ -116,20 +95,9 @@ class _Probe(transformers.TrainerCallback):  # type: ignore[misc]
 
 
 def _train(tmp: Path, callback: ProfileCallback, probe: _Probe, max_steps: int = 4) -> nn.Module:
-    model = _tiny_llama()
-    args = transformers.TrainingArguments(
-        output_dir=str(tmp / "hf"),
-        max_steps=max_steps,
-        per_device_train_batch_size=4,
-        gradient_accumulation_steps=2,
-        learning_rate=1e-3,
-        report_to=[],
-        use_cpu=True,
-        save_strategy="no",
-        logging_strategy="no",
-        disable_tqdm=True,
-    )
-    transformers.Trainer(model=model, args=args, train_dataset=_Tokens(), callbacks=[callback, probe]).train()
+    model = tiny_llama()
+    args = cpu_args(str(tmp / "hf"), max_steps, gradient_accumulation_steps=2, learning_rate=1e-3)
+    transformers.Trainer(model=model, args=args, train_dataset=Tokens(), callbacks=[callback, probe]).train()
     return model
 
 

@@ -365,12 +365,6 @@ def main(argv: list[str] | None = None) -> int:
     if "a100" in sources and not SHARED.exists():
         print(f"{SHARED} is absent: skipping the a100 source")
         sources.remove("a100")
-    try:
-        import orjson  # noqa: F401
-
-        print("orjson is installed: from_trace parses with it")
-    except ImportError:
-        print("orjson is not installed: from_trace parses with the standard library")
     worst = 0.0
     with tempfile.TemporaryDirectory() as tmp:
         where = Path(tmp)

@@ -289,7 +289,9 @@ def test_several_threads_kept_apart() -> None:
 
 
 def test_streaming_and_whole_document_paths_agree(monkeypatch: pytest.MonkeyPatch) -> None:
-    path = TRACES / "training_mm_record_shapes.json.gz"
+    path = TRACES / "training_mm_record_shapes.json.gz"  # 1.7 MiB of JSON: parsed at once
+    at_once = from_trace(path).to_dict()
+    monkeypatch.setattr(trace_mod, "WHOLE_AT_ONCE_BYTES", 0)  # streamed in 1 MiB chunks
     streamed = from_trace(path).to_dict()
     monkeypatch.setattr(trace_mod, "CHUNK_BYTES", 8 << 10)  # hundreds of small chunks
     small = from_trace(path).to_dict()
@@ -297,13 +299,30 @@ def test_streaming_and_whole_document_paths_agree(monkeypatch: pytest.MonkeyPatc
     def no_stream(*a: Any) -> Any:
         raise trace_mod.Fallback
 
-    monkeypatch.setattr(trace_mod, "_loads", json.loads)  # without orjson (the "fast" extra)
-    stdlib = from_trace(path).to_dict()
+    def not_the_usual_shape(data: bytes) -> Any:
+        raise ValueError("as for NaN, lone surrogates or an odd layout")
+
     monkeypatch.setattr(reader_mod, "stream", no_stream)
     whole = from_trace(path).to_dict()
-    for d in (streamed, small, stdlib, whole):
+    monkeypatch.setattr(trace_mod, "_decode", not_the_usual_shape)  # the standard library's json
+    stdlib = from_trace(path).to_dict()
+    for d in (at_once, streamed, small, stdlib, whole):
         d.pop("started_at")
-    assert streamed == small == stdlib == whole
+    assert at_once == streamed == small == stdlib == whole
+
+
+def test_a_small_file_is_parsed_in_one_go(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A document of at most WHOLE_AT_ONCE_BYTES never enters the chunked path (its buffer
+    and copies cost a third of the reading time of a small file); a larger one does."""
+    cuts: list[int] = []
+    real_cut = trace_mod._cut
+    monkeypatch.setattr(trace_mod, "_cut", lambda buf, *a, **k: (cuts.append(len(buf)), real_cut(buf, *a, **k)))
+    path = TRACES / "training_mm_record_shapes.json.gz"
+    assert from_trace(path).op("aten::mm").calls > 0
+    assert cuts == []
+    monkeypatch.setattr(trace_mod, "WHOLE_AT_ONCE_BYTES", 1 << 20)
+    assert from_trace(path).op("aten::mm").calls > 0
+    assert cuts and max(cuts) >= 1 << 20
 
 
 # ---- a live capture, exported, against from_profiler -------------------------------------------
@@ -517,6 +536,7 @@ def test_metadata_after_events_and_odd_names_stream(tmp_path: Path, monkeypatch:
     path = tmp_path / "late.pt.trace.json"
     path.write_text(json.dumps(doc, indent=1))
     monkeypatch.setattr(trace_mod, "CHUNK_BYTES", 4096)
+    monkeypatch.setattr(trace_mod, "WHOLE_AT_ONCE_BYTES", 0)
     res = from_trace(path)
     assert res.op("aten::mul").calls == 400
     assert res.op("aten::mul").self_device_us == 800.0

@@ -3,9 +3,10 @@ TraceFormatError (exit status 2 and one line on the CLI) or read safely, with th
 memory it takes bounded.
 
 Memory bound (stated in neuronscope.trace.jsontext): the streaming reader holds at most
-MAX_EVENT_BYTES (16 MiB) of undecoded text plus one CHUNK_BYTES (1 MiB) chunk's parsed events;
-the whole-document path (layouts the streaming reader does not take) reads at most
-MAX_WHOLE_BYTES (64 MiB). The tests below measure Python's peak allocation with tracemalloc
+MAX_EVENT_BYTES (16 MiB) of undecoded text plus one CHUNK_BYTES (1 MiB) chunk's parsed events
+(the first chunk: up to WHOLE_AT_ONCE_BYTES, 4 MiB, a small file's whole text); the
+whole-document path (layouts the streaming reader does not take) reads at most MAX_WHOLE_BYTES
+(64 MiB). The tests below measure Python's peak allocation with tracemalloc
 (no timing asserts).
 """
 
@@ -13,6 +14,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import subprocess
+import sys
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
@@ -22,7 +25,7 @@ import pytest
 
 from neuronscope.cli import main
 from neuronscope.errors import TraceFormatError
-from neuronscope.trace import from_trace
+from neuronscope.trace import from_trace, jsontext
 from neuronscope.trace.jsontext import MAX_EVENT_BYTES
 
 #: Peak Python allocation allowed while reading any hostile file here.
@@ -95,10 +98,47 @@ def test_a_long_run_of_whitespace_is_refused_with_bounded_memory(tmp_path: Path,
 
 
 # ---- item 7: every kind of bad value is a TraceFormatError ---------------------------------------
-def test_deeply_nested_args(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    raw = b'{"traceEvents": [' + json.dumps(OP).encode() + b', {"ph": "X", "cat": "cpu_op", "args": ' + b"[" * 100_000 + b"]" * 100_000 + b"}]}"
-    path = _write(tmp_path / "deep.json", None, raw=raw)
+@pytest.mark.parametrize("where", ["last", "middle"])
+@pytest.mark.parametrize("stream", [False, True], ids=["at-once", "streamed"])
+def test_deeply_nested_args(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, where: str, stream: bool
+) -> None:
+    if stream:
+        monkeypatch.setattr(jsontext, "WHOLE_AT_ONCE_BYTES", 0)
+        monkeypatch.setattr(jsontext, "CHUNK_BYTES", 64 << 10)
+    deep = b'{"ph": "X", "cat": "cpu_op", "args": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    ops = [json.dumps(OP).encode()] * (2000 if where == "middle" else 1)
+    events = [ops[0], deep, *ops[1:]] if where == "middle" else [*ops, deep]
+    path = _write(tmp_path / "deep.json", None, raw=b'{"traceEvents": [' + b", ".join(events) + b"]}")
     _refused(path, capsys, "nested too deeply")
+
+
+def test_nesting_millions_deep_is_refused_not_a_crash(tmp_path: Path) -> None:
+    """A JSON parser that recurses on the C stack without a bound dies on such a value (orjson
+    before 3.9.15 did: CVE-2024-27454). Run in a child process, so that a crash fails this test
+    instead of the suite."""
+    deep = b'{"ph": "X", "cat": "cpu_op", "args": ' + b"[" * 2_000_000 + b"]" * 2_000_000 + b"}"
+    raw = b'{"traceEvents": [' + json.dumps(OP).encode() + b", " + deep + b", " + json.dumps(OP).encode() + b"]}"
+    path = _write(tmp_path / "deeper.json.gz", None, raw=raw)
+    code = (
+        "import sys\nfrom neuronscope.errors import TraceFormatError\nfrom neuronscope.trace import from_trace\n"
+        "try:\n    from_trace(sys.argv[1])\nexcept TraceFormatError as exc:\n    print(exc)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, str(path)], check=False, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "nested too deeply" in proc.stdout
+
+
+@pytest.mark.parametrize("event", [5, "x", [OP], {**OP, "args": 5}, {**OP, "args": [1]}], ids=["int", "str", "list", "args-int", "args-list"])
+@pytest.mark.parametrize("stream", [False, True], ids=["at-once", "streamed"])
+def test_an_event_or_its_args_that_is_no_object(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, event: Any, stream: bool
+) -> None:
+    if stream:
+        monkeypatch.setattr(jsontext, "WHOLE_AT_ONCE_BYTES", 0)
+        monkeypatch.setattr(jsontext, "CHUNK_BYTES", 4 << 10)
+    path = _write(tmp_path / "e.json.gz", _trace(*[OP] * 500, event, *[OP] * 500))
+    _refused(path, capsys, "malformed trace event")
 
 
 @pytest.mark.parametrize("ts", ["1e999", "-1e999", "9" * 4000, "NaN", "Infinity"], ids=["1e999", "-1e999", "4000-digits", "nan", "inf"])

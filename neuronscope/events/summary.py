@@ -37,10 +37,6 @@ class Summary:
     notes: list[str] = field(default_factory=list)  # what the totals leave out, for the result
 
 
-def _sort_key(op: OpStat) -> tuple[float, float]:
-    return (op.time_us, op.cpu_total_us)
-
-
 def _agg_name(name: str) -> str:
     """The name key_averages groups an event under."""
     return "ProfilerStep*" if name.startswith("ProfilerStep#") else name
@@ -202,24 +198,16 @@ def summarize(table: EventTable) -> Summary:
         gone = np.zeros(n, dtype=bool)  # folded events: key_averages never shows their shapes
         gone[order[folded]] = True
         shapes_by_code = _shapes(table, codes[:n_main], (kinds[:n_main] == KIND_OP) & ~gone[:n_main])
-    op_stats: list[OpStat] = []
-    calls_l = calls.tolist()
-    self_l, total_l = self_sum.tolist(), total_sum.tolist()
-    dself_l = dev_self_sum.tolist() if dev_self_sum is not None else None
-    dtotal_l = dev_total_sum.tolist() if dev_total_sum is not None else None
-    for c in np.flatnonzero(calls).tolist():
-        op_stats.append(
-            OpStat(
-                name=key_names[c],
-                calls=calls_l[c],
-                self_cpu_us=round(self_l[c]) / 1e3,
-                cpu_total_us=round(total_l[c]) / 1e3,
-                self_device_us=(round(dself_l[c]) / 1e3 if dself_l is not None else 0.0) if has_device else None,
-                device_total_us=(round(dtotal_l[c]) / 1e3 if dtotal_l is not None else 0.0) if has_device else None,
-                input_shapes=[list(map(list, s)) for s in shapes_by_code.get(c, ())],
-            )
-        )
-    op_stats.sort(key=_sort_key, reverse=True)
+    present = np.flatnonzero(calls)
+    op_stats = _op_stats(
+        [key_names[c] for c in present.tolist()],
+        calls[present],
+        self_sum[present],
+        total_sum[present],
+        dev_self_sum[present] if dev_self_sum is not None else None,
+        dev_total_sum[present] if dev_total_sum is not None else None,
+        [[list(map(list, s)) for s in shapes_by_code.get(c, ())] for c in present.tolist()],
+    )
     op_events = int(calls.sum())
 
     # ---- regions: each range name, its inclusive time and the ops inside it ----
@@ -272,32 +260,29 @@ def summarize(table: EventTable) -> Summary:
         per_region: dict[int, list[OpStat]] = {}
         if inner is not None:
             reg_c, op_c, ev = inner
-            key = reg_c * n_codes + op_c
-            uniq, _, inv = unique_first_inverse(key)
-            g_calls = np.bincount(inv, minlength=len(uniq)).tolist()
-            g_self = np.bincount(inv, weights=self_ns[ev], minlength=len(uniq)).tolist()
-            g_total = np.bincount(inv, weights=s_dur[ev], minlength=len(uniq)).tolist()
-            g_dself = g_dtotal = None
-            if s_dev_self is not None and s_dev_total is not None:
-                g_dself = np.bincount(inv, weights=s_dev_self[ev], minlength=len(uniq)).tolist()
-                g_dtotal = np.bincount(inv, weights=s_dev_total[ev], minlength=len(uniq)).tolist()
-            for g, k in enumerate(uniq.tolist()):
-                rc, oc = divmod(k, n_codes)
-                per_region.setdefault(rc, []).append(
-                    OpStat(
-                        name=key_names[oc],
-                        calls=g_calls[g],
-                        self_cpu_us=round(g_self[g]) / 1e3,
-                        cpu_total_us=round(g_total[g]) / 1e3,
-                        self_device_us=round(g_dself[g]) / 1e3 if g_dself is not None else None,
-                        device_total_us=round(g_dtotal[g]) / 1e3 if g_dtotal is not None else None,
-                    )
-                )
+            uniq, _, inv = unique_first_inverse(reg_c * n_codes + op_c)
+            g_reg, g_op = np.divmod(uniq, n_codes)
+            g_size = len(uniq)
+
+            def per_group(values: np.ndarray) -> np.ndarray:
+                return np.bincount(inv, weights=values[ev], minlength=g_size)
+
+            # Grouped by region (the keys are sorted), each region's ops largest first.
+            region_rows = _op_stats(
+                [key_names[c] for c in g_op.tolist()],
+                np.bincount(inv, minlength=g_size),
+                per_group(self_ns),
+                per_group(s_dur),
+                per_group(s_dev_self) if s_dev_self is not None else None,
+                per_group(s_dev_total) if s_dev_total is not None else None,
+                group=g_reg,
+            )
+            for rc, start, stop in _runs(g_reg):
+                per_region[rc] = region_rows[start:stop]
         r_calls_l, r_time_l = r_calls.tolist(), r_time.tolist()
         r_dev_l = r_dev.tolist() if r_dev is not None else None
         for c in np.flatnonzero(r_calls).tolist():
             ops_in = per_region.get(c, [])
-            ops_in.sort(key=_sort_key, reverse=True)
             name = key_names[c]
             regions[name] = RegionStat(
                 name=name,
@@ -364,6 +349,48 @@ def _other_thread_work(
     if not ev_parts:
         return None
     return np.concatenate(reg_parts), np.concatenate(ev_parts)
+
+
+def _op_stats(
+    names: list[str],
+    calls: np.ndarray,
+    self_ns: np.ndarray,
+    total_ns: np.ndarray,
+    dev_self_ns: np.ndarray | None,
+    dev_total_ns: np.ndarray | None,
+    shapes: list[list[Any]] | None = None,
+    group: np.ndarray | None = None,
+) -> list[OpStat]:
+    """One :class:`OpStat` per position of the aligned arrays (nanoseconds), in
+    ``key_averages`` order: largest :attr:`OpStat.time_us` first, then largest CPU total, ties
+    in the given order; within each ``group`` (ascending) where one is given. Device fields are
+    None without device arrays. Built in bulk: a model's regions hold thousands of rows."""
+
+    def us(ns: np.ndarray | None) -> list[Any]:
+        # Whole nanoseconds (half to even, as round() does), then microseconds.
+        return [None] * len(names) if ns is None else (np.rint(ns) / 1e3).tolist()
+
+    self_us, total_us, dself_us, dtotal_us = us(self_ns), us(total_ns), us(dev_self_ns), us(dev_total_ns)
+    rank = np.asarray(dself_us if dev_self_ns is not None else self_us, dtype=np.float64)
+    keys = [-np.asarray(total_us, dtype=np.float64), -rank]
+    if group is not None:
+        keys.append(group)
+    order = np.lexsort(keys).tolist() if names else []
+    calls_l = calls.tolist()
+    return [
+        OpStat(names[i], calls_l[i], self_us[i], total_us[i], dself_us[i], dtotal_us[i], shapes[i] if shapes is not None else [])
+        for i in order
+    ]
+
+
+def _runs(values: np.ndarray) -> list[tuple[int, int, int]]:
+    """``(value, start, stop)`` of each run of equal values in a sorted array."""
+    if not len(values):
+        return []
+    cuts = (np.flatnonzero(np.diff(values)) + 1).tolist()
+    starts = [0, *cuts]
+    stops = [*cuts, len(values)]
+    return list(zip(values[starts].tolist(), starts, stops))
 
 
 def _region_ops(

@@ -62,10 +62,8 @@ class _Cover:
             run = np.maximum.accumulate(e)
             new = np.ones(s.size, dtype=bool)
             new[1:] = s[1:] > run[:-1]  # touching intervals merge, as HTA merges them
-            group = np.cumsum(new) - 1
             self.starts = s[new]
             self.ends = np.maximum.reduceat(e, np.flatnonzero(new))
-            del group
         else:
             self.starts = self.ends = np.zeros(0, dtype=np.int64)
         lengths = self.ends - self.starts
@@ -187,13 +185,16 @@ def _breakdown(dev: DeviceEvents, table: EventTable) -> dict[str, Any] | None:
         bounds = np.array([t0], dtype=np.int64)
     w0 = bounds  # the steps' windows: from each bound to the next, the last to t1
 
+    is_compute, is_comm = cls == DEVICE_COMPUTE, cls == DEVICE_COMM
+    is_memory = (cls == DEVICE_MEMCPY) | (cls == DEVICE_MEMSET)
     covers = {
-        "compute": _Cover(s[cls == DEVICE_COMPUTE], e[cls == DEVICE_COMPUTE]),
-        "communication": _Cover(s[cls == DEVICE_COMM], e[cls == DEVICE_COMM]),
-        "memory": _Cover(*_pick(s, e, (cls == DEVICE_MEMCPY) | (cls == DEVICE_MEMSET))),
+        "compute": _Cover(*_pick(s, e, is_compute)),
+        "communication": _Cover(*_pick(s, e, is_comm)),
+        "memory": _Cover(*_pick(s, e, is_memory)),
     }
-    both_cc = _Cover(*_pick(s, e, (cls == DEVICE_COMPUTE) | (cls == DEVICE_COMM)))
-    both_cm = _Cover(*_pick(s, e, (cls == DEVICE_COMPUTE) | (cls == DEVICE_MEMCPY) | (cls == DEVICE_MEMSET)))
+    # Where one side is empty, the union is the other side's cover (most traces: no NCCL).
+    both_cc = _Cover(*_pick(s, e, is_compute | is_comm)) if is_comm.any() else covers["compute"]
+    both_cm = _Cover(*_pick(s, e, is_compute | is_memory)) if is_memory.any() else covers["compute"]
 
     def part(edges: np.ndarray) -> dict[str, np.ndarray]:
         """The figures of each window between consecutive ``edges`` (windows that tile)."""
@@ -238,8 +239,9 @@ def _breakdown(dev: DeviceEvents, table: EventTable) -> dict[str, Any] | None:
     out["streams"] = streams
 
     # ---- launches ----
-    kern = ((cls == DEVICE_COMPUTE) | (cls == DEVICE_COMM)) & (ls >= 0) & (le >= ls)
-    launch: dict[str, Any] = {"kernels": int(((cls == DEVICE_COMPUTE) | (cls == DEVICE_COMM)).sum()), "linked": int(kern.sum())}
+    is_kernel = is_compute | is_comm
+    kern = is_kernel & (ls >= 0) & (le >= ls)
+    launch: dict[str, Any] = {"kernels": int(is_kernel.sum()), "linked": int(kern.sum())}
     if kern.any():
         kd, ld, delay = (e - s)[kern], (le - ls)[kern], np.maximum((s - ls)[kern], 0)
         medians = np.median(np.stack([kd, ld, delay]), axis=1).tolist()  # one call: numpy's is slow

@@ -27,11 +27,13 @@ shared with live captures):
 - torch 1.9 wrote ranges (``ProfilerStep#N`` among them) as ``cpu_op``: in a file with no
   ``user_annotation`` and an op named ``ProfilerStep#N``, an op without a ``::`` is a range.
 
-Reading is a stream (:mod:`~neuronscope.trace.jsontext`): the file is decompressed and parsed a
-megabyte of events at a time, so memory follows the events kept, not the JSON text; one event
-over 16 MiB is refused. Modules: ``jsontext`` (bytes to event lists), ``reader`` (events to the
-table: the hot loop, linking), ``files`` (which files, which rank). ``orjson`` is used when installed (the
-``fast`` extra); the standard library's ``json`` otherwise.
+Reading (:mod:`~neuronscope.trace.jsontext`): a file of up to 4 MiB of JSON is parsed at once,
+a larger one a megabyte of events at a time, so memory follows the events kept, not the JSON
+text; one event over 16 MiB is refused. msgspec decodes only the fields the reader reads
+(:class:`~neuronscope.trace.jsontext.TraceEvent`), the rest is skipped unparsed; a document
+msgspec refuses (NaN, lone surrogates, an odd layout) is read with the standard library's
+``json``, which also names what is wrong. Modules: ``jsontext`` (bytes to events), ``reader``
+(events to the table: the hot loop, linking), ``files`` (which files, which rank).
 """
 
 

@@ -1,11 +1,13 @@
-"""The JSON layer of trace reading: a Chrome-trace file's bytes, decompressed and parsed a
-chunk of events at a time (:func:`stream`), or whole for layouts the streaming path does not
-take (:func:`whole`). Work per byte and memory are bounded: one event (or a run of whitespace)
-is at most :data:`MAX_EVENT_BYTES`, a document read whole at most :data:`MAX_WHOLE_BYTES`.
+"""The JSON layer of trace reading: a Chrome-trace file's bytes, decompressed and decoded into
+:class:`TraceEvent` records a chunk at a time (:func:`stream`), or whole for a document of at
+most :data:`WHOLE_AT_ONCE_BYTES` and for layouts the streaming path does not take
+(:func:`whole`). Work per byte and memory are bounded: one event (or a run of whitespace) is at
+most :data:`MAX_EVENT_BYTES`, a document read whole at most :data:`MAX_WHOLE_BYTES`.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import zlib
@@ -13,23 +15,67 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from ..errors import TraceFormatError
 
-__all__ = ["CHUNK_BYTES", "MAX_EVENT_BYTES", "MAX_WHOLE_BYTES", "Fallback", "blocks", "guard_io", "stream", "whole"]
+__all__ = [
+    "CHUNK_BYTES",
+    "MAX_EVENT_BYTES",
+    "MAX_WHOLE_BYTES",
+    "WHOLE_AT_ONCE_BYTES",
+    "EventArgs",
+    "Fallback",
+    "TraceEvent",
+    "blocks",
+    "guard_io",
+    "parse_whole",
+    "stream",
+    "whole",
+]
 
-Ingest = Callable[[list[Any], str], None]
 
-_loads: Callable[[Any], Any]
-try:  # optional (the "fast" extra): about twice as fast as the standard library here
-    from orjson import loads as _loads
-except ImportError:  # pragma: no cover - depends on the environment
-    _loads = json.loads
+
+class EventArgs(msgspec.Struct, gc=False):
+    """The arguments of a trace event that the reader reads; any others are skipped unparsed.
+    ``stream`` is UNSET where absent (the reader then takes the event's ``tid``)."""
+
+    correlation: Any = None
+    external_id: Any = msgspec.field(default=None, name="External id")
+    input_dims: Any = msgspec.field(default=None, name="Input Dims")
+    stream: Any = msgspec.UNSET
+
+
+class TraceEvent(msgspec.Struct, gc=False):
+    """A trace event's fields that the reader reads, any JSON type (the reader checks each
+    before use); every other field is skipped unparsed, never made into Python objects: the
+    objects of a parsed document cost more to make and to free than the parsing itself.
+    Untracked by the cyclic collector (``gc=False``): JSON makes no reference cycles."""
+
+    cat: Any = None
+    name: Any = None
+    pid: Any = None
+    tid: Any = None
+    ts: Any = None
+    dur: Any = None
+    args: EventArgs | None = None
+
+
+Ingest = Callable[[list[TraceEvent], str], None]
+
+_EVENT_LIST = msgspec.json.Decoder(list[TraceEvent])
+_TOP_LEVEL = msgspec.json.Decoder(dict[str, msgspec.Raw])
 
 
 #: Bytes of decompressed JSON read and parsed at once. Big enough that per-parse overhead
 #: vanishes, small enough that one chunk's Python objects (about 8x the text) stay a few tens
 #: of megabytes whatever the file's size.
 CHUNK_BYTES = 1 << 20
+#: A document whose decompressed text is at most this is parsed in one go, as ``json.loads``
+#: would: on the small traces most users open, the streaming path's buffer, copies and
+#: decompression in chunks (fresh memory each, and each new page a fault) took a third of the
+#: reading time. A few megabytes of text make a few tens of megabytes of objects at most.
+WHOLE_AT_ONCE_BYTES = 4 << 20
 #: How far back from a chunk's end to look for an event boundary; events are far smaller.
 _BOUNDARY_WINDOW = 1 << 16
 #: Candidate boundaries tried per chunk before giving up on the streaming path. A candidate fails
@@ -52,10 +98,12 @@ class Fallback(Exception):
     """The streaming reader met a layout it does not handle; parse the whole file instead."""
 
 
-def blocks(path: Path) -> Iterator[bytes]:
-    """The decompressed bytes of ``path`` (gzip or plain), in blocks of about CHUNK_BYTES."""
+def blocks(path: Path, first: int = 0) -> Iterator[bytes]:
+    """The decompressed bytes of ``path`` (gzip or plain), in blocks of about CHUNK_BYTES; the
+    first block up to ``first`` bytes where that is more (a small file: one block)."""
+    limit = max(first, CHUNK_BYTES)
     with open(path, "rb") as fh:
-        data = fh.read(CHUNK_BYTES)
+        data = fh.read(limit)
         if data[:2] != b"\x1f\x8b":
             while data:
                 yield data
@@ -66,7 +114,8 @@ def blocks(path: Path) -> Iterator[bytes]:
         while data:
             while data:
                 fed = True
-                out = dec.decompress(data, CHUNK_BYTES)
+                out = dec.decompress(data, limit)
+                limit = CHUNK_BYTES
                 data = dec.unconsumed_tail
                 if dec.eof:
                     # Another gzip member may follow (concatenated files); anything else after
@@ -91,8 +140,13 @@ def blocks(path: Path) -> Iterator[bytes]:
 
 def stream(path: Path, name: str, ingest: Ingest) -> dict[str, Any]:
     """Feed the events of ``path`` to ``ingest`` a chunk at a time; return the top-level keys.
-    Raises :class:`Fallback` on a layout it does not take (nothing then is to be kept)."""
-    loads = _loads
+    A document of at most WHOLE_AT_ONCE_BYTES is parsed whole. Raises :class:`Fallback` on a
+    layout it does not take (nothing then is to be kept)."""
+    chunks = guard_io(path, name, first=WHOLE_AT_ONCE_BYTES)
+    first = next(chunks, b"")
+    second = next(chunks, None)
+    if second is None:  # the whole document in one block
+        return parse_whole(first, name, ingest)
     # A bytearray, consumed from the front in place: bytes sliced and added would copy each
     # chunk several times over, a third of the reading time of a small file.
     buf = bytearray()
@@ -100,7 +154,7 @@ def stream(path: Path, name: str, ingest: Ingest) -> dict[str, Any]:
     array = False  # the JSON Array Format: a bare list of events, no metadata
     searched = 0
     seen_any = False
-    for block in guard_io(path, name):
+    for block in itertools.chain((first, second), chunks):
         seen_any = seen_any or not block.isspace()
         buf += block
         if head is None:
@@ -136,7 +190,8 @@ def stream(path: Path, name: str, ingest: Ingest) -> dict[str, Any]:
     # What is left: the last events, "]", and the top-level keys written after the events.
     try:
         text = buf.decode("utf-8")
-        events, end = json.JSONDecoder().raw_decode("[" + text)
+        last, end = json.JSONDecoder().raw_decode("[" + text)
+        events = msgspec.convert(last, list[TraceEvent])
     except ValueError:
         raise Fallback from None
     ingest(events, name)
@@ -145,7 +200,7 @@ def stream(path: Path, name: str, ingest: Ingest) -> dict[str, Any]:
             raise Fallback
         return {}
     try:
-        meta = loads(head + b"]" + text[end - 1 :].encode("utf-8"))
+        meta = msgspec.json.decode(head + b"]" + text[end - 1 :].encode("utf-8"))
     except ValueError:
         raise Fallback from None
     if not isinstance(meta, dict) or meta.get("traceEvents") != []:
@@ -165,9 +220,11 @@ def _cut(buf: bytearray, name: str, ingest: Ingest, final: bool = False) -> None
     for m in reversed(found[-_BOUNDARY_TRIES:]):
         try:
             with memoryview(buf) as view:  # one copy of the events, none of the buffer
-                events = _loads(b"".join((b"[", view[: m.start() + 1], b"]")))
+                events = _EVENT_LIST.decode(b"".join((b"[", view[: m.start() + 1], b"]")))
         except ValueError:
-            continue  # "}, {" inside a string or a nested value: try an earlier one
+            # "}, {" inside a string or a nested value: try an earlier one (an event of the
+            # wrong shape fails them all: the whole-document path then names it).
+            continue
         ingest(events, name)
         del buf[: m.end() - 1]
         return
@@ -188,17 +245,45 @@ def whole(path: Path, name: str, ingest: Ingest) -> dict[str, Any]:
         parts.append(block)
     data = b"".join(parts)
     del parts
+    return parse_whole(data, name, ingest)
+
+
+def parse_whole(data: bytes, name: str, ingest: Ingest) -> dict[str, Any]:
+    """Parse a whole document (object or array layout) and feed its events to ``ingest``;
+    returns the top-level keys. Raises TraceFormatError naming what is wrong."""
     if not data.strip():
         raise TraceFormatError(f"{name}: the file is empty")
     try:
-        doc = _loads(data)
-    except ValueError:
-        try:
-            doc = json.loads(data)  # also takes NaN / Infinity, which orjson refuses
-        except ValueError as exc:
-            raise TraceFormatError(_json_error(name, data, exc)) from None
-    size = len(data)
+        events, meta = _decode(data)
+    except ValueError:  # not JSON as msgspec takes it, or not a trace of the usual shape
+        events, meta = _decode_checked(data, name)
     del data
+    step = 50_000
+    while events:  # drop the parsed events as they are read
+        part = events[:step]
+        del events[:step]
+        ingest(part, name)
+    return meta
+
+
+def _decode(data: bytes) -> tuple[list[TraceEvent], dict[str, Any]]:
+    """The usual document, decoded fast; ValueError for anything else."""
+    if _ARRAY_START.match(data):
+        return _EVENT_LIST.decode(data), {}
+    top = _TOP_LEVEL.decode(data)
+    raw = top.pop("traceEvents", None)
+    if raw is None:
+        raise ValueError("no traceEvents")
+    return _EVENT_LIST.decode(raw), {key: msgspec.json.decode(value) for key, value in top.items()}
+
+
+def _decode_checked(data: bytes, name: str) -> tuple[list[TraceEvent], dict[str, Any]]:
+    """Any document, with the standard library (which also takes NaN, Infinity and lone
+    surrogates); TraceFormatError saying what is wrong where it is no trace."""
+    try:
+        doc = json.loads(data)
+    except ValueError as exc:
+        raise TraceFormatError(_json_error(name, data, exc)) from None
     if isinstance(doc, list):  # the JSON Array Format of Chrome traces
         events, meta = doc, {}
     elif isinstance(doc, dict):
@@ -217,21 +302,19 @@ def whole(path: Path, name: str, ingest: Ingest) -> dict[str, Any]:
             )
     else:
         raise TraceFormatError(
-            f"{name}: not a Chrome trace: the JSON ({size} bytes) holds a "
+            f"{name}: not a Chrome trace: the JSON ({len(data)} bytes) holds a "
             f"{type(doc).__name__}, not an object with 'traceEvents'"
         )
-    step = 50_000
-    while events:  # drop the parsed objects as they are read
-        part = events[:step]
-        del events[:step]
-        ingest(part, name)
-    return meta
+    try:
+        return msgspec.convert(events, list[TraceEvent]), meta
+    except msgspec.ValidationError as exc:  # an event that is no object, its args no object
+        raise TraceFormatError(f"{name}: malformed trace event: {exc}") from None
 
 
-def guard_io(path: Path, name: str) -> Iterator[bytes]:
+def guard_io(path: Path, name: str, first: int = 0) -> Iterator[bytes]:
     """:func:`blocks` with I/O and decompression errors turned into TraceFormatError."""
     try:
-        yield from blocks(path)
+        yield from blocks(path, first)
     except FileNotFoundError:
         raise TraceFormatError(f"{name}: no such file") from None
     except IsADirectoryError:

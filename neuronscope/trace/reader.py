@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
+
+from msgspec import UNSET
 
 from ..errors import TraceFormatError
 from ..events import IGNORED_NAMES, KIND_ANNOTATION, KIND_OP, KIND_PYTHON, KIND_RUNTIME, EventTable, gc_paused
@@ -27,14 +28,14 @@ from ..events.table import (
     is_sync_call,
     promote_compiled_events,
 )
-from .jsontext import Fallback, stream, whole
+from .jsontext import EventArgs, Fallback, TraceEvent, stream, whole
 from .meta import trace_metadata
 
 _UNSET = object()
 _SYNC = 7  # a category of host intervals blocked in a synchronisation (read, not a row)
 #: Timestamps beyond this (ns) are refused: they overflow the int64 arrays of the summary.
 _MAX_NS = 1 << 62
-_NO_ARGS: Mapping[str, Any] = MappingProxyType({})
+_NO_ARGS = EventArgs()
 
 
 class _Reader:
@@ -120,9 +121,9 @@ class _Reader:
         return meta
 
     # ---- the hot loop ----------------------------------------------------------------------
-    def _ingest(self, events: list[Any], name: str) -> None:
-        # The one loop that sees every event: locals only, one dict lookup per field, and the
-        # rarer categories after the common ones.
+    def _ingest(self, events: list[TraceEvent], name: str) -> None:
+        # The one loop that sees every event: locals only, one attribute read per field, and
+        # the rarer categories after the common ones.
         table = self.table
         names_append = table.names.append
         kinds_append = table.kinds.append
@@ -153,7 +154,7 @@ class _Reader:
         e: Any = None
         try:
             for e in events:
-                cat = e.get("cat")
+                cat = e.cat
                 if cat is None:
                     continue
                 code = codes.get(cat)
@@ -164,11 +165,11 @@ class _Reader:
                         self.saw_span = True
                     if code != _SYNC:
                         continue
-                dur = e.get("dur")
+                dur = e.dur
                 if dur is None:  # not a complete ("X") event
                     continue
                 recognised += 1
-                ts = e["ts"]
+                ts = e.ts
                 # Microseconds, as int or as float with nanosecond decimals, to integer ns. The
                 # type is checked before any arithmetic: "x" * 1000 would build a huge string.
                 tc = ts.__class__
@@ -192,14 +193,16 @@ class _Reader:
                     negative += 1
                     dur_ns = 0
                 if code == KIND_DEVICE:
-                    args = e.get("args") or _NO_ARGS
-                    dev_corr.append(args.get("correlation"))
-                    dev_ext.append(args.get("External id"))
+                    args = e.args or _NO_ARGS
+                    dev_corr.append(args.correlation)
+                    dev_ext.append(args.external_id)
                     dev_dur.append(dur_ns)
                     dev_start.append(start)
-                    st = args.get("stream", e.get("tid"))
+                    st = args.stream
+                    if st is UNSET:
+                        st = e.tid
                     dev_stream.append(st if st.__class__ is int else -1)
-                    ev_name = e["name"]
+                    ev_name = e.name
                     key = (cat, ev_name)
                     c = class_cache.get(key)
                     if c is None:
@@ -207,17 +210,17 @@ class _Reader:
                     dev_class.append(c)
                     continue
                 if code == _SYNC:
-                    if blocks_host(str(e.get("name"))):
+                    if blocks_host(str(e.name)):
                         syncs.append((start, start + dur_ns))
                     continue
-                pid = e.get("pid")
-                tid = e.get("tid")
+                pid = e.pid
+                tid = e.tid
                 if tid != last_tid or pid != last_pid:
                     last_pid, last_tid = pid, tid
                     thread = thread_ids.get((pid, tid), -1)
                     if thread < 0:
                         thread = thread_ids[(pid, tid)] = len(thread_ids)
-                ev_name = e["name"]
+                ev_name = e.name
                 got = name_cache.get(ev_name)  # one str per distinct name
                 if got is None:
                     got = name_cache[ev_name] = clean_name(ev_name)
@@ -230,15 +233,11 @@ class _Reader:
                     starts_append(start)
                     ends_append(start + dur_ns)
                     device_append(0)
-                    args = e.get("args")
-                    if args:
-                        if code == KIND_OP:
-                            kinds_append(KIND_OP)
-                            exts_append(args.get("External id"))
-                        else:
-                            kinds_append(KIND_ANNOTATION)
-                            exts_append(None)
-                        dims = args.get("Input Dims")
+                    kinds_append(code)
+                    args = e.args
+                    if args is not None:
+                        exts_append(args.external_id if code == KIND_OP else None)
+                        dims = args.input_dims
                         if dims is not None:
                             # Share one list between calls of an op with the shapes of its last
                             # call: loops repeat them, and shared lists keep memory low.
@@ -249,14 +248,13 @@ class _Reader:
                                 last_dims[ev_name] = dims
                         shapes_append(dims)
                     else:
-                        kinds_append(code)
                         exts_append(None)
                         shapes_append(None)
                 else:  # runtime call or Python frame: a child in the nesting, not an op
                     if code == KIND_RUNTIME:
-                        args = e.get("args")
-                        if args:
-                            corr = args.get("correlation")
+                        args = e.args
+                        if args is not None:
+                            corr = args.correlation
                             if corr is not None:
                                 runtime[corr] = (thread, start, start + dur_ns)
                         blocks = sync_calls.get(ev_name)

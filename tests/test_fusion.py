@@ -18,8 +18,9 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+import neuronscope.analysis.fusion as fusion_mod
 from neuronscope.analysis.dataflow import graph_from_profiler, graph_from_table
-from neuronscope.analysis.fusion import PATTERNS, estimate_saving_ns, fusion_hints
+from neuronscope.analysis.fusion import PATTERNS, estimate_saving_ns, find_sequence_matches, fusion_hints
 from neuronscope.analysis.rules import AnalysisContext
 from neuronscope.analysis.verify import verify_hint
 from neuronscope.capture.observe import observe_dataflow
@@ -400,6 +401,26 @@ def test_sequence_hints_from_a_hand_built_table() -> None:
     bad = [(n, [[3, 3]] if n == "aten::mean" else s) for n, s in rms]
     t2 = _table(bad)
     assert not fusion_hints(AnalysisContext(table=t2, summary=summarize(t2), backend="cpu"))
+
+
+def test_sequence_text_leaves_out_only_ops_no_pattern_can_match(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sequence patterns search a text in which an op whose name holds no word of any
+    pattern is written "?" (a short text: the search tries every character). Over every case
+    and a real training trace, the matches are the ones the full op names give."""
+    from neuronscope.trace import table_from_trace
+
+    tables = [table_from_profiler(capture(case.run), record_shapes=True) for case in CASES.values()]
+    tables.append(table_from_trace(Path(__file__).parent / "data" / "traces" / "training_mm_record_shapes.json.gz")[0])
+    graphs = [graph_from_table(t) for t in tables]
+
+    def matches() -> list[list[tuple[str, list[int]]]]:
+        return [[(m.pattern, [n.index for n in m.nodes]) for m in find_sequence_matches(g)] for g in graphs]
+
+    assert fusion_mod._token("evaluate_function: MulBackward0") == "?"  # an op name as the graph has it
+    short = matches()
+    monkeypatch.setattr(fusion_mod, "_token", lambda op: op)
+    assert short == matches()
+    assert sum(map(len, short)) >= len(PATTERNS)  # the cases match every pattern, some more than once
 
 
 def test_graph_from_table_takes_user_level_ops_only() -> None:

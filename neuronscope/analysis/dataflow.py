@@ -172,7 +172,8 @@ def _top_level(is_op: np.ndarray, start: np.ndarray, reach_before: Callable[[np.
 
 
 def _shape_tuple(dims: Any) -> tuple[int, ...] | None:
-    if isinstance(dims, (list, tuple)) and all(isinstance(d, int) for d in dims):
+    """A recorded tensor shape as a tuple; None for anything else (a list of tensors' shapes)."""
+    if isinstance(dims, (list, tuple)) and set(map(type, dims)) <= {int}:
         return tuple(dims)
     return None
 
@@ -185,6 +186,9 @@ def graph_from_table(table: EventTable, locations: list[str | None] | None = Non
     """
     nodes: list[OpNode] = []
     has_shapes = len(table.shapes) == len(table)
+    # The inputs of one recorded shape list: the trace reader shares one list among calls
+    # alike, so each list is read once.
+    inputs_of: dict[int, list[TensorArg]] = {}
     for t in _user_ops(table):
         i = t.row
         name = table.names[i]
@@ -195,12 +199,14 @@ def graph_from_table(table: EventTable, locations: list[str | None] | None = Non
             len(nodes), name, op, table.tids[i], table.starts[i], table.ends[i],
             cpu_ns=t.cpu_ns, device_ns=t.device_ns,
         )
-        if has_shapes:
-            for dims in table.shapes[i] or ():
-                sizes = _shape_tuple(dims)
-                if sizes is not None:
-                    node.inputs.append(TensorArg(-1, sizes, "", 0, numel(sizes)))
-                    node.producers.append(-1)
+        recorded = table.shapes[i] if has_shapes else None
+        if recorded:
+            inputs = inputs_of.get(id(recorded))
+            if inputs is None:
+                sized = [s for s in map(_shape_tuple, recorded) if s is not None]
+                inputs = inputs_of[id(recorded)] = [TensorArg(-1, s, "", 0, numel(s)) for s in sized]
+            node.inputs = list(inputs)
+            node.producers = [-1] * len(inputs)
         if locations is not None and i < len(locations):
             node.location = locations[i]
         nodes.append(node)

@@ -29,6 +29,7 @@ when the estimated saving is small; a generic chain only above :data:`~.cost.MIN
 
 from __future__ import annotations
 
+import functools
 import re
 import statistics
 from collections.abc import Iterable
@@ -97,6 +98,17 @@ def find_matches(g: OpGraph, reserved: Iterable[int] = ()) -> list[Match]:
 NOT_FROM_OP_ORDER = tuple(p.name for p in REGISTRY if p.exact_only)
 
 _SEQUENCE_RE = MappingProxyType({p.name: re.compile(p.sequence) for p in REGISTRY if p.sequence})
+#: Any word the sequence patterns name. An op whose name holds none of them cannot be matched
+#: by any pattern: it is written as "?" in the text the patterns search, which keeps that text
+#: short (the regular expressions try every character: a backward pass of long autograd names
+#: cost milliseconds).
+_PATTERN_WORD = re.compile("|".join(sorted({w for p in REGISTRY if p.sequence for w in re.findall(r"[a-z]\w*", p.sequence)})))
+
+
+@functools.lru_cache(maxsize=4096)
+def _token(op: str) -> str:
+    """``op`` as the sequence patterns see it: itself, or "?" where no pattern can match it."""
+    return op if _PATTERN_WORD.search(op) else "?"
 
 
 def find_sequence_matches(g: OpGraph) -> list[Match]:
@@ -108,12 +120,13 @@ def find_sequence_matches(g: OpGraph) -> list[Match]:
         if n.op not in VIEW_OPS:
             by_tid.setdefault(n.tid, []).append(n)
     for seq in by_tid.values():
-        text = "".join(n.op + " " for n in seq)
+        tokens = [_token(n.op) for n in seq]
+        text = "".join(t + " " for t in tokens)
         offsets: list[int] = []
         pos = 0
-        for n in seq:
+        for t in tokens:
             offsets.append(pos)
-            pos += len(n.op) + 1
+            pos += len(t) + 1
         index_at = {o: i for i, o in enumerate(offsets)}
         claimed: set[int] = set()
         for record in REGISTRY:

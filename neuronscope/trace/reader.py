@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-import itertools
 import operator
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from msgspec import UNSET
 
 from ..errors import TraceFormatError
@@ -460,16 +460,15 @@ class _Reader:
         table.shapes = self.shapes if self.shapes.count(None) != n else []
         if self.locations is not None:
             self.locations.extend([None] * (n - len(self.locations)))
-        keys = _order_keys(table.starts, table.ends)
-        if any(map(operator.gt, keys, itertools.islice(keys, 1, None))):
-            order = sorted(range(n), key=keys.__getitem__)
+        order = _start_order(table.starts, table.ends)
+        if order is not None:
             for attr in ("names", "kinds", "tids", "starts", "ends", "device_ns"):
                 lst = getattr(table, attr)
-                lst[:] = [lst[i] for i in order]
+                lst[:] = map(lst.__getitem__, order)
             if table.shapes:
-                table.shapes = [table.shapes[i] for i in order]
+                table.shapes = list(map(table.shapes.__getitem__, order))
             if self.locations is not None:
-                self.locations = [self.locations[i] for i in order]
+                self.locations = list(map(self.locations.__getitem__, order))
             if table.range_device_ns:
                 where = {old: new for new, old in enumerate(order)}
                 table.range_device_ns = {where[r]: v for r, v in table.range_device_ns.items()}
@@ -499,10 +498,14 @@ def _short(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def _order_keys(starts: list[int], ends: list[int]) -> list[int]:
-    """One integer per row that sorts by start, and for equal starts the longer (the parent)
-    first: cheaper to build and compare than (start, -end) tuples."""
-    return [(s << 64) - e for s, e in zip(starts, ends)]
+def _start_order(starts: list[int], ends: list[int]) -> list[int] | None:
+    """The rows by start, and for equal starts the longer (the parent) first; None where they
+    are in that order already. Timestamps are within int64 (checked as each file is read)."""
+    s = np.array(starts, dtype=np.int64)
+    e = np.array(ends, dtype=np.int64)
+    if ((s[1:] > s[:-1]) | ((s[1:] == s[:-1]) & (e[1:] <= e[:-1]))).all():
+        return None
+    return np.lexsort((-e, s)).tolist()
 
 
 def read_files(files: Sequence[Path]) -> tuple[EventTable, dict[str, Any]]:

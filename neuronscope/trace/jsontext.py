@@ -13,7 +13,7 @@ import re
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 import msgspec
 
@@ -28,6 +28,7 @@ __all__ = [
     "Fallback",
     "TraceEvent",
     "blocks",
+    "feed",
     "guard_io",
     "parse_whole",
     "stream",
@@ -58,7 +59,9 @@ class TraceEvent(msgspec.Struct, gc=False):
     tid: Any = None
     ts: Any = None
     dur: Any = None
-    args: EventArgs | None = None
+    #: Any JSON value: ``args`` that are no object are the reader's to judge (read as none
+    #: where falsy, malformed where the reader needs them), and of events it skips, never read.
+    args: Union[EventArgs, list, str, int, float, bool, None] = None  # noqa: UP007 - msgspec reads it
 
 
 Ingest = Callable[[list[TraceEvent], str], None]
@@ -84,9 +87,14 @@ _BOUNDARY_TRIES = 8
 #: Text before "traceEvents" beyond which the streaming path gives up (a foreign layout).
 _HEAD_LIMIT = 64 << 20
 
-_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
-_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
-_ARRAY_START = re.compile(rb"\s*\[")
+#: JSON's whitespace: fewer characters than ``\s`` or ``str.strip`` take, so that no path
+#: reads a file another path refuses.
+_JSON_SPACE = b" \t\n\r"
+_WS = rb"[ \t\n\r]*"
+_EVENTS_KEY = re.compile(rb'"traceEvents"' + _WS + rb":" + _WS + rb"\[")
+_EVENTS_NAME = re.compile(rb'"traceEvents"' + _WS + rb":")
+_BOUNDARY = re.compile(rb"\}" + _WS + rb"," + _WS + rb"\{")
+_ARRAY_START = re.compile(_WS + rb"\[")
 #: Largest single event the streaming reader holds (a name or args of megabytes is no
 #: profiler's): beyond it the file is refused rather than buffered without bound.
 MAX_EVENT_BYTES = 16 << 20
@@ -140,13 +148,23 @@ def blocks(path: Path, first: int = 0) -> Iterator[bytes]:
 
 def stream(path: Path, name: str, ingest: Ingest) -> dict[str, Any]:
     """Feed the events of ``path`` to ``ingest`` a chunk at a time; return the top-level keys.
-    A document of at most WHOLE_AT_ONCE_BYTES is parsed whole. Raises :class:`Fallback` on a
+    A document of at most WHOLE_AT_ONCE_BYTES is decoded at once where msgspec takes it whole
+    (nearly always); else, and for larger ones, chunk by chunk. Raises :class:`Fallback` on a
     layout it does not take (nothing then is to be kept)."""
     chunks = guard_io(path, name, first=WHOLE_AT_ONCE_BYTES)
     first = next(chunks, b"")
     second = next(chunks, None)
     if second is None:  # the whole document in one block
-        return parse_whole(first, name, ingest)
+        try:
+            events, meta = _decode(first)
+        except ValueError:
+            pass  # NaN, an odd layout, an event of the wrong shape: read as any file is, below
+        else:
+            feed(events, name, ingest)
+            return meta
+    # The first block in chunks too: memory holds one chunk's events, whatever happens to it.
+    view = memoryview(first)
+    pieces: Iterator[bytes | memoryview] = (view[i : i + CHUNK_BYTES] for i in range(0, len(view), CHUNK_BYTES))
     # A bytearray, consumed from the front in place: bytes sliced and added would copy each
     # chunk several times over, a third of the reading time of a small file.
     buf = bytearray()
@@ -154,8 +172,9 @@ def stream(path: Path, name: str, ingest: Ingest) -> dict[str, Any]:
     array = False  # the JSON Array Format: a bare list of events, no metadata
     searched = 0
     seen_any = False
-    for block in itertools.chain((first, second), chunks):
-        seen_any = seen_any or not block.isspace()
+    for block in itertools.chain(pieces, () if second is None else (second,), chunks):
+        if not seen_any:
+            seen_any = bool(bytes(block).strip(_JSON_SPACE))
         buf += block
         if head is None:
             m = _ARRAY_START.match(buf)
@@ -172,6 +191,8 @@ def stream(path: Path, name: str, ingest: Ingest) -> dict[str, Any]:
                     continue
                 head = bytes(buf[: m.end()])
                 del buf[: m.end()]
+                if not _top_level(head):
+                    raise Fallback  # the key of a nested object, or inside a string
         if len(buf) >= CHUNK_BYTES:
             _cut(buf, name, ingest)
             # Work per byte stays bounded: a buffer that holds no event boundary is
@@ -195,18 +216,30 @@ def stream(path: Path, name: str, ingest: Ingest) -> dict[str, Any]:
     except ValueError:
         raise Fallback from None
     ingest(events, name)
+    rest = text[end - 1 :].encode("utf-8")
     if array:
-        if text[end - 1 :].strip():
+        if rest.strip(_JSON_SPACE):
             raise Fallback
         return {}
+    if _EVENTS_NAME.search(rest):
+        raise Fallback  # a second "traceEvents": the last one is the document's
     try:
-        meta = msgspec.json.decode(head + b"]" + text[end - 1 :].encode("utf-8"))
+        meta = _decode_any(head + b"]" + rest)
     except ValueError:
         raise Fallback from None
     if not isinstance(meta, dict) or meta.get("traceEvents") != []:
         raise Fallback
     del meta["traceEvents"]
     return meta
+
+
+def _top_level(head: bytes) -> bool:
+    """Whether ``head`` (the text up to the events' "[") opens the events of the top-level
+    object: closed there, it is a whole object."""
+    try:
+        return isinstance(json.loads(head + b"]}"), dict)
+    except (ValueError, RecursionError):
+        return False
 
 
 def _cut(buf: bytearray, name: str, ingest: Ingest, final: bool = False) -> None:
@@ -220,7 +253,7 @@ def _cut(buf: bytearray, name: str, ingest: Ingest, final: bool = False) -> None
     for m in reversed(found[-_BOUNDARY_TRIES:]):
         try:
             with memoryview(buf) as view:  # one copy of the events, none of the buffer
-                events = _EVENT_LIST.decode(b"".join((b"[", view[: m.start() + 1], b"]")))
+                events = _decode_events(b"".join((b"[", view[: m.start() + 1], b"]")))
         except ValueError:
             # "}, {" inside a string or a nested value: try an earlier one (an event of the
             # wrong shape fails them all: the whole-document path then names it).
@@ -230,6 +263,26 @@ def _cut(buf: bytearray, name: str, ingest: Ingest, final: bool = False) -> None
         return
     if not final:
         raise Fallback
+
+
+def _decode_any(data: bytes) -> Any:
+    """Any JSON value; with the standard library where msgspec refuses the text (NaN,
+    Infinity, lone surrogates)."""
+    try:
+        return msgspec.json.decode(data)
+    except ValueError:
+        return json.loads(data)
+
+
+def _decode_events(data: bytes) -> list[TraceEvent]:
+    """A JSON list of events; with the standard library where msgspec refuses the text (NaN,
+    Infinity, lone surrogates). ValueError where neither takes it."""
+    try:
+        return _EVENT_LIST.decode(data)
+    except msgspec.ValidationError:
+        raise  # JSON, but an event of the wrong shape
+    except ValueError:
+        return msgspec.convert(json.loads(data), list[TraceEvent])
 
 
 def whole(path: Path, name: str, ingest: Ingest) -> dict[str, Any]:
@@ -251,19 +304,33 @@ def whole(path: Path, name: str, ingest: Ingest) -> dict[str, Any]:
 def parse_whole(data: bytes, name: str, ingest: Ingest) -> dict[str, Any]:
     """Parse a whole document (object or array layout) and feed its events to ``ingest``;
     returns the top-level keys. Raises TraceFormatError naming what is wrong."""
-    if not data.strip():
+    if not data.strip(_JSON_SPACE):
         raise TraceFormatError(f"{name}: the file is empty")
     try:
         events, meta = _decode(data)
+        parsed = False
     except ValueError:  # not JSON as msgspec takes it, or not a trace of the usual shape
         events, meta = _decode_checked(data, name)
+        parsed = True
     del data
+    feed(events, name, ingest, parsed=parsed)
+    return meta
+
+
+def feed(events: list[Any], name: str, ingest: Ingest, parsed: bool = False) -> None:
+    """Feed ``events`` to ``ingest`` a slice at a time, dropping each slice once read.
+    ``parsed``: the standard library's objects, made records slice by slice (so that memory
+    holds one slice's records beside them, not a second copy of the document)."""
     step = 50_000
-    while events:  # drop the parsed events as they are read
+    while events:
         part = events[:step]
         del events[:step]
+        if parsed:
+            try:
+                part = msgspec.convert(part, list[TraceEvent])
+            except msgspec.ValidationError as exc:  # an event, or its args, of the wrong shape
+                raise TraceFormatError(f"{name}: malformed trace event: {exc}") from None
         ingest(part, name)
-    return meta
 
 
 def _decode(data: bytes) -> tuple[list[TraceEvent], dict[str, Any]]:
@@ -277,9 +344,10 @@ def _decode(data: bytes) -> tuple[list[TraceEvent], dict[str, Any]]:
     return _EVENT_LIST.decode(raw), {key: msgspec.json.decode(value) for key, value in top.items()}
 
 
-def _decode_checked(data: bytes, name: str) -> tuple[list[TraceEvent], dict[str, Any]]:
+def _decode_checked(data: bytes, name: str) -> tuple[list[Any], dict[str, Any]]:
     """Any document, with the standard library (which also takes NaN, Infinity and lone
-    surrogates); TraceFormatError saying what is wrong where it is no trace."""
+    surrogates): its events as parsed; TraceFormatError saying what is wrong where it is no
+    trace."""
     try:
         doc = json.loads(data)
     except ValueError as exc:
@@ -305,10 +373,7 @@ def _decode_checked(data: bytes, name: str) -> tuple[list[TraceEvent], dict[str,
             f"{name}: not a Chrome trace: the JSON ({len(data)} bytes) holds a "
             f"{type(doc).__name__}, not an object with 'traceEvents'"
         )
-    try:
-        return msgspec.convert(events, list[TraceEvent]), meta
-    except msgspec.ValidationError as exc:  # an event that is no object, its args no object
-        raise TraceFormatError(f"{name}: malformed trace event: {exc}") from None
+    return events, meta
 
 
 def guard_io(path: Path, name: str, first: int = 0) -> Iterator[bytes]:

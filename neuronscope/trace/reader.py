@@ -95,17 +95,33 @@ class _Reader:
         if self.locations is not None:
             del self.locations[n:]
 
+    def _file_state(self) -> tuple[Any, ...]:
+        """What ingesting events changes besides the rows: threads, the categories and runtime
+        calls classified (each sets a flag once, when first seen), the flags, the counts."""
+        return (
+            dict(self.thread_ids), dict(self.cat_codes), dict(self.sync_calls), set(self.device_categories),
+            self.saw_privateuse1, self.saw_hip, self.saw_mtia, self.saw_counters, self.negative,
+        )
+
+    def _restore(self, state: tuple[Any, ...]) -> None:
+        (
+            self.thread_ids, self.cat_codes, self.sync_calls, self.device_categories,
+            self.saw_privateuse1, self.saw_hip, self.saw_mtia, self.saw_counters, self.negative,
+        ) = state
+
     def read(self, path: Path) -> dict[str, Any]:
         """Add one file's events to the table; returns the file's top-level metadata."""
         name = str(path)
         base, base_others = len(self.table), len(self.others)
+        before = self._file_state()
         self._reset_file()
         try:
             try:
                 meta = stream(path, name, self._ingest)
-            except Fallback:
+            except Fallback:  # what the streamed events added goes, rows and facts alike
                 self._truncate(base, base_others)
                 self._reset_file()
+                self._restore(before)
                 meta = whole(path, name, self._ingest)
         except RecursionError:
             raise TraceFormatError(f"{name}: a value is nested too deeply to be a trace event") from None
@@ -193,7 +209,10 @@ class _Reader:
                     negative += 1
                     dur_ns = 0
                 if code == KIND_DEVICE:
-                    args = e.args or _NO_ARGS
+                    args = e.args
+                    if args.__class__ is not EventArgs:
+                        _check_not_object(args)
+                        args = _NO_ARGS
                     dev_corr.append(args.correlation)
                     dev_ext.append(args.external_id)
                     dev_dur.append(dur_ns)
@@ -235,6 +254,9 @@ class _Reader:
                     device_append(0)
                     kinds_append(code)
                     args = e.args
+                    if args.__class__ is not EventArgs:
+                        _check_not_object(args)
+                        args = None
                     if args is not None:
                         exts_append(args.external_id if code == KIND_OP else None)
                         dims = args.input_dims
@@ -253,6 +275,9 @@ class _Reader:
                 else:  # runtime call or Python frame: a child in the nesting, not an op
                     if code == KIND_RUNTIME:
                         args = e.args
+                        if args.__class__ is not EventArgs:
+                            _check_not_object(args)
+                            args = None
                         if args is not None:
                             corr = args.correlation
                             if corr is not None:
@@ -492,6 +517,13 @@ def _legacy_ranges(table: EventTable, base: int) -> None:
     for i in rows:
         if "::" not in names[i]:
             kinds[i] = KIND_ANNOTATION
+
+
+def _check_not_object(args: Any) -> None:
+    """``args`` that are no object are none where falsy (``if args:`` read them so before);
+    TypeError (a malformed event) where not."""
+    if args:
+        raise TypeError(f"'args' is a {type(args).__name__}, not an object")
 
 
 def _short(text: str, limit: int = 200) -> str:

@@ -1,0 +1,163 @@
+"""The reading paths agree: a file read at once (msgspec, up to WHOLE_AT_ONCE_BYTES), streamed
+in chunks, or whole with the standard library's json (odd layouts, NaN) gives one result or one
+TraceFormatError, whichever path takes it; and no path holds more memory than the hostile-file
+bound. Each test builds its file in tmp_path."""
+
+from __future__ import annotations
+
+import json
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from neuronscope.errors import TraceFormatError
+from neuronscope.trace import from_trace, jsontext, reader
+
+OP = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10, "dur": 5}
+PEAK_BOUND = 160 << 20
+
+
+def _ops(n: int) -> list[str]:
+    return [json.dumps({**OP, "ts": 10 + 10 * i}) for i in range(n)]
+
+
+def _outcome(path: Path) -> Any:
+    try:
+        d = from_trace(path).to_dict()
+    except TraceFormatError as exc:
+        return ("TraceFormatError", str(exc).split(": ", 1)[1][:60])
+    d.pop("started_at", None)
+    return d
+
+
+def _three_ways(path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """The same file read at once, streamed in 4 KiB chunks, and whole with the stdlib json."""
+    out = {"at-once": _outcome(path)}
+    with monkeypatch.context() as m:
+        m.setattr(jsontext, "WHOLE_AT_ONCE_BYTES", 0)
+        m.setattr(jsontext, "CHUNK_BYTES", 4096)
+        out["streamed"] = _outcome(path)
+    with monkeypatch.context() as m:
+
+        def refuse(*args: Any) -> Any:
+            raise jsontext.Fallback
+
+        def not_msgspec(data: bytes) -> Any:
+            raise ValueError("read with the standard library")
+
+        m.setattr(reader, "stream", refuse)
+        m.setattr(jsontext, "_decode", not_msgspec)
+        out["checked"] = _outcome(path)
+    return out
+
+
+def _short(v: Any) -> Any:
+    return v if isinstance(v, tuple) else ("ok", [(o["name"], o["calls"]) for o in v["ops"]])
+
+
+def _assert_agree(out: dict[str, Any]) -> None:
+    assert out["at-once"] == out["streamed"] == out["checked"], {k: _short(v) for k, v in out.items()}
+
+
+# ---- whitespace: JSON's four characters, on every path -----------------------------------------
+@pytest.mark.parametrize(
+    "prefix, suffix",
+    [(b"\x0c", b""), (b"\x0b", b""), (b"", "\u00a0".encode()), (b"", b"\x1c"), (b"", "\u3000".encode())],
+    ids=["formfeed-before", "vtab-before", "nbsp-after", "fs-after", "ideographic-space-after"],
+)
+def test_array_layout_with_non_json_whitespace_reads_the_same_every_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prefix: bytes, suffix: bytes
+) -> None:
+    # Regular expressions' \s and str.strip() take more than JSON does: no path may.
+    path = tmp_path / "arr.json"
+    path.write_bytes(prefix + b"[" + ",".join(_ops(600)).encode() + b"]" + suffix)
+    _assert_agree(_three_ways(path, monkeypatch))
+
+
+# ---- a second "traceEvents": the document's is the top-level one, the last (as json has it) ----
+@pytest.mark.parametrize("layout", ["nested-in-metadata", "duplicate-key"])
+def test_a_second_trace_events_list_reads_the_same_every_way(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layout: str) -> None:
+    evs = ",".join(_ops(600))
+    if layout == "nested-in-metadata":
+        text = '{"meta":{"traceEvents":[' + evs + '],"x":1},"schemaVersion":1,"traceEvents":[]}'
+    else:
+        text = '{"schemaVersion":1,"traceEvents":[' + evs + '],"traceEvents":[]}'
+    path = tmp_path / "two.json"
+    path.write_text(text)
+    _assert_agree(_three_ways(path, monkeypatch))
+
+
+# ---- args that are no object: none where falsy, never read where the event is skipped ---------
+@pytest.mark.parametrize("args", [0, "", [], False], ids=["zero", "empty-str", "empty-list", "false"])
+@pytest.mark.parametrize("cat", ["cpu_op", "kernel", "cuda_runtime"])
+def test_falsy_args_are_read_as_no_args_as_before(tmp_path: Path, args: Any, cat: str) -> None:
+    odd = {"ph": "X", "cat": cat, "name": "x", "pid": 1, "tid": 1 if cat != "kernel" else 7, "ts": 3, "dur": 1, "args": args}
+    path = tmp_path / "a.json"
+    path.write_text('{"schemaVersion":1,"traceEvents":[' + ",".join([*_ops(600), json.dumps(odd)]) + "]}")
+    assert from_trace(path).op("aten::mm").calls == 600
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        {"ph": "M", "name": "process_name", "pid": 1, "args": "x"},
+        {"ph": "i", "name": "marker", "args": [1, 2]},
+        {"ph": "f", "cat": "ac2g", "name": "flow", "args": 7},
+    ],
+    ids=["metadata-event-str-args", "no-cat-list-args", "flow-event-int-args"],
+)
+def test_args_of_events_the_reader_skips_are_not_checked(tmp_path: Path, event: dict[str, Any]) -> None:
+    path = tmp_path / "skip.json"
+    path.write_text('{"schemaVersion":1,"traceEvents":[' + ",".join([*_ops(600), json.dumps(event)]) + "]}")
+    assert from_trace(path).op("aten::mm").calls == 600
+
+
+# ---- memory: NaN (which msgspec refuses) sends no file onto a path that holds it all twice ------
+def _peak(path: Path) -> tuple[Any, int]:
+    tracemalloc.start()
+    try:
+        try:
+            out: Any = from_trace(path)
+        except Exception as exc:
+            out = exc
+        return out, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_4mib_file_with_one_nan_stays_under_the_memory_bound(tmp_path: Path) -> None:
+    # Under WHOLE_AT_ONCE_BYTES, 1.4 M events: msgspec refuses the NaN, and the file is read in
+    # chunks as any other (json.loads of the whole and its records beside it: 207 MiB).
+    head = b'{"schemaVersion":1,"traceEvents":[' + json.dumps(OP).encode()
+    n = ((4 << 20) - 400) // 3
+    path = tmp_path / "nan.json"
+    path.write_bytes(head + b",{}" * n + b',{"x":NaN}]}')
+    assert path.stat().st_size <= jsontext.WHOLE_AT_ONCE_BYTES
+    out, peak = _peak(path)
+    assert not isinstance(out, Exception) or isinstance(out, TraceFormatError), repr(out)
+    assert peak < PEAK_BOUND, f"peak {peak >> 20} MiB"
+
+
+def test_a_streamed_file_that_falls_back_whole_stays_under_the_memory_bound(tmp_path: Path) -> None:
+    # 12 MiB, 4 M events, then NaN in the metadata after them: read by the standard library
+    # there, not by falling back to the whole document (4 M dicts: over 300 MiB).
+    head = b'{"schemaVersion":1,"traceEvents":[' + json.dumps(OP).encode()
+    path = tmp_path / "late_nan.json"
+    path.write_bytes(head + b",{}" * ((12 << 20) // 3) + b'],"x":NaN}')
+    out, peak = _peak(path)
+    assert not isinstance(out, Exception) or isinstance(out, TraceFormatError), repr(out)
+    assert peak < PEAK_BOUND, f"peak {peak >> 20} MiB"
+
+
+# ---- numbers -------------------------------------------------------------------------------------
+def test_huge_ints_are_the_same_every_way(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Ints past 64 bits stay exact (a parser that made them floats would merge pids 2**70 and
+    # 2**70 + 1 into one thread).
+    events = [*_ops(600), json.dumps({**OP, "pid": 2**70}), json.dumps({**OP, "pid": 2**70 + 1}), *_ops(600)]
+    path = tmp_path / "big.json"
+    path.write_text('{"schemaVersion":1,"traceEvents":[' + ",".join(events) + "]}")
+    out = _three_ways(path, monkeypatch)
+    _assert_agree(out)
+    assert [(o["name"], o["calls"]) for o in out["at-once"]["ops"]] == [("aten::mm", 602)]

@@ -98,14 +98,17 @@ def test_a_long_run_of_whitespace_is_refused_with_bounded_memory(tmp_path: Path,
 
 
 # ---- item 7: every kind of bad value is a TraceFormatError ---------------------------------------
-@pytest.mark.parametrize("where", ["last", "middle"])
-@pytest.mark.parametrize("stream", [False, True], ids=["at-once", "streamed"])
-def test_deeply_nested_args(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, where: str, stream: bool
-) -> None:
-    if stream:
+@pytest.fixture(params=["at-once", "streamed"])
+def reading(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A test that takes it runs twice: the file decoded at once, and streamed in small chunks."""
+    if request.param == "streamed":
         monkeypatch.setattr(jsontext, "WHOLE_AT_ONCE_BYTES", 0)
-        monkeypatch.setattr(jsontext, "CHUNK_BYTES", 64 << 10)
+        monkeypatch.setattr(jsontext, "CHUNK_BYTES", 4 << 10)
+    return str(request.param)
+
+
+@pytest.mark.parametrize("where", ["last", "middle"])
+def test_deeply_nested_args(tmp_path: Path, capsys: pytest.CaptureFixture[str], reading: str, where: str) -> None:
     deep = b'{"ph": "X", "cat": "cpu_op", "args": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
     ops = [json.dumps(OP).encode()] * (2000 if where == "middle" else 1)
     events = [ops[0], deep, *ops[1:]] if where == "middle" else [*ops, deep]
@@ -130,13 +133,7 @@ def test_nesting_millions_deep_is_refused_not_a_crash(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("event", [5, "x", [OP], {**OP, "args": 5}, {**OP, "args": [1]}], ids=["int", "str", "list", "args-int", "args-list"])
-@pytest.mark.parametrize("stream", [False, True], ids=["at-once", "streamed"])
-def test_an_event_or_its_args_that_is_no_object(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, event: Any, stream: bool
-) -> None:
-    if stream:
-        monkeypatch.setattr(jsontext, "WHOLE_AT_ONCE_BYTES", 0)
-        monkeypatch.setattr(jsontext, "CHUNK_BYTES", 4 << 10)
+def test_an_event_or_its_args_that_is_no_object(tmp_path: Path, capsys: pytest.CaptureFixture[str], reading: str, event: Any) -> None:
     path = _write(tmp_path / "e.json.gz", _trace(*[OP] * 500, event, *[OP] * 500))
     _refused(path, capsys, "malformed trace event")
 

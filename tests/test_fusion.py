@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from torch.profiler import ProfilerActivity, profile
 import neuronscope.analysis.fusion as fusion_mod
 from neuronscope.analysis.dataflow import graph_from_profiler, graph_from_table
 from neuronscope.analysis.fusion import PATTERNS, estimate_saving_ns, find_sequence_matches, fusion_hints
+from neuronscope.analysis.patterns import REGISTRY
 from neuronscope.analysis.rules import AnalysisContext
 from neuronscope.analysis.verify import verify_hint
 from neuronscope.capture.observe import observe_dataflow
@@ -416,6 +418,9 @@ def test_sequence_text_leaves_out_only_ops_no_pattern_can_match(monkeypatch: pyt
     def matches() -> list[list[tuple[str, list[int]]]]:
         return [[(m.pattern, [n.index for n in m.nodes]) for m in find_sequence_matches(g)] for g in graphs]
 
+    # The shortening holds while each pattern is made of lowercase op names and plain regex
+    # grouping only: a wildcard or a character class could match a name it turns into "?".
+    assert all(re.fullmatch(r"[a-z_ ()?:|{},0-9]+", p.sequence) for p in REGISTRY if p.sequence)
     assert fusion_mod._token("evaluate_function: MulBackward0") == "?"  # an op name as the graph has it
     short = matches()
     monkeypatch.setattr(fusion_mod, "_token", lambda op: op)

@@ -96,7 +96,12 @@ def test_falsy_args_are_read_as_no_args_as_before(tmp_path: Path, args: Any, cat
     odd = {"ph": "X", "cat": cat, "name": "x", "pid": 1, "tid": 1 if cat != "kernel" else 7, "ts": 3, "dur": 1, "args": args}
     path = tmp_path / "a.json"
     path.write_text('{"schemaVersion":1,"traceEvents":[' + ",".join([*_ops(600), json.dumps(odd)]) + "]}")
-    assert from_trace(path).op("aten::mm").calls == 600
+    res = from_trace(path)
+    assert res.op("aten::mm").calls == 600
+    if cat == "kernel":  # read, linked to nothing: time launched outside any op
+        assert res.device_unattributed_us == 1.0
+    else:  # an op, or a runtime call: a row of its own
+        assert res.op("x").calls == 1
 
 
 @pytest.mark.parametrize(
@@ -161,3 +166,34 @@ def test_huge_ints_are_the_same_every_way(tmp_path: Path, monkeypatch: pytest.Mo
     out = _three_ways(path, monkeypatch)
     _assert_agree(out)
     assert [(o["name"], o["calls"]) for o in out["at-once"]["ops"]] == [("aten::mm", 602)]
+
+
+# ---- where an event of the wrong shape is, and text the reader never reads -----------------------
+@pytest.mark.parametrize("at", [3, 70_001])
+def test_an_event_of_the_wrong_shape_is_named_by_its_place(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, at: int) -> None:
+    monkeypatch.setattr(jsontext, "CHUNK_BYTES", 64 << 10)  # many chunks before the bad event
+    events = _ops(at + 10)
+    events[at] = "5"
+    path = tmp_path / "bad.json"
+    path.write_text('{"schemaVersion":1,"traceEvents":[' + ",".join(events) + "]}")
+    with pytest.raises(TraceFormatError, match=rf"malformed trace event: .*traceEvents\[{at}\]"):
+        from_trace(path)
+
+
+def test_a_nested_trace_events_key_after_the_events_is_metadata(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only a second top-level "traceEvents" sends a streamed file to the whole-document path
+    (which a file over MAX_WHOLE_BYTES could not take)."""
+    monkeypatch.setattr(jsontext, "WHOLE_AT_ONCE_BYTES", 0)
+    monkeypatch.setattr(jsontext, "CHUNK_BYTES", 4096)
+    monkeypatch.setattr(jsontext, "MAX_WHOLE_BYTES", 1024)
+    path = tmp_path / "nested.json"
+    path.write_text('{"traceEvents":[' + ",".join(_ops(600)) + '],"distributedInfo":{"traceEvents":[], "rank": 0}}')
+    assert from_trace(path).op("aten::mm").calls == 600
+
+
+def test_invalid_utf8_in_a_field_the_reader_skips_is_read_past(tmp_path: Path) -> None:
+    """msgspec skips the fields the reader does not read without checking their text."""
+    odd = json.dumps({**OP, "ts": 1000}).encode()[:-1] + b', "note": "\xff\xfe"}'
+    path = tmp_path / "utf8.json"
+    path.write_bytes(b'{"traceEvents":[' + b",".join([*(e.encode() for e in _ops(10)), odd]) + b"]}")
+    assert from_trace(path).op("aten::mm").calls == 11

@@ -433,8 +433,9 @@ def _merge_into(a: OpStat, b: OpStat) -> None:
 def labelled_compiled_ops(
     ops: list[OpStat], regions: dict[str, RegionStat], table: EventTable, fx: dict[str, Any] | None
 ) -> tuple[list[OpStat], dict[str, RegionStat]]:
-    """The op table and regions with the compiled code's rows renamed (new lists; a renamed
-    row is a new row, the ones given are not changed), for the result to be built with.
+    """The op table and regions with the compiled code's rows renamed, for the result to be
+    built with: a new list and dict; a renamed row, and a region holding one, is a new object;
+    nothing given is changed.
 
     - ``Torch-Compiled Region: 0/0`` becomes ``compiled: f [0/0]``: one call of the compiled
       function ``f`` (frame 0, attempt 0; ``f (after the graph break at line N)`` for the part
@@ -453,7 +454,8 @@ def labelled_compiled_ops(
     only.
     """
     if not any(_REGION.match(op.name) or _GRAPH.match(op.name) for op in ops):
-        # No compiled code (every region's ops are among ``ops``): nothing to rename.
+        # No compiled code among the ops, so none in any region either (a region's ops are
+        # among them): nothing to rename, only Dynamo's bookkeeping ranges to drop.
         return list(ops), {name: region for name, region in regions.items() if not _COMPILE_DATA.match(name)}
     functions = (fx or {}).get("functions") or {}
     owners = _graph_owners(table) if any(o.name.startswith("## Call CompiledFxGraph") for o in ops) else {}

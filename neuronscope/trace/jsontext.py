@@ -1,8 +1,14 @@
 """The JSON layer of trace reading: a Chrome-trace file's bytes, decompressed and decoded into
-:class:`TraceEvent` records a chunk at a time (:func:`stream`), or whole for a document of at
-most :data:`WHOLE_AT_ONCE_BYTES` and for layouts the streaming path does not take
-(:func:`whole`). Work per byte and memory are bounded: one event (or a run of whitespace) is at
-most :data:`MAX_EVENT_BYTES`, a document read whole at most :data:`MAX_WHOLE_BYTES`.
+:class:`TraceEvent` records by :func:`stream`: at once for a document of at most
+:data:`WHOLE_AT_ONCE_BYTES` that msgspec takes whole (nearly all), else a chunk at a time; and
+by :func:`whole` for layouts the streaming path does not take. Work per byte and memory are
+bounded: one event (or a run of whitespace) is at most :data:`MAX_EVENT_BYTES`, a document read
+whole at most :data:`MAX_WHOLE_BYTES`.
+
+msgspec skips the fields the reader does not read without making Python objects of them, and
+without checking their text: invalid UTF-8 there is read past (the standard library's json
+refuses the whole document). What msgspec refuses (NaN, Infinity, out-of-range numbers, lone
+surrogates) is read with the standard library.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ import re
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import msgspec
 
@@ -28,9 +34,7 @@ __all__ = [
     "Fallback",
     "TraceEvent",
     "blocks",
-    "feed",
     "guard_io",
-    "parse_whole",
     "stream",
     "whole",
 ]
@@ -61,7 +65,7 @@ class TraceEvent(msgspec.Struct, gc=False):
     dur: Any = None
     #: Any JSON value: ``args`` that are no object are the reader's to judge (read as none
     #: where falsy, malformed where the reader needs them), and of events it skips, never read.
-    args: Union[EventArgs, list, str, int, float, bool, None] = None  # noqa: UP007 - msgspec reads it
+    args: EventArgs | list | str | int | float | bool | None = None
 
 
 Ingest = Callable[[list[TraceEvent], str], None]
@@ -160,7 +164,7 @@ def stream(path: Path, name: str, ingest: Ingest) -> dict[str, Any]:
         except ValueError:
             pass  # NaN, an odd layout, an event of the wrong shape: read as any file is, below
         else:
-            feed(events, name, ingest)
+            _feed(events, name, ingest)
             return meta
     # The first block in chunks too: memory holds one chunk's events, whatever happens to it.
     view = memoryview(first)
@@ -172,6 +176,7 @@ def stream(path: Path, name: str, ingest: Ingest) -> dict[str, Any]:
     array = False  # the JSON Array Format: a bare list of events, no metadata
     searched = 0
     seen_any = False
+    done = 0  # events decoded so far: where an event of the wrong shape is, in the document
     for block in itertools.chain(pieces, () if second is None else (second,), chunks):
         if not seen_any:
             seen_any = bool(bytes(block).strip(_JSON_SPACE))
@@ -194,7 +199,7 @@ def stream(path: Path, name: str, ingest: Ingest) -> dict[str, Any]:
                 if not _top_level(head):
                     raise Fallback  # the key of a nested object, or inside a string
         if len(buf) >= CHUNK_BYTES:
-            _cut(buf, name, ingest)
+            done += _cut(buf, name, ingest, done)
             # Work per byte stays bounded: a buffer that holds no event boundary is
             # rescanned once per block, so its size is capped.
             if len(buf) > MAX_EVENT_BYTES:
@@ -207,23 +212,22 @@ def stream(path: Path, name: str, ingest: Ingest) -> dict[str, Any]:
     if head is None:
         raise Fallback
     if len(buf) > _BOUNDARY_WINDOW:
-        _cut(buf, name, ingest, final=True)
+        done += _cut(buf, name, ingest, done, final=True)
     # What is left: the last events, "]", and the top-level keys written after the events.
     try:
         text = buf.decode("utf-8")
         last, end = json.JSONDecoder().raw_decode("[" + text)
-        events = msgspec.convert(last, list[TraceEvent])
     except ValueError:
         raise Fallback from None
-    ingest(events, name)
+    ingest(_records(last, name, done), name)
     rest = text[end - 1 :].encode("utf-8")
     if array:
         if rest.strip(_JSON_SPACE):
             raise Fallback
         return {}
-    if _EVENTS_NAME.search(rest):
-        raise Fallback  # a second "traceEvents": the last one is the document's
     try:
+        if _EVENTS_NAME.search(rest) and _repeats_events_key(rest):
+            raise Fallback  # a second top-level "traceEvents": the last is the document's
         meta = _decode_any(head + b"]" + rest)
     except ValueError:
         raise Fallback from None
@@ -231,6 +235,13 @@ def stream(path: Path, name: str, ingest: Ingest) -> dict[str, Any]:
         raise Fallback
     del meta["traceEvents"]
     return meta
+
+
+def _repeats_events_key(rest: bytes) -> bool:
+    """Whether the text after the events' list (``, "key": ... }``) holds another top-level
+    "traceEvents" (not one inside a nested object)."""
+    keys = json.loads(b'{"traceEvents": []' + rest, object_pairs_hook=lambda pairs: [k for k, _ in pairs])
+    return bool(keys.count("traceEvents") > 1)
 
 
 def _top_level(head: bytes) -> bool:
@@ -242,32 +253,50 @@ def _top_level(head: bytes) -> bool:
         return False
 
 
-def _cut(buf: bytearray, name: str, ingest: Ingest, final: bool = False) -> None:
-    """Parse the complete events at the front of ``buf`` and remove them from it."""
+def _cut(buf: bytearray, name: str, ingest: Ingest, done: int, final: bool = False) -> int:
+    """Parse the complete events at the front of ``buf`` and remove them from it; returns how
+    many. ``done``: the events before them in the document."""
     start = max(0, len(buf) - _BOUNDARY_WINDOW)
     found = list(_BOUNDARY.finditer(buf, start))
     if not found and start:
         found = list(_BOUNDARY.finditer(buf))  # events bigger than the window
     if not found:
-        return
+        return 0
     for m in reversed(found[-_BOUNDARY_TRIES:]):
         try:
             with memoryview(buf) as view:  # one copy of the events, none of the buffer
                 events = _decode_events(b"".join((b"[", view[: m.start() + 1], b"]")))
+        except msgspec.ValidationError as exc:
+            # JSON, but an event of the wrong shape (a cut inside an event is no JSON at all).
+            raise _malformed(name, exc, done) from None
         except ValueError:
-            # "}, {" inside a string or a nested value: try an earlier one (an event of the
-            # wrong shape fails them all: the whole-document path then names it).
-            continue
+            continue  # "}, {" inside a string or a nested value: try an earlier one
         ingest(events, name)
         del buf[: m.end() - 1]
-        return
+        return len(events)
     if not final:
         raise Fallback
+    return 0
+
+
+def _records(parsed: list[Any], name: str, done: int) -> list[TraceEvent]:
+    """The standard library's events as records; TraceFormatError for one of the wrong shape."""
+    try:
+        return msgspec.convert(parsed, list[TraceEvent])
+    except msgspec.ValidationError as exc:
+        raise _malformed(name, exc, done) from None
+
+
+def _malformed(name: str, exc: msgspec.ValidationError, done: int) -> TraceFormatError:
+    """The error for an event of the wrong shape, at its place in the document (msgspec
+    counts from the start of the list it was given, after ``done`` events)."""
+    where = re.sub(r"`\$\[(\d+)\]", lambda m: f"`traceEvents[{done + int(m.group(1))}]", str(exc), count=1)
+    return TraceFormatError(f"{name}: malformed trace event: {where}")
 
 
 def _decode_any(data: bytes) -> Any:
     """Any JSON value; with the standard library where msgspec refuses the text (NaN,
-    Infinity, lone surrogates)."""
+    Infinity, out-of-range numbers, lone surrogates)."""
     try:
         return msgspec.json.decode(data)
     except ValueError:
@@ -276,7 +305,8 @@ def _decode_any(data: bytes) -> Any:
 
 def _decode_events(data: bytes) -> list[TraceEvent]:
     """A JSON list of events; with the standard library where msgspec refuses the text (NaN,
-    Infinity, lone surrogates). ValueError where neither takes it."""
+    Infinity, lone surrogates). msgspec.ValidationError for an event of the wrong shape (or a
+    number out of range in one), ValueError where neither takes the text."""
     try:
         return _EVENT_LIST.decode(data)
     except msgspec.ValidationError:
@@ -298,10 +328,10 @@ def whole(path: Path, name: str, ingest: Ingest) -> dict[str, Any]:
         parts.append(block)
     data = b"".join(parts)
     del parts
-    return parse_whole(data, name, ingest)
+    return _parse_whole(data, name, ingest)
 
 
-def parse_whole(data: bytes, name: str, ingest: Ingest) -> dict[str, Any]:
+def _parse_whole(data: bytes, name: str, ingest: Ingest) -> dict[str, Any]:
     """Parse a whole document (object or array layout) and feed its events to ``ingest``;
     returns the top-level keys. Raises TraceFormatError naming what is wrong."""
     if not data.strip(_JSON_SPACE):
@@ -313,24 +343,21 @@ def parse_whole(data: bytes, name: str, ingest: Ingest) -> dict[str, Any]:
         events, meta = _decode_checked(data, name)
         parsed = True
     del data
-    feed(events, name, ingest, parsed=parsed)
+    _feed(events, name, ingest, parsed=parsed)
     return meta
 
 
-def feed(events: list[Any], name: str, ingest: Ingest, parsed: bool = False) -> None:
+def _feed(events: list[Any], name: str, ingest: Ingest, parsed: bool = False) -> None:
     """Feed ``events`` to ``ingest`` a slice at a time, dropping each slice once read.
     ``parsed``: the standard library's objects, made records slice by slice (so that memory
     holds one slice's records beside them, not a second copy of the document)."""
     step = 50_000
+    done = 0
     while events:
         part = events[:step]
         del events[:step]
-        if parsed:
-            try:
-                part = msgspec.convert(part, list[TraceEvent])
-            except msgspec.ValidationError as exc:  # an event, or its args, of the wrong shape
-                raise TraceFormatError(f"{name}: malformed trace event: {exc}") from None
-        ingest(part, name)
+        ingest(_records(part, name, done) if parsed else part, name)
+        done += len(part)
 
 
 def _decode(data: bytes) -> tuple[list[TraceEvent], dict[str, Any]]:

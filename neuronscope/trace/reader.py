@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import operator
 from collections.abc import Sequence
 from pathlib import Path
@@ -95,19 +96,20 @@ class _Reader:
         if self.locations is not None:
             del self.locations[n:]
 
-    def _file_state(self) -> tuple[Any, ...]:
-        """What ingesting events changes besides the rows: threads, the categories and runtime
-        calls classified (each sets a flag once, when first seen), the flags, the counts."""
-        return (
-            dict(self.thread_ids), dict(self.cat_codes), dict(self.sync_calls), set(self.device_categories),
-            self.saw_privateuse1, self.saw_hip, self.saw_mtia, self.saw_counters, self.negative,
-        )
+    #: What ingesting events changes besides the rows and the caches of names: the threads,
+    #: the categories and runtime calls classified (each sets a flag once, when first seen),
+    #: the flags, the counts. Saved before a file, restored when it is read again whole.
+    _FILE_STATE = (
+        "thread_ids", "cat_codes", "sync_calls", "device_categories",
+        "saw_privateuse1", "saw_hip", "saw_mtia", "saw_counters", "negative",
+    )
 
-    def _restore(self, state: tuple[Any, ...]) -> None:
-        (
-            self.thread_ids, self.cat_codes, self.sync_calls, self.device_categories,
-            self.saw_privateuse1, self.saw_hip, self.saw_mtia, self.saw_counters, self.negative,
-        ) = state
+    def _file_state(self) -> dict[str, Any]:
+        return {key: copy.copy(getattr(self, key)) for key in self._FILE_STATE}
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        for key, value in state.items():
+            setattr(self, key, value)
 
     def read(self, path: Path) -> dict[str, Any]:
         """Add one file's events to the table; returns the file's top-level metadata."""
@@ -211,7 +213,7 @@ class _Reader:
                 if code == KIND_DEVICE:
                     args = e.args
                     if args.__class__ is not EventArgs:
-                        _check_not_object(args)
+                        _no_args_or_malformed(args)
                         args = _NO_ARGS
                     dev_corr.append(args.correlation)
                     dev_ext.append(args.external_id)
@@ -255,7 +257,7 @@ class _Reader:
                     kinds_append(code)
                     args = e.args
                     if args.__class__ is not EventArgs:
-                        _check_not_object(args)
+                        _no_args_or_malformed(args)
                         args = None
                     if args is not None:
                         exts_append(args.external_id if code == KIND_OP else None)
@@ -276,7 +278,7 @@ class _Reader:
                     if code == KIND_RUNTIME:
                         args = e.args
                         if args.__class__ is not EventArgs:
-                            _check_not_object(args)
+                            _no_args_or_malformed(args)
                             args = None
                         if args is not None:
                             corr = args.correlation
@@ -519,9 +521,9 @@ def _legacy_ranges(table: EventTable, base: int) -> None:
             kinds[i] = KIND_ANNOTATION
 
 
-def _check_not_object(args: Any) -> None:
-    """``args`` that are no object are none where falsy (``if args:`` read them so before);
-    TypeError (a malformed event) where not."""
+def _no_args_or_malformed(args: Any) -> None:
+    """For ``args`` that are no object: return (they read as no args) where falsy, as
+    ``if args:`` read them before; raise TypeError (a malformed event) where not."""
     if args:
         raise TypeError(f"'args' is a {type(args).__name__}, not an object")
 

@@ -241,7 +241,7 @@ def _repeats_events_key(rest: bytes) -> bool:
     """Whether the text after the events' list (``, "key": ... }``) holds another top-level
     "traceEvents" (not one inside a nested object)."""
     keys = json.loads(b'{"traceEvents": []' + rest, object_pairs_hook=lambda pairs: [k for k, _ in pairs])
-    return bool(keys.count("traceEvents") > 1)
+    return keys.count("traceEvents") > 1
 
 
 def _top_level(head: bytes) -> bool:
@@ -338,25 +338,25 @@ def _parse_whole(data: bytes, name: str, ingest: Ingest) -> dict[str, Any]:
         raise TraceFormatError(f"{name}: the file is empty")
     try:
         events, meta = _decode(data)
-        parsed = False
+        stdlib = False
     except ValueError:  # not JSON as msgspec takes it, or not a trace of the usual shape
         events, meta = _decode_checked(data, name)
-        parsed = True
+        stdlib = True
     del data
-    _feed(events, name, ingest, parsed=parsed)
+    _feed(events, name, ingest, stdlib=stdlib)
     return meta
 
 
-def _feed(events: list[Any], name: str, ingest: Ingest, parsed: bool = False) -> None:
+def _feed(events: list[Any], name: str, ingest: Ingest, stdlib: bool = False) -> None:
     """Feed ``events`` to ``ingest`` a slice at a time, dropping each slice once read.
-    ``parsed``: the standard library's objects, made records slice by slice (so that memory
+    ``stdlib``: the standard library's objects, made records slice by slice (so that memory
     holds one slice's records beside them, not a second copy of the document)."""
     step = 50_000
     done = 0
     while events:
         part = events[:step]
         del events[:step]
-        ingest(_records(part, name, done) if parsed else part, name)
+        ingest(_records(part, name, done) if stdlib else part, name)
         done += len(part)
 
 

@@ -111,10 +111,10 @@ def calls_per_sample(seconds_per_call: float, min_sample_s: float = MIN_SAMPLE_S
     return min(MAX_CALLS_PER_SAMPLE, 1 << max(0, math.ceil(math.log2(max(wanted, 1)))))
 
 
-def calibrate(timer: BlockTimer, tries: int = CALIBRATION_CALLS) -> float:
-    """Seconds per call: the quickest of ``tries`` single timed calls (load only ever adds
-    time, so the quickest is the least disturbed)."""
-    return min(timer(1) for _ in range(max(tries, 1)))
+def calibrate(timer: BlockTimer, tries: int = CALIBRATION_CALLS, calls: int = 1) -> float:
+    """Seconds per call: the quickest of ``tries`` timed blocks of ``calls`` calls (load only
+    ever adds time, so the quickest is the least disturbed)."""
+    return min(timer(calls) for _ in range(max(tries, 1))) / calls
 
 
 def plan_rounds(round_s: float, budget_s: float, rounds: int | None = None) -> int:

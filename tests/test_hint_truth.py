@@ -208,11 +208,9 @@ def test_the_eager_probe_counts_the_chains_ops_and_intermediates() -> None:
     assert shares is not None and 0 <= shares[0] <= cost.MAX_SHARE and shares[1] >= 0
 
 
-def test_verify_keeps_each_rounds_fastest_block_and_times_more_rounds_when_they_disagree(monkeypatch: Any) -> None:
+def test_verify_keeps_each_rounds_fastest_block_and_times_more_rounds_when_they_disagree() -> None:
     """A block another process interrupted is not the variant's cost; rounds that still
     disagree get as many again."""
-    from types import SimpleNamespace
-
     from neuronscope.analysis import verify
 
     clock = [0.0]
@@ -226,10 +224,12 @@ def test_verify_keeps_each_rounds_fastest_block_and_times_more_rounds_when_they_
         calls["busy"] += 1
         clock[0] += 2e-5 if (calls["busy"] // 2000) % 2 else 1e-5
 
-    monkeypatch.setattr(verify, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
-    samples = verify.time_variants({"steady": steady}, lambda: None, repeats=5, min_block_s=5e-6, best_of=3)
+    def now() -> float:
+        return clock[0]
+
+    samples = verify.time_variants({"steady": steady}, lambda: None, repeats=5, min_block_s=5e-6, best_of=3, clock=now)
     assert samples["steady"] == [pytest.approx(10.0)] * 5  # us per call, the interruptions gone
-    samples = verify.time_variants({"busy": busy}, lambda: None, repeats=5, min_block_s=1e-2, best_of=1)
+    samples = verify.time_variants({"busy": busy}, lambda: None, repeats=5, min_block_s=1e-2, best_of=1, clock=now)
     assert len(samples["busy"]) == 10
 
 

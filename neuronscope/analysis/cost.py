@@ -22,10 +22,10 @@ import functools
 import itertools
 import math
 import statistics
-import time
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
+from ..timing import block_timer, calibrate
 from .dataflow import OpGraph, OpNode
 from .patterns import pattern_named
 from .patterns.base import ROOTS
@@ -115,16 +115,8 @@ class DeviceCosts(NamedTuple):
 _BANDWIDTH_SIZES = (64 << 10, 512 << 10, 4 << 20, 32 << 20)
 
 
-def _fastest_ns(fn: Any, calls: int, samples: int = 5) -> float:
-    """ns per call of ``fn``: the fastest of ``samples`` loops of ``calls`` (a loop another
-    process interrupted is not the op's cost)."""
-    best = math.inf
-    for _ in range(samples):
-        t0 = time.perf_counter_ns()
-        for _ in range(calls):
-            fn()
-        best = min(best, time.perf_counter_ns() - t0)
-    return best / calls
+def _no_sync() -> None:
+    """The CPU's synchronisation: nothing to wait for (the probes run only there)."""
 
 
 @functools.cache
@@ -139,14 +131,15 @@ def device_costs(device: str = "cpu") -> DeviceCosts | None:
 
     tiny = torch.ones(8)
     with torch.autograd.profiler.profile(enabled=False):
-        per_op = _fastest_ns(lambda: torch.add(tiny, 1.0), 100)
+        # The quickest of a few loops: a loop another process interrupted is not the op's cost.
+        per_op = calibrate(block_timer(torch.add, (tiny, 1.0), {}, _no_sync), 5, 100) * 1e9
         bandwidth = []
         for size in _BANDWIDTH_SIZES:
             x = torch.ones(size // 4)
             out = torch.empty_like(x)
             torch.add(x, 1.0, out=out)  # the pages of both, touched outside the timing
             calls = max(1, (1 << 22) // size)
-            t = _fastest_ns(lambda x=x, out=out: torch.add(x, 1.0, out=out), calls, 3)
+            t = calibrate(block_timer(torch.add, (x, 1.0), {"out": out}, _no_sync), 3, calls) * 1e9
             bandwidth.append((size, 2 * size / max(t - per_op, 1.0)))
     return DeviceCosts(per_op, monotone_bandwidth(bandwidth))
 

@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import NeuronscopeError
+from ..timing import block_timer, calibrate, run_rounds
 from .patterns import REGISTRY, pattern_named
 
 if TYPE_CHECKING:
@@ -144,40 +145,24 @@ def time_variants(
     repeats: int = DEFAULT_REPEATS,
     min_block_s: float = MIN_BLOCK_S,
     best_of: int = BEST_OF,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> dict[str, list[float]]:
     """Microseconds per call of each variant, one sample per round, the variants interleaved
-    within each round. A sample is the fastest of ``best_of`` blocks of at least
-    ``min_block_s``; where a variant's rounds still spread beyond :data:`MORE_ROUNDS_SPREAD`,
-    ``repeats`` more rounds are timed."""
-    number: dict[str, int] = {}
+    within each round as :func:`~neuronscope.timing.run_rounds` runs them (compare() times
+    the same way): a sample is the fastest of ``best_of`` blocks of at least ``min_block_s``;
+    where a variant's rounds still spread beyond :data:`MORE_ROUNDS_SPREAD`, ``repeats`` more
+    rounds are timed. ``clock`` (seconds) is injectable for tests."""
+    timers = {name: block_timer(fn, (), {}, sync, clock) for name, fn in variants.items()}
+    calls: dict[str, int] = {}
     for name, fn in variants.items():
         for _ in range(WARMUP_CALLS):
             fn()
-        sync()
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        once = max(time.perf_counter() - t0, 1e-7)
-        number[name] = max(1, math.ceil(min_block_s / once))
-    samples: dict[str, list[float]] = {name: [] for name in variants}
-
-    def rounds(count: int) -> None:
-        for _ in range(count):
-            for name, fn in variants.items():
-                n = number[name]
-                best = math.inf
-                for _ in range(best_of):
-                    sync()
-                    t0 = time.perf_counter()
-                    for _ in range(n):
-                        fn()
-                    sync()
-                    best = min(best, time.perf_counter() - t0)
-                samples[name].append(best / n * 1e6)
-
-    rounds(repeats)
+        calls[name] = max(1, math.ceil(min_block_s / max(calibrate(timers[name]), 1e-7)))
+    samples = run_rounds(timers, calls, repeats, samples=best_of).per_call_us
     if any(max(v) > MORE_ROUNDS_SPREAD * min(v) for v in samples.values()):
-        rounds(repeats)
+        more = run_rounds(timers, calls, repeats, samples=best_of, seed=1).per_call_us
+        for name, values in more.items():
+            samples[name].extend(values)
     return samples
 
 

@@ -10,7 +10,7 @@ fresh process).
 
 Two sources of events:
 
-- ``a100``: the events of ``shared/traces/a100_training_step.json.gz`` (a real CUDA training
+- ``a100``: the events of ``tests/data/traces/a100_training_step.json.gz`` (a real CUDA training
   step, 109k events with kernels and launches) repeated with shifted timestamps and ids;
 - ``cpu``: a real ``torch.profiler`` CPU capture of a loop, written by ``export_chrome_trace``.
 

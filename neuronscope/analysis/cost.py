@@ -269,7 +269,7 @@ def eager_costs(pattern: str, device: str = "cpu") -> tuple[float, float] | None
         import torch
 
         from ..result import Hint
-        from .verify import time_variants
+        from .verify import paired_difference, time_variants
 
         rows = []
         with torch.no_grad():
@@ -281,7 +281,7 @@ def eager_costs(pattern: str, device: str = "cpu") -> tuple[float, float] | None
                     return None
                 ops, tensors = _chain_traffic(chain)
                 times = time_variants({"chain": chain, "replacement": replacement}, lambda: None, 7, 0.001)
-                saving_ns = statistics.median(c - r for c, r in zip(times["chain"], times["replacement"])) * 1e3
+                saving_ns = paired_difference(times["chain"], times["replacement"]) * 1e3
                 rows.append((max(0, ops - record.fused_passes) * costs.per_op_ns, float(sum(tensors)), saving_ns))
     except Exception:  # a probe that cannot run here: the compiled form is the estimate
         return None
@@ -345,14 +345,14 @@ def compiled_call_ns(device: str = "cpu") -> float | None:
         registry = _backend_registry()
         before = set(registry)
         compiled = torch.compile(one, backend="eager", dynamic=False)
-        from .verify import time_variants
+        from .verify import paired_difference, time_variants
 
         with torch.no_grad():
             compiled(x)
             # Interleaved rounds, as verify() times: the entry cost is the difference of two
             # near-equal times, which one busy moment of the machine would swing.
             us = time_variants({"eager": lambda: one(x), "compiled": lambda: compiled(x)}, lambda: None, 9, 0.001)
-        entry_ns = statistics.median(c - e for c, e in zip(us["compiled"], us["eager"])) * 1e3
+        entry_ns = paired_difference(us["compiled"], us["eager"]) * 1e3
         # This measurement is no use of torch.compile by the user: its backend leaves the
         # registry the observation pass reads to tell (see capture.observe).
         for key in set(registry) - before:

@@ -38,7 +38,7 @@ from .patterns import REGISTRY, pattern_named
 if TYPE_CHECKING:
     from ..result import Hint
 
-__all__ = ["VERIFIABLE_PATTERNS", "Verification", "time_variants", "verify_hint"]
+__all__ = ["VERIFIABLE_PATTERNS", "Verification", "paired_difference", "time_variants", "verify_hint"]
 
 #: Patterns :func:`verify_hint` can rebuild. Attention, rotary and elementwise chains have too
 #: many shapes and spellings to rebuild from a hint's evidence.
@@ -166,10 +166,10 @@ def time_variants(
     return samples
 
 
-def _paired_saving(chain: list[float], other: list[float]) -> float:
-    """Median over rounds of the chain's time less the other's in the same round: a load
-    spike that slows one round slows both, and cancels."""
-    return statistics.median(c - o for c, o in zip(chain, other))
+def paired_difference(first: list[float], other: list[float]) -> float:
+    """Median over rounds of ``first``'s time less ``other``'s in the same round (samples of
+    :func:`time_variants`): a load spike that slows one round slows both, and cancels."""
+    return statistics.median(c - o for c, o in zip(first, other))
 
 
 def verify_hint(
@@ -235,8 +235,8 @@ def verify_hint(
         samples = time_variants(variants, _sync(dev), repeats, min_block_s)
 
     times = {name: statistics.median(v) for name, v in samples.items()}
-    best = max((name for name in samples if name != "chain"), key=lambda name: _paired_saving(samples["chain"], samples[name]))
-    per_call = _paired_saving(samples["chain"], samples[best])
+    best = max((name for name in samples if name != "chain"), key=lambda name: paired_difference(samples["chain"], samples[name]))
+    per_call = paired_difference(samples["chain"], samples[best])
     losses = sum(1 for c, o in zip(samples["chain"], samples[best]) if c < o)
     slower = per_call < 0 and losses >= SLOWER_SHARE * len(samples[best])
     result = Verification(

@@ -50,35 +50,29 @@ __all__ = ["CHART_BINS", "step_breakdown"]
 CHART_BINS = 120
 #: Most steps listed one by one (a long run: the first ones, then a note).
 MAX_STEPS = 64
+#: Before any timestamp a table holds (the readers refuse those beyond +-2**62 ns).
+_BEFORE = 1 << 62
 
 
 class _Cover:
     """The union of intervals, with the covered length up to any instant in O(log n)."""
 
     def __init__(self, starts: np.ndarray, ends: np.ndarray) -> None:
-        if starts.size:
-            order = np.argsort(starts, kind="stable")
-            s, e = starts[order], ends[order]
-            run = np.maximum.accumulate(e)
-            new = np.ones(s.size, dtype=bool)
-            new[1:] = s[1:] > run[:-1]  # touching intervals merge, as HTA merges them
-            self.starts = s[new]
-            self.ends = np.maximum.reduceat(e, np.flatnonzero(new))
-        else:
-            self.starts = self.ends = np.zeros(0, dtype=np.int64)
-        lengths = self.ends - self.starts
-        self.cum = np.concatenate([[0], np.cumsum(lengths)])
+        self.starts, self.ends = _union(starts, ends)
+        # For upto: a zero-length interval before every instant (timestamps are within
+        # +-2**62), so that each instant has an interval at or before it.
+        self._from = np.concatenate([[-_BEFORE], self.starts])
+        self._length = np.concatenate([[0], self.ends - self.starts])
+        self._before = np.cumsum(self._length) - self._length  # covered before each interval
 
     @property
     def total(self) -> int:
-        return int(self.cum[-1])
+        return int(self._length.sum())
 
     def upto(self, x: np.ndarray) -> np.ndarray:
         """Covered length before each instant of ``x``."""
-        i = np.searchsorted(self.starts, x, side="right") - 1
-        safe = np.maximum(i, 0)
-        inside = np.clip(x - self.starts[safe], 0, self.ends[safe] - self.starts[safe]) if self.starts.size else 0
-        return np.where(i >= 0, self.cum[safe] + inside, 0)
+        i = np.searchsorted(self._from, x, side="right") - 1
+        return self._before[i] + np.minimum(x - self._from[i], self._length[i])
 
     def within(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return self.upto(b) - self.upto(a)
@@ -86,6 +80,18 @@ class _Cover:
     def per_window(self, edges: np.ndarray) -> np.ndarray:
         """Covered length between consecutive ``edges``: :meth:`within` for windows that tile."""
         return np.diff(self.upto(edges))
+
+
+def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The intervals' union as disjoint intervals, by start."""
+    if not starts.size:
+        return starts, ends
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], ends[order]
+    run = np.maximum.accumulate(e)
+    new = np.ones(s.size, dtype=bool)
+    new[1:] = s[1:] > run[:-1]  # touching intervals merge, as HTA merges them
+    return s[new], np.maximum.reduceat(e, np.flatnonzero(new))
 
 
 def _us(ns: float) -> float:
@@ -234,7 +240,8 @@ def _breakdown(dev: DeviceEvents, table: EventTable) -> dict[str, Any] | None:
     streams = []
     for st in unique_sorted(stream).tolist():
         m = stream == st
-        streams.append({"stream": int(st), "events": int(m.sum()), "busy_us": _us(_Cover(s[m], e[m]).total)})
+        us, ue = _union(s[m], e[m])
+        streams.append({"stream": int(st), "events": int(m.sum()), "busy_us": _us((ue - us).sum())})
     streams.sort(key=lambda r: r["busy_us"], reverse=True)
     out["streams"] = streams
 
@@ -244,18 +251,21 @@ def _breakdown(dev: DeviceEvents, table: EventTable) -> dict[str, Any] | None:
     launch: dict[str, Any] = {"kernels": int(is_kernel.sum()), "linked": int(kern.sum())}
     if kern.any():
         kd, ld, delay = (e - s)[kern], (le - ls)[kern], np.maximum((s - ls)[kern], 0)
-        medians = np.median(np.stack([kd, ld, delay]), axis=1).tolist()  # one call: numpy's is slow
+        # Sorted once for the medians (as np.median takes them, far faster) and the p90.
+        ascending = np.sort(np.stack([kd, ld, delay]), axis=1)
+        mid = ascending[:, [(kd.size - 1) // 2, kd.size // 2]].tolist()
         launch.update(
             shorter_than_launch=int((kd < ld).sum()),
-            median_kernel_us=_us(medians[0]),
-            median_launch_us=_us(medians[1]),
-            median_delay_us=_us(medians[2]),
-            p90_delay_us=_us(_percentile(np.sort(delay).tolist(), 0.9)),
+            median_kernel_us=_us(_mean(mid[0])),
+            median_launch_us=_us(_mean(mid[1])),
+            median_delay_us=_us(_mean(mid[2])),
+            p90_delay_us=_us(_percentile(ascending[2].tolist(), 0.9)),
         )
     out["launch"] = launch
 
     # ---- the chart's busy profile ----
-    edges = np.linspace(t0, t1, CHART_BINS + 1).round().astype(np.int64)
+    edges = t0 + (np.arange(CHART_BINS + 1) * ((t1 - t0) / CHART_BINS)).round().astype(np.int64)
+    edges[-1] = t1
     width = np.maximum(edges[1:] - edges[:-1], 1)
     out["chart"] = {
         "bin_us": _us((t1 - t0) / CHART_BINS),
@@ -276,6 +286,11 @@ def _percentile(ascending: list[int], q: float) -> float:
     a, b = ascending[lo], ascending[min(lo + 1, len(ascending) - 1)]
     # numpy's _lerp: from the nearer end, so that t = 0 and t = 1 give the ends exactly.
     return b - (b - a) * (1 - t) if t >= 0.5 else a + (b - a) * t
+
+
+def _mean(pair: list[int]) -> float:
+    """The mean of two integers, as numpy's median takes it (in float64)."""
+    return (float(pair[0]) + float(pair[1])) / 2
 
 
 def _pick(s: np.ndarray, e: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -487,8 +487,9 @@ class _Reader:
         table.shapes = self.shapes if self.shapes.count(None) != n else []
         if self.locations is not None:
             self.locations.extend([None] * (n - len(self.locations)))
-        order = _start_order(table.starts, table.ends)
-        if order is not None:
+        moved = _start_order(table.starts, table.ends)
+        if moved is not None:
+            order = moved.tolist()
             for attr in ("names", "kinds", "tids", "starts", "ends", "device_ns"):
                 lst = getattr(table, attr)
                 lst[:] = map(lst.__getitem__, order)
@@ -497,8 +498,9 @@ class _Reader:
             if self.locations is not None:
                 self.locations = list(map(self.locations.__getitem__, order))
             if table.range_device_ns:
-                where = {old: new for new, old in enumerate(order)}
-                table.range_device_ns = {where[r]: v for r, v in table.range_device_ns.items()}
+                new_row = np.empty(n, dtype=np.int64)
+                new_row[moved] = np.arange(n)
+                table.range_device_ns = {int(new_row[r]): v for r, v in table.range_device_ns.items()}
         table.device = self.device if len(self.device) else None
         self.exts = []
         self.shapes = []
@@ -532,14 +534,14 @@ def _short(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def _start_order(starts: list[int], ends: list[int]) -> list[int] | None:
+def _start_order(starts: list[int], ends: list[int]) -> np.ndarray | None:
     """The rows by start, and for equal starts the longer (the parent) first; None where they
     are in that order already. Timestamps are within int64 (checked as each file is read)."""
     s = np.array(starts, dtype=np.int64)
     e = np.array(ends, dtype=np.int64)
     if ((s[1:] > s[:-1]) | ((s[1:] == s[:-1]) & (e[1:] <= e[:-1]))).all():
         return None
-    return np.lexsort((-e, s)).tolist()
+    return np.lexsort((-e, s))
 
 
 def read_files(files: Sequence[Path]) -> tuple[EventTable, dict[str, Any]]:

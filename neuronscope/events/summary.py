@@ -435,22 +435,16 @@ def _region_ops(
 def _shapes(table: EventTable, codes: np.ndarray, rows: np.ndarray) -> dict[int, list[Any]]:
     """The first few distinct input-shape signatures of each op, in capture order."""
     out: dict[int, list[Any]] = {}
-    full: set[int] = set()
-    op_rows = np.flatnonzero(rows).tolist()
+    op_rows = np.flatnonzero(rows)
+    by_op = op_rows[np.argsort(codes[op_rows], kind="stable")]  # each op's rows, in order
     shapes = table.shapes
-    code_l = codes.tolist()
-    for i in op_rows:
-        sh = shapes[i]
-        if sh is None:
-            continue
-        c = code_l[i]
-        if c in full:
-            continue
-        seen = out.get(c)
-        if seen is None:
-            out[c] = [sh]
-        elif sh not in seen:
-            seen.append(sh)
-            if len(seen) >= MAX_SHAPES_PER_OP:
-                full.add(c)
+    for c, start, stop in _runs(codes[by_op]):
+        seen: list[Any] = []
+        for sh in map(shapes.__getitem__, by_op[start:stop].tolist()):
+            if sh is not None and sh not in seen:
+                seen.append(sh)
+                if len(seen) >= MAX_SHAPES_PER_OP:
+                    break
+        if seen:
+            out[c] = seen
     return out

@@ -197,3 +197,40 @@ def test_invalid_utf8_in_a_field_the_reader_skips_is_read_past(tmp_path: Path) -
     path = tmp_path / "utf8.json"
     path.write_bytes(b'{"traceEvents":[' + b",".join([*(e.encode() for e in _ops(10)), odd]) + b"]}")
     assert from_trace(path).op("aten::mm").calls == 11
+
+
+# ---- metadata after the events: the list's end found, else the whole document decoded ---------
+@pytest.mark.parametrize(
+    "tail",
+    [
+        ',"INFO":["x.cpp:12] recorded","y.cpp:9] done {a}]"],"traceName":"t"',
+        ',"x":[{"a":1},{"b":[2]}]',
+        ',"note":"a}]b","n":[1,[2]],"m":{"k":[{}]}',
+        "",
+    ],
+    ids=["kineto-info-lines", "list-of-objects", "brackets-in-strings", "none"],
+)
+def test_metadata_after_the_events_reads_the_same_every_way(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tail: str) -> None:
+    path = tmp_path / "tail.json"
+    path.write_text('{"schemaVersion":1,"traceEvents":[' + ",".join(_ops(600)) + "]" + tail + "}")
+    out = _three_ways(path, monkeypatch)
+    _assert_agree(out)
+    assert [(o["name"], o["calls"]) for o in out["at-once"]["ops"]] == [("aten::mm", 600)]
+    # Every top-level key kept, whichever way the events' list was found.
+    data = path.read_bytes()
+    events, meta = jsontext._decode(data)
+    expected = json.loads(data)
+    del expected["traceEvents"]
+    assert len(events) == 600 and meta == expected
+
+
+@pytest.mark.parametrize("events", ["", '{"ph":"M","name":"a]"}'], ids=["empty", "one-metadata-event"])
+def test_the_usual_layout_is_decoded_in_one_pass(events: str) -> None:
+    """Kineto writes strings with "]" after the events (its INFO lines): the events' text is
+    still found, and decoded once, with the other keys decoded apart."""
+    data = ('{"schemaVersion":1,"traceEvents":[' + events + '],"INFO":["a.cpp:1] x","b.cpp:2] y"],"traceName":"t"}').encode()
+    span = jsontext._events_span(data)
+    assert span is not None
+    (a, b), meta = span
+    assert json.loads(data[a:b]) == json.loads(data)["traceEvents"]
+    assert meta == {"schemaVersion": 1, "INFO": ["a.cpp:1] x", "b.cpp:2] y"], "traceName": "t"}

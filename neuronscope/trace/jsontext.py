@@ -364,11 +364,58 @@ def _decode(data: bytes) -> tuple[list[TraceEvent], dict[str, Any]]:
     """The usual document, decoded fast; ValueError for anything else."""
     if _ARRAY_START.match(data):
         return _EVENT_LIST.decode(data), {}
+    span = _events_span(data)
+    if span is not None:
+        (a, b), meta = span
+        try:
+            return _EVENT_LIST.decode(memoryview(data)[a:b]), meta
+        except msgspec.ValidationError:
+            raise  # JSON, but an event of the wrong shape
+        except msgspec.DecodeError:
+            pass  # not the list's end after all: the whole document, below
     top = _TOP_LEVEL.decode(data)
     raw = top.pop("traceEvents", None)
     if raw is None:
         raise ValueError("no traceEvents")
     return _EVENT_LIST.decode(raw), {key: msgspec.json.decode(value) for key, value in top.items()}
+
+
+def _events_span(data: bytes) -> tuple[tuple[int, int], dict[str, Any]] | None:
+    """Where the events' list is in the usual layout (the top-level "traceEvents" list,
+    followed by a few top-level keys), and those other keys: the text around the list, a few
+    kilobytes, decoded alone, so that the events' text is decoded once. None where no such
+    place is found (the caller then decodes the whole document).
+
+    The list's end is the last "]" after a "}" (the last event) or after its "[" for which
+    the text before the list, "]" and the text after it make a JSON object (where the key is
+    nested, a bracket stays open). A list of objects in the metadata after the events would
+    be taken for the end: the events' text then is no JSON list, and the caller decodes
+    the whole document."""
+    m = _EVENTS_KEY.search(data)
+    if m is None:
+        return None
+    start = m.end() - 1  # the list's "["
+    end = len(data)
+    lowest = max(start, end - _BOUNDARY_WINDOW)  # metadata after the events is far smaller
+    tries = _BOUNDARY_TRIES
+    while tries:
+        end = data.rfind(b"]", lowest, end)
+        if end < 0:
+            return None
+        if data[max(start, end - 64) : end].rstrip(_JSON_SPACE)[-1:] not in (b"}", b"["):
+            continue  # a "]" in the metadata's strings, or closing a list of values
+        tries -= 1
+        try:
+            meta = msgspec.json.decode(data[: start + 1] + b"]" + data[end + 1 :])
+        except ValueError:
+            continue
+        if isinstance(meta, dict) and meta.pop("traceEvents", _NOT_A_LIST) == [] and _EVENTS_NAME.search(data, end) is None:
+            return (start, end + 1), meta
+        return None
+    return None
+
+
+_NOT_A_LIST = object()
 
 
 def _decode_checked(data: bytes, name: str) -> tuple[list[Any], dict[str, Any]]:

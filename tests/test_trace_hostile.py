@@ -147,6 +147,28 @@ def test_infinite_nan_or_huge_timestamps(tmp_path: Path, capsys: pytest.CaptureF
     assert main(["show", str(path)]) == 2
 
 
+@pytest.mark.parametrize(
+    "event",
+    [
+        {"cat": "cuda_runtime", "name": "cudaLaunchKernel", "args": {"correlation": 7}},
+        {"cat": "cuda_runtime", "name": "[memory]", "args": {"correlation": 7}},
+        {"cat": "python_function", "name": "x.py(1): f"},
+        {"cat": "cuda_sync", "name": "Stream Sync"},
+        {"cat": "kernel", "name": "k", "args": {"correlation": 7}},
+    ],
+    ids=["launch", "runtime-call-of-an-ignored-name", "python-frame", "sync", "kernel"],
+)
+@pytest.mark.parametrize("ts", [1e20, -1e20])
+def test_a_timestamp_out_of_range_on_any_event_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], event: dict[str, Any], ts: float
+) -> None:
+    # Each kind of event goes into int64 arrays somewhere (links, nesting, breakdown).
+    kernel = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 30, "dur": 5, "args": {"correlation": 7}}
+    odd = {"ph": "X", "pid": 1, "tid": 1, "ts": ts, "dur": 1, **event}
+    path = _write(tmp_path / "t.json", _trace({**OP, "ts": 10, "dur": 50}, odd, kernel))
+    _refused(path, capsys, "out of range")
+
+
 def test_a_dict_as_correlation_id(tmp_path: Path) -> None:
     launch = {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 11, "dur": 1, "args": {"correlation": {"x": 1}}}
     kernel = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 20, "dur": 3, "args": {"correlation": {"x": 1}, "External id": [1]}}

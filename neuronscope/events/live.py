@@ -6,6 +6,8 @@ import itertools
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
+
 from .nesting import add_inner_range_device_time
 from .table import (
     FLAG_ASYNC,
@@ -341,7 +343,7 @@ def _device_intervals(
     streams = list(map(get_stream, device_events)) if get_stream is not None else [0] * len(device_events)
     corr = list(map(ev_type.correlation_id, device_events))
     linked = list(map(ev_type.linked_correlation_id, device_events))
-    inner: list[tuple[int, int, int, int]] = []
+    inner: list[tuple[int, int, int, int]] = []  # (thread, launch instant, op row, device ns)
     tids = table.tids
     for k, act in enumerate(acts):
         if act in SYNC_CATEGORIES:
@@ -361,7 +363,9 @@ def _device_intervals(
             inner.append((tids[op], launch[0], op, ends[k] - starts[k]))
     if len(dev):
         table.device = dev
-    add_inner_range_device_time(table, inner)
+    if inner:
+        thread, when, op_rows, ns = (np.array(col, dtype=np.int64) for col in zip(*inner))
+        add_inner_range_device_time(table, thread, when, op_rows, ns)
 
 
 def attach_device_time(table: EventTable, device_events: Iterable[tuple[int, int]], index_by_corr: dict[int, int]) -> None:

@@ -1,24 +1,22 @@
-"""The one nesting sweep: which event is open around which, per thread.
+"""The nesting: which event is open around which, per thread, in array operations.
 
-:func:`parents` nests a whole table at once (array operations, for :func:`summarize` and the
-breakdown); :func:`innermost_open` answers "which of these events was open at this instant"
-for a sorted list of instants (a trace's launches and frames).
+:func:`parents` nests a whole table at once (for :func:`summarize`); :func:`innermost_open`
+answers "which of these events was open at this instant" for many instants at once (the
+launches of device work, in a trace and in a live capture).
 """
 
 from __future__ import annotations
 
-import bisect
 import itertools
-from collections.abc import Iterable
 
 import numpy as np
 
 from .table import KIND_ANNOTATION, EventTable
 
-__all__ = ["add_inner_range_device_time", "innermost_open", "parents", "rows_by_thread"]
+__all__ = ["add_inner_range_device_time", "innermost_open", "parents"]
 
 
-def parents(starts: np.ndarray, ends: np.ndarray, new_thread: np.ndarray) -> np.ndarray:
+def parents(starts: np.ndarray, ends: np.ndarray, new_thread: np.ndarray, thr: np.ndarray | None = None) -> np.ndarray:
     """Parent of each event, as ``key_averages`` nests them; events sorted by thread, then
     (start, -end). Returns positions in that order, -1 for none.
 
@@ -30,9 +28,12 @@ def parents(starts: np.ndarray, ends: np.ndarray, new_thread: np.ndarray) -> np.
     candidate ends too early, jumps to the candidate's own candidate. Everything skipped ends
     before the candidate's threshold, which is at most ``thr[i]``, so no jump passes the answer;
     the events that have no parent at all are settled first, from the running maximum end.
+    Another ``thr`` (at most ``ends + 1``, so that the jumps stay valid) gives the nearest
+    earlier event that ends at or after it: ``ends + 1``, the nearest that ends later.
     """
     m = len(starts)
-    thr = np.where(ends > starts, ends, starts + 1)
+    if thr is None:
+        thr = np.where(ends > starts, ends, starts + 1)
     ans = np.arange(-1, m - 1, dtype=np.int64)
     ans[new_thread] = -1
     # Running max of ends within each thread, up to the previous event.
@@ -59,66 +60,79 @@ def parents(starts: np.ndarray, ends: np.ndarray, new_thread: np.ndarray) -> np.
     return ans
 
 
-def innermost_open(rows: list[int], starts: list[int], ends: list[int], instants: list[tuple[int, int]]) -> list[int]:
-    """For each ``(instant, key)`` (in time order), the innermost of ``rows`` (one thread's
-    events, parents first) open at that instant, or -1: one sweep with a stack."""
-    out: list[int] = []
-    stack: list[int] = []
-    j, n = 0, len(rows)
-    for when, _ in instants:
-        # Open every row that starts at or before the instant...
-        while j < n and starts[rows[j]] <= when:
-            i = rows[j]
-            while stack and ends[stack[-1]] <= starts[i]:
-                stack.pop()
-            stack.append(i)
-            j += 1
-        # ...close those that ended before it; the innermost still open holds it.
-        while stack and ends[stack[-1]] < when:
-            stack.pop()
-        out.append(stack[-1] if stack else -1)
+def innermost_open(
+    starts: np.ndarray, ends: np.ndarray, tids: np.ndarray, rows: np.ndarray, thread: np.ndarray, when: np.ndarray
+) -> np.ndarray:
+    """For each instant ``when[k]`` on ``thread[k]``, the innermost of ``rows`` (events of the
+    aligned ``starts``, ``ends``, ``tids``) open at it on that thread, or -1.
+
+    The innermost is the one a sweep with a stack finds (events pushed in (thread, start,
+    -end) order, each popping those that ended at or before its start; at an instant, those
+    ended before it popped; the top is the answer): the latest event in that order that has
+    started by the instant and not ended before it. From the last event started by then, the
+    links to the nearest earlier event that ends later (ends grow along them) lead to it;
+    binary lifting takes jumps of 1, 2, 4... links, so a deep nesting costs O(log depth) rounds.
+    """
+    out = np.full(len(when), -1, dtype=np.int64)
+    if not rows.size or not when.size:
+        return out
+    order = rows[np.lexsort((-ends[rows], starts[rows], tids[rows]))]  # stable: ties by row
+    s, e, t = starts[order], ends[order], tids[order]
+    m = order.size
+    new_thread = np.ones(m, dtype=bool)
+    new_thread[1:] = t[1:] != t[:-1]
+
+    # The last event started at or before each instant (events first on a tie), on its thread.
+    is_instant = np.concatenate([np.zeros(m, dtype=bool), np.ones(when.size, dtype=bool)])
+    merged = np.lexsort((is_instant, np.concatenate([s, when]), np.concatenate([t, thread])))
+    last = np.maximum.accumulate(np.where(is_instant[merged], -1, merged))
+    at = np.empty(when.size, dtype=np.int64)
+    at[merged[is_instant[merged]] - m] = last[is_instant[merged]]
+    at[(at < 0) | (t[np.maximum(at, 0)] != thread)] = -1
+
+    # Where that one ended before the instant: the nearest earlier one that ends at or after it.
+    climb = np.flatnonzero((at >= 0) & (e[np.maximum(at, 0)] < when))
+    if climb.size:
+        later = parents(s, e, new_thread, thr=e + 1)  # the nearest earlier that ends later
+        cur, w = at[climb], when[climb]
+        for up in reversed(_lifting(later)):
+            nxt = up[cur]
+            cur = np.where((nxt >= 0) & (e[np.maximum(nxt, 0)] < w), nxt, cur)
+        nxt = later[cur]
+        at[climb] = np.where((nxt >= 0) & (e[np.maximum(nxt, 0)] >= w), nxt, -1)
+    found = at >= 0
+    out[found] = order[at[found]]
     return out
 
 
-def rows_by_thread(table: EventTable, kind: int, threads: Iterable[int], base: int = 0) -> dict[int, list[int]]:
-    """The rows of ``kind`` from ``base`` on, per thread of ``threads``, parents first (by
-    start, the longer first on a tie): the order :func:`innermost_open` takes."""
-    kinds, tids, starts, ends = table.kinds, table.tids, table.starts, table.ends
-    rows: dict[int, list[int]] = {t: [] for t in threads}
-    # The rows of that kind picked at C speed (itertools), then grouped in Python.
-    for i in itertools.compress(range(base, len(table)), map(kind.__eq__, itertools.islice(kinds, base, None))):
-        lst = rows.get(tids[i])
-        if lst is not None:
-            lst.append(i)
-    for lst in rows.values():
-        lst.sort(key=lambda i: (starts[i] << 64) - ends[i])
-    return rows
+def _lifting(up: np.ndarray) -> list[np.ndarray]:
+    """Binary lifting over the links ``up`` (-1: none): level ``k`` holds each event's
+    ``2**k``-th link, -1 where the chain is shorter."""
+    levels = [up]
+    while (up >= 0).any():
+        up = np.where(up >= 0, up[np.maximum(up, 0)], -1)
+        levels.append(up)
+    return levels
 
 
-def add_inner_range_device_time(table: EventTable, launches: list[tuple[int, int, int, int]], base: int = 0) -> None:
-    """For each ``(thread, launch instant, op row, device ns)`` (device work linked to the op
-    that launched it), add the time to the innermost range open at the launch on that thread
-    when the range opened inside the op (``nccl:all_reduce`` inside ``record_param_comms``):
-    :attr:`EventTable.range_device_ns`. Only rows from ``base`` on are ranges considered."""
-    if not launches:
+def add_inner_range_device_time(
+    table: EventTable, thread: np.ndarray, when: np.ndarray, op: np.ndarray, device_ns: np.ndarray, base: int = 0
+) -> None:
+    """For device work linked to the op that launched it (launched on ``thread[k]`` at
+    ``when[k]`` inside row ``op[k]``, ``device_ns[k]`` long), add the time to the innermost
+    range open at the launch on that thread when the range opened inside the op
+    (``nccl:all_reduce`` inside ``record_param_comms``): :attr:`EventTable.range_device_ns`.
+    Only rows from ``base`` on are ranges considered."""
+    if not when.size:
         return
-    starts, ends = table.starts, table.ends
-    rows = rows_by_thread(table, KIND_ANNOTATION, {t for t, _, _, _ in launches}, base)
-    range_starts = {t: [starts[r] for r in rs] for t, rs in rows.items() if rs}  # ascending
-    by_thread: dict[int, list[tuple[int, int]]] = {}
-    for k, (t, when, op, _) in enumerate(launches):
-        # Only a launch with a range opened between its op's start and the launch can count:
-        # a binary search leaves the others (nearly all) out of the sweep.
-        rs = range_starts.get(t)
-        if rs is not None:
-            j = bisect.bisect_left(rs, starts[op])
-            if j < len(rs) and rs[j] <= when:
-                by_thread.setdefault(t, []).append((when, k))
+    kinds = np.array(table.kinds[base:], dtype=np.int8)
+    ranges = np.flatnonzero(kinds == KIND_ANNOTATION) + base
+    if not ranges.size:
+        return
+    starts = np.array(table.starts, dtype=np.int64)
+    r = innermost_open(starts, np.array(table.ends, dtype=np.int64), np.array(table.tids, dtype=np.int64), ranges, thread, when)
+    inside = (r >= 0) & (r != op)
+    inside[inside] = starts[r[inside]] >= starts[op[inside]]
     extra = table.range_device_ns
-    for t, items in by_thread.items():
-        ranges = rows[t]
-        items.sort()
-        for (_, k), r in zip(items, innermost_open(ranges, starts, ends, items)):
-            _, _, op, dur = launches[k]
-            if r >= 0 and starts[r] >= starts[op] and r != op:
-                extra[r] = extra.get(r, 0) + dur
+    for row, ns in zip(r[inside].tolist(), device_ns[inside].tolist()):
+        extra[row] = extra.get(row, 0) + ns

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import itertools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -305,6 +306,7 @@ def promote_compiled_events(table: EventTable) -> None:
     contents and device time come out as for any other op; the names are kept.
     """
     kinds, names = table.kinds, table.names
-    for i in [i for i, k in enumerate(kinds) if k == KIND_ANNOTATION]:
+    ranges = list(itertools.compress(range(len(kinds)), map(KIND_ANNOTATION.__eq__, kinds)))  # at C speed
+    for i in ranges:
         if names[i].startswith(COMPILED_CODE_PREFIXES):
             kinds[i] = KIND_OP

@@ -15,7 +15,7 @@ from msgspec import UNSET
 from ..errors import TraceFormatError
 from ..events import IGNORED_NAMES, KIND_ANNOTATION, KIND_OP, KIND_PYTHON, KIND_RUNTIME, EventTable, gc_paused
 from ..events.frames import user_location
-from ..events.nesting import add_inner_range_device_time, innermost_open, rows_by_thread
+from ..events.nesting import add_inner_range_device_time, innermost_open
 from ..events.table import (
     KIND_DEVICE,
     KIND_SKIP,
@@ -133,7 +133,7 @@ class _Reader:
                 f"PyTorch Profiler span); is it a Chrome trace written by torch.profiler?"
             )
         self.files_pending = name
-        self._finish_file(base)
+        self._finish_file(base, base_others)
         self.files.append(name)
         self.metas.append(meta)
         return meta
@@ -334,7 +334,7 @@ class _Reader:
         return KIND_SKIP if kind is None else kind
 
     # ---- linking, once per file ------------------------------------------------------------
-    def _finish_file(self, base: int) -> None:
+    def _finish_file(self, base: int, base_others: int) -> None:
         table = self.table
         n = len(table)
         starts, ends, device = table.starts, table.ends, table.device_ns
@@ -346,32 +346,31 @@ class _Reader:
         hi = max((v for v in lasts if v is not None), default=None)
         if lo is not None and hi is not None:
             if not (-_MAX_NS < lo and hi < _MAX_NS):
-                raise TraceFormatError(
-                    f"{self.files_pending}: a timestamp is out of range (beyond about 146 years in "
-                    f"microseconds); is this a torch.profiler trace?"
-                )
+                raise self._out_of_range()
             self.wall_ns += hi - lo
+        # Every other interval kept goes into int64 arrays too: runtime calls, frames, syncs.
+        others = self.others
+        for values in (others.starts[base_others:], others.ends[base_others:], *zip(*self.syncs)):
+            if values and not (-_MAX_NS < min(values) and max(values) < _MAX_NS):
+                raise self._out_of_range()
 
         _legacy_ranges(table, base)
         # Compiled code recorded as a range is an op (the pipeline makes it one too): the
         # kernels it launches are its own.
         promote_compiled_events(table)
-        # Device events -> launches (by correlation), grouped by the launching thread.
-        launches: dict[int, list[tuple[int, int]]] = {}
-        orphans: list[int] = []  # device events whose launch found no op
-        runtime = self.runtime
+        # Device events -> their launches (by correlation): (thread, start, end), -1s for none.
+        get = self.runtime.get
+        found = [get(c) if c.__class__ in (int, str) else None for c in dev_corr]
+        try:
+            spans = np.array([_NO_LAUNCH if x is None else x for x in found], dtype=np.int64).reshape(-1, 3)
+        except OverflowError:  # a runtime call of an ignored name, out of range
+            raise self._out_of_range() from None
         dev = self.device
-        for k in range(len(dev_dur)):
-            c = dev_corr[k]
-            launch = runtime.get(c) if c.__class__ in (int, str) else None
-            if launch is None:
-                orphans.append(k)
-                dev.launch_starts.append(-1)
-                dev.launch_ends.append(-1)
-            else:
-                launches.setdefault(launch[0], []).append((launch[1], k))
-                dev.launch_starts.append(launch[1])
-                dev.launch_ends.append(launch[2])
+        dev.launch_starts.extend(spans[:, 1].tolist())
+        dev.launch_ends.extend(spans[:, 2].tolist())
+        has_launch = spans[:, 0] >= 0  # thread ids are not negative
+        orphans = np.flatnonzero(~has_launch).tolist()  # device events whose launch found no op
+        launched = np.flatnonzero(has_launch)
         if dev_start:
             dev.segments.append(len(dev.starts))
         dev.starts.extend(dev_start)
@@ -385,28 +384,25 @@ class _Reader:
             table.has_device = True
             table.device_event_count += len(dev_dur)
 
-        launched_at: dict[int, tuple[int, int]] = {}  # orphan -> (thread, launch instant)
-        inside_op: list[tuple[int, int, int, int]] = []  # (thread, launch, op, ns) linked to an op
-        if launches:
-            per_thread = rows_by_thread(table, KIND_OP, launches, base)
-            for t, items in launches.items():
-                items.sort()
-                for (when, k), i in zip(items, innermost_open(per_thread[t], starts, ends, items)):
-                    if i >= 0:
-                        device[i] += dev_dur[k]
-                        self.linked_correlation += 1
-                        inside_op.append((t, when, i, dev_dur[k]))
-                    else:
-                        orphans.append(k)
-                        launched_at[k] = (t, when)
-        # A range opened inside the op that launched the work (nccl:all_reduce inside
-        # record_param_comms) ran that work: the range's device time too.
-        add_inner_range_device_time(table, inside_op, base)
+        launched_outside: dict[int, int] = {}  # device event -> its place in `launched`: no op
+        if launched.size:
+            thread, when = spans[launched, 0], spans[launched, 1]
+            ns = np.array(dev_dur, dtype=np.int64)[launched]
+            op = innermost_open(*_columns(table), _rows_of(table, KIND_OP, base), thread, when)
+            hit = op >= 0
+            _add_at(device, op[hit], ns[hit])
+            self.linked_correlation += int(hit.sum())
+            # A range opened inside the op that launched the work (nccl:all_reduce inside
+            # record_param_comms) ran that work: the range's device time too.
+            add_inner_range_device_time(table, thread[hit], when[hit], op[hit], ns[hit], base)
+            outside = np.flatnonzero(~hit)
+            launched_outside = dict(zip(launched[outside].tolist(), outside.tolist()))
+            orphans.extend(launched_outside)
 
         if orphans:
-            outside: dict[int, list[tuple[int, int]]] = {}
             by_ext: dict[Any, int] | None = None
             dev_ext = self.dev_ext
+            in_range: list[int] = []  # places in `launched` of work launched outside any op
             for k in orphans:
                 ext = dev_ext[k]
                 # Old Kineto copies the correlation into "External id"; only a distinct value
@@ -426,23 +422,25 @@ class _Reader:
                         continue
                 table.unattributed_device_ns += dev_dur[k]
                 self.unattributed_events += 1
-                if k in launched_at:
-                    t, when = launched_at[k]
-                    outside.setdefault(t, []).append((when, k))
+                if k in launched_outside:
+                    in_range.append(launched_outside[k])
             # Launched outside any op (a fused optimizer's kernels, launched from C++) but
             # inside a range: the range's device time. It stays "outside any op" as well.
-            if outside:
-                ranges = rows_by_thread(table, KIND_ANNOTATION, outside, base)
-                for t, items in outside.items():
-                    items.sort()
-                    for (_, k), i in zip(items, innermost_open(ranges[t], starts, ends, items)):
-                        if i >= 0:
-                            device[i] += dev_dur[k]
+            if in_range:
+                pick = np.array(in_range, dtype=np.int64)
+                r = innermost_open(*_columns(table), _rows_of(table, KIND_ANNOTATION, base), thread[pick], when[pick])
+                _add_at(device, r[r >= 0], ns[pick][r >= 0])
 
         if self.frames:
             self._locate(base)
         table.raw_event_count += self.raw_events
         self._reset_file()
+
+    def _out_of_range(self) -> TraceFormatError:
+        return TraceFormatError(
+            f"{self.files_pending}: a timestamp is out of range (beyond about 146 years in "
+            f"microseconds); is this a torch.profiler trace?"
+        )
 
     def _locate(self, base: int) -> None:
         """Each op's innermost user ``python_function`` frame on its thread, as 'file:line'."""
@@ -521,6 +519,34 @@ def _legacy_ranges(table: EventTable, base: int) -> None:
     for i in rows:
         if "::" not in names[i]:
             kinds[i] = KIND_ANNOTATION
+
+
+#: The launch of a device event whose correlation names no runtime call.
+_NO_LAUNCH = (-1, -1, -1)
+
+
+def _add_at(values: list[int], rows: np.ndarray, amounts: np.ndarray) -> None:
+    """``values[rows[k]] += amounts[k]`` for every k (a row may repeat), in exact integers."""
+    if rows.size:
+        lo = int(rows.min())
+        part = np.array(values[lo:], dtype=np.int64)
+        np.add.at(part, rows - lo, amounts)
+        values[lo:] = part.tolist()
+
+
+def _columns(table: EventTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The table's starts, ends and thread ids, as arrays (timestamps within int64: checked as
+    each file is read)."""
+    return (
+        np.array(table.starts, dtype=np.int64),
+        np.array(table.ends, dtype=np.int64),
+        np.array(table.tids, dtype=np.int64),
+    )
+
+
+def _rows_of(table: EventTable, kind: int, base: int) -> np.ndarray:
+    """The rows of ``kind`` from ``base`` on."""
+    return np.flatnonzero(np.array(table.kinds[base:], dtype=np.int8) == kind) + base
 
 
 def _no_args_or_malformed(args: Any) -> None:

@@ -25,6 +25,7 @@ import pytest
 
 from neuronscope.cli import main
 from neuronscope.errors import TraceFormatError
+from neuronscope.result import ProfileResult
 from neuronscope.trace import from_trace, jsontext
 from neuronscope.trace.jsontext import MAX_EVENT_BYTES
 
@@ -167,6 +168,21 @@ def test_a_timestamp_out_of_range_on_any_event_is_refused(
     odd = {"ph": "X", "pid": 1, "tid": 1, "ts": ts, "dur": 1, **event}
     path = _write(tmp_path / "t.json", _trace({**OP, "ts": 10, "dur": 50}, odd, kernel))
     _refused(path, capsys, "out of range")
+
+
+@pytest.mark.parametrize(
+    "dims, shown",
+    [(5, []), ("abc", []), ({"a": 1}, []), ([5], [[[]]]), ([[2, 3], 5], [[[2, 3], []]]), ([[[1, 2], [3]]], [[[[1, 2], [3]]]])],
+    ids=["int", "str", "object", "list-of-int", "int-among-dims", "tensor-list"],
+)
+def test_input_dims_of_any_json_type(tmp_path: Path, capsys: pytest.CaptureFixture[str], dims: Any, shown: Any) -> None:
+    # Only a list of lists is dims (a list of tensors' dims inside is kept as it is); anything
+    # else reads as no shape, not an error and not a string split into characters.
+    path = _write(tmp_path / "d.json", _trace({**OP, "ts": 100, "args": {"Input Dims": dims}}))
+    r = from_trace(path)
+    assert r.op("aten::mm").input_shapes == shown
+    assert ProfileResult.from_dict(json.loads(r.to_json())).op("aten::mm").input_shapes == shown
+    assert main(["show", str(path)]) == 0
 
 
 def test_a_dict_as_correlation_id(tmp_path: Path) -> None:

@@ -206,7 +206,7 @@ def summarize(table: EventTable) -> Summary:
         total_sum[present],
         dev_self_sum[present] if dev_self_sum is not None else None,
         dev_total_sum[present] if dev_total_sum is not None else None,
-        [[list(map(list, s)) for s in shapes_by_code.get(c, ())] for c in present.tolist()],
+        [[_signature(s) for s in shapes_by_code.get(c, ())] for c in present.tolist()],
     )
     op_events = int(calls.sum())
 
@@ -430,6 +430,12 @@ def _region_ops(
         pair = unique_sorted(ev_all * n_codes + reg_all)
         ev_all, reg_all = np.divmod(pair, n_codes)
     return reg_all, code[ev_all], ev_all
+
+
+def _signature(recorded: list[Any]) -> list[Any]:
+    """A copy of one call's recorded input dims for the op table: an input whose dims are no
+    list (not in any torch trace) reads as one without a shape."""
+    return [list(dims) if dims.__class__ is list else [] for dims in recorded]
 
 
 def _shapes(table: EventTable, codes: np.ndarray, rows: np.ndarray) -> dict[int, list[Any]]:

@@ -262,7 +262,9 @@ class _Reader:
                     if args is not None:
                         exts_append(args.external_id if code == KIND_OP else None)
                         dims = args.input_dims
-                        if dims is not None:
+                        if dims.__class__ is not list:
+                            dims = None  # none recorded, or no list of inputs' dims: no shapes
+                        else:
                             # Share one list between calls of an op with the shapes of its last
                             # call: loops repeat them, and shared lists keep memory low.
                             prev = last_dims.get(ev_name)

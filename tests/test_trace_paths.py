@@ -77,16 +77,35 @@ def test_array_layout_with_non_json_whitespace_reads_the_same_every_way(
 
 
 # ---- a second "traceEvents": the document's is the top-level one, the last (as json has it) ----
-@pytest.mark.parametrize("layout", ["nested-in-metadata", "duplicate-key"])
-def test_a_second_trace_events_list_reads_the_same_every_way(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layout: str) -> None:
-    evs = ",".join(_ops(600))
-    if layout == "nested-in-metadata":
-        text = '{"meta":{"traceEvents":[' + evs + '],"x":1},"schemaVersion":1,"traceEvents":[]}'
-    else:
-        text = '{"schemaVersion":1,"traceEvents":[' + evs + '],"traceEvents":[]}'
+# The key may be spelt with an escape ("trace\u0045vents" is "traceEvents" to any JSON reader).
+SECOND_EVENTS_LIST = {
+    "nested-in-metadata": '{"meta":{"traceEvents":[EVS],"x":1},"schemaVersion":1,"traceEvents":[ADD]}',
+    "duplicate-key": '{"schemaVersion":1,"traceEvents":[EVS],"traceEvents":[ADD]}',
+    "nested-then-escaped": '{"a":{"traceEvents":[EVS]},"trace\\u0045vents":[ADD],"schemaVersion":1}',
+    "nested-in-a-list-then-escaped": '{"x":[{"traceEvents":[EVS]}],"trace\\u0045vents":[ADD],"b":2}',
+    "escaped-duplicate-after": '{"traceEvents":[EVS],"x":1,"trace\\u0045vents":[ADD]}',
+    "escaped-duplicate-before": '{"trace\\u0045vents":[ADD],"traceEvents":[EVS]}',
+}
+
+
+@pytest.mark.parametrize("document_events", ["none", "one"])
+@pytest.mark.parametrize("layout", list(SECOND_EVENTS_LIST))
+def test_a_second_trace_events_list_reads_the_same_every_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layout: str, document_events: str
+) -> None:
+    add = json.dumps({**OP, "name": "aten::add"}) if document_events == "one" else ""
+    text = SECOND_EVENTS_LIST[layout].replace("EVS", ",".join(_ops(600))).replace("ADD", add)
     path = tmp_path / "two.json"
     path.write_text(text)
-    _assert_agree(_three_ways(path, monkeypatch))
+    out = _three_ways(path, monkeypatch)
+    _assert_agree(out)
+    # The events read are the ones json.loads has as the document's (the last top-level list).
+    names = [event["name"] for event in json.loads(text)["traceEvents"]]
+    read = _short(out["at-once"])
+    if names:
+        assert read == ("ok", [(names[0], len(names))])
+    else:  # no events: an empty result where the file says it is a profiler's (schemaVersion)
+        assert read == ("ok", []) or "holds no torch.profiler events" in read[1]
 
 
 # ---- args that are no object: none where falsy, never read where the event is skipped ---------

@@ -225,30 +225,45 @@ def stream(path: Path, name: str, ingest: Ingest) -> dict[str, Any]:
         if rest.strip(_JSON_SPACE):
             raise Fallback
         return {}
+    outside = head + b"]" + rest  # the document with "[]" for its events
     try:
-        if _EVENTS_NAME.search(rest) and _repeats_events_key(rest):
-            raise Fallback  # a second top-level "traceEvents": the last is the document's
-        meta = _decode_any(head + b"]" + rest)
-    except ValueError:
+        top = _metadata(_decode_any(outside), outside, len(head) - 1)
+    except (ValueError, RecursionError):
         raise Fallback from None
-    if not isinstance(meta, dict) or meta.get("traceEvents") != []:
+    if top is None:
         raise Fallback
-    del meta["traceEvents"]
-    return meta
+    return top
 
 
-def _repeats_events_key(rest: bytes) -> bool:
-    """Whether the text after the events' list (``, "key": ... }``) holds another top-level
-    "traceEvents" (not one inside a nested object)."""
-    keys = json.loads(b'{"traceEvents": []' + rest, object_pairs_hook=lambda pairs: [k for k, _ in pairs])
-    return keys.count("traceEvents") > 1
+def _metadata(doc: Any, text: bytes, start: int) -> dict[str, Any] | None:
+    """The top-level keys, less "traceEvents", of a document whose events' list was cut out:
+    ``text`` is the rest with "[]" in the list's place, at ``start``; ``doc`` is ``text``
+    decoded. None where the list cut out is not the document's events.
+
+    Where the name "traceEvents" is written once in ``text``, unescaped, and ``doc``'s
+    top-level "traceEvents" is [], that name is the top-level key and the list is its value.
+    Else the list must open in the top-level object (a nested key leaves a bracket open), and
+    the object must name "traceEvents" once: JSON's last key wins, and a second one may be
+    spelt with an escape (``"trace\\u0045vents"``)."""
+    if not isinstance(doc, dict) or doc.pop("traceEvents", None) != []:
+        return None
+    if b"\\" in text or len(_EVENTS_NAME.findall(text)) > 1:
+        if not _top_level(text[: start + 1]):
+            return None
+        try:
+            keys = json.loads(text, object_pairs_hook=lambda pairs: [key for key, _ in pairs])
+        except (ValueError, RecursionError):
+            return None
+        if keys.count("traceEvents") != 1:
+            return None
+    return doc
 
 
 def _top_level(head: bytes) -> bool:
     """Whether ``head`` (the text up to the events' "[") opens the events of the top-level
-    object: closed there, it is a whole object."""
+    object: closed there, it is a whole object (a nested key leaves a bracket open)."""
     try:
-        return isinstance(json.loads(head + b"]}"), dict)
+        return isinstance(_decode_any(head + b"]}"), dict)
     except (ValueError, RecursionError):
         return False
 
@@ -405,17 +420,14 @@ def _events_span(data: bytes) -> tuple[tuple[int, int], dict[str, Any]] | None:
         if data[max(start, end - 64) : end].rstrip(_JSON_SPACE)[-1:] not in (b"}", b"["):
             continue  # a "]" in the metadata's strings, or closing a list of values
         tries -= 1
+        text = data[: start + 1] + b"]" + data[end + 1 :]
         try:
-            meta = msgspec.json.decode(data[: start + 1] + b"]" + data[end + 1 :])
-        except ValueError:
-            continue
-        if isinstance(meta, dict) and meta.pop("traceEvents", _NOT_A_LIST) == [] and _EVENTS_NAME.search(data, end) is None:
-            return (start, end + 1), meta
-        return None
+            doc = _decode_any(text)
+        except (ValueError, RecursionError):
+            continue  # not the list's end: the text around it does not close
+        meta = _metadata(doc, text, start)
+        return None if meta is None else ((start, end + 1), meta)
     return None
-
-
-_NOT_A_LIST = object()
 
 
 def _decode_checked(data: bytes, name: str) -> tuple[list[Any], dict[str, Any]]:

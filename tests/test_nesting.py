@@ -1,6 +1,7 @@
 """The nesting in array operations agrees with the sweep with a stack it stands for: random
 tables (partial overlaps, ties, zero-length events, several threads, deep nesting), each
-instant's innermost open event checked against a plain Python sweep."""
+event's parent and each instant's innermost open event checked against a plain Python sweep;
+the tree of maxima against a plain search; a nesting 100,000 deep read in linear time."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import random
 import numpy as np
 import pytest
 
-from neuronscope.events import EventTable
-from neuronscope.events.nesting import add_inner_range_device_time, innermost_open
+from neuronscope.events import EventTable, nesting, summary
+from neuronscope.events.nesting import add_inner_range_device_time, innermost_open, last_reaching, parents, subtree_ends
 from neuronscope.events.table import KIND_ANNOTATION, KIND_OP
 
 
@@ -45,6 +46,12 @@ def _random_table(rng: random.Random, n: int, span: int, threads: int) -> tuple[
     ends = [s + rng.choice([0, 0, 1, rng.randrange(span // 4 + 1), rng.randrange(span)]) for s in starts]
     tids = [rng.randrange(threads) for _ in range(n)]
     return starts, ends, tids
+
+
+def _sorted_random_table(rng: random.Random) -> tuple[list[int], list[int], list[int]]:
+    starts, ends, tids = _random_table(rng, rng.choice([1, 2, 5, 20, 300]), rng.choice([3, 10, 1000]), rng.choice([1, 2, 3]))
+    rows = sorted(range(len(starts)), key=lambda i: (tids[i], starts[i], -ends[i]))
+    return [starts[i] for i in rows], [ends[i] for i in rows], [tids[i] for i in rows]
 
 
 def _vectorised(starts: list[int], ends: list[int], tids: list[int], rows: list[int], instants: list[tuple[int, int]]) -> list[int]:
@@ -91,3 +98,96 @@ def test_a_range_opened_inside_the_launching_op_gets_the_device_time() -> None:
         table.device_ns.append(0)
     add_inner_range_device_time(table, arr([0, 0, 1]), arr([150, 110, 150]), arr([0, 0, 0]), arr([7, 5, 3]))
     assert table.range_device_ns == {1: 7}
+
+
+# ---- parents: key_averages' stack, and the tree of maxima for what pointer jumping leaves ----
+def _stack_parents(starts: list[int], ends: list[int], tids: list[int]) -> list[int]:
+    """The reference, events in (thread, start, -end) order: each pops the open ones that end
+    before its threshold (its end; start + 1 for an instant), its parent is the top."""
+    out, stack = [], []
+    for i, (s, e, t) in enumerate(zip(starts, ends, tids)):
+        if i and t != tids[i - 1]:
+            stack = []
+        thr = e if e > s else s + 1
+        while stack and ends[stack[-1]] < thr:
+            stack.pop()
+        out.append(stack[-1] if stack else -1)
+        stack.append(i)
+    return out
+
+
+def _parents(starts: list[int], ends: list[int], tids: list[int]) -> list[int]:
+    t = arr(tids)
+    new_thread = np.ones(len(t), dtype=bool)
+    new_thread[1:] = t[1:] != t[:-1]
+    return parents(arr(starts), arr(ends), new_thread).tolist()
+
+
+@pytest.mark.parametrize("jump_rounds", [0, 1, 24])
+@pytest.mark.parametrize("seed", range(100))
+def test_parents_are_the_stack_sweeps(seed: int, jump_rounds: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # No rounds of pointer jumping: the tree of maxima finds every parent; one round: most.
+    monkeypatch.setattr(nesting, "_JUMP_ROUNDS", jump_rounds)
+    starts, ends, tids = _sorted_random_table(random.Random(seed))
+    assert _parents(starts, ends, tids) == _stack_parents(starts, ends, tids)
+
+
+def test_a_nesting_100000_deep_takes_no_round_per_level() -> None:
+    # Ops nested 100,000 deep, op i over [i, 4d - 2i]; after the inner ones closed, an instant
+    # in each, at 4d - 2i - 1, in time order (the innermost op's first). Pointer jumping
+    # carries each instant down the others' to the innermost op, then one level a round: a
+    # round per level (most of a minute here); the tree of maxima finds them in a fraction of a second.
+    d = 100_000
+    starts = list(range(d)) + [4 * d - 2 * i - 1 for i in reversed(range(d))]
+    ends = [4 * d - 2 * i for i in range(d)] + starts[d:]
+    got = _parents(starts, ends, [0] * (2 * d))
+    assert got[:d] == list(range(-1, d - 1))
+    assert got[d:] == list(reversed(range(d)))  # each instant's parent: the op it is in
+
+
+@pytest.mark.parametrize("seed", range(50))
+def test_last_reaching_is_a_plain_search(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    values = rng.integers(-5, 20, rng.integers(1, 80))
+    upto = rng.integers(-2, values.size, 40)
+    at_least = rng.integers(-6, 22, 40)
+    expected = [max((j for j in range(u + 1) if values[j] >= a), default=-1) for u, a in zip(upto, at_least)]
+    assert last_reaching(values, upto, at_least).tolist() == expected
+
+
+# ---- subtrees and device totals: runs of positions, sums up the links ---------------------------
+def _summed_up(parent: list[int], own: list[int], legacy: list[bool]) -> list[int]:
+    """The reference: children after parents, each adds its total to its parent's unless the
+    parent is legacy (which keeps its own time only)."""
+    total = list(own)
+    for i in reversed(range(len(parent))):
+        if parent[i] >= 0 and not legacy[parent[i]]:
+            total[parent[i]] += total[i]
+    return total
+
+
+@pytest.mark.parametrize("climb_levels", [0, 2, 32])
+@pytest.mark.parametrize("seed", range(100))
+def test_device_totals_are_sums_up_the_links(seed: int, climb_levels: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # No levels climbed: every total from the subtrees; two: most tables switch part way.
+    monkeypatch.setattr(summary, "_CLIMB_LEVELS", climb_levels)
+    rng = random.Random(seed)
+    starts, ends, tids = _sorted_random_table(rng)
+    parent = _parents(starts, ends, tids)
+    own = [rng.choice([0, 0, rng.randrange(1000)]) for _ in parent]
+    legacy = [rng.random() < 0.2 for _ in parent]
+    got = summary.device_totals(arr(parent), arr(own), np.array(legacy, dtype=bool))
+    assert got.tolist() == _summed_up(parent, own, legacy)
+    # Each subtree is the run from the event to its last descendant.
+    last = subtree_ends(arr(parent)).tolist()
+    for i in range(len(parent)):
+        inside = [j for j in range(len(parent)) if j == i or _is_below(parent, j, i)]
+        assert inside == list(range(i, last[i] + 1))
+
+
+def _is_below(parent: list[int], j: int, i: int) -> bool:
+    while parent[j] >= 0:
+        j = parent[j]
+        if j == i:
+            return True
+    return False

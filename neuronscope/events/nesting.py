@@ -13,10 +13,10 @@ import numpy as np
 
 from .table import KIND_ANNOTATION, EventTable
 
-__all__ = ["add_inner_range_device_time", "innermost_open", "parents"]
+__all__ = ["add_inner_range_device_time", "innermost_open", "last_reaching", "parents", "subtree_ends"]
 
 
-def parents(starts: np.ndarray, ends: np.ndarray, new_thread: np.ndarray, thr: np.ndarray | None = None) -> np.ndarray:
+def parents(starts: np.ndarray, ends: np.ndarray, new_thread: np.ndarray) -> np.ndarray:
     """Parent of each event, as ``key_averages`` nests them; events sorted by thread, then
     (start, -end). Returns positions in that order, -1 for none.
 
@@ -28,12 +28,12 @@ def parents(starts: np.ndarray, ends: np.ndarray, new_thread: np.ndarray, thr: n
     candidate ends too early, jumps to the candidate's own candidate. Everything skipped ends
     before the candidate's threshold, which is at most ``thr[i]``, so no jump passes the answer;
     the events that have no parent at all are settled first, from the running maximum end.
-    Another ``thr`` (at most ``ends + 1``, so that the jumps stay valid) gives the nearest
-    earlier event that ends at or after it: ``ends + 1``, the nearest that ends later.
+    A jump that lands on an event whose parent is settled moves one level up per round: after
+    :data:`_JUMP_ROUNDS` rounds (real traces need fewer), the events still looking are found
+    by :func:`last_reaching`, so that a nesting thousands deep costs no more than a shallow one.
     """
     m = len(starts)
-    if thr is None:
-        thr = np.where(ends > starts, ends, starts + 1)
+    thr = np.where(ends > starts, ends, starts + 1)
     ans = np.arange(-1, m - 1, dtype=np.int64)
     ans[new_thread] = -1
     # Running max of ends within each thread, up to the previous event.
@@ -48,7 +48,9 @@ def parents(starts: np.ndarray, ends: np.ndarray, new_thread: np.ndarray, thr: n
     orphan = new_thread | (before < thr)
     ans[orphan] = -1
     todo = np.flatnonzero(~orphan)
-    while todo.size:
+    for _ in range(_JUMP_ROUNDS):
+        if not todo.size:
+            return ans
         cand = ans[todo]
         miss = ends[cand] < thr[todo]
         todo = todo[miss]
@@ -57,7 +59,72 @@ def parents(starts: np.ndarray, ends: np.ndarray, new_thread: np.ndarray, thr: n
         nxt = ans[cand[miss]]
         ans[todo] = nxt
         todo = todo[nxt >= 0]
+    if todo.size:  # nothing after ans[i] (up to i) reaches thr[i]; an earlier thread's event is none
+        thread_start = np.maximum.accumulate(np.where(new_thread, np.arange(m), 0))
+        found = last_reaching(ends, ans[todo], thr[todo])
+        ans[todo] = np.where(found >= thread_start[todo], found, -1)
     return ans
+
+
+def subtree_ends(parent: np.ndarray) -> np.ndarray:
+    """The last descendant of each event (itself where it has none), events in the order of
+    :func:`parents` (a preorder: an event's descendants follow it, a run of positions). The run
+    ends before the first later event whose parent comes before the event (on another thread:
+    -1); found for all at once with :func:`last_reaching`, over the order reversed."""
+    m = parent.size
+    i = np.arange(m)
+    # First j > i with -parent[j] >= 1 - i; in the reversed order (j = m - 1 - r), the last r
+    # at or before m - 2 - i.
+    r = last_reaching(-parent[::-1], m - 2 - i, 1 - i)
+    return np.where(r >= 0, m - 2 - r, m - 1)
+
+
+#: Rounds of pointer jumping in :func:`parents` before the rest go to :func:`last_reaching`:
+#: the traces we know need 13 to 19, each cheaper than a round of the tree.
+_JUMP_ROUNDS = 24
+
+
+def last_reaching(values: np.ndarray, upto: np.ndarray, at_least: np.ndarray) -> np.ndarray:
+    """For each query ``k``, the last position ``j <= upto[k]`` with ``values[j] >= at_least[k]``,
+    or -1 (also where ``upto[k] < 0``). All queries at once, in at most 2 log2(len(values))
+    rounds, with a tree of maxima (twice the values' memory): from the leaf ``upto[k]`` up
+    until the subtree just left of the path holds a value that reaches, then down into its
+    rightmost part that does."""
+    out = np.full(upto.size, -1, dtype=np.int64)
+    n = values.size
+    if not n:
+        return out
+    size = 1 << (n - 1).bit_length()
+    # tree[1] is the root, tree[i]'s children are 2i and 2i + 1, the leaves tree[size:]; tree[0]
+    # (the root's "left sibling") and the padding are below any value.
+    tree = np.full(2 * size, np.iinfo(np.int64).min, dtype=np.int64)
+    tree[size : size + n] = values
+    half = size >> 1
+    while half:
+        tree[half : 2 * half] = np.maximum(tree[2 * half : 4 * half : 2], tree[2 * half + 1 : 4 * half : 2])
+        half >>= 1
+    query = np.flatnonzero(upto >= 0)
+    node = upto[query] + size
+    need = at_least[query]
+    here = tree[node] >= need
+    found_query, found_node = [query[here]], [node[here]]
+    query, node, need = query[~here], node[~here], need[~here]
+    while query.size:  # up: a right child whose left sibling holds a value that reaches
+        left = ((node & 1) == 1) & (tree[node - 1] >= need)
+        found_query.append(query[left])
+        found_node.append(node[left] - 1)
+        node = node[~left] >> 1
+        go_on = node > 1  # at the root: nothing to the left reaches
+        query, node, need = query[~left][go_on], node[go_on], need[~left][go_on]
+    query, node = np.concatenate(found_query), np.concatenate(found_node)
+    need = at_least[query]
+    inner = np.flatnonzero(node < size)
+    while inner.size:  # down: into the right child where it reaches, else the left
+        right = 2 * node[inner] + 1
+        node[inner] = np.where(tree[right] >= need[inner], right, right - 1)
+        inner = inner[node[inner] < size]
+    out[query] = node - size
+    return out
 
 
 def innermost_open(
@@ -69,9 +136,8 @@ def innermost_open(
     The innermost is the one a sweep with a stack finds (events pushed in (thread, start,
     -end) order, each popping those that ended at or before its start; at an instant, those
     ended before it popped; the top is the answer): the latest event in that order that has
-    started by the instant and not ended before it. From the last event started by then, the
-    links to the nearest earlier event that ends later (ends grow along them) lead to it;
-    binary lifting takes jumps of 1, 2, 4... links, so a deep nesting costs O(log depth) rounds.
+    started by the instant and not ended before it: from the last event started by then, the
+    last that ends at or after the instant (:func:`last_reaching`), however deep the nesting.
     """
     out = np.full(len(when), -1, dtype=np.int64)
     if not rows.size or not when.size:
@@ -79,8 +145,6 @@ def innermost_open(
     order = rows[np.lexsort((-ends[rows], starts[rows], tids[rows]))]  # stable: ties by row
     s, e, t = starts[order], ends[order], tids[order]
     m = order.size
-    new_thread = np.ones(m, dtype=bool)
-    new_thread[1:] = t[1:] != t[:-1]
 
     # The last event started at or before each instant (events first on a tie), on its thread.
     is_instant = np.concatenate([np.zeros(m, dtype=bool), np.ones(when.size, dtype=bool)])
@@ -90,29 +154,15 @@ def innermost_open(
     at[merged[is_instant[merged]] - m] = last[is_instant[merged]]
     at[(at < 0) | (t[np.maximum(at, 0)] != thread)] = -1
 
-    # Where that one ended before the instant: the nearest earlier one that ends at or after it.
+    # Where that one ended before the instant: the last one before it, on its thread, that
+    # ends at or after the instant (any between ended before it, or closed inside that one).
     climb = np.flatnonzero((at >= 0) & (e[np.maximum(at, 0)] < when))
     if climb.size:
-        later = parents(s, e, new_thread, thr=e + 1)  # the nearest earlier that ends later
-        cur, w = at[climb], when[climb]
-        for up in reversed(_lifting(later)):
-            nxt = up[cur]
-            cur = np.where((nxt >= 0) & (e[np.maximum(nxt, 0)] < w), nxt, cur)
-        nxt = later[cur]
-        at[climb] = np.where((nxt >= 0) & (e[np.maximum(nxt, 0)] >= w), nxt, -1)
+        up = last_reaching(e, at[climb], when[climb])
+        at[climb] = np.where((up >= 0) & (t[np.maximum(up, 0)] == thread[climb]), up, -1)
     found = at >= 0
     out[found] = order[at[found]]
     return out
-
-
-def _lifting(up: np.ndarray) -> list[np.ndarray]:
-    """Binary lifting over the links ``up`` (-1: none): level ``k`` holds each event's
-    ``2**k``-th link, -1 where the chain is shorter."""
-    levels = [up]
-    while (up >= 0).any():
-        up = np.where(up >= 0, up[np.maximum(up, 0)], -1)
-        levels.append(up)
-    return levels
 
 
 def add_inner_range_device_time(

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from .arrays import setdiff_sorted, unique_first_inverse, unique_sorted
-from .nesting import parents
+from .nesting import last_reaching, parents, subtree_ends
 from .stats import OpStat, RegionStat
 from .table import (
     FLAG_ASYNC,
@@ -160,20 +160,10 @@ def summarize(table: EventTable) -> Summary:
     # ---- device totals: own plus descendants' (a legacy event counts only its own) ----
     s_dev_total = s_dev_self = None
     if s_dev_own is not None:
-        s_dev_total = s_dev_own.copy()
         # A folded event is gone in key_averages: its children count as its parent's, so it
         # must pass everything up, whatever it was.
         legacy = ((flags[order] & FLAG_LEGACY_DEVICE) != 0) & ~folded
-        any_legacy = bool(legacy.any())
-        pos = np.flatnonzero(s_dev_own)
-        w = s_dev_own[pos]
-        while pos.size:
-            up = parent[pos]
-            keep = up >= 0
-            if any_legacy:
-                keep &= ~legacy[np.where(keep, up, 0)]
-            pos, w = up[keep], w[keep]
-            np.add.at(s_dev_total, pos, w)
+        s_dev_total = device_totals(parent, s_dev_own, legacy)
         s_dev_self = s_dev_total - np.bincount(p_idx, weights=s_dev_total[has_p], minlength=m).astype(np.int64)
 
     # ---- ops ----
@@ -391,6 +381,54 @@ def _runs(values: np.ndarray) -> list[tuple[int, int, int]]:
     starts = [0, *cuts]
     stops = [*cuts, len(values)]
     return list(zip(values[starts].tolist(), starts, stops))
+
+
+#: Levels :func:`device_totals` climbs one at a time before it sums whole subtrees instead:
+#: real nestings of ops are shallower, and a climb is cheaper than the subtrees' search.
+_CLIMB_LEVELS = 32
+
+
+def device_totals(parent: np.ndarray, own: np.ndarray, legacy: np.ndarray) -> np.ndarray:
+    """Each event's device time with its descendants' (events in the order of
+    :func:`~.nesting.parents`), as ``key_averages`` counts it: an event flagged ``legacy`` (its
+    device time from the op itself) takes none of its descendants' time, nor passes it up.
+
+    The time climbs the links a level a round; where it has not reached the top after
+    :data:`_CLIMB_LEVELS` (a nesting that deep is hostile), every total is made from the
+    subtrees instead, runs of positions in this order: prefix sums, less what a legacy event
+    holds back from its ancestors up to the nearest legacy one above it."""
+    total = own.copy()
+    pos = np.flatnonzero(own)
+    w = own[pos]
+    for _ in range(_CLIMB_LEVELS):
+        if not pos.size:
+            return total
+        up = parent[pos]
+        keep = up >= 0
+        keep[keep] = ~legacy[up[keep]]
+        pos, w = up[keep], w[keep]
+        np.add.at(total, pos, w)
+    if not pos.size:
+        return total
+    last = subtree_ends(parent)
+    first = np.arange(parent.size)
+
+    def subtree_sum(values: np.ndarray) -> np.ndarray:
+        before = np.concatenate(([0], np.cumsum(values)))
+        return before[last + 1] - before[first]
+
+    total = subtree_sum(own)
+    held = np.flatnonzero(legacy)
+    if held.size:
+        back = total[held] - own[held]  # what a legacy event holds back: its descendants'
+        # Taken from each ancestor up to the nearest legacy one above (which holds it back too).
+        above = last_reaching(np.where(legacy, last, -1), held - 1, held)
+        marks = np.zeros(parent.size, dtype=np.int64)
+        np.add.at(marks, held, back)
+        np.subtract.at(marks, above[above >= 0], back[above >= 0])
+        total -= subtree_sum(marks)
+        total[held] = own[held]
+    return total
 
 
 def _region_ops(

@@ -1,4 +1,5 @@
-"""``np.unique`` (and ``np.setdiff1d``, which calls it) of integer arrays, by sorting.
+"""``np.unique`` (and ``np.setdiff1d``, which calls it) of integer arrays, by sorting; runs of
+positions concatenated.
 
 numpy 2.3 and later find the distinct values of an array without ``return_inverse`` by hashing,
 then sort them: on the arrays here (thousands of distinct event positions, thread ids, pairs
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["setdiff_sorted", "unique_first_inverse", "unique_sorted"]
+__all__ = ["runs_concatenated", "setdiff_sorted", "unique_first_inverse", "unique_sorted"]
 
 
 def _starts(sorted_values: np.ndarray) -> np.ndarray:
@@ -43,3 +44,10 @@ def setdiff_sorted(values: np.ndarray, exclude: np.ndarray) -> np.ndarray:
     """``np.setdiff1d(values, exclude)``: the distinct values not in ``exclude``, ascending."""
     kept = unique_sorted(values)
     return kept[np.isin(kept, unique_sorted(exclude), assume_unique=True, invert=True)]
+
+
+def runs_concatenated(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """``np.concatenate([np.arange(a, b) for a, b in zip(lo, hi)])``, without a Python loop."""
+    counts = hi - lo
+    total = int(counts.sum())
+    return np.repeat(lo - (np.cumsum(counts) - counts), counts) + np.arange(total)

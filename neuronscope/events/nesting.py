@@ -66,13 +66,14 @@ def parents(starts: np.ndarray, ends: np.ndarray, new_thread: np.ndarray) -> np.
     return ans
 
 
-def subtree_ends(parent: np.ndarray) -> np.ndarray:
-    """The last descendant of each event (itself where it has none), events in the order of
-    :func:`parents` (a preorder: an event's descendants follow it, a run of positions). The run
-    ends before the first later event whose parent comes before the event (on another thread:
-    -1); found for all at once with :func:`last_reaching`, over the order reversed."""
+def subtree_ends(parent: np.ndarray, of: np.ndarray | None = None) -> np.ndarray:
+    """The last descendant of each event (itself where it has none), or of the events at the
+    positions ``of``; events in the order of :func:`parents` (a preorder: an event's
+    descendants follow it, a run of positions). The run ends before the first later event whose
+    parent comes before the event (on another thread: -1); found for all at once with
+    :func:`last_reaching`, over the order reversed."""
     m = parent.size
-    i = np.arange(m)
+    i = np.arange(m) if of is None else of
     # First j > i with -parent[j] >= 1 - i; in the reversed order (j = m - 1 - r), the last r
     # at or before m - 2 - i.
     r = last_reaching(-parent[::-1], m - 2 - i, 1 - i)

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from .arrays import setdiff_sorted, unique_first_inverse, unique_sorted
+from .arrays import runs_concatenated, setdiff_sorted, unique_first_inverse, unique_sorted
 from .nesting import last_reaching, parents, subtree_ends
 from .stats import OpStat, RegionStat
 from .table import (
@@ -329,13 +329,9 @@ def _other_thread_work(
     reg_parts: list[np.ndarray] = []
     ev_parts: list[np.ndarray] = []
     for mine, ranges, lo, hi in spans:
-        counts = hi - lo
-        total = int(counts.sum())
-        if not total:
-            continue
-        first = np.repeat(lo - (np.cumsum(counts) - counts), counts)
-        ev_parts.append(mine[first + np.arange(total)])
-        reg_parts.append(np.repeat(ranges, counts))
+        if (hi > lo).any():
+            ev_parts.append(mine[runs_concatenated(lo, hi)])
+            reg_parts.append(np.repeat(ranges, hi - lo))
     if not ev_parts:
         return None
     return np.concatenate(reg_parts), np.concatenate(ev_parts)
@@ -383,8 +379,9 @@ def _runs(values: np.ndarray) -> list[tuple[int, int, int]]:
     return list(zip(values[starts].tolist(), starts, stops))
 
 
-#: Levels :func:`device_totals` climbs one at a time before it sums whole subtrees instead:
-#: real nestings of ops are shallower, and a climb is cheaper than the subtrees' search.
+#: Levels :func:`device_totals` and :func:`_region_ops` climb one at a time before they take
+#: whole subtrees instead: real nestings are shallower, and a climb is cheaper than the
+#: subtrees' search.
 _CLIMB_LEVELS = 32
 
 
@@ -432,12 +429,15 @@ def device_totals(parent: np.ndarray, own: np.ndarray, legacy: np.ndarray) -> np
 
 
 def _region_ops(
-    parent: np.ndarray, kind: np.ndarray, code: np.ndarray, op_pos: np.ndarray, n_codes: int
+    parent: np.ndarray, kind: np.ndarray, code: np.ndarray, positions: np.ndarray, n_codes: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """(region code, op code, op position) for each op and each distinct range name around it.
+    """(region code, event code, event position) for each of the ascending ``positions`` and
+    each distinct range name around it.
 
     ``near[i]``: the innermost range around event ``i`` (-1 for none), by pointer jumping over
-    the parents that are not ranges; then each op climbs from range to range.
+    the parents that are not ranges; then each event climbs from range to range, at most
+    :data:`_CLIMB_LEVELS` levels. Ranges nested deeper (hostile: a pair per level, 2 x 10^8 of
+    them for 20,000 levels) go by :func:`_in_outermost_ranges`, as much work as pairs.
     """
     is_ann = kind == KIND_ANNOTATION
     near = parent.copy()
@@ -450,9 +450,9 @@ def _region_ops(
         todo = todo[~is_ann[near[todo]]]
     ev_parts: list[np.ndarray] = []
     reg_parts: list[np.ndarray] = []
-    ev = op_pos
-    cur = near[op_pos]
-    while True:
+    ev = positions
+    cur = near[positions]
+    for _ in range(_CLIMB_LEVELS + 1):
         live = cur >= 0
         ev, cur = ev[live], cur[live]
         if not ev.size:
@@ -460,14 +460,42 @@ def _region_ops(
         ev_parts.append(ev)
         reg_parts.append(code[cur])
         cur = near[cur]
+    else:
+        return _in_outermost_ranges(parent, kind, code, positions)
     if not ev_parts:
         return None
     ev_all = np.concatenate(ev_parts)
     reg_all = np.concatenate(reg_parts)
-    if len(ev_parts) > 1:  # ranges of one name nested: count the op once for that name
+    if len(ev_parts) > 1:  # ranges of one name nested: count the event once for that name
         pair = unique_sorted(ev_all * n_codes + reg_all)
         ev_all, reg_all = np.divmod(pair, n_codes)
     return reg_all, code[ev_all], ev_all
+
+
+def _in_outermost_ranges(
+    parent: np.ndarray, kind: np.ndarray, code: np.ndarray, positions: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """:func:`_region_ops` however deep ranges nest: an event is inside a range name where it
+    is inside the outermost range of that name around it, and the events inside a range are a
+    run of positions (the order of :func:`~.nesting.parents` is a preorder), found by binary
+    search."""
+    ranges = np.flatnonzero(kind == KIND_ANNOTATION)
+    ranges = ranges[np.argsort(code[ranges], kind="stable")]
+    names, last = code[ranges], subtree_ends(parent, ranges)
+    # Within a name the positions grow: a range is inside an earlier one of its name where it
+    # starts at or before the furthest end so far. Each name's keys lie above every position of
+    # the names before it, so the running maximum starts afresh at each name.
+    stride = parent.size + 1
+    furthest = np.maximum.accumulate(names * stride + last)
+    outer = np.ones(ranges.size, dtype=bool)
+    outer[1:] = names[1:] * stride + ranges[1:] > furthest[:-1]
+    ranges, last = ranges[outer], last[outer]
+    lo = np.searchsorted(positions, ranges, side="right")  # a range is not inside itself
+    hi = np.searchsorted(positions, last, side="right")
+    if not (hi > lo).any():
+        return None
+    ev = positions[runs_concatenated(lo, hi)]
+    return np.repeat(code[ranges], hi - lo), code[ev], ev
 
 
 def _signature(recorded: list[Any]) -> list[Any]:

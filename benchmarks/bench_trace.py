@@ -311,7 +311,7 @@ def run_shared(runs: int, fresh: int = 3) -> None:
 
     The main figure is the steady state (repeated calls in one process, interleaved, medians of
     wall and CPU time; the CPU-time ratio is the steadier on a loaded machine), and beside it the
-    ratio of the quickest calls (load only ever adds time: the work itself); the first call
+    ratio of the quickest calls (the least disturbed by load); the first call
     of a fresh process (medians of ``fresh`` processes, each against a fresh process's gunzip +
     json.loads) is shown beside it."""
     fns: dict[str, Callable[[Path], Any]] = {"json": baseline, "from_trace": analyse}

@@ -34,6 +34,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
@@ -54,6 +55,7 @@ from neuronscope.events import (
     summarize,
     table_from_profiler,
 )
+from neuronscope.events.nesting import add_inner_range_device_time
 from neuronscope.pipeline import from_profiler
 
 SHARED_TRACES = Path(__file__).resolve().parent / "data" / "traces"
@@ -424,6 +426,36 @@ def test_random_tables_match_torchs_event_list() -> None:
         folded += len(table) + len(others) - sum(e.count for e in ref.values())
         _assert_same(summarize(table), ref)
     assert folded > 0  # the same-name folding rule was exercised
+
+
+@pytest.mark.parametrize("sync_range", [False, True], ids=["all-async", "a-sync-range"])
+def test_tables_whose_ops_are_all_async_match_torchs_event_list(sync_range: bool) -> None:
+    # Every op started on one thread and ended on another: no nesting to build (every event
+    # async raised IndexError), and op totals made of async durations alone (a type error).
+    t = EventTable(has_device=True)
+    if sync_range:
+        t.append("step", KIND_ANNOTATION, 1, 0, 100)
+    for k, name in enumerate(["aten::a", "aten::b", "aten::a"]):
+        t.append(name, KIND_OP, 1, 10 + 20 * k, 25 + 20 * k, flags=FLAG_ASYNC)
+    summary = summarize(t)
+    _assert_same(summary, _reference(t))
+    a = next(o for o in summary.ops if o.name == "aten::a")
+    assert (a.calls, a.self_cpu_us, a.cpu_total_us) == (2, 0.0, 0.03)
+
+
+def test_thread_ids_beyond_int64_nest_and_link() -> None:
+    # 64-bit unsigned thread ids (as some platforms' profilers write them) are only compared:
+    # numbered instead of made int64, in the summary and in linking device time to ranges.
+    big = 2**64 - 1
+    t = EventTable(has_device=True)
+    t.append("c10d::allreduce_", KIND_OP, big, 100, 200)
+    t.append("nccl:all_reduce", KIND_ANNOTATION, big, 120, 180)
+    t.append("aten::mm", KIND_OP, 5, 120, 180, device=4)
+    add_inner_range_device_time(t, np.array([150]), np.array([0]), np.array([7]))
+    assert t.range_device_ns == {1: 7}
+    ops = {o.name: o for o in summarize(t).ops}
+    assert ops["c10d::allreduce_"].self_cpu_us == 0.04  # the range is its child; aten::mm, on another thread, not
+    assert ops["aten::mm"].self_cpu_us == 0.06 and ops["aten::mm"].device_total_us == 0.004
 
 
 def _table_from_chrome_trace(path: Path) -> EventTable:

@@ -7,6 +7,7 @@ up the links; nestings 100,000 deep (ops) and 20,000 deep (ranges) read in linea
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import numpy as np
 import pytest
@@ -97,7 +98,8 @@ def test_a_range_opened_inside_the_launching_op_gets_the_device_time() -> None:
         table.starts.append(s)
         table.ends.append(e)
         table.device_ns.append(0)
-    add_inner_range_device_time(table, arr([0, 0, 1]), arr([150, 110, 150]), arr([0, 0, 0]), arr([7, 5, 3]))
+    # Launched inside the range, before it opened, after it closed.
+    add_inner_range_device_time(table, arr([150, 110, 190]), arr([0, 0, 0]), arr([7, 5, 3]))
     assert table.range_device_ns == {1: 7}
 
 
@@ -133,7 +135,21 @@ def test_parents_are_the_stack_sweeps(seed: int, jump_rounds: int, monkeypatch: 
     assert _parents(starts, ends, tids) == _stack_parents(starts, ends, tids)
 
 
-def test_a_nesting_100000_deep_takes_no_round_per_level() -> None:
+def _spy(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> list[int]:
+    """Count the calls of ``module.name`` (still calling it): that a deep nesting took the
+    path made for it, and did not merely finish in the end."""
+    calls: list[int] = []
+    real = getattr(module, name)
+
+    def counted(*args: Any) -> Any:
+        calls.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(module, name, counted)
+    return calls
+
+
+def test_a_nesting_100000_deep_takes_no_round_per_level(monkeypatch: pytest.MonkeyPatch) -> None:
     # Ops nested 100,000 deep, op i over [i, 4d - 2i]; after the inner ones closed, an instant
     # in each, at 4d - 2i - 1, in time order (the innermost op's first). Pointer jumping
     # carries each instant down the others' to the innermost op, then one level a round: a
@@ -141,7 +157,9 @@ def test_a_nesting_100000_deep_takes_no_round_per_level() -> None:
     d = 100_000
     starts = list(range(d)) + [4 * d - 2 * i - 1 for i in reversed(range(d))]
     ends = [4 * d - 2 * i for i in range(d)] + starts[d:]
+    searched = _spy(monkeypatch, nesting, "last_reaching")
     got = _parents(starts, ends, [0] * (2 * d))
+    assert searched  # the tree of maxima took over from pointer jumping
     assert got[:d] == list(range(-1, d - 1))
     assert got[d:] == list(reversed(range(d)))  # each instant's parent: the op it is in
 
@@ -225,7 +243,7 @@ def test_region_ops_are_the_range_names_up_the_links(seed: int, climb_levels: in
     assert pairs == _names_up_the_links(parent, is_range, code, positions)
 
 
-def test_ranges_nested_20000_deep_are_summarised_without_a_pair_per_level() -> None:
+def test_ranges_nested_20000_deep_are_summarised_without_a_pair_per_level(monkeypatch: pytest.MonkeyPatch) -> None:
     # Ranges of 7 names nested 20,000 deep, range i over [i, 4d - 2i]; after the inner ones
     # closed, op i inside range i. Climbing from range to range made an (op, range) pair per
     # level: 2 x 10^8 pairs, 40 s and 9 GiB; the outermost range of each name is all it takes.
@@ -239,7 +257,9 @@ def test_ranges_nested_20000_deep_are_summarised_without_a_pair_per_level() -> N
         ends=[4 * d - 2 * i for i in range(d)] + [s + 1 for s in op_starts],
         device_ns=[0] * (2 * d),
     )
+    outermost = _spy(monkeypatch, summary, "_in_outermost_ranges")
     regions = summary.summarize(table).regions
+    assert outermost  # the outermost ranges took over from the climb
     for c in range(7):
         # Op i is inside ranges 0..i: inside a range named r{c} where i >= c.
         calls = {f"aten::op{o}": sum(1 for i in range(c, d) if i % 5 == o) for o in range(5)}

@@ -108,6 +108,20 @@ def test_a_second_trace_events_list_reads_the_same_every_way(
         assert read == ("ok", []) or "holds no torch.profiler events" in read[1]
 
 
+@pytest.mark.parametrize("first", ["[1]", '["x", 2]', "[[]]"], ids=["int", "str-int", "list"])
+def test_a_first_list_of_values_the_events_override_is_read_as_json_does(tmp_path: Path, first: str) -> None:
+    # The list cut out runs from the first "traceEvents" to the last event: no list of events.
+    # Its first value is of the wrong shape for an event; read at once (as here) or whole,
+    # the document's events are the last list's, as json.loads has them.
+    path = tmp_path / "override.json"
+    path.write_text('{"traceEvents":' + first + ',"traceEvents":[' + ",".join(_ops(3)) + '],"x":[{}]}')
+    assert from_trace(path).op("aten::mm").calls == len(json.loads(path.read_text())["traceEvents"]) == 3
+    # Where the events themselves hold such a value, that is the error, at its place.
+    path.write_text('{"traceEvents":[' + ",".join([*_ops(3), first[1:-1]]) + '],"x":[{}]}')
+    with pytest.raises(TraceFormatError, match=r"malformed trace event: .* at `traceEvents\[3\]`"):
+        from_trace(path)
+
+
 # ---- args that are no object: none where falsy, never read where the event is skipped ---------
 @pytest.mark.parametrize("args", [0, "", [], False], ids=["zero", "empty-str", "empty-list", "false"])
 @pytest.mark.parametrize("cat", ["cpu_op", "kernel", "cuda_runtime"])

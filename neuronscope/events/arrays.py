@@ -1,5 +1,5 @@
 """``np.unique`` (and ``np.setdiff1d``, which calls it) of integer arrays, by sorting; runs of
-positions concatenated.
+positions concatenated; ids as int64.
 
 numpy 2.3 and later find the distinct values of an array without ``return_inverse`` by hashing,
 then sort them: on the arrays here (thousands of distinct event positions, thread ids, pairs
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["runs_concatenated", "setdiff_sorted", "unique_first_inverse", "unique_sorted"]
+__all__ = ["as_int64", "runs_concatenated", "setdiff_sorted", "unique_first_inverse", "unique_sorted"]
 
 
 def _starts(sorted_values: np.ndarray) -> np.ndarray:
@@ -47,7 +47,19 @@ def setdiff_sorted(values: np.ndarray, exclude: np.ndarray) -> np.ndarray:
 
 
 def runs_concatenated(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """``np.concatenate([np.arange(a, b) for a, b in zip(lo, hi)])``, without a Python loop."""
+    """``np.concatenate([np.arange(a, b) for a, b in zip(lo, hi)])`` where ``lo <= hi``, without
+    a Python loop."""
     counts = hi - lo
     total = int(counts.sum())
     return np.repeat(lo - (np.cumsum(counts) - counts), counts) + np.arange(total)
+
+
+def as_int64(ids: list[int]) -> np.ndarray:
+    """Ids (thread ids) as an int64 array; where one is beyond int64 (a 64-bit unsigned thread
+    id), numbered in order of first appearance instead: equal ids stay equal, nothing else is
+    kept."""
+    try:
+        return np.array(ids, dtype=np.int64)
+    except OverflowError:
+        codes: dict[int, int] = {}
+        return np.array([codes.setdefault(v, len(codes)) for v in ids], dtype=np.int64)

@@ -343,8 +343,7 @@ def _device_intervals(
     streams = list(map(get_stream, device_events)) if get_stream is not None else [0] * len(device_events)
     corr = list(map(ev_type.correlation_id, device_events))
     linked = list(map(ev_type.linked_correlation_id, device_events))
-    inner: list[tuple[int, int, int, int]] = []  # (thread, launch instant, op row, device ns)
-    tids = table.tids
+    inner: list[tuple[int, int, int]] = []  # (launch instant, op row, device ns)
     for k, act in enumerate(acts):
         if act in SYNC_CATEGORIES:
             if blocks_host(names[k]):
@@ -360,12 +359,12 @@ def _device_intervals(
         dev.launch_ends.append(launch[1] if launch else -1)
         op = index_by_corr.get(linked[k])
         if launch is not None and op is not None:
-            inner.append((tids[op], launch[0], op, ends[k] - starts[k]))
+            inner.append((launch[0], op, ends[k] - starts[k]))
     if len(dev):
         table.device = dev
     if inner:
-        thread, when, op_rows, ns = (np.array(col, dtype=np.int64) for col in zip(*inner))
-        add_inner_range_device_time(table, thread, when, op_rows, ns)
+        when, op_rows, ns = (np.array(col, dtype=np.int64) for col in zip(*inner))
+        add_inner_range_device_time(table, when, op_rows, ns)
 
 
 def attach_device_time(table: EventTable, device_events: Iterable[tuple[int, int]], index_by_corr: dict[int, int]) -> None:

@@ -11,9 +11,14 @@ import itertools
 
 import numpy as np
 
+from .arrays import as_int64
 from .table import KIND_ANNOTATION, EventTable
 
 __all__ = ["add_inner_range_device_time", "innermost_open", "last_reaching", "parents", "subtree_ends"]
+
+#: Rounds of pointer jumping in :func:`parents` before the rest go to :func:`last_reaching`:
+#: the traces we know need 13 to 19, each cheaper than a round of the tree.
+_JUMP_ROUNDS = 24
 
 
 def parents(starts: np.ndarray, ends: np.ndarray, new_thread: np.ndarray) -> np.ndarray:
@@ -43,7 +48,7 @@ def parents(starts: np.ndarray, ends: np.ndarray, new_thread: np.ndarray) -> np.
     for a, b in itertools.pairwise(bounds):
         np.maximum.accumulate(ends[a:b], out=run_max[a:b])
     before = np.empty(m, dtype=np.int64)
-    before[0] = -1
+    before[:1] = -1  # none where every event is async (m = 0)
     before[1:] = run_max[:-1]
     orphan = new_thread | (before < thr)
     ans[orphan] = -1
@@ -80,15 +85,10 @@ def subtree_ends(parent: np.ndarray, of: np.ndarray | None = None) -> np.ndarray
     return np.where(r >= 0, m - 2 - r, m - 1)
 
 
-#: Rounds of pointer jumping in :func:`parents` before the rest go to :func:`last_reaching`:
-#: the traces we know need 13 to 19, each cheaper than a round of the tree.
-_JUMP_ROUNDS = 24
-
-
 def last_reaching(values: np.ndarray, upto: np.ndarray, at_least: np.ndarray) -> np.ndarray:
     """For each query ``k``, the last position ``j <= upto[k]`` with ``values[j] >= at_least[k]``,
     or -1 (also where ``upto[k] < 0``). All queries at once, in at most 2 log2(len(values))
-    rounds, with a tree of maxima (twice the values' memory): from the leaf ``upto[k]`` up
+    rounds, with a tree of maxima (two to four times the values' memory): from the leaf ``upto[k]`` up
     until the subtree just left of the path holds a value that reaches, then down into its
     rightmost part that does."""
     out = np.full(upto.size, -1, dtype=np.int64)
@@ -136,9 +136,11 @@ def innermost_open(
 
     The innermost is the one a sweep with a stack finds (events pushed in (thread, start,
     -end) order, each popping those that ended at or before its start; at an instant, those
-    ended before it popped; the top is the answer): the latest event in that order that has
-    started by the instant and not ended before it: from the last event started by then, the
-    last that ends at or after the instant (:func:`last_reaching`), however deep the nesting.
+    ended before it popped; the top is the answer). That is the latest event in that order
+    that has started by the instant and not ended before it. Two steps find it: the last event
+    started by the instant (one sort of events and instants together); where that one ended
+    before the instant, the last event before it that ends at or after the instant
+    (:func:`last_reaching`: log n rounds, however deep the nesting).
     """
     out = np.full(len(when), -1, dtype=np.int64)
     if not rows.size or not when.size:
@@ -166,24 +168,24 @@ def innermost_open(
     return out
 
 
-def add_inner_range_device_time(
-    table: EventTable, thread: np.ndarray, when: np.ndarray, op: np.ndarray, device_ns: np.ndarray, base: int = 0
-) -> None:
-    """For device work linked to the op that launched it (launched on ``thread[k]`` at
-    ``when[k]`` inside row ``op[k]``, ``device_ns[k]`` long), add the time to the innermost
-    range open at the launch on that thread when the range opened inside the op
-    (``nccl:all_reduce`` inside ``record_param_comms``): :attr:`EventTable.range_device_ns`.
-    Only rows from ``base`` on are ranges considered."""
+def add_inner_range_device_time(table: EventTable, when: np.ndarray, op: np.ndarray, device_ns: np.ndarray, base: int = 0) -> None:
+    """For device work linked to the op that launched it (launched at ``when[k]`` inside row
+    ``op[k]``, ``device_ns[k]`` long), add the time to the innermost range open at the launch
+    on the op's thread when the range opened inside the op (``nccl:all_reduce`` inside
+    ``record_param_comms``): :attr:`EventTable.range_device_ns`. Only rows from ``base`` on
+    (ops and ranges alike: one file's) are read."""
     if not when.size:
         return
     kinds = np.array(table.kinds[base:], dtype=np.int8)
-    ranges = np.flatnonzero(kinds == KIND_ANNOTATION) + base
+    ranges = np.flatnonzero(kinds == KIND_ANNOTATION)
     if not ranges.size:
         return
-    starts = np.array(table.starts, dtype=np.int64)
-    r = innermost_open(starts, np.array(table.ends, dtype=np.int64), np.array(table.tids, dtype=np.int64), ranges, thread, when)
+    starts = np.array(table.starts[base:], dtype=np.int64)
+    tids = as_int64(table.tids[base:])
+    op = op - base
+    r = innermost_open(starts, np.array(table.ends[base:], dtype=np.int64), tids, ranges, tids[op], when)
     inside = (r >= 0) & (r != op)
     inside[inside] = starts[r[inside]] >= starts[op[inside]]
     extra = table.range_device_ns
-    for row, ns in zip(r[inside].tolist(), device_ns[inside].tolist()):
+    for row, ns in zip((r[inside] + base).tolist(), device_ns[inside].tolist()):
         extra[row] = extra.get(row, 0) + ns

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from .arrays import runs_concatenated, setdiff_sorted, unique_first_inverse, unique_sorted
+from .arrays import as_int64, runs_concatenated, setdiff_sorted, unique_first_inverse, unique_sorted
 from .nesting import last_reaching, parents, subtree_ends
 from .stats import OpStat, RegionStat
 from .table import (
@@ -40,14 +40,6 @@ class Summary:
 def _agg_name(name: str) -> str:
     """The name key_averages groups an event under."""
     return "ProfilerStep*" if name.startswith("ProfilerStep#") else name
-
-
-def _int_array(values: list[int]) -> np.ndarray:
-    try:
-        return np.array(values, dtype=np.int64)
-    except OverflowError:  # thread ids beyond int64: number them instead
-        codes: dict[int, int] = {}
-        return np.array([codes.setdefault(v, len(codes)) for v in values], dtype=np.int64)
 
 
 def _without_python_frames(others: EventTable) -> EventTable | None:
@@ -116,7 +108,7 @@ def summarize(table: EventTable) -> Summary:
     n_codes = len(key_names)
     codes = np.fromiter(map(code_of.__getitem__, all_names()), dtype=np.int64, count=n)
     kinds = np.array(col("kinds"), dtype=np.int8)
-    tids = _int_array(col("tids"))
+    tids = as_int64(col("tids"))
     starts = np.array(col("starts"), dtype=np.int64)
     ends = np.array(col("ends"), dtype=np.int64)
     dur = ends - starts
@@ -181,7 +173,8 @@ def summarize(table: EventTable) -> Summary:
     a_is_op = a_idx[(kinds[a_idx] == KIND_OP) | (kinds[a_idx] == KIND_RUNTIME)] if a_idx.size else a_idx
     if a_is_op.size:  # async: a call and its duration, no self time, no device time
         calls += np.bincount(codes[a_is_op], minlength=n_codes)
-        total_sum += np.bincount(codes[a_is_op], weights=dur[a_is_op], minlength=n_codes)
+        # Not in place: without a sync op, bincount of nothing gave integers.
+        total_sum = total_sum + np.bincount(codes[a_is_op], weights=dur[a_is_op], minlength=n_codes)
 
     shapes_by_code: dict[int, list[Any]] = {}
     if len(table.shapes) == n_main:
@@ -421,7 +414,7 @@ def device_totals(parent: np.ndarray, own: np.ndarray, legacy: np.ndarray) -> np
         # Taken from each ancestor up to the nearest legacy one above (which holds it back too).
         above = last_reaching(np.where(legacy, last, -1), held - 1, held)
         marks = np.zeros(parent.size, dtype=np.int64)
-        np.add.at(marks, held, back)
+        marks[held] = back
         np.subtract.at(marks, above[above >= 0], back[above >= 0])
         total -= subtree_sum(marks)
         total[held] = own[held]
@@ -452,7 +445,7 @@ def _region_ops(
     reg_parts: list[np.ndarray] = []
     ev = positions
     cur = near[positions]
-    for _ in range(_CLIMB_LEVELS + 1):
+    for _ in range(_CLIMB_LEVELS):
         live = cur >= 0
         ev, cur = ev[live], cur[live]
         if not ev.size:
@@ -460,7 +453,7 @@ def _region_ops(
         ev_parts.append(ev)
         reg_parts.append(code[cur])
         cur = near[cur]
-    else:
+    if (cur >= 0).any():
         return _in_outermost_ranges(parent, kind, code, positions)
     if not ev_parts:
         return None

@@ -384,10 +384,11 @@ def _decode(data: bytes) -> tuple[list[TraceEvent], dict[str, Any]]:
         (a, b), meta = span
         try:
             return _EVENT_LIST.decode(memoryview(data)[a:b]), meta
-        except msgspec.ValidationError:
-            raise  # JSON, but an event of the wrong shape
-        except msgspec.DecodeError:
-            pass  # not the list's end after all: the whole document, below
+        except ValueError:
+            # Not the list's end after all, or a value of the wrong shape in a list that is not
+            # the events (a first "traceEvents" a second one overrides): the whole document,
+            # below, which raises the same error where the events are at fault.
+            pass
     top = _TOP_LEVEL.decode(data)
     raw = top.pop("traceEvents", None)
     if raw is None:

@@ -390,13 +390,13 @@ class _Reader:
         if launched.size:
             thread, when = spans[launched, 0], spans[launched, 1]
             ns = np.array(dev_dur, dtype=np.int64)[launched]
-            op = innermost_open(*_columns(table), _rows_of(table, KIND_OP, base), thread, when)
+            op = _innermost(table, KIND_OP, base, thread, when)
             hit = op >= 0
             _add_at(device, op[hit], ns[hit])
             self.linked_correlation += int(hit.sum())
             # A range opened inside the op that launched the work (nccl:all_reduce inside
             # record_param_comms) ran that work: the range's device time too.
-            add_inner_range_device_time(table, thread[hit], when[hit], op[hit], ns[hit], base)
+            add_inner_range_device_time(table, when[hit], op[hit], ns[hit], base)
             outside = np.flatnonzero(~hit)
             launched_outside = dict(zip(launched[outside].tolist(), outside.tolist()))
             orphans.extend(launched_outside)
@@ -430,7 +430,7 @@ class _Reader:
             # inside a range: the range's device time. It stays "outside any op" as well.
             if in_range:
                 pick = np.array(in_range, dtype=np.int64)
-                r = innermost_open(*_columns(table), _rows_of(table, KIND_ANNOTATION, base), thread[pick], when[pick])
+                r = _innermost(table, KIND_ANNOTATION, base, thread[pick], when[pick])
                 _add_at(device, r[r >= 0], ns[pick][r >= 0])
 
         if self.frames:
@@ -536,19 +536,21 @@ def _add_at(values: list[int], rows: np.ndarray, amounts: np.ndarray) -> None:
         values[lo:] = part.tolist()
 
 
-def _columns(table: EventTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The table's starts, ends and thread ids, as arrays (timestamps within int64: checked as
-    each file is read)."""
-    return (
-        np.array(table.starts, dtype=np.int64),
-        np.array(table.ends, dtype=np.int64),
-        np.array(table.tids, dtype=np.int64),
+def _innermost(table: EventTable, kind: int, base: int, thread: np.ndarray, when: np.ndarray) -> np.ndarray:
+    """The innermost row of ``kind`` open at each instant ``when[k]`` on ``thread[k]``, or -1;
+    rows from ``base`` on (one file's: the earlier files' are not made into arrays again).
+    Thread ids here are the reader's own numbers, and timestamps are checked to be within
+    int64 as each file is read."""
+    rows = np.flatnonzero(np.array(table.kinds[base:], dtype=np.int8) == kind)
+    found = innermost_open(
+        np.array(table.starts[base:], dtype=np.int64),
+        np.array(table.ends[base:], dtype=np.int64),
+        np.array(table.tids[base:], dtype=np.int64),
+        rows,
+        thread,
+        when,
     )
-
-
-def _rows_of(table: EventTable, kind: int, base: int) -> np.ndarray:
-    """The rows of ``kind`` from ``base`` on."""
-    return np.flatnonzero(np.array(table.kinds[base:], dtype=np.int8) == kind) + base
+    return np.where(found >= 0, found + base, -1)
 
 
 def _no_args_or_malformed(args: Any) -> None:

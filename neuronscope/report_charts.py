@@ -35,6 +35,8 @@ _FASTER = "#2e8b57"
 _SLOWER = "#c0504d"
 #: Steps drawn one by one in the timeline chart (the rest are in result.json).
 TIMELINE_STEPS = 24
+#: Ranks drawn in the wall-time chart: the slowest ones (the table lists every rank).
+RANK_BARS = 32
 
 
 def device_label(backend: str | None) -> str:
@@ -178,12 +180,15 @@ class Charts:
             xs = [j * width for j in range(len(vals) + 1)]
             ys = [i + 0.85 * v for v in vals] + [i + 0.85 * (vals[-1] if vals else 0.0)]
             ax.fill_between(xs, i, ys, step="post", color=colors[key], linewidth=0)
-        for start in chart.get("step_starts_us") or []:
+        marked = chart.get("step_starts_us") or []
+        for start in marked:
             ax.axvline(start / scale, color=_GREY, linewidth=0.8, linestyle=":")
+        left_out = bd.get("steps_left_out")
+        marks = f"{len(bd.get('steps') or []) + left_out} steps, not marked" if left_out and not marked else "dotted: step starts"
         ax.set_yticks([i + 0.4 for i in range(len(lanes))])
         ax.set_yticklabels([k for k, _ in lanes], fontsize=9)
         ax.set_xlim(0, width * max(len(v) for _, v in lanes))
-        ax.set_xlabel(f"time from the first device event ({unit}); dotted: step starts", fontsize=9)
+        ax.set_xlabel(f"time from the first device event ({unit}); {marks}", fontsize=9)
         ax.set_title(_plain(f"Device timeline: {name} (busy {bd.get('busy_pct', 0):.1f}%)"), fontsize=10.5, loc="left")
         for side in ("top", "right"):
             ax.spines[side].set_visible(False)
@@ -228,21 +233,20 @@ class Charts:
         )
 
     def ranks(self, ranks: list[dict[str, Any]]) -> str:
-        """Wall time per rank; the slowest rank stands out."""
-        walls = [_finite(r.get("wall_time_us")) for r in ranks]
-        if not walls:
+        """Wall time per rank; the slowest rank stands out. Of more than :data:`RANK_BARS`
+        ranks, the slowest ones, slowest first."""
+        if not ranks:
             return ""
+        shown = ranks
+        title = "Wall time per rank (the slowest in red)" if len(ranks) > 1 else "Wall time per rank"
+        if len(ranks) > RANK_BARS:
+            shown = sorted(ranks, key=lambda r: _finite(r.get("wall_time_us")), reverse=True)[:RANK_BARS]
+            title = f"Wall time of the {RANK_BARS} slowest of {len(ranks)} ranks (the slowest in red)"
+        walls = [_finite(r.get("wall_time_us")) for r in shown]
         slowest = max(walls)
-        colors = [_SLOWER if w == slowest and len(walls) > 1 else _ACCENT for w in walls]
+        colors = [_SLOWER if w == slowest and len(ranks) > 1 else _ACCENT for w in walls]
         unit, scale = _unit(slowest)
-        return self._bars(
-            [f"rank {r.get('rank')}" for r in ranks],
-            [w / scale for w in walls],
-            [fmt_us(w) for w in walls],
-            colors,
-            "Wall time per rank (the slowest in red)" if len(walls) > 1 else "Wall time per rank",
-            f"wall time ({unit})",
-        )
+        return self._bars([f"rank {r.get('rank')}" for r in shown], [w / scale for w in walls], [fmt_us(w) for w in walls], colors, title, f"wall time ({unit})")
 
 
 def _variant_colour(row: Any, base: Any) -> str:

@@ -265,3 +265,27 @@ def test_ranges_nested_20000_deep_are_summarised_without_a_pair_per_level(monkey
         calls = {f"aten::op{o}": sum(1 for i in range(c, d) if i % 5 == o) for o in range(5)}
         assert regions[f"r{c}"].calls == len(range(c, d, 7))
         assert {op.name: op.calls for op in regions[f"r{c}"].ops} == calls
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_other_threads_work_is_each_event_started_in_another_threads_range(seed: int) -> None:
+    rng = random.Random(seed)
+    starts, ends, tids = _sorted_random_table(rng)
+    m = len(starts)
+    kind = np.array([KIND_ANNOTATION if rng.random() < 0.4 else KIND_OP for _ in range(m)], dtype=np.int8)
+    processes = {t: rng.choice(["pid 1", "pid 2"]) for t in set(tids) if rng.random() < 0.8}  # some unknown
+    order, n_main = arr(rng.sample(range(m), m)), rng.randint(0, m)  # rows past n_main: not the table's own
+    got = summary._other_thread_work(arr(starts), arr(ends), arr(tids), kind, processes, n_main, order)
+    pairs = set() if got is None else set(zip(*(a.tolist() for a in got)))
+    expected = {
+        (r, x)
+        for r in range(m)
+        for x in range(m)
+        if kind[r] == KIND_ANNOTATION
+        and order[r] < n_main
+        and order[x] < n_main
+        and tids[x] != tids[r]
+        and processes.get(tids[x], 0) == processes.get(tids[r], 0)
+        and starts[r] <= starts[x] < ends[r]
+    }
+    assert pairs == expected and (got is None or got[0].size == len(pairs))

@@ -388,3 +388,22 @@ def test_setup_makes_matplotlib_a_dependency() -> None:
     cfg = configparser.ConfigParser()
     cfg.read(Path(__file__).resolve().parents[1] / "setup.cfg")
     assert "matplotlib" in cfg["options"]["install_requires"]
+
+
+@pytest.mark.parametrize("n_ranks", [3, 500])
+def test_the_ranks_chart_draws_the_slowest_ranks(monkeypatch: pytest.MonkeyPatch, n_ranks: int) -> None:
+    # A bar per rank up to RANK_BARS; of a big job, the slowest ones, slowest first (8,000 bars
+    # took the report 87 s and said nothing one could read).
+    from neuronscope.report_charts import RANK_BARS, Charts
+
+    seen = _axes_calls(monkeypatch)
+    ranks = [{"rank": r, "wall_time_us": 1000.0 + (r * 7919) % n_ranks} for r in range(n_ranks)]
+    svg = Charts().ranks(ranks)
+    colors = seen["colors"][-1]
+    by_wall = sorted(ranks, key=lambda r: r["wall_time_us"], reverse=True)
+    if n_ranks <= RANK_BARS:
+        assert len(colors) == n_ranks and "Wall time per rank" in svg
+    else:
+        assert len(colors) == RANK_BARS and f"Wall time of the {RANK_BARS} slowest of {n_ranks} ranks" in svg
+        assert f"rank {by_wall[0]['rank']}" in svg and f"rank {by_wall[-1]['rank']}" not in svg
+    assert colors.count("#c0504d") == 1  # the slowest

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import random
 import re
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ import pytest
 from neuronscope.analysis.launch import launch_hints
 from neuronscope.events import KIND_ANNOTATION, KIND_OP, EventTable
 from neuronscope.events.table import DEVICE_COMM, DEVICE_COMPUTE, DEVICE_MEMCPY, DeviceEvents
-from neuronscope.events.timeline import step_breakdown
+from neuronscope.events.timeline import MAX_STEPS, step_breakdown
 from neuronscope.report import render_ops
 from neuronscope.result import OpStat, ProfileResult
 from neuronscope.trace import from_trace
@@ -296,6 +297,26 @@ def test_report_html_has_the_timeline_chart(tmp_path: Path) -> None:
     assert 'id="timeline"' not in render_report(from_trace(TRACES / "cpu_only.json.gz"))
 
 
+@pytest.mark.parametrize("n_steps", [3, MAX_STEPS + 1, 5000])
+def test_step_starts_are_marked_where_steps_are_listed(n_steps: int) -> None:
+    # A kernel in each step. Listed one by one (up to MAX_STEPS): each start marked on the
+    # chart; a long run's steps, not one line each (5,000 took the report seconds per thousand).
+    pytest.importorskip("matplotlib")
+    from neuronscope.report_charts import Charts
+
+    steps = [(f"ProfilerStep#{k}", 100 * k, 100 * k + 90) for k in range(n_steps)]
+    t = _table([(100 * k + 10, 100 * k + 50, 7, DEVICE_COMPUTE, 100 * k + 5, 100 * k + 8) for k in range(n_steps)], steps=steps)
+    bd = step_breakdown(t)
+    assert bd is not None
+    svg = Charts().timeline(bd, "run")
+    if n_steps <= MAX_STEPS:
+        assert bd["chart"]["step_starts_us"] == [round(0.1 * k, 3) for k in range(n_steps)]  # from the first kernel
+        assert "dotted: step starts" in svg
+    else:
+        assert bd["chart"]["step_starts_us"] == [] and bd["steps_left_out"] == n_steps - MAX_STEPS
+        assert f"{n_steps} steps, not marked" in svg
+
+
 def test_captures_read_together_add_up_without_the_time_between(tmp_path: Path) -> None:
     """Two captures of one rank (a schedule's repeats): each is broken down on its own."""
     one = from_trace(TRACES / "training_mm_record_shapes.json.gz").breakdown
@@ -313,3 +334,29 @@ def test_captures_read_together_add_up_without_the_time_between(tmp_path: Path) 
     assert both["idle_host_us"] == pytest.approx(2 * one["idle_host_us"], abs=0.01)
     assert len(both["steps"]) == 2 * len(one["steps"])
     assert both["streams"][0]["events"] == 2 * one["streams"][0]["events"]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_each_streams_busy_time_is_the_union_of_its_intervals(seed: int) -> None:
+    # All streams at once (a loop over streams cost streams x events: 300,000 streams, 73 s):
+    # touching and repeated intervals, streams interleaved in time, a stream of one event.
+    rng = random.Random(seed)
+    dev = DeviceEvents()
+    for _ in range(rng.choice([1, 5, 200])):
+        s = rng.randrange(1000)
+        dev.starts.append(s)
+        dev.ends.append(s + rng.choice([1, 5, rng.randrange(1, 300)]))
+        dev.streams.append(rng.choice([7, 13, 20, 2**40, rng.randrange(10**6)]))
+        dev.classes.append(DEVICE_COMPUTE)
+        dev.launch_starts.append(-1)
+        dev.launch_ends.append(-1)
+    t = EventTable(has_device=True)
+    t.device = dev
+    bd = step_breakdown(t)
+    assert bd is not None
+    expected = {}
+    for st in set(dev.streams):
+        mine = [(a, b) for a, b, x in zip(dev.starts, dev.ends, dev.streams) if x == st]
+        expected[st] = (len(mine), _union_ns(mine) / 1e3)
+    assert {r["stream"]: (r["events"], r["busy_us"]) for r in bd["streams"]} == expected
+    assert [r["busy_us"] for r in bd["streams"]] == sorted((b for _, b in expected.values()), reverse=True)

@@ -296,21 +296,29 @@ def _other_thread_work(
     """(range position, event position) for each event that starts while a range of another
     thread of the same process is open; positions in (thread, start, -end) order. Only the
     table's own rows count (not Python frames or runtime calls: they hold no work of their
-    own), and a thread's events are found by binary search on their starts."""
+    own), and a thread's events are found by binary search on their starts. Each thread
+    reads its own run of positions and its process's ranges, never the whole table: a
+    capture may hold thousands of threads."""
     threads = unique_sorted(tid)
     if len(threads) < 2:
         return None
     main = order < n_main
-    is_range = (kind == KIND_ANNOTATION) & main
-    if not is_range.any():
+    range_pos = np.flatnonzero((kind == KIND_ANNOTATION) & main)
+    if not range_pos.size:
         return None
     proc = np.array([hash(processes.get(int(t), 0)) for t in threads.tolist()], dtype=np.int64)
-    proc_of = proc[np.searchsorted(threads, tid)]
+    range_proc = proc[np.searchsorted(threads, tid[range_pos])]
+    by_proc = np.argsort(range_proc, kind="stable")
+    ranges_of = {int(p): range_pos[by_proc[a:b]] for p, a, b in _runs(range_proc[by_proc])}
+    first = np.searchsorted(tid, threads).tolist() + [tid.size]  # each thread's run of positions
     spans: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
     budget = MAX_CROSS_PAIRS
-    for t, p in zip(threads.tolist(), proc.tolist()):
-        mine = np.flatnonzero((tid == t) & main)  # by start, within the thread
-        ranges = np.flatnonzero(is_range & (tid != t) & (proc_of == p))
+    for k, (t, p) in enumerate(zip(threads.tolist(), proc.tolist())):
+        ranges = ranges_of.get(p)
+        if ranges is None:
+            continue
+        ranges = ranges[tid[ranges] != t]
+        mine = first[k] + np.flatnonzero(main[first[k] : first[k + 1]])  # by start
         if not mine.size or not ranges.size:
             continue
         lo = np.searchsorted(start[mine], start[ranges], side="left")

@@ -184,8 +184,8 @@ class DeviceEvents:
         return len(self.starts)
 
     def segment(self, lo: int, hi: int) -> DeviceEvents:
-        """Events ``lo:hi``, with the syncs that overlap their time span."""
-        part = DeviceEvents(
+        """Events ``lo:hi`` (the syncs are the whole table's: see :func:`step_breakdown`)."""
+        return DeviceEvents(
             starts=self.starts[lo:hi],
             ends=self.ends[lo:hi],
             streams=self.streams[lo:hi],
@@ -193,13 +193,6 @@ class DeviceEvents:
             launch_starts=self.launch_starts[lo:hi],
             launch_ends=self.launch_ends[lo:hi],
         )
-        if part.starts:
-            t0, t1 = min(part.starts), max(part.ends)
-            for a, b in zip(self.sync_starts, self.sync_ends):
-                if b >= t0 and a <= t1:
-                    part.sync_starts.append(a)
-                    part.sync_ends.append(b)
-        return part
 
 
 @dataclass
@@ -297,8 +290,9 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def promote_compiled_events(table: EventTable) -> None:
-    """Make compiled code an op wherever torch recorded it as a range.
+def promote_compiled_events(table: EventTable, base: int = 0) -> None:
+    """Make compiled code an op wherever torch recorded it as a range (rows from ``base`` on:
+    a trace reader's latest file).
 
     torch 2.13 records ``## Call CompiledFxGraph <hash> ##`` as a ``cpu_op`` without
     ``record_shapes`` but as a ``user_annotation`` with it, which would make the fused work a
@@ -306,7 +300,7 @@ def promote_compiled_events(table: EventTable) -> None:
     contents and device time come out as for any other op; the names are kept.
     """
     kinds, names = table.kinds, table.names
-    ranges = list(itertools.compress(range(len(kinds)), map(KIND_ANNOTATION.__eq__, kinds)))  # at C speed
+    ranges = list(itertools.compress(range(base, len(kinds)), map(KIND_ANNOTATION.__eq__, kinds[base:])))  # at C speed
     for i in ranges:
         if names[i].startswith(COMPILED_CODE_PREFIXES):
             kinds[i] = KIND_OP

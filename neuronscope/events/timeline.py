@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from .arrays import unique_sorted
+from .arrays import unique_first_inverse
 from .table import (
     DEVICE_CLASS_NAMES,
     DEVICE_COMM,
@@ -43,7 +43,7 @@ from .table import (
     EventTable,
 )
 
-__all__ = ["CHART_BINS", "step_breakdown"]
+__all__ = ["CHART_BINS", "MAX_STEPS", "step_breakdown"]
 
 #: Bins of the timeline chart's busy profile: enough to see a step's shape, few enough that
 #: result.json stays small whatever the capture.
@@ -94,6 +94,30 @@ def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return s[new], np.maximum.reduceat(e, np.flatnonzero(new))
 
 
+def _per_stream(stream: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each stream, its events and its busy time (the union of its intervals), all streams at
+    once: a loop over streams costs streams x events."""
+    ids, _, which = unique_first_inverse(stream)
+    order = np.lexsort((starts, which))
+    g, s, e = which[order], starts[order], ends[order]
+    # As in _union, an interval starts a new run where it starts after every earlier one of its
+    # stream has ended. Starts and ends ranked together, stream first, so that each stream's
+    # ranks lie above the ones before it: the running maximum never carries across streams.
+    n = s.size
+    key_g, key_t = np.concatenate([g, g]), np.concatenate([s, e])
+    by = np.lexsort((key_t, key_g))
+    differs = np.ones(2 * n, dtype=bool)
+    differs[1:] = (key_g[by][1:] != key_g[by][:-1]) | (key_t[by][1:] != key_t[by][:-1])
+    rank = np.empty(2 * n, dtype=np.int64)
+    rank[by] = np.cumsum(differs)
+    run = np.maximum.accumulate(rank[n:])
+    new = np.ones(n, dtype=bool)
+    new[1:] = rank[: n][1:] > run[:-1]
+    first = np.flatnonzero(new)
+    length = np.maximum.reduceat(e, first) - s[first]
+    return ids, np.bincount(which, minlength=ids.size), np.bincount(g[first], weights=length, minlength=ids.size)
+
+
 def _us(ns: float) -> float:
     return round(float(ns)) / 1e3
 
@@ -119,11 +143,13 @@ def step_breakdown(table: EventTable) -> dict[str, Any] | None:
     dev = table.device
     if dev is None or not len(dev):
         return None
+    step_ranges = _steps(table)
+    syncs = _Cover(np.array(dev.sync_starts, dtype=np.int64), np.array(dev.sync_ends, dtype=np.int64))
     if len(dev.segments) > 1:
         bounds = [*dev.segments, len(dev)]
-        parts = [_breakdown(dev.segment(a, b), table) for a, b in itertools.pairwise(bounds)]
+        parts = [_breakdown(dev.segment(a, b), step_ranges, syncs) for a, b in itertools.pairwise(bounds)]
         return _combine([p for p in parts if p is not None])
-    return _breakdown(dev, table)
+    return _breakdown(dev, step_ranges, syncs)
 
 
 def _combine(parts: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -149,7 +175,10 @@ def _combine(parts: list[dict[str, Any]]) -> dict[str, Any] | None:
     return out
 
 
-def _breakdown(dev: DeviceEvents, table: EventTable) -> dict[str, Any] | None:
+def _breakdown(dev: DeviceEvents, step_ranges: tuple[list[str], np.ndarray, np.ndarray], syncs: _Cover) -> dict[str, Any] | None:
+    """The breakdown of one capture's device events; ``step_ranges`` and ``syncs`` (the host's time
+    blocked in a synchronisation) are the whole table's: only those within the events' gaps
+    count."""
     s = np.array(dev.starts, dtype=np.int64)
     e = np.array(dev.ends, dtype=np.int64)
     cls = np.array(dev.classes, dtype=np.int8)
@@ -161,7 +190,6 @@ def _breakdown(dev: DeviceEvents, table: EventTable) -> dict[str, Any] | None:
         return None
     s, e, cls, stream, ls, le = s[work], e[work], cls[work], stream[work], ls[work], le[work]
     busy = _Cover(s, e)
-    syncs = _Cover(np.array(dev.sync_starts, dtype=np.int64), np.array(dev.sync_ends, dtype=np.int64))
     t0, t1 = int(busy.starts[0]), int(busy.ends[-1])
 
     # ---- idle gaps and their causes ----
@@ -176,7 +204,7 @@ def _breakdown(dev: DeviceEvents, table: EventTable) -> dict[str, Any] | None:
     other_ns = (g1 - g0) - sync_ns - host_ns
 
     # ---- steps: each event to the step open at its launch (or start) ----
-    step_names, step_s, _ = _steps(table)
+    step_names, step_s, _ = step_ranges
     when = np.where(ls >= 0, ls, s)
     if step_names:
         step_of = np.clip(np.searchsorted(step_s, when, side="right") - 1, 0, len(step_names) - 1)
@@ -237,11 +265,10 @@ def _breakdown(dev: DeviceEvents, table: EventTable) -> dict[str, Any] | None:
         out["steps_left_out"] = len(names) - MAX_STEPS
 
     # ---- streams ----
-    streams = []
-    for st in unique_sorted(stream).tolist():
-        m = stream == st
-        us, ue = _union(s[m], e[m])
-        streams.append({"stream": int(st), "events": int(m.sum()), "busy_us": _us((ue - us).sum())})
+    ids, events, busy_ns = _per_stream(stream, s, e)
+    streams = [
+        {"stream": st, "events": n, "busy_us": _us(b)} for st, n, b in zip(ids.tolist(), events.tolist(), busy_ns.tolist())
+    ]
     streams.sort(key=lambda r: r["busy_us"], reverse=True)
     out["streams"] = streams
 
@@ -270,7 +297,9 @@ def _breakdown(dev: DeviceEvents, table: EventTable) -> dict[str, Any] | None:
     out["chart"] = {
         "bin_us": _us((t1 - t0) / CHART_BINS),
         **{key: (cov.per_window(edges) / width).round(3).tolist() for key, cov in covers.items()},
-        "step_starts_us": [_us(b - t0) for b in w0.tolist()],
+        # Marked one by one where the steps are listed one by one (a long run's would be a
+        # wall of lines, and a long list in result.json).
+        "step_starts_us": [_us(b - t0) for b in w0[:MAX_STEPS].tolist()] if len(names) <= MAX_STEPS else [],
     }
     out["classes"] = list(DEVICE_CLASS_NAMES[:2]) + ["memory"]
     return out

@@ -359,7 +359,7 @@ class _Reader:
         _legacy_ranges(table, base)
         # Compiled code recorded as a range is an op (the pipeline makes it one too): the
         # kernels it launches are its own.
-        promote_compiled_events(table)
+        promote_compiled_events(table, base)
         # Device events -> their launches (by correlation): (thread, start, end), -1s for none.
         get = self.runtime.get
         found = [get(c) if c.__class__ in (int, str) else None for c in dev_corr]

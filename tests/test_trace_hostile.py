@@ -171,6 +171,41 @@ def test_a_timestamp_out_of_range_on_any_event_is_refused(
 
 
 @pytest.mark.parametrize(
+    "event",
+    [
+        {"cat": "cpu_op", "name": "aten::add"},
+        {"cat": "cuda_runtime", "name": "cudaLaunchKernel", "args": {"correlation": 7}},
+        {"cat": "python_function", "name": "x.py(1): f"},
+        {"cat": "cuda_sync", "name": "Stream Sync"},
+        {"cat": "kernel", "name": "k", "args": {"correlation": 7}},
+    ],
+    ids=["op", "launch", "python-frame", "sync", "kernel"],
+)
+@pytest.mark.parametrize("far", ["starts", "lasts"])
+def test_events_spanning_more_than_104_days_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], event: dict[str, Any], far: str
+) -> None:
+    # Within int64, but durations past 2**53 ns lose nanoseconds in float64, and their sums
+    # leave int64: an op's self time read -15.2 us, a region's device time negative.
+    day_us = 86_400e6
+    odd = {"ph": "X", "pid": 1, "tid": 1, **({"ts": 200 * day_us, "dur": 1} if far == "starts" else {"ts": 5, "dur": 200 * day_us}), **event}
+    path = _write(tmp_path / "t.json", _trace(odd))
+    _refused(path, capsys, "span 200 days")
+    # An epoch-based trace is far from zero, not long: read.
+    epoch_us = 1.7e15
+    path = _write(tmp_path / "e.json", {"traceEvents": [{**OP, "ts": epoch_us, "dur": 50}, {**odd, "ts": epoch_us + 20, "dur": 3}]})
+    assert from_trace(path).op("aten::mm").calls == 1
+
+
+def test_files_of_one_rank_far_apart_are_read(tmp_path: Path) -> None:
+    # Each file spans microseconds (the limit is per file); between them, 250 years.
+    a = _write(tmp_path / "w.1.pt.trace.json", {"traceEvents": [{**OP, "ts": -4e15, "dur": 50}]})
+    b = _write(tmp_path / "w.2.pt.trace.json", {"traceEvents": [{**OP, "ts": 4e15, "dur": 50}]})
+    r = from_trace([a, b])
+    assert r.op("aten::mm").calls == 2 and r.op("aten::mm").cpu_total_us == 100.0
+
+
+@pytest.mark.parametrize(
     "dims, shown",
     [(5, []), ("abc", []), ({"a": 1}, []), ([5], [[[]]]), ([[2, 3], 5], [[[2, 3], []]]), ([[[1, 2], [3]]], [[[[1, 2], [3]]]])],
     ids=["int", "str", "object", "list-of-int", "int-among-dims", "tensor-list"],

@@ -36,6 +36,9 @@ _UNSET = object()
 _SYNC = 7  # a category of host intervals blocked in a synchronisation (read, not a row)
 #: Timestamps beyond this (ns) are refused: they overflow the int64 arrays of the summary.
 _MAX_NS = 1 << 62
+#: Longest span of one file's events: float64 holds whole nanoseconds exactly up to 2**53 (104
+#: days), and the summary sums durations in it.
+_MAX_SPAN_NS = 1 << 53
 _NO_ARGS = EventArgs()
 
 
@@ -341,20 +344,26 @@ class _Reader:
         n = len(table)
         starts, ends, device = table.starts, table.ends, table.device_ns
         dev_corr, dev_dur, dev_start = self.dev_corr, self.dev_dur, self.dev_start
-        # File span: first to last event of ops, annotations and device work.
-        firsts = [min(starts[base:], default=None), min(dev_start, default=None)]
-        lasts = [max(ends[base:], default=None), max(map(operator.add, dev_start, dev_dur), default=None)]
-        lo = min((v for v in firsts if v is not None), default=None)
-        hi = max((v for v in lasts if v is not None), default=None)
-        if lo is not None and hi is not None:
-            if not (-_MAX_NS < lo and hi < _MAX_NS):
-                raise self._out_of_range()
-            self.wall_ns += hi - lo
-        # Every other interval kept goes into int64 arrays too: runtime calls, frames, syncs.
+        dev_end = list(map(operator.add, dev_start, dev_dur))
+        # Every interval kept goes into int64 arrays: each within +-2**62 ns, and the file
+        # within _MAX_SPAN_NS, so that no duration, nor a sum of them, leaves the range where
+        # int64 and float64 hold nanoseconds exactly.
         others = self.others
-        for values in (others.starts[base_others:], others.ends[base_others:], *zip(*self.syncs)):
-            if values and not (-_MAX_NS < min(values) and max(values) < _MAX_NS):
+        kept = [starts[base:], ends[base:], dev_start, dev_end, others.starts[base_others:], others.ends[base_others:], *zip(*self.syncs)]
+        if any(kept):
+            first, last = min(min(v) for v in kept if v), max(max(v) for v in kept if v)
+            if not (-_MAX_NS < first and last < _MAX_NS):
                 raise self._out_of_range()
+            if last - first > _MAX_SPAN_NS:
+                raise TraceFormatError(
+                    f"{self.files_pending}: its events span {(last - first) / 8.64e13:,.0f} days; a "
+                    f"torch.profiler trace spans seconds to hours (at most {_MAX_SPAN_NS / 8.64e13:.0f} days are read)"
+                )
+        # File span: first to last event of ops, annotations and device work.
+        lo = min((v for v in (min(starts[base:], default=None), min(dev_start, default=None)) if v is not None), default=None)
+        hi = max((v for v in (max(ends[base:], default=None), max(dev_end, default=None)) if v is not None), default=None)
+        if lo is not None and hi is not None:
+            self.wall_ns += hi - lo
 
         _legacy_ranges(table, base)
         # Compiled code recorded as a range is an op (the pipeline makes it one too): the
@@ -376,7 +385,7 @@ class _Reader:
         if dev_start:
             dev.segments.append(len(dev.starts))
         dev.starts.extend(dev_start)
-        dev.ends.extend(map(operator.add, dev_start, dev_dur))
+        dev.ends.extend(dev_end)
         dev.streams.extend(self.dev_stream)
         dev.classes.extend(self.dev_class)
         for a, b in self.syncs:

@@ -1,4 +1,5 @@
-"""neuronscope.events.arrays: np.unique and np.setdiff1d by sorting give numpy's results."""
+"""neuronscope.events.arrays: np.unique by sorting gives numpy's results; runs of positions and
+ids beyond int64 as their docstrings say."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from neuronscope.events.arrays import setdiff_sorted, unique_first_inverse, unique_sorted
+from neuronscope.events.arrays import as_int64, runs_concatenated, unique_first_inverse, unique_sorted
 
 ints = st.lists(st.integers(min_value=-(2**62), max_value=2**62), max_size=200)
 small = st.lists(st.integers(min_value=-3, max_value=3), max_size=200)  # many repeats
@@ -23,7 +24,17 @@ def test_same_as_np_unique(values: list[int]) -> None:
     assert np.array_equal(uniq[inverse], a)
 
 
-@given(st.one_of(ints, small), st.one_of(ints, small))
-def test_setdiff_same_as_np_setdiff1d(values: list[int], exclude: list[int]) -> None:
-    a, b = np.array(values, dtype=np.int64), np.array(exclude, dtype=np.int64)
-    assert np.array_equal(setdiff_sorted(a, b), np.setdiff1d(a, b))
+@given(st.lists(st.tuples(st.integers(0, 50), st.integers(0, 5)), max_size=30))
+def test_runs_concatenated_is_the_aranges_joined(runs: list[tuple[int, int]]) -> None:
+    lo = np.array([a for a, _ in runs], dtype=np.int64)
+    hi = lo + np.array([n for _, n in runs], dtype=np.int64)
+    want = [i for a, b in zip(lo.tolist(), hi.tolist()) for i in range(a, b)]
+    assert runs_concatenated(lo, hi).tolist() == want
+
+
+@given(st.lists(st.one_of(st.integers(0, 5), st.integers(2**63, 2**64 - 1)), max_size=50))
+def test_ids_beyond_int64_keep_their_equalities(ids: list[int]) -> None:
+    got = as_int64(ids).tolist()
+    assert all((got[i] == got[j]) == (ids[i] == ids[j]) for i in range(len(ids)) for j in range(len(ids)))
+    if all(v < 2**63 for v in ids):
+        assert got == ids

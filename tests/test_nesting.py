@@ -228,8 +228,10 @@ def _names_up_the_links(parent: list[int], is_range: list[bool], code: list[int]
 @pytest.mark.parametrize("climb_levels", [0, 1, 32])
 @pytest.mark.parametrize("seed", range(100))
 def test_region_ops_are_the_range_names_up_the_links(seed: int, climb_levels: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    # No levels climbed: every pair from the outermost ranges; one: most tables switch.
+    # No levels climbed: every pair from the outermost ranges, in chunks of a few pairs; one:
+    # most tables switch.
     monkeypatch.setattr(summary, "_CLIMB_LEVELS", climb_levels)
+    monkeypatch.setattr(summary, "PAIRS_PER_CHUNK", 3)
     rng = random.Random(seed)
     starts, ends, tids = _sorted_random_table(rng)
     parent = _parents(starts, ends, tids)
@@ -237,10 +239,15 @@ def test_region_ops_are_the_range_names_up_the_links(seed: int, climb_levels: in
     code = [rng.randrange(3) for _ in parent]  # few names: ranges of one name nest
     positions = sorted(rng.sample(range(len(parent)), rng.randrange(len(parent) + 1)))
     kind = np.array([KIND_ANNOTATION if r else KIND_OP for r in is_range], dtype=np.int8)
-    got = summary._region_ops(arr(parent), kind, arr(code), arr(positions), 3)
-    pairs = set() if got is None else set(zip(*(a.tolist() for a in got)))
-    assert got is None or len(pairs) == got[0].size  # each pair once
+    chunks = list(summary._region_ops(arr(parent), kind, arr(code), arr(positions), 3))
+    pairs = {(r, code[e], e) for reg, ev in chunks for r, e in zip(reg.tolist(), ev.tolist())}
+    assert len(pairs) == sum(ev.size for _, ev in chunks)  # each pair once
     assert pairs == _names_up_the_links(parent, is_range, code, positions)
+    # Whether an event is inside a range of a given name: the same pairs, asked one by one.
+    asked = [(c, p) for p in range(len(parent)) for c in range(3)]
+    inside = summary._inside_named_range(arr(parent), kind, arr(code), arr([c for c, _ in asked]), arr([p for _, p in asked]))
+    every = _names_up_the_links(parent, is_range, code, list(range(len(parent))))
+    assert [(c, code[p], p) in every for c, p in asked] == inside.tolist()
 
 
 def test_ranges_nested_20000_deep_are_summarised_without_a_pair_per_level(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -205,6 +205,21 @@ def test_files_of_one_rank_far_apart_are_read(tmp_path: Path) -> None:
     assert r.op("aten::mm").calls == 2 and r.op("aten::mm").cpu_total_us == 100.0
 
 
+def test_ops_inside_ranges_of_many_names_nested_deep_take_bounded_memory(tmp_path: Path) -> None:
+    # 300 ranges of distinct names nested, 20,000 ops inside the innermost: each region lists
+    # the ops, from 6 x 10^6 (range name, op) pairs, once made all at once (420 MiB at peak
+    # here, 3 GiB for 1,000 names and 50,000 ops from a 153 KB file), now a chunk at a time.
+    depth, n_ops = 300, 20_000
+    ranges = [{**OP, "cat": "user_annotation", "name": f"block{d}", "ts": d, "dur": 4 * n_ops + 1000 - 2 * d} for d in range(depth)]
+    ops = [{**OP, "name": f"aten::op{k % 3}", "ts": depth + 2 * k, "dur": 1} for k in range(n_ops)]
+    path = _write(tmp_path / "deep.json.gz", {"traceEvents": ranges + ops})
+    out, peak = _peak(lambda: from_trace(path))
+    assert not isinstance(out, Exception), repr(out)
+    assert peak < PEAK_BOUND, f"peak {peak >> 20} MiB"
+    for d in (0, depth // 2, depth - 1):
+        assert {o.name: o.calls for o in out.regions[f"block{d}"].ops} == {f"aten::op{k}": len(range(k, n_ops, 3)) for k in range(3)}
+
+
 @pytest.mark.parametrize(
     "dims, shown",
     [(5, []), ("abc", []), ({"a": 1}, []), ([5], [[[]]]), ([[2, 3], 5], [[[2, 3], []]]), ([[[1, 2], [3]]], [[[[1, 2], [3]]]])],

@@ -1,5 +1,4 @@
-"""``np.unique`` (and ``np.setdiff1d``, which calls it) of integer arrays, by sorting; runs of
-positions concatenated; ids as int64.
+"""``np.unique`` of integer arrays, by sorting; runs of positions concatenated; ids as int64.
 
 numpy 2.3 and later find the distinct values of an array without ``return_inverse`` by hashing,
 then sort them: on the arrays here (thousands of distinct event positions, thread ids, pairs
@@ -12,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["as_int64", "runs_concatenated", "setdiff_sorted", "unique_first_inverse", "unique_sorted"]
+__all__ = ["as_int64", "runs_concatenated", "unique_first_inverse", "unique_sorted"]
 
 
 def _starts(sorted_values: np.ndarray) -> np.ndarray:
@@ -38,12 +37,6 @@ def unique_first_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
     inverse = np.empty(values.size, dtype=np.intp)
     inverse[order] = np.cumsum(new) - 1
     return s[new], order[new], inverse
-
-
-def setdiff_sorted(values: np.ndarray, exclude: np.ndarray) -> np.ndarray:
-    """``np.setdiff1d(values, exclude)``: the distinct values not in ``exclude``, ascending."""
-    kept = unique_sorted(values)
-    return kept[np.isin(kept, unique_sorted(exclude), assume_unique=True, invert=True)]
 
 
 def runs_concatenated(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from .arrays import as_int64, runs_concatenated, setdiff_sorted, unique_first_inverse, unique_sorted
+from .arrays import as_int64, runs_concatenated, unique_first_inverse, unique_sorted
 from .nesting import last_reaching, parents, subtree_ends
 from .stats import OpStat, RegionStat
 from .table import (
@@ -210,7 +210,7 @@ def summarize(table: EventTable) -> Summary:
                 rows = np.fromiter(table.range_device_ns, dtype=np.int64, count=len(table.range_device_ns))
                 vals = np.fromiter(table.range_device_ns.values(), dtype=np.int64, count=len(rows))
                 r_dev += np.bincount(codes[rows], weights=vals, minlength=n_codes)
-        inner = _region_ops(parent, s_kind, s_code, op_pos, n_codes)
+        pairs: Iterable[tuple[np.ndarray, np.ndarray]] = _region_ops(parent, s_kind, s_code, op_pos, n_codes)
         # Work the range's thread handed to other threads of its process while it was open
         # (CUDA backward runs on autograd's device threads while the caller waits in
         # ``## backward ##``): the range's too. By default a capture records only the threads
@@ -223,41 +223,29 @@ def summarize(table: EventTable) -> Summary:
             )
         elif cross is not None:
             reg_x, ev_x = cross
-            keys = ev_x * n_codes + s_code[reg_x]
             # Once per range name, and not where the event's own thread has a range of that
-            # name open around it (its own nesting counts it already).
-            own = _region_ops(parent, s_kind, s_code, unique_sorted(ev_x), n_codes)
-            if own is not None:
-                keys = setdiff_sorted(keys, own[2] * n_codes + own[0])
-            ev_x, reg_cx = np.divmod(unique_sorted(keys), n_codes)
+            # name open around it (its own nesting counts it already: the pairs are apart).
+            ev_x, reg_cx = np.divmod(unique_sorted(ev_x * n_codes + s_code[reg_x]), n_codes)
+            apart = ~_inside_named_range(parent, s_kind, s_code, reg_cx, ev_x)
+            ev_x, reg_cx = ev_x[apart], reg_cx[apart]
             if r_dev is not None and s_dev_own is not None:
                 r_dev += np.bincount(reg_cx, weights=s_dev_own[ev_x], minlength=n_codes).astype(r_dev.dtype)
             is_op_x = s_is_op[ev_x]
-            ev_x, reg_cx = ev_x[is_op_x], reg_cx[is_op_x]
-            if inner is None:
-                inner = (reg_cx, s_code[ev_x], ev_x)
-            else:
-                both = unique_sorted(np.concatenate([inner[2] * n_codes + inner[0], ev_x * n_codes + reg_cx]))
-                ev_all, reg_all = np.divmod(both, n_codes)
-                inner = (reg_all, s_code[ev_all], ev_all)
+            pairs = itertools.chain(pairs, [(reg_cx[is_op_x], ev_x[is_op_x])])
+        columns = [self_ns, s_dur] + ([s_dev_self, s_dev_total] if s_dev_self is not None and s_dev_total is not None else [])
+        grouped = _grouped_sums(pairs, s_code, n_codes, columns)
         per_region: dict[int, list[OpStat]] = {}
-        if inner is not None:
-            reg_c, op_c, ev = inner
-            uniq, _, inv = unique_first_inverse(reg_c * n_codes + op_c)
-            g_reg, g_op = np.divmod(uniq, n_codes)
-            g_size = len(uniq)
-
-            def per_group(values: np.ndarray) -> np.ndarray:
-                return np.bincount(inv, weights=values[ev], minlength=g_size)
-
+        if grouped is not None:
+            keys, calls_g, sums = grouped
+            g_reg, g_op = np.divmod(keys, n_codes)
             # Grouped by region (the keys are sorted), each region's ops largest first.
             region_rows = _op_stats(
                 [key_names[c] for c in g_op.tolist()],
-                np.bincount(inv, minlength=g_size),
-                per_group(self_ns),
-                per_group(s_dur),
-                per_group(s_dev_self) if s_dev_self is not None else None,
-                per_group(s_dev_total) if s_dev_total is not None else None,
+                calls_g,
+                sums[0],
+                sums[1],
+                sums[2] if len(sums) > 2 else None,
+                sums[3] if len(sums) > 2 else None,
                 group=g_reg,
             )
             for rc, start, stop in _runs(g_reg):
@@ -429,26 +417,23 @@ def device_totals(parent: np.ndarray, own: np.ndarray, legacy: np.ndarray) -> np
     return total
 
 
+#: Most (range name, op) pairs made at once for the regions' op tables: ranges of distinct
+#: names nested a thousand deep around 50,000 ops make 5 x 10^7 of them (3 GiB at once).
+PAIRS_PER_CHUNK = 1 << 20
+
+
 def _region_ops(
     parent: np.ndarray, kind: np.ndarray, code: np.ndarray, positions: np.ndarray, n_codes: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """(region code, event code, event position) for each of the ascending ``positions`` and
-    each distinct range name around it.
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(region code, event position) for each of the ascending ``positions`` and each
+    distinct range name around it, in chunks of at most about :data:`PAIRS_PER_CHUNK` pairs.
 
     ``near[i]``: the innermost range around event ``i`` (-1 for none), by pointer jumping over
     the parents that are not ranges; then each event climbs from range to range, at most
     :data:`_CLIMB_LEVELS` levels. Ranges nested deeper (hostile: a pair per level, 2 x 10^8 of
     them for 20,000 levels) go by :func:`_in_outermost_ranges`, as much work as pairs.
     """
-    is_ann = kind == KIND_ANNOTATION
-    near = parent.copy()
-    todo = np.flatnonzero(near >= 0)
-    todo = todo[~is_ann[near[todo]]]
-    while todo.size:
-        near[todo] = near[near[todo]]
-        nt = near[todo]
-        todo = todo[nt >= 0]
-        todo = todo[~is_ann[near[todo]]]
+    near = _nearest_ranges(parent, kind)
     ev_parts: list[np.ndarray] = []
     reg_parts: list[np.ndarray] = []
     ev = positions
@@ -462,24 +447,75 @@ def _region_ops(
         reg_parts.append(code[cur])
         cur = near[cur]
     if (cur >= 0).any():
-        return _in_outermost_ranges(parent, kind, code, positions)
+        return _in_outermost_ranges(_outermost_ranges(parent, kind, code), positions)
     if not ev_parts:
-        return None
+        return iter(())
     ev_all = np.concatenate(ev_parts)
     reg_all = np.concatenate(reg_parts)
     if len(ev_parts) > 1:  # ranges of one name nested: count the event once for that name
         pair = unique_sorted(ev_all * n_codes + reg_all)
         ev_all, reg_all = np.divmod(pair, n_codes)
-    return reg_all, code[ev_all], ev_all
+    return iter([(reg_all, ev_all)])
 
 
-def _in_outermost_ranges(
-    parent: np.ndarray, kind: np.ndarray, code: np.ndarray, positions: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """:func:`_region_ops` however deep ranges nest: an event is inside a range name where it
-    is inside the outermost range of that name around it, and the events inside a range are a
-    run of positions (the order of :func:`~.nesting.parents` is a preorder), found by binary
-    search."""
+def _nearest_ranges(parent: np.ndarray, kind: np.ndarray) -> np.ndarray:
+    """The innermost range around each event (-1 for none), by pointer jumping over the
+    parents that are not ranges."""
+    is_ann = kind == KIND_ANNOTATION
+    near = parent.copy()
+    todo = np.flatnonzero(near >= 0)
+    todo = todo[~is_ann[near[todo]]]
+    while todo.size:
+        near[todo] = near[near[todo]]
+        nt = near[todo]
+        todo = todo[nt >= 0]
+        todo = todo[~is_ann[near[todo]]]
+    return near
+
+
+def _inside_named_range(parent: np.ndarray, kind: np.ndarray, code: np.ndarray, names: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """Whether each event ``positions[k]`` is inside a range named ``names[k]`` on its own
+    thread: a climb from range to range, at most :data:`_CLIMB_LEVELS` levels, then (ranges
+    nested deeper) the outermost ranges of the names."""
+    near = _nearest_ranges(parent, kind)
+    found = np.zeros(positions.size, dtype=bool)
+    asked = np.arange(positions.size)
+    cur = near[positions]
+    for _ in range(_CLIMB_LEVELS):
+        live = cur >= 0
+        asked, cur = asked[live], cur[live]
+        if not asked.size:
+            return found
+        hit = code[cur] == names[asked]
+        found[asked[hit]] = True
+        asked, cur = asked[~hit], near[cur[~hit]]
+    left = asked[cur >= 0]
+    if left.size:
+        outer = _outermost_ranges(parent, kind, code)
+        keys = outer.names * outer.stride + outer.positions
+        # The last outermost range of the name before the event: it holds the event, or none does.
+        k = np.searchsorted(keys, names[left] * outer.stride + positions[left], side="left") - 1
+        ok = k >= 0
+        ok[ok] = (outer.names[k[ok]] == names[left[ok]]) & (outer.last[k[ok]] >= positions[left[ok]])
+        found[left] = ok
+    return found
+
+
+class _Outermost(NamedTuple):
+    """The ranges inside no other range of their name, by name, then position."""
+
+    positions: np.ndarray
+    #: the last position inside each: a run of positions (the order of
+    #: :func:`~.nesting.parents` is a preorder)
+    last: np.ndarray
+    names: np.ndarray
+    #: above every position: ``names * stride + positions`` orders them as they are
+    stride: int
+
+
+def _outermost_ranges(parent: np.ndarray, kind: np.ndarray, code: np.ndarray) -> _Outermost:
+    """An event is inside a range name where it is inside the outermost range of that name
+    around it: these, found for all names at once."""
     ranges = np.flatnonzero(kind == KIND_ANNOTATION)
     ranges = ranges[np.argsort(code[ranges], kind="stable")]
     names, last = code[ranges], subtree_ends(parent, ranges)
@@ -490,13 +526,47 @@ def _in_outermost_ranges(
     furthest = np.maximum.accumulate(names * stride + last)
     outer = np.ones(ranges.size, dtype=bool)
     outer[1:] = names[1:] * stride + ranges[1:] > furthest[:-1]
-    ranges, last = ranges[outer], last[outer]
-    lo = np.searchsorted(positions, ranges, side="right")  # a range is not inside itself
-    hi = np.searchsorted(positions, last, side="right")
-    if not (hi > lo).any():
+    return _Outermost(ranges[outer], last[outer], names[outer], stride)
+
+
+def _in_outermost_ranges(outer: _Outermost, positions: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """:func:`_region_ops` however deep ranges nest: the events of the ascending ``positions``
+    in the run of each outermost range (less the range itself), by binary search; a chunk of
+    ranges at a time."""
+    lo = np.searchsorted(positions, outer.positions, side="right")  # a range is not inside itself
+    hi = np.searchsorted(positions, outer.last, side="right")
+    ends = np.cumsum(hi - lo)
+    done = 0
+    while done < lo.size:
+        # The ranges whose pairs fit in a chunk (at least one, however many pairs it has).
+        upto = max(done + 1, int(np.searchsorted(ends, (ends[done - 1] if done else 0) + PAIRS_PER_CHUNK, side="right")))
+        a, b = lo[done:upto], hi[done:upto]
+        if (b > a).any():
+            yield np.repeat(outer.names[done:upto], b - a), positions[runs_concatenated(a, b)]
+        done = upto
+
+
+def _grouped_sums(
+    pairs: Iterable[tuple[np.ndarray, np.ndarray]], code: np.ndarray, n_codes: int, columns: list[np.ndarray]
+) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]] | None:
+    """Per (region code, op code) key, ascending: the events' count and each column's sum over
+    the (region code, event position) ``pairs``, chunk by chunk, so that memory holds one
+    chunk's pairs. None where there are none."""
+    keys_parts: list[np.ndarray] = []
+    sums_parts: list[list[np.ndarray]] = []
+    for reg, ev in pairs:
+        if not ev.size:
+            continue
+        uniq, _, inv = unique_first_inverse(reg * n_codes + code[ev])
+        keys_parts.append(uniq)
+        sums_parts.append([np.bincount(inv, minlength=uniq.size)] + [np.bincount(inv, weights=c[ev], minlength=uniq.size) for c in columns])
+    if not keys_parts:
         return None
-    ev = positions[runs_concatenated(lo, hi)]
-    return np.repeat(code[ranges], hi - lo), code[ev], ev
+    if len(keys_parts) > 1:  # a key may come in several chunks: add them up
+        uniq, _, inv = unique_first_inverse(np.concatenate(keys_parts))
+        merged = [np.bincount(inv, weights=np.concatenate(part), minlength=uniq.size) for part in zip(*sums_parts)]
+        keys_parts, sums_parts = [uniq], [[merged[0].astype(np.int64), *merged[1:]]]
+    return keys_parts[0], sums_parts[0][0], sums_parts[0][1:]
 
 
 def _signature(recorded: list[Any]) -> list[Any]:

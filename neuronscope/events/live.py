@@ -99,8 +99,9 @@ def table_from_profiler(prof: Any, record_shapes: bool = False) -> EventTable:
         return _table_from_events(raw, record_shapes, legacy_device)
 
 
-#: The ``_KinetoEvent`` accessors the fast path reads (all in torch 2.4 and later, the oldest
-#: torch neuronscope supports; ``is_hidden_event`` is read where it exists).
+#: The ``_KinetoEvent`` accessors the fast path reads (``is_hidden_event`` where it exists).
+#: torch 2.13 has them all; torch 2.11's events have no ``activity_type`` (seen on a CUDA build),
+#: so a capture there takes torch's FunctionEvents: per-op device time, but no device timeline.
 _ACCESSORS = (
     "activity_type",
     "name",

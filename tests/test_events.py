@@ -31,6 +31,7 @@ import random
 import threading
 import time
 import warnings
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -291,6 +292,24 @@ def test_fallback_through_function_events_gives_the_same_numbers(monkeypatch: py
         assert s.calls == o.calls, o.name
         assert _close(s.self_cpu_us, o.self_cpu_us) and _close(s.cpu_total_us, o.cpu_total_us), o.name
         assert s.input_shapes == o.input_shapes, o.name
+
+
+def test_a_torch_without_activity_type_reads_the_same_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch 2.11's raw events have no activity_type: guessed from the device type, the range
+    flag and the name, a real capture (ops, ranges, Python frames, memory events, async
+    backward) reads as it does with the accessor."""
+    prof = _capture("all")
+    raw = prof.profiler.kineto_results.events()
+    guessed = Counter((e.activity_type(), live._guessed_activity(e)) for e in raw)
+    assert all(real == guess for real, guess in guessed), guessed
+    assert {real for real, _ in guessed} >= {"cpu_op", "user_annotation", "python_function"}
+    with_accessor = table_from_profiler(prof, record_shapes=True)
+    monkeypatch.setattr(live, "_activity_getter", lambda ev_type: live._guessed_activity)
+    without = table_from_profiler(prof, record_shapes=True)
+    for attr in ("names", "kinds", "tids", "starts", "ends", "device_ns", "shapes", "flags"):
+        assert getattr(without, attr) == getattr(with_accessor, attr), attr
+    assert with_accessor.others is not None and without.others is not None
+    assert (without.others.names, without.others.kinds) == (with_accessor.others.names, with_accessor.others.kinds)
 
 
 def test_profiler_step_ranges_group_as_key_averages_does() -> None:

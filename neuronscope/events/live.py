@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -35,6 +36,43 @@ from .table import (
 
 # Device types whose linked events key_averages adds to an op's device time.
 _DEVICE_TYPES = frozenset({"CUDA", "PrivateUse1", "XPU"})
+#: Kineto's own bookkeeping, recorded as CPU events (what torch 2.13 reads as runtime calls).
+_KINETO_OVERHEAD = frozenset({"Activity Buffer Request", "Lazy Function Loading", "Buffer Flush", "CUPTI Overhead"})
+_SYNC_RECORDS = ("Stream Sync", "Context Sync", "Event Sync", "Stream Wait Event")
+#: torch's Python tracer names a frame "file(line): function" ("<stdin>(5): <module>").
+_PYTHON_FRAME = re.compile(r"\(\d+\): ")
+
+
+def _guessed_activity(event: Any) -> str:
+    """The Kineto activity of a raw event from a torch whose events have no ``activity_type``
+    (torch 2.11), as the trace it exports names it: from the device type, whether it is a
+    ``record_function`` range, and the name (runtime and driver calls are ``cuda*``, ``hip*``,
+    ``cu*``; Python frames ``file(line): function`` or ``nn.Module: Name_0``)."""
+    dtype = event.device_type()
+    name = event.name()
+    if name[:1] == "[":  # "[memory]": an allocation marker, on the allocation's device
+        return "cpu_instant_event"
+    if str(getattr(dtype, "name", dtype)).rsplit(".", 1)[-1] != "CPU":
+        if event.is_user_annotation():  # a range's copy on the device timeline: no work
+            return "gpu_user_annotation"
+        if name.startswith("Memcpy"):
+            return "gpu_memcpy"
+        if name.startswith("Memset"):
+            return "gpu_memset"
+        return "cuda_sync" if name.startswith(_SYNC_RECORDS) else "kernel"
+    if event.is_user_annotation():
+        return "user_annotation"
+    api = name.startswith("cuda") or (name[:3] == "hip" and name[3:4].isupper()) or (name[:2] == "cu" and name[2:3].isupper())
+    if api or name in _KINETO_OVERHEAD:
+        return "cuda_runtime"
+    if _PYTHON_FRAME.search(name) or name.startswith(("nn.Module: ", "<built-in", "torch/")):
+        return "python_function"
+    return "cpu_op"
+
+
+def _activity_getter(ev_type: type) -> Any:
+    """``ev_type.activity_type``, or :func:`_guessed_activity` where torch has none."""
+    return getattr(ev_type, "activity_type", None) or _guessed_activity
 
 
 def _classify(activity: str, sample: Any) -> int:
@@ -91,7 +129,11 @@ def table_from_profiler(prof: Any, record_shapes: bool = False) -> EventTable:
             legacy_device = False
     with gc_paused():
         raw = kineto.events()
-        if raw and not all(hasattr(type(raw[0]), name) for name in _ACCESSORS):
+        ev_type = type(raw[0]) if raw else None
+        readable = all(hasattr(ev_type, name) for name in _ACCESSORS) and (
+            hasattr(ev_type, "activity_type") or hasattr(ev_type, "is_user_annotation")
+        )
+        if raw and not readable:
             # An older torch whose raw events lack an accessor read here: take torch's own
             # FunctionEvents (key_averages' input; slow, but the same numbers).
             del raw
@@ -100,10 +142,9 @@ def table_from_profiler(prof: Any, record_shapes: bool = False) -> EventTable:
 
 
 #: The ``_KinetoEvent`` accessors the fast path reads (``is_hidden_event`` where it exists).
-#: torch 2.13 has them all; torch 2.11's events have no ``activity_type`` (seen on a CUDA build),
-#: so a capture there takes torch's FunctionEvents: per-op device time, but no device timeline.
+#: torch 2.11's events have no ``activity_type`` (seen on a CUDA build): it is guessed there
+#: (:func:`_guessed_activity`), so that a live capture has its device timeline on it too.
 _ACCESSORS = (
-    "activity_type",
     "name",
     "start_ns",
     "end_ns",
@@ -151,7 +192,7 @@ def _table_from_events(raw: list[Any], record_shapes: bool, legacy_device: bool)
     if not raw:
         return table
     ev_type = type(raw[0])
-    get_act = ev_type.activity_type
+    get_act = _activity_getter(ev_type)
     get_name, get_start, get_end, get_tid = ev_type.name, ev_type.start_ns, ev_type.end_ns, ev_type.start_thread_id
     classes: dict[str, int] = {}
     canon: dict[str, str] = {}
@@ -336,7 +377,7 @@ def _device_intervals(
                 if is_sync_call(others.names[j]):
                     dev.sync_starts.append(others.starts[j])
                     dev.sync_ends.append(others.ends[j])
-    acts = list(map(ev_type.activity_type, device_events))
+    acts = list(map(_activity_getter(ev_type), device_events))
     names = list(map(ev_type.name, device_events))
     starts = list(map(ev_type.start_ns, device_events))
     ends = list(map(ev_type.end_ns, device_events))

@@ -183,8 +183,7 @@ class Charts:
         marked = chart.get("step_starts_us") or []
         for start in marked:
             ax.axvline(start / scale, color=_GREY, linewidth=0.8, linestyle=":")
-        left_out = bd.get("steps_left_out")
-        marks = f"{len(bd.get('steps') or []) + left_out} steps, not marked" if left_out and not marked else "dotted: step starts"
+        marks = "too many steps to mark" if bd.get("steps_left_out") and not marked else "dotted: step starts"
         ax.set_yticks([i + 0.4 for i in range(len(lanes))])
         ax.set_yticklabels([k for k, _ in lanes], fontsize=9)
         ax.set_xlim(0, width * max(len(v) for _, v in lanes))
@@ -246,7 +245,8 @@ class Charts:
         slowest = max(walls)
         colors = [_SLOWER if w == slowest and len(ranks) > 1 else _ACCENT for w in walls]
         unit, scale = _unit(slowest)
-        return self._bars([f"rank {r.get('rank')}" for r in shown], [w / scale for w in walls], [fmt_us(w) for w in walls], colors, title, f"wall time ({unit})")
+        labels = [f"rank {r.get('rank')}" for r in shown]
+        return self._bars(labels, [w / scale for w in walls], [fmt_us(w) for w in walls], colors, title, f"wall time ({unit})")
 
 
 def _variant_colour(row: Any, base: Any) -> str:

@@ -314,7 +314,24 @@ def test_step_starts_are_marked_where_steps_are_listed(n_steps: int) -> None:
         assert "dotted: step starts" in svg
     else:
         assert bd["chart"]["step_starts_us"] == [] and bd["steps_left_out"] == n_steps - MAX_STEPS
-        assert f"{n_steps} steps, not marked" in svg
+        assert "too many steps to mark" in svg
+
+
+def test_steps_left_out_count_every_capture() -> None:
+    # Captures of 60 and 30 steps read together: 64 listed, and the 26 others said (the
+    # longest capture's own count, none, was kept).
+    sizes = [60, 30]
+    steps, device = [], []
+    for c, n in enumerate(sizes):
+        base = c * 10**9
+        steps += [(f"ProfilerStep#{c}_{k}", base + 100 * k, base + 100 * k + 90) for k in range(n)]
+        device += [(base + 100 * k + 10, base + 100 * k + 50, 7, DEVICE_COMPUTE, base + 100 * k + 5, base + 100 * k + 8) for k in range(n)]
+    t = _table(device, steps=steps)
+    assert t.device is not None
+    t.device.segments = [0, sizes[0]]
+    bd = step_breakdown(t)
+    assert bd is not None and bd["captures"] == 2
+    assert len(bd["steps"]) == MAX_STEPS and bd["steps_left_out"] == sum(sizes) - MAX_STEPS
 
 
 def test_captures_read_together_add_up_without_the_time_between(tmp_path: Path) -> None:

@@ -178,8 +178,9 @@ def test_a_timestamp_out_of_range_on_any_event_is_refused(
         {"cat": "python_function", "name": "x.py(1): f"},
         {"cat": "cuda_sync", "name": "Stream Sync"},
         {"cat": "kernel", "name": "k", "args": {"correlation": 7}},
+        {"cat": "cuda_runtime", "name": "[memory]", "args": {"correlation": 7}},
     ],
-    ids=["op", "launch", "python-frame", "sync", "kernel"],
+    ids=["op", "launch", "python-frame", "sync", "kernel", "launch-of-an-ignored-name"],
 )
 @pytest.mark.parametrize("far", ["starts", "lasts"])
 def test_events_spanning_more_than_104_days_are_refused(
@@ -189,7 +190,8 @@ def test_events_spanning_more_than_104_days_are_refused(
     # leave int64: an op's self time read -15.2 us, a region's device time negative.
     day_us = 86_400e6
     odd = {"ph": "X", "pid": 1, "tid": 1, **({"ts": 200 * day_us, "dur": 1} if far == "starts" else {"ts": 5, "dur": 200 * day_us}), **event}
-    path = _write(tmp_path / "t.json", _trace(odd))
+    kernel = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 30, "dur": 5, "args": {"correlation": 7}}
+    path = _write(tmp_path / "t.json", _trace(odd, kernel))
     _refused(path, capsys, "span 200 days")
     # An epoch-based trace is far from zero, not long: read.
     epoch_us = 1.7e15

@@ -314,13 +314,14 @@ def _other_thread_work(
         budget -= int((hi - lo).sum())
         if budget < 0:
             return _TOO_MANY
-        spans.append((mine, ranges, lo, hi))
+        some = hi > lo  # kept only where they hold pairs: memory grows with pairs, not threads^2
+        if some.any():
+            spans.append((mine, ranges[some], lo[some], hi[some]))
     reg_parts: list[np.ndarray] = []
     ev_parts: list[np.ndarray] = []
     for mine, ranges, lo, hi in spans:
-        if (hi > lo).any():
-            ev_parts.append(mine[runs_concatenated(lo, hi)])
-            reg_parts.append(np.repeat(ranges, hi - lo))
+        ev_parts.append(mine[runs_concatenated(lo, hi)])
+        reg_parts.append(np.repeat(ranges, hi - lo))
     if not ev_parts:
         return None
     return np.concatenate(reg_parts), np.concatenate(ev_parts)

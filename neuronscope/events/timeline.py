@@ -163,7 +163,12 @@ def _combine(parts: list[dict[str, Any]]) -> dict[str, Any] | None:
         if key.endswith("_us") and isinstance(main[key], float):
             out[key] = round(sum(p[key] for p in parts), 3)
     out["busy_pct"] = round(100.0 * out["busy_us"] / out["window_us"], 2) if out["window_us"] else 0.0
-    out["steps"] = [s for p in parts for s in p["steps"]][:MAX_STEPS]
+    steps = [s for p in parts for s in p["steps"]]
+    listed = len(steps) + sum(p.get("steps_left_out", 0) for p in parts)
+    out["steps"] = steps[:MAX_STEPS]
+    out.pop("steps_left_out", None)
+    if listed > MAX_STEPS:
+        out["steps_left_out"] = listed - MAX_STEPS
     streams: dict[int, dict[str, Any]] = {}
     for p in parts:
         for st in p["streams"]:
@@ -299,7 +304,7 @@ def _breakdown(dev: DeviceEvents, step_ranges: tuple[list[str], np.ndarray, np.n
         **{key: (cov.per_window(edges) / width).round(3).tolist() for key, cov in covers.items()},
         # Marked one by one where the steps are listed one by one (a long run's would be a
         # wall of lines, and a long list in result.json).
-        "step_starts_us": [_us(b - t0) for b in w0[:MAX_STEPS].tolist()] if len(names) <= MAX_STEPS else [],
+        "step_starts_us": [_us(b - t0) for b in w0.tolist()] if len(names) <= MAX_STEPS else [],
     }
     out["classes"] = list(DEVICE_CLASS_NAMES[:2]) + ["memory"]
     return out

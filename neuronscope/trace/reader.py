@@ -350,15 +350,10 @@ class _Reader:
         # int64 and float64 hold nanoseconds exactly.
         others = self.others
         kept = [starts[base:], ends[base:], dev_start, dev_end, others.starts[base_others:], others.ends[base_others:], *zip(*self.syncs)]
+        first = last = None
         if any(kept):
             first, last = min(min(v) for v in kept if v), max(max(v) for v in kept if v)
-            if not (-_MAX_NS < first and last < _MAX_NS):
-                raise self._out_of_range()
-            if last - first > _MAX_SPAN_NS:
-                raise TraceFormatError(
-                    f"{self.files_pending}: its events span {(last - first) / 8.64e13:,.0f} days; a "
-                    f"torch.profiler trace spans seconds to hours (at most {_MAX_SPAN_NS / 8.64e13:.0f} days are read)"
-                )
+            self._check_span(first, last)
         # File span: first to last event of ops, annotations and device work.
         lo = min((v for v in (min(starts[base:], default=None), min(dev_start, default=None)) if v is not None), default=None)
         hi = max((v for v in (max(ends[base:], default=None), max(dev_end, default=None)) if v is not None), default=None)
@@ -376,10 +371,14 @@ class _Reader:
             spans = np.array([_NO_LAUNCH if x is None else x for x in found], dtype=np.int64).reshape(-1, 3)
         except OverflowError:  # a runtime call of an ignored name, out of range
             raise self._out_of_range() from None
+        has_launch = spans[:, 0] >= 0  # thread ids are not negative
+        if has_launch.any():  # the launches (of ignored names too: no row of their own) as well
+            calls = spans[has_launch, 1:]
+            lo_call, hi_call = int(calls.min()), int(calls.max())
+            self._check_span(lo_call if first is None else min(first, lo_call), hi_call if last is None else max(last, hi_call))
         dev = self.device
         dev.launch_starts.extend(spans[:, 1].tolist())
         dev.launch_ends.extend(spans[:, 2].tolist())
-        has_launch = spans[:, 0] >= 0  # thread ids are not negative
         orphans = np.flatnonzero(~has_launch).tolist()  # device events whose launch found no op
         launched = np.flatnonzero(has_launch)
         if dev_start:
@@ -446,6 +445,16 @@ class _Reader:
             self._locate(base)
         table.raw_event_count += self.raw_events
         self._reset_file()
+
+    def _check_span(self, first: int, last: int) -> None:
+        """Refuse a file whose intervals leave +-2**62 ns, or span more than _MAX_SPAN_NS."""
+        if not (-_MAX_NS < first and last < _MAX_NS):
+            raise self._out_of_range()
+        if last - first > _MAX_SPAN_NS:
+            raise TraceFormatError(
+                f"{self.files_pending}: its events span {(last - first) / 8.64e13:,.0f} days; a "
+                f"torch.profiler trace spans seconds to hours (at most {_MAX_SPAN_NS / 8.64e13:.0f} days are read)"
+            )
 
     def _out_of_range(self) -> TraceFormatError:
         return TraceFormatError(

@@ -274,6 +274,9 @@ def test_launch_overhead_hint_where_the_host_starves_the_device() -> None:
     hints = launch_hints(_ctx(t))
     assert len(hints) == 1 and hints[0].pattern == "launch_overhead"
     assert "CUDA graph" in hints[0].suggestion and "60 of 60" in hints[0].suggestion
+    # The host late by 117 ns before each kernel but the first (from the last one's end to the
+    # end of the launch call, 1 ns before the kernel ran).
+    assert hints[0].est_saving_us == hints[0].time_us == pytest.approx(59 * 0.117)
     # The same kernels back to back: the host kept up, no hint.
     busy = [(k * 3, k * 3 + 2, 7, DEVICE_COMPUTE, k * 3 - 50, k * 3 - 40) for k in range(60)]
     t2 = _table(busy)
@@ -283,6 +286,34 @@ def test_launch_overhead_hint_where_the_host_starves_the_device() -> None:
     ctx = _ctx(t)
     ctx.extra["breakdown"] = None
     assert launch_hints(ctx) == []
+
+
+def test_host_lateness_before_copies_is_no_launch_overhead() -> None:
+    # Each step: the host makes its input for 5 us, copies it to the device, then 60 small
+    # kernels each launched just in time, and a last one 1 us late. Only the lateness before
+    # kernels can be won back by fewer launches (the copy waits for data the host is making).
+    dev = []
+    t0 = 0
+    for _ in range(3):
+        t0 += 5000
+        dev.append((t0, t0 + 100, 7, DEVICE_MEMCPY, t0 - 20, t0 - 10))  # host late 5 us before it
+        for k in range(60):
+            start = t0 + 200 + 10 * k
+            dev.append((start, start + 2, 7, DEVICE_COMPUTE, start - 6, start - 1))
+        start = t0 + 200 + 600 + 1000
+        dev.append((start, start + 2, 7, DEVICE_COMPUTE, start - 6, start - 1))
+        t0 = start
+    t = _table(dev)
+    t.append("aten::add", KIND_OP, 1, 0, 10)
+    bd = step_breakdown(t)
+    assert bd is not None and bd["launch"]["linked"] == 183
+    # Per step, before its kernels: 99 ns after the copy, 59 x 7 ns between small kernels, 1,007
+    # ns before the late one; before the copies of steps 2 and 3, 4,988 ns each.
+    assert bd["launch"]["idle_host_before_kernels_us"] == pytest.approx(3 * (99 + 59 * 7 + 1007) / 1e3)
+    assert bd["idle_host_us"] == pytest.approx((3 * (99 + 59 * 7 + 1007) + 2 * 4988) / 1e3)
+    hints = launch_hints(_ctx(t))
+    assert len(hints) == 1 and hints[0].est_saving_us == pytest.approx(4.557)  # was 14.533: every late host
+    assert "for the host to launch kernels" in hints[0].suggestion
 
 
 def test_report_html_has_the_timeline_chart(tmp_path: Path) -> None:

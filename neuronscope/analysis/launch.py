@@ -1,8 +1,9 @@
 """The launch-overhead rule: the device sat idle waiting for the host to launch short kernels.
 
 Reads the step breakdown (:mod:`neuronscope.events.timeline`): where the host not launching
-work explains a large part of the device's idle time, and many kernels ran shorter than the
-runtime call that launched them, the step is launch-bound; the cure is fewer, larger kernels
+kernels explains a large part of the device's idle time (its lateness before a copy from the
+host does not count: it was making the data), and many kernels ran shorter than the runtime
+call that launched them, the step is launch-bound; the cure is fewer, larger kernels
 (fusion, ``torch.compile``) or launching the whole step at once (CUDA graphs).
 """
 
@@ -35,8 +36,10 @@ def launch_hints(ctx: AnalysisContext) -> list[Hint]:
     bd: dict[str, Any] | None = ctx.extra["breakdown"] if "breakdown" in ctx.extra else step_breakdown(ctx.table)
     if not bd or not bd.get("window_us"):
         return []
-    window, host = float(bd["window_us"]), float(bd["idle_host_us"])
     la = bd.get("launch") or {}
+    # The host's lateness before kernels only: before a copy from the host it was making the
+    # data (no launch to save). Older results have the whole of it.
+    window, host = float(bd["window_us"]), float(la.get("idle_host_before_kernels_us", bd["idle_host_us"]))
     linked, short = int(la.get("linked") or 0), int(la.get("shorter_than_launch") or 0)
     if linked < MIN_KERNELS or host < MIN_HOST_IDLE_SHARE * window or short < MIN_SHORT_SHARE * linked:
         return []
@@ -57,7 +60,7 @@ def launch_hints(ctx: AnalysisContext) -> list[Hint]:
             # What the host's lateness cost: the most that fewer, larger launches can win back.
             est_saving_us=host,
             suggestion=(
-                f"the device waited {100 * host / window:.0f}% of the time for the host to launch work, and "
+                f"the device waited {100 * host / window:.0f}% of the time for the host to launch kernels, and "
                 f"{short:,} of {linked:,} kernels ran shorter than their launch call "
                 f"(median kernel {la['median_kernel_us']:.1f} us, launch {la['median_launch_us']:.1f} us): {cure}"
             ),

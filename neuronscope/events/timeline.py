@@ -207,6 +207,9 @@ def _breakdown(dev: DeviceEvents, step_ranges: tuple[list[str], np.ndarray, np.n
     host_end = np.clip(np.where(launch_end >= 0, launch_end, g0), g0, g1)
     host_ns = np.maximum((host_end - g0) - syncs.within(g0, host_end), 0)
     other_ns = (g1 - g0) - sync_ns - host_ns
+    # The host's lateness before a kernel (not before a copy, which waits for its data on the
+    # host): what fewer, larger launches can win back.
+    before_kernel = np.isin(cls[first_after], (DEVICE_COMPUTE, DEVICE_COMM))
 
     # ---- steps: each event to the step open at its launch (or start) ----
     step_names, step_s, _ = step_ranges
@@ -280,7 +283,11 @@ def _breakdown(dev: DeviceEvents, step_ranges: tuple[list[str], np.ndarray, np.n
     # ---- launches ----
     is_kernel = is_compute | is_comm
     kern = is_kernel & (ls >= 0) & (le >= ls)
-    launch: dict[str, Any] = {"kernels": int(is_kernel.sum()), "linked": int(kern.sum())}
+    launch: dict[str, Any] = {
+        "kernels": int(is_kernel.sum()),
+        "linked": int(kern.sum()),
+        "idle_host_before_kernels_us": _us(host_ns[before_kernel].sum()),
+    }
     if kern.any():
         kd, ld, delay = (e - s)[kern], (le - ls)[kern], np.maximum((s - ls)[kern], 0)
         # Sorted once for the medians (as np.median takes them, far faster) and the p90.

@@ -239,13 +239,14 @@ def test_region_ops_are_the_range_names_up_the_links(seed: int, climb_levels: in
     code = [rng.randrange(3) for _ in parent]  # few names: ranges of one name nest
     positions = sorted(rng.sample(range(len(parent)), rng.randrange(len(parent) + 1)))
     kind = np.array([KIND_ANNOTATION if r else KIND_OP for r in is_range], dtype=np.int8)
-    chunks = list(summary._region_ops(arr(parent), kind, arr(code), arr(positions), 3))
+    around = summary._RangesAround(arr(parent), kind, arr(code))
+    chunks = list(summary._region_ops(around, arr(positions), 3))
     pairs = {(r, code[e], e) for reg, ev in chunks for r, e in zip(reg.tolist(), ev.tolist())}
     assert len(pairs) == sum(ev.size for _, ev in chunks)  # each pair once
     assert pairs == _names_up_the_links(parent, is_range, code, positions)
     # Whether an event is inside a range of a given name: the same pairs, asked one by one.
     asked = [(c, p) for p in range(len(parent)) for c in range(3)]
-    inside = summary._inside_named_range(arr(parent), kind, arr(code), arr([c for c, _ in asked]), arr([p for _, p in asked]))
+    inside = summary._inside_named_range(around, arr([c for c, _ in asked]), arr([p for _, p in asked]))
     every = _names_up_the_links(parent, is_range, code, list(range(len(parent))))
     assert [(c, code[p], p) in every for c, p in asked] == inside.tolist()
 

@@ -14,7 +14,7 @@ import numpy as np
 from .arrays import as_int64
 from .table import KIND_ANNOTATION, EventTable
 
-__all__ = ["add_inner_range_device_time", "innermost_open", "last_reaching", "parents", "subtree_ends"]
+__all__ = ["add_inner_range_device_time", "innermost_open", "last_reaching", "parents", "row_columns", "subtree_ends"]
 
 #: Rounds of pointer jumping in :func:`parents` before the rest go to :func:`last_reaching`:
 #: the traces we know need 13 to 19, each cheaper than a round of the tree.
@@ -168,22 +168,38 @@ def innermost_open(
     return out
 
 
-def add_inner_range_device_time(table: EventTable, when: np.ndarray, op: np.ndarray, device_ns: np.ndarray, base: int = 0) -> None:
+def row_columns(table: EventTable, base: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The rows from ``base`` on as arrays: starts, ends, thread ids (:func:`as_int64`), kinds."""
+    return (
+        np.array(table.starts[base:], dtype=np.int64),
+        np.array(table.ends[base:], dtype=np.int64),
+        as_int64(table.tids[base:]),
+        np.array(table.kinds[base:], dtype=np.int8),
+    )
+
+
+def add_inner_range_device_time(
+    table: EventTable,
+    when: np.ndarray,
+    op: np.ndarray,
+    device_ns: np.ndarray,
+    base: int = 0,
+    columns: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None,
+) -> None:
     """For device work linked to the op that launched it (launched at ``when[k]`` inside row
     ``op[k]``, ``device_ns[k]`` long), add the time to the innermost range open at the launch
     on the op's thread when the range opened inside the op (``nccl:all_reduce`` inside
     ``record_param_comms``): :attr:`EventTable.range_device_ns`. Only rows from ``base`` on
-    (ops and ranges alike: one file's) are read."""
+    (ops and ranges alike: one file's) are read; ``columns``: their :func:`row_columns`, where
+    the caller has them."""
     if not when.size:
         return
-    kinds = np.array(table.kinds[base:], dtype=np.int8)
+    starts, ends, tids, kinds = columns if columns is not None else row_columns(table, base)
     ranges = np.flatnonzero(kinds == KIND_ANNOTATION)
     if not ranges.size:
         return
-    starts = np.array(table.starts[base:], dtype=np.int64)
-    tids = as_int64(table.tids[base:])
     op = op - base
-    r = innermost_open(starts, np.array(table.ends[base:], dtype=np.int64), tids, ranges, tids[op], when)
+    r = innermost_open(starts, ends, tids, ranges, tids[op], when)
     inside = (r >= 0) & (r != op)
     inside[inside] = starts[r[inside]] >= starts[op[inside]]
     extra = table.range_device_ns

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -210,7 +211,8 @@ def summarize(table: EventTable) -> Summary:
                 rows = np.fromiter(table.range_device_ns, dtype=np.int64, count=len(table.range_device_ns))
                 vals = np.fromiter(table.range_device_ns.values(), dtype=np.int64, count=len(rows))
                 r_dev += np.bincount(codes[rows], weights=vals, minlength=n_codes)
-        pairs: Iterable[tuple[np.ndarray, np.ndarray]] = _region_ops(parent, s_kind, s_code, op_pos, n_codes)
+        around = _RangesAround(parent, s_kind, s_code)
+        pairs: Iterable[tuple[np.ndarray, np.ndarray]] = _region_ops(around, op_pos, n_codes)
         # Work the range's thread handed to other threads of its process while it was open
         # (CUDA backward runs on autograd's device threads while the caller waits in
         # ``## backward ##``): the range's too. By default a capture records only the threads
@@ -226,7 +228,7 @@ def summarize(table: EventTable) -> Summary:
             # Once per range name, and not where the event's own thread has a range of that
             # name open around it (its own nesting counts it already: the pairs are apart).
             ev_x, reg_cx = np.divmod(unique_sorted(ev_x * n_codes + s_code[reg_x]), n_codes)
-            apart = ~_inside_named_range(parent, s_kind, s_code, reg_cx, ev_x)
+            apart = ~_inside_named_range(around, reg_cx, ev_x)
             ev_x, reg_cx = ev_x[apart], reg_cx[apart]
             if r_dev is not None and s_dev_own is not None:
                 r_dev += np.bincount(reg_cx, weights=s_dev_own[ev_x], minlength=n_codes).astype(r_dev.dtype)
@@ -423,18 +425,68 @@ def device_totals(parent: np.ndarray, own: np.ndarray, legacy: np.ndarray) -> np
 PAIRS_PER_CHUNK = 1 << 20
 
 
-def _region_ops(
-    parent: np.ndarray, kind: np.ndarray, code: np.ndarray, positions: np.ndarray, n_codes: int
-) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+class _Outermost(NamedTuple):
+    """The ranges inside no other range of their name, by name, then position."""
+
+    positions: np.ndarray
+    #: the last position inside each: a run of positions (the order of
+    #: :func:`~.nesting.parents` is a preorder)
+    last: np.ndarray
+    names: np.ndarray
+    #: above every position: ``names * stride + positions`` orders them as they are
+    stride: int
+
+
+class _RangesAround:
+    """The ranges around each event of a nesting (events in the order of
+    :func:`~.nesting.parents`, their kinds and name codes), each view made once, when first
+    asked for."""
+
+    def __init__(self, parent: np.ndarray, kind: np.ndarray, code: np.ndarray) -> None:
+        self.parent, self.kind, self.code = parent, kind, code
+
+    @functools.cached_property
+    def near(self) -> np.ndarray:
+        """The innermost range around each event (-1 for none), by pointer jumping over the
+        parents that are not ranges."""
+        is_ann = self.kind == KIND_ANNOTATION
+        near = self.parent.copy()
+        todo = np.flatnonzero(near >= 0)
+        todo = todo[~is_ann[near[todo]]]
+        while todo.size:
+            near[todo] = near[near[todo]]
+            nt = near[todo]
+            todo = todo[nt >= 0]
+            todo = todo[~is_ann[near[todo]]]
+        return near
+
+    @functools.cached_property
+    def outermost(self) -> _Outermost:
+        """An event is inside a range name where it is inside the outermost range of that name
+        around it: these, found for all names at once (for nestings too deep to climb)."""
+        code = self.code
+        ranges = np.flatnonzero(self.kind == KIND_ANNOTATION)
+        ranges = ranges[np.argsort(code[ranges], kind="stable")]
+        names, last = code[ranges], subtree_ends(self.parent, ranges)
+        # Within a name the positions grow: a range is inside an earlier one of its name where
+        # it starts at or before the furthest end so far. Each name's keys lie above every
+        # position of the names before it, so the running maximum starts afresh at each name.
+        stride = self.parent.size + 1
+        furthest = np.maximum.accumulate(names * stride + last)
+        outer = np.ones(ranges.size, dtype=bool)
+        outer[1:] = names[1:] * stride + ranges[1:] > furthest[:-1]
+        return _Outermost(ranges[outer], last[outer], names[outer], stride)
+
+
+def _region_ops(around: _RangesAround, positions: np.ndarray, n_codes: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """(region code, event position) for each of the ascending ``positions`` and each
     distinct range name around it, in chunks of at most about :data:`PAIRS_PER_CHUNK` pairs.
 
-    ``near[i]``: the innermost range around event ``i`` (-1 for none), by pointer jumping over
-    the parents that are not ranges; then each event climbs from range to range, at most
+    Each event climbs from range to range (:attr:`_RangesAround.near`), at most
     :data:`_CLIMB_LEVELS` levels. Ranges nested deeper (hostile: a pair per level, 2 x 10^8 of
     them for 20,000 levels) go by :func:`_in_outermost_ranges`, as much work as pairs.
     """
-    near = _nearest_ranges(parent, kind)
+    near, code = around.near, around.code
     ev_parts: list[np.ndarray] = []
     reg_parts: list[np.ndarray] = []
     ev = positions
@@ -448,7 +500,7 @@ def _region_ops(
         reg_parts.append(code[cur])
         cur = near[cur]
     if (cur >= 0).any():
-        return _in_outermost_ranges(_outermost_ranges(parent, kind, code), positions)
+        return _in_outermost_ranges(around.outermost, positions)
     if not ev_parts:
         return iter(())
     ev_all = np.concatenate(ev_parts)
@@ -459,26 +511,11 @@ def _region_ops(
     return iter([(reg_all, ev_all)])
 
 
-def _nearest_ranges(parent: np.ndarray, kind: np.ndarray) -> np.ndarray:
-    """The innermost range around each event (-1 for none), by pointer jumping over the
-    parents that are not ranges."""
-    is_ann = kind == KIND_ANNOTATION
-    near = parent.copy()
-    todo = np.flatnonzero(near >= 0)
-    todo = todo[~is_ann[near[todo]]]
-    while todo.size:
-        near[todo] = near[near[todo]]
-        nt = near[todo]
-        todo = todo[nt >= 0]
-        todo = todo[~is_ann[near[todo]]]
-    return near
-
-
-def _inside_named_range(parent: np.ndarray, kind: np.ndarray, code: np.ndarray, names: np.ndarray, positions: np.ndarray) -> np.ndarray:
+def _inside_named_range(around: _RangesAround, names: np.ndarray, positions: np.ndarray) -> np.ndarray:
     """Whether each event ``positions[k]`` is inside a range named ``names[k]`` on its own
     thread: a climb from range to range, at most :data:`_CLIMB_LEVELS` levels, then (ranges
     nested deeper) the outermost ranges of the names."""
-    near = _nearest_ranges(parent, kind)
+    near, code = around.near, around.code
     found = np.zeros(positions.size, dtype=bool)
     asked = np.arange(positions.size)
     cur = near[positions]
@@ -492,7 +529,7 @@ def _inside_named_range(parent: np.ndarray, kind: np.ndarray, code: np.ndarray, 
         asked, cur = asked[~hit], near[cur[~hit]]
     left = asked[cur >= 0]
     if left.size:
-        outer = _outermost_ranges(parent, kind, code)
+        outer = around.outermost
         keys = outer.names * outer.stride + outer.positions
         # The last outermost range of the name before the event: it holds the event, or none does.
         k = np.searchsorted(keys, names[left] * outer.stride + positions[left], side="left") - 1
@@ -500,34 +537,6 @@ def _inside_named_range(parent: np.ndarray, kind: np.ndarray, code: np.ndarray, 
         ok[ok] = (outer.names[k[ok]] == names[left[ok]]) & (outer.last[k[ok]] >= positions[left[ok]])
         found[left] = ok
     return found
-
-
-class _Outermost(NamedTuple):
-    """The ranges inside no other range of their name, by name, then position."""
-
-    positions: np.ndarray
-    #: the last position inside each: a run of positions (the order of
-    #: :func:`~.nesting.parents` is a preorder)
-    last: np.ndarray
-    names: np.ndarray
-    #: above every position: ``names * stride + positions`` orders them as they are
-    stride: int
-
-
-def _outermost_ranges(parent: np.ndarray, kind: np.ndarray, code: np.ndarray) -> _Outermost:
-    """An event is inside a range name where it is inside the outermost range of that name
-    around it: these, found for all names at once."""
-    ranges = np.flatnonzero(kind == KIND_ANNOTATION)
-    ranges = ranges[np.argsort(code[ranges], kind="stable")]
-    names, last = code[ranges], subtree_ends(parent, ranges)
-    # Within a name the positions grow: a range is inside an earlier one of its name where it
-    # starts at or before the furthest end so far. Each name's keys lie above every position of
-    # the names before it, so the running maximum starts afresh at each name.
-    stride = parent.size + 1
-    furthest = np.maximum.accumulate(names * stride + last)
-    outer = np.ones(ranges.size, dtype=bool)
-    outer[1:] = names[1:] * stride + ranges[1:] > furthest[:-1]
-    return _Outermost(ranges[outer], last[outer], names[outer], stride)
 
 
 def _in_outermost_ranges(outer: _Outermost, positions: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
@@ -563,11 +572,12 @@ def _grouped_sums(
         sums_parts.append([np.bincount(inv, minlength=uniq.size)] + [np.bincount(inv, weights=c[ev], minlength=uniq.size) for c in columns])
     if not keys_parts:
         return None
-    if len(keys_parts) > 1:  # a key may come in several chunks: add them up
-        uniq, _, inv = unique_first_inverse(np.concatenate(keys_parts))
-        merged = [np.bincount(inv, weights=np.concatenate(part), minlength=uniq.size) for part in zip(*sums_parts)]
-        keys_parts, sums_parts = [uniq], [[merged[0].astype(np.int64), *merged[1:]]]
-    return keys_parts[0], sums_parts[0][0], sums_parts[0][1:]
+    if len(keys_parts) == 1:
+        return keys_parts[0], sums_parts[0][0], sums_parts[0][1:]
+    # A key may come in several chunks: add them up.
+    uniq, _, inv = unique_first_inverse(np.concatenate(keys_parts))
+    merged = [np.bincount(inv, weights=np.concatenate(part), minlength=uniq.size) for part in zip(*sums_parts)]
+    return uniq, merged[0].astype(np.int64), merged[1:]
 
 
 def _signature(recorded: list[Any]) -> list[Any]:

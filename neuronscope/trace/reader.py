@@ -15,7 +15,7 @@ from msgspec import UNSET
 from ..errors import TraceFormatError
 from ..events import IGNORED_NAMES, KIND_ANNOTATION, KIND_OP, KIND_PYTHON, KIND_RUNTIME, EventTable, gc_paused
 from ..events.frames import user_location
-from ..events.nesting import add_inner_range_device_time, innermost_open
+from ..events.nesting import add_inner_range_device_time, innermost_open, row_columns
 from ..events.table import (
     KIND_DEVICE,
     KIND_SKIP,
@@ -345,18 +345,19 @@ class _Reader:
         starts, ends, device = table.starts, table.ends, table.device_ns
         dev_corr, dev_dur, dev_start = self.dev_corr, self.dev_dur, self.dev_start
         dev_end = list(map(operator.add, dev_start, dev_dur))
+        # File span: first to last event of ops, annotations and device work (an interval's end
+        # is never before its start: durations are at least 0).
+        lo = min((min(v) for v in (starts[base:], dev_start) if v), default=None)
+        hi = max((max(v) for v in (ends[base:], dev_end) if v), default=None)
         # Every interval kept goes into int64 arrays: each within +-2**62 ns, and the file
         # within _MAX_SPAN_NS, so that no duration, nor a sum of them, leaves the range where
-        # int64 and float64 hold nanoseconds exactly.
+        # int64 and float64 hold nanoseconds exactly. Runtime calls, frames and syncs too.
         others = self.others
-        kept = [starts[base:], ends[base:], dev_start, dev_end, others.starts[base_others:], others.ends[base_others:], *zip(*self.syncs)]
-        first = last = None
-        if any(kept):
-            first, last = min(min(v) for v in kept if v), max(max(v) for v in kept if v)
+        sync_starts, sync_ends = zip(*self.syncs) if self.syncs else ((), ())
+        first = min((v for v in (lo, min(others.starts[base_others:], default=None), min(sync_starts, default=None)) if v is not None), default=None)
+        last = max((v for v in (hi, max(others.ends[base_others:], default=None), max(sync_ends, default=None)) if v is not None), default=None)
+        if first is not None and last is not None:
             self._check_span(first, last)
-        # File span: first to last event of ops, annotations and device work.
-        lo = min((v for v in (min(starts[base:], default=None), min(dev_start, default=None)) if v is not None), default=None)
-        hi = max((v for v in (max(ends[base:], default=None), max(dev_end, default=None)) if v is not None), default=None)
         if lo is not None and hi is not None:
             self.wall_ns += hi - lo
 
@@ -398,13 +399,14 @@ class _Reader:
         if launched.size:
             thread, when = spans[launched, 0], spans[launched, 1]
             ns = np.array(dev_dur, dtype=np.int64)[launched]
-            op = _innermost(table, KIND_OP, base, thread, when)
+            columns = row_columns(table, base)  # this file's rows, made arrays once
+            op = _innermost(columns, KIND_OP, base, thread, when)
             hit = op >= 0
             _add_at(device, op[hit], ns[hit])
             self.linked_correlation += int(hit.sum())
             # A range opened inside the op that launched the work (nccl:all_reduce inside
             # record_param_comms) ran that work: the range's device time too.
-            add_inner_range_device_time(table, when[hit], op[hit], ns[hit], base)
+            add_inner_range_device_time(table, when[hit], op[hit], ns[hit], base, columns)
             outside = np.flatnonzero(~hit)
             launched_outside = dict(zip(launched[outside].tolist(), outside.tolist()))
             orphans.extend(launched_outside)
@@ -438,7 +440,7 @@ class _Reader:
             # inside a range: the range's device time. It stays "outside any op" as well.
             if in_range:
                 pick = np.array(in_range, dtype=np.int64)
-                r = _innermost(table, KIND_ANNOTATION, base, thread[pick], when[pick])
+                r = _innermost(columns, KIND_ANNOTATION, base, thread[pick], when[pick])
                 _add_at(device, r[r >= 0], ns[pick][r >= 0])
 
         if self.frames:
@@ -554,20 +556,14 @@ def _add_at(values: list[int], rows: np.ndarray, amounts: np.ndarray) -> None:
         values[lo:] = part.tolist()
 
 
-def _innermost(table: EventTable, kind: int, base: int, thread: np.ndarray, when: np.ndarray) -> np.ndarray:
+def _innermost(
+    columns: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], kind: int, base: int, thread: np.ndarray, when: np.ndarray
+) -> np.ndarray:
     """The innermost row of ``kind`` open at each instant ``when[k]`` on ``thread[k]``, or -1;
-    rows from ``base`` on (one file's: the earlier files' are not made into arrays again).
-    Thread ids here are the reader's own numbers, and timestamps are checked to be within
-    int64 as each file is read."""
-    rows = np.flatnonzero(np.array(table.kinds[base:], dtype=np.int8) == kind)
-    found = innermost_open(
-        np.array(table.starts[base:], dtype=np.int64),
-        np.array(table.ends[base:], dtype=np.int64),
-        np.array(table.tids[base:], dtype=np.int64),
-        rows,
-        thread,
-        when,
-    )
+    ``columns``: the :func:`row_columns` of the rows from ``base`` on (one file's: the earlier
+    files' are not made into arrays again)."""
+    starts, ends, tids, kinds = columns
+    found = innermost_open(starts, ends, tids, np.flatnonzero(kinds == kind), thread, when)
     return np.where(found >= 0, found + base, -1)
 
 

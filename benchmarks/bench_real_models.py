@@ -8,8 +8,9 @@ the default options (one warm-up call, observed; one captured call).
 
 1. Per model and step: the expected idioms, those found, missed and false.
 2. Per verifiable hint (rms_norm, layer_norm, softmax, gelu, silu_mul): the estimated saving,
-   what ``hint.verify()`` measured, and their ratio (target: within 2x for 9 of 10, and never
-   a positive estimate where verify measured a loss beyond noise).
+   the same capture's estimate read back from the trace it exported (``from_trace``), what
+   ``hint.verify()`` measured, and their ratio (target: within 2x for 9 of 10, and never a
+   positive estimate where verify measured a loss beyond noise).
 3. The cost of exact data flow, per model step, medians of interleaved rounds:
    - the captured call: a decorated call's capture runs with the user's options, so it costs
      what ``record_shapes=True`` alone costs; the analysis then relinks from the observation
@@ -18,7 +19,7 @@ the default options (one warm-up call, observed; one captured call).
    - the observed warm-up call against a plain call (paid once, on a call that runs anyway);
    - a capture with nothing observed (``profile_memory=True``) against ``record_shapes=True``.
 
-    python3 benchmarks/bench_real_models.py [--models llama,gpt2] [--rounds 21] [--no-verify] [--no-idioms]
+    python3 benchmarks/bench_real_models.py [--models llama,gpt2] [--rounds 21] [--no-verify] [--no-idioms] [--no-overhead]
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ import argparse
 import gc
 import logging
 import os
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -41,18 +44,23 @@ import real_models as rm
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from neuronscope import profile_on_neuron
+from neuronscope import from_trace, profile_on_neuron
 from neuronscope.capture.observe import observe_dataflow
 from neuronscope.errors import NeuronscopeError
 from neuronscope.events import table_from_profiler
 from neuronscope.pipeline import build_result
 
+OUT = Path(tempfile.mkdtemp(prefix="bench_real_models_"))
 
-def capture_hints(model: rm.Model, train: bool) -> Any:
-    f = profile_on_neuron(rm.step_fn(model, train), export=False, backend="cpu", print_summary=False, warmup=1, active=1)
+
+def capture_hints(model: rm.Model, train: bool) -> tuple[Any, Any]:
+    """The decorated step's result, and the result of reading back the trace it exported."""
+    f = profile_on_neuron(rm.step_fn(model, train), output_dir=OUT, backend="cpu", print_summary=False, warmup=1, active=1)
     f()
     f()
-    return f.last_result
+    run = Path(f.last_result.run_dir)
+    (trace,) = list(run.glob("trace.json*"))
+    return f.last_result, from_trace(trace)
 
 
 def section_idioms(models: list[str]) -> list[Any]:
@@ -62,29 +70,33 @@ def section_idioms(models: list[str]) -> list[Any]:
     for name in models:
         m = rm.MODELS[name]
         for train in (False, True):
-            r = capture_hints(m, train)
+            r, t = capture_hints(m, train)
             got = {f"{h.kind}:{h.pattern}" for h in r.hints}
             exp = rm.expected(m, train)
             found = ",".join(sorted(p.split(":")[1] for p in got & exp)) or "-"
             missed = ",".join(sorted(p.split(":")[1] for p in exp - got)) or "-"
             false = ",".join(sorted(p.split(":")[1] for p in got - exp)) or "-"
             print(f"{name:<10} {'train' if train else 'forward':<8} {found:<62} {missed:<10} {false:<10}")
-            results.append((name, train, r))
+            results.append((name, train, r, t))
     return results
 
 
 def section_verify(results: list[Any]) -> None:
     print("\n== 2. estimated saving vs hint.verify() (CPU, this process's thread count) ==")
-    print(f"{'model':<10} {'step':<8} {'pattern':<12} {'calls':>5} {'est us':>9} {'verified us':>12} {'ratio':>7}  note")
+    print("(trace us: the same capture's estimate read back from its exported trace file)")
+    print(f"{'model':<10} {'step':<8} {'pattern':<12} {'calls':>5} {'est us':>9} {'trace us':>9} {'verified us':>12} {'ratio':>7}  note")
     within = total = wrong_sign = 0
-    for name, train, r in results:
+    for name, train, r, t in results:
+        from_file = {(h.pattern, tuple(h.ops)): h.est_saving_us for h in t.hints if h.kind == "fusion"}
         for h in r.hints:
             if h.kind != "fusion":
                 continue
+            traced = from_file.get((h.pattern, tuple(h.ops)))
+            ttext = "-" if traced is None else f"{traced:.1f}"
             try:
                 v = h.verify()
             except NeuronscopeError as err:
-                print(f"{name:<10} {'train' if train else 'forward':<8} {h.pattern:<12} {h.calls:>5} {h.est_saving_us:>9.1f} {'-':>12} {'-':>7}  {str(err)[:70]}")
+                print(f"{name:<10} {'train' if train else 'forward':<8} {h.pattern:<12} {h.calls:>5} {h.est_saving_us:>9.1f} {ttext:>9} {'-':>12} {'-':>7}  {str(err)[:70]}")
                 continue
             ratio = v.estimate_ratio
             note = ""
@@ -97,7 +109,7 @@ def section_verify(results: list[Any]) -> None:
             elif v.verified_saving_us <= 0:
                 note = f"verify measured a loss; estimate {v.est_saving_us:.1f}"
             rtext = f"{ratio:.2f}" if ratio is not None else "n/a"
-            print(f"{name:<10} {'train' if train else 'forward':<8} {h.pattern:<12} {h.calls:>5} {v.est_saving_us:>9.1f} {v.verified_saving_us:>12.1f} {rtext:>7}  {note}")
+            print(f"{name:<10} {'train' if train else 'forward':<8} {h.pattern:<12} {h.calls:>5} {v.est_saving_us:>9.1f} {ttext:>9} {v.verified_saving_us:>12.1f} {rtext:>7}  {note}")
     print(f"within 2x: {within} of the {total} hints verify measured a gain for; positive estimate where verify measured a loss: {wrong_sign}")
 
 
@@ -200,6 +212,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=21)
     parser.add_argument("--no-verify", action="store_true")
     parser.add_argument("--no-idioms", action="store_true", help="section 3 only")
+    parser.add_argument("--no-overhead", action="store_true", help="sections 1 and 2 only")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     logging.getLogger("neuronscope").setLevel(logging.WARNING)
@@ -207,11 +220,15 @@ def main() -> int:
     models = [m for m in args.models.split(",") if m]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s)\n")
     print(f"load average at start: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
-    if not args.no_idioms:
-        results = section_idioms(models)
-        if not args.no_verify:
-            section_verify(results)
-    section_overhead(models, args.rounds)
+    try:
+        if not args.no_idioms:
+            results = section_idioms(models)
+            if not args.no_verify:
+                section_verify(results)
+        if not args.no_overhead:
+            section_overhead(models, args.rounds)
+    finally:
+        shutil.rmtree(OUT, ignore_errors=True)
     print(f"load average at end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     return 0
 

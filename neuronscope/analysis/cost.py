@@ -385,23 +385,31 @@ def full_size(nodes: list[OpNode]) -> list[bool]:
 
 
 def device_of(backend: str) -> str:
-    return {"cuda": "cuda", "neuron": "neuron"}.get(backend, "cpu")
+    """The device a backend's ops run on: its own name, CPU for the CPU backend."""
+    return {"cuda": "cuda", "neuron": "neuron", "mtia": "mtia"}.get(backend, "cpu")
 
 
-def model_text(pattern: str, backend: str, measured_here: bool = True) -> str:
-    """The estimate's model in words, for the hint's details. ``measured_here`` is False for a
-    trace file: its device is not this process's, and nothing is measured here for it."""
+def model_text(pattern: str, backend: str, grounded: bool = True, from_trace: bool = False) -> str:
+    """The estimate's model in words, for the hint's details. ``grounded``: the estimate was
+    bounded by this device's measured costs (:func:`grounded_saving_ns`); ``from_trace``: the
+    capture is a trace file, whose machine need not be this one."""
     text = f"sum(op times) - {fused_passes(pattern)} pass(es) x median full-size op time, per call, from each op's median over the calls"
     device = device_of(backend)
-    if measured_here and device_costs(device) is not None:
+    if not grounded or device_costs(device) is None:
+        return text
+    costs = (
+        "the per-op cost and bandwidth measured on this machine's CPU (the trace's own machine may differ)"
+        if from_trace
+        else "this device's measured per-op cost and bandwidth"
+    )
+    text += (
+        f"; at most the saving of the better fused form at {costs}: "
+        "torch.compile (the launches and intermediate bytes fusion removes, less the measured cost of entering compiled code)"
+    )
+    eager = eager_costs(pattern, device)
+    if eager is not None:
         text += (
-            "; at most the saving of the better fused form at this device's measured per-op cost and bandwidth: "
-            "torch.compile (the launches and intermediate bytes fusion removes, less the measured cost of entering compiled code)"
+            f" or the eager replacement (what it was measured to remove here: {eager[0]:.2f} of the launches' cost, "
+            f"{eager[1]:.3f} ns per intermediate byte)"
         )
-        eager = eager_costs(pattern, device)
-        if eager is not None:
-            text += (
-                f" or the eager replacement (what it was measured to remove here: {eager[0]:.2f} of the launches' cost, "
-                f"{eager[1]:.3f} ns per intermediate byte)"
-            )
     return text

@@ -193,11 +193,15 @@ def _sequence_shapes_ok(pattern: str, members: list[OpNode]) -> bool:
 
 
 def hints_from_matches(
-    matches: list[Match], g: OpGraph, backend: str, confidence: str, measured_here: bool = True
+    matches: list[Match], g: OpGraph, backend: str, confidence: str, from_trace: bool = False
 ) -> list[Hint]:
     """Group matches (pattern, ops, location, input shape) into hints, largest saving first.
-    ``measured_here`` False (a trace file, from another machine as likely as not): the estimate
-    rests on the capture's own times only, and no device cost is measured in this process."""
+
+    Each estimate is the model on the capture's own op times, bounded where this process can
+    measure the device's costs (its CPU; :func:`~.cost.grounded_saving_ns`): a CPU-timed trace
+    file (``from_trace``) is bounded on this machine's CPU too, whose costs are nearer its
+    machine's than the profiled op times, which carry the profiler's own per-op overhead (the
+    model alone promised 5-10x what ``hint.verify()`` measured on real models' traces)."""
     # One hint per idiom, op sequence and source file: the layers of a model share one
     # RMSNorm line, and rotary's q and k lines (of other shapes under grouped-query
     # attention) are one idiom; the hint points at the first line.
@@ -223,7 +227,7 @@ def hints_from_matches(
         per_op = [statistics.median(g.time_ns(m.nodes[i]) for m in ms) for i in kept]
         saving_ns = estimate_saving_ns(pattern, per_op, full_size([first.nodes[i] for i in kept]), backend) * len(ms)
         time_ns = sum(g.time_ns(n) for m in ms for n in m.nodes)
-        grounded = grounded_saving_ns(pattern, first.nodes, g, backend) if measured_here else None
+        grounded = grounded_saving_ns(pattern, first.nodes, g, backend)
         if grounded is not None:
             saving_ns = min(saving_ns, grounded * len(ms))
         saving_ns = min(saving_ns, time_ns)  # medians can add up to more than the total
@@ -237,7 +241,7 @@ def hints_from_matches(
             "device": device_of(backend),
             "backend": backend,
             "time_source": "device" if g.has_device else "cpu",
-            "estimate_model": model_text(pattern, backend, measured_here),
+            "estimate_model": model_text(pattern, backend, grounded is not None, from_trace),
             **first.params,
         }
         hints.append(
@@ -296,10 +300,7 @@ def fusion_hints(ctx: AnalysisContext) -> list[Hint]:
     steps = optimizer_steps(graph, ctx.table)
     reserved = {i for updates in steps.values() for update in updates for i in update}
     matches = [m for m in find_sequence_matches(graph) if not any(n.index in reserved for n in m.nodes)]
-    # A trace file's device is not this process's: its estimates are not grounded on costs
-    # measured here (which would also import torch and compile a probe).
-    here = ctx.source != "trace"
-    hints = hints_from_matches(matches, graph, ctx.backend, "sequence", here)
+    hints = hints_from_matches(matches, graph, ctx.backend, "sequence", from_trace=ctx.source == "trace")
     for h in hints:
         h.details["not_from_op_order"] = list(NOT_FROM_OP_ORDER)
-    return hints + optimizer_hints(graph, steps, ctx.backend, "sequence", here)
+    return hints + optimizer_hints(graph, steps, ctx.backend, "sequence")

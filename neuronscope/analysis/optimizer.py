@@ -74,14 +74,14 @@ def _update_chains(g: OpGraph, update: list[int]) -> list[Match]:
     return []
 
 
-def optimizer_hints(
-    g: OpGraph, steps: dict[str, list[list[int]]], backend: str, confidence: str, measured_here: bool = True
-) -> list[Hint]:
+def optimizer_hints(g: OpGraph, steps: dict[str, list[list[int]]], backend: str, confidence: str) -> list[Hint]:
     """One hint per optimizer whose step updates the parameters one at a time, each with a
     chain of elementwise ops (torch.optim's default on CPU, ``foreach=False``): its fused
     form updates them all in one kernel per step. What fusing each parameter's chain would
     save is estimated as for an ``elementwise_chain``. A ``foreach`` or ``fused`` optimizer
-    makes no such chains and gets no hint. ``measured_here``: as for :func:`~.fusion.hints_from_matches`."""
+    makes no such chains and gets no hint. The estimate is the model on the capture's op times
+    alone: the fused update replaces the chains' work, not just their intermediates (AdamW on a
+    small Llama, CPU: estimated 574 us, foreach=False against fused=True measured 485 us)."""
     hints: list[Hint] = []
     for cls, updates in steps.items():
         # Step by step: the in-place state links one step's update to the next one's. Chains
@@ -129,7 +129,7 @@ def optimizer_hints(
                     "device": device_of(backend),
                     "backend": backend,
                     "time_source": "device" if g.has_device else "cpu",
-                    "estimate_model": model_text(ELEMENTWISE_CHAIN.name, backend, measured_here),
+                    "estimate_model": model_text(ELEMENTWISE_CHAIN.name, backend, grounded=False),
                 },
             )
         )

@@ -347,8 +347,9 @@ def compare(variants: Mapping[str, Callable[..., Any]], *args: Any, **options: A
     over the rounds, and each
     speedup (the median over the rounds of the first variant's time over this one's in the
     same round) comes with an interval (a seeded bootstrap, ``confidence`` 0.99) and a
-    ``verdict``: ``faster``, ``slower``, or ``noise`` when the interval holds 1.0 or the
-    speedup is within 2 % of it. Last, ``active`` calls per variant
+    ``verdict``: ``faster``, ``slower``, or ``noise`` when the interval holds 1.0, the
+    speedup is within 2 % of it, or the variants' median times point the other way (a note
+    then says so). Last, ``active`` calls per variant
     (default 3) run under the profiler, for the op table, ``op_count`` (the ops the variant's
     own code dispatched per call: six for a hand-written RMSNorm, one for ``torch.rms_norm``
     or a compiled region), ``all_op_count`` (with the ops nested inside those) and the hints.
@@ -457,6 +458,7 @@ def _fill_rows(
     verdict, the op counts from its profiled calls, and whether its output agrees."""
     first = next(iter(variants))
     base = rounds.per_call_us[first]
+    base_median = statistics.median(base)
     calls = opts.active or COMPARE_PROFILED
     for label in variants:
         times = rounds.per_call_us[label]
@@ -465,9 +467,18 @@ def _fill_rows(
         verdict = "baseline" if label == first else None
         if label != first and min(base + times) > 0:
             speedup, low, high = stats.paired_speedup(base, times, settings.confidence, seed=settings.seed)
-            verdict = stats.verdict(low, high, speedup)
+            paired = stats.verdict(low, high, speedup)
+            verdict = stats.verdict(low, high, speedup, medians=(base_median, median))
+            if verdict != paired:
+                faster_rounds = sum(t < b for b, t in zip(base, times))
+                cmp.notes.append(
+                    f"{label!r} is not called {paired}: {speedup:.2f}x over the rounds paired, but its median "
+                    f"time ({fmt_us(median)}) is not {'below' if paired == 'faster' else 'above'} that of {first!r} "
+                    f"({fmt_us(base_median)}); it was faster in {faster_rounds} of {len(times)} rounds, its "
+                    "times depending on the round more than on the code"
+                )
         elif label != first:  # a clock that did not move (an injected one): no ratio to take
-            speedup = math.inf if median <= 0 < statistics.median(base) else 1.0
+            speedup = math.inf if median <= 0 < base_median else 1.0
         match: bool | None = None
         if settings.check_outputs:
             match, why = (True, "") if label == first else outputs_agree(outputs[first], outputs[label], settings.rtol, settings.atol)

@@ -216,7 +216,7 @@ def comparison_legend(cmp: Comparison) -> list[str]:
     timing = (
         f"Time: median per call over {first.repeats} interleaved rounds of unprofiled calls{quickest} (Spread: half the IQR). "
         f"Speedup: median over the rounds of {first.label}'s time over the variant's in the same round, "
-        f"[{level}interval]; (noise): the interval holds 1.0, or the speedup is within 2% of it."
+        f"[{level}interval]; (noise): the interval holds 1.0, the speedup is within 2% of it, or the median times point the other way."
     )
     ops = (
         "Ops/call: ops the variant's own code dispatched per profiled call (all: with the ops they ran inside); "

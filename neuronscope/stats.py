@@ -82,16 +82,23 @@ def paired_speedup(
     return statistics.median(ratios), low, high
 
 
-def verdict(low: float, high: float, speedup: float | None = None, band: float = NOISE_BAND) -> str:
+def verdict(
+    low: float, high: float, speedup: float | None = None, band: float = NOISE_BAND, medians: tuple[float, float] | None = None
+) -> str:
     """``"noise"`` when the interval ``[low, high]`` of a speedup holds 1.0, or when the
     ``speedup`` itself is within ``band`` of 1.0; else ``"faster"`` (all of the interval above
-    1) or ``"slower"`` (all of it below 1)."""
+    1) or ``"slower"`` (all of it below 1).
+
+    ``medians`` (the baseline's median time, the variant's): a direction they contradict is
+    ``"noise"`` too. Faster in most rounds paired, yet with the higher median time, a variant
+    was slower in many rounds, and its times split in two (torch.compile's guards failing on
+    some calls, a cache that fits on some): which it is depends on the round, not the code."""
     if speedup is not None and abs(speedup - 1.0) < band:
         return "noise"
     if low > 1.0:
-        return "faster"
+        return "faster" if medians is None or medians[1] < medians[0] else "noise"
     if high < 1.0:
-        return "slower"
+        return "slower" if medians is None or medians[1] > medians[0] else "noise"
     return "noise"
 
 

@@ -84,6 +84,41 @@ def test_verdicts() -> None:
     assert stats.verdict(1.001, 1.03, 1.015) == "noise"
     assert stats.verdict(1.01, 1.05, 1.03) == "faster"
     assert stats.verdict(0.9, 1.1, 1.05) == "noise"
+    # Medians (baseline's, variant's) that point the other way make it noise.
+    assert stats.verdict(1.1, 1.3, 1.2, medians=(10.0, 8.0)) == "faster"
+    assert stats.verdict(1.1, 1.3, 1.2, medians=(10.0, 10.5)) == "noise"
+    assert stats.verdict(1.1, 1.3, 1.2, medians=(10.0, 10.0)) == "noise"
+    assert stats.verdict(0.5, 0.9, 0.7, medians=(10.0, 14.0)) == "slower"
+    assert stats.verdict(0.5, 0.9, 0.7, medians=(10.0, 9.0)) == "noise"
+
+
+def test_a_speedup_the_medians_contradict_is_not_called_faster(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Per round (us): 15 rounds where both are quick and the variant quicker, 35 where it is
+    three times slower, 50 where the baseline is slow and the variant less so. Paired, the
+    variant wins 65 rounds of 100 (1.25x, an interval above 1); yet its median time is the
+    higher. The demo once showed such a row "1.75x [1.01-2.10]" beside a higher time."""
+    import importlib
+
+    from neuronscope.timing import Rounds
+
+    compare_module = importlib.import_module("neuronscope.compare")  # the package's name is the function
+
+    base = [1.0] * 15 + [2.0] * 35 + [10.0] * 50
+    variant = [0.5] * 15 + [6.0] * 35 + [8.0] * 50
+    rounds = Rounds(calls={"a": 1, "b": 1}, per_call_us={"a": base, "b": variant}, seconds=1.0)
+    monkeypatch.setattr(compare_module, "_time_variants", lambda *args, **kwargs: rounds)
+    cmp = compare({"a": lambda x: x, "b": lambda x: x}, torch.ones(2), export=False, enabled=False, rounds=100)
+    row = cmp.rows[1]
+    assert row.speedup == pytest.approx(1.25) and row.speedup_low is not None and row.speedup_low > 1.0
+    assert row.time_us > cmp.rows[0].time_us
+    assert row.verdict == "noise" and row.speedup_text(cmp.rows[0]).endswith("(noise)")
+    (note,) = [n for n in cmp.notes if "is not called faster" in n]
+    assert "it was faster in 65 of 100 rounds" in note
+    assert f"({fmt_us(7.0)}) is not below that of 'a' ({fmt_us(6.0)})" in note
+    # Consistent medians: the same rounds with the variant's slow rounds quick give "faster".
+    rounds.per_call_us["b"] = [0.5] * 15 + [1.5] * 35 + [8.0] * 50
+    cmp = compare({"a": lambda x: x, "b": lambda x: x}, torch.ones(2), export=False, enabled=False, rounds=100)
+    assert cmp.rows[1].verdict == "faster" and not any("is not called" in n for n in cmp.notes)
 
 
 def test_half_iqr() -> None:

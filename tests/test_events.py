@@ -128,7 +128,8 @@ def _capture(setting: str) -> Any:
 
 
 def _python_frame_names(prof: Any) -> set[str]:
-    return {e.name() for e in prof.profiler.kineto_results.events() if e.activity_type() == "python_function"}
+    # As the reader asks: torch 2.11's raw events have no activity_type, and it is guessed there.
+    return {e.name() for e in prof.profiler.kineto_results.events() if live._activity_getter(type(e))(e) == "python_function"}
 
 
 def _key_average_ops(prof: Any) -> dict[str, Any]:
@@ -300,6 +301,8 @@ def test_a_torch_without_activity_type_reads_the_same_table(monkeypatch: pytest.
     backward) reads as it does with the accessor."""
     prof = _capture("all")
     raw = prof.profiler.kineto_results.events()
+    if raw and not hasattr(raw[0], "activity_type"):
+        pytest.skip("this torch's raw events have no activity_type to check the guesses against")
     guessed = Counter((e.activity_type(), live._guessed_activity(e)) for e in raw)
     assert all(real == guess for real, guess in guessed), guessed
     assert {real for real, _ in guessed} >= {"cpu_op", "user_annotation", "python_function"}

@@ -209,7 +209,8 @@ def _breakdown(dev: DeviceEvents, step_ranges: tuple[list[str], np.ndarray, np.n
     other_ns = (g1 - g0) - sync_ns - host_ns
     # The host's lateness before a kernel (not before a copy, which waits for its data on the
     # host): what fewer, larger launches can win back.
-    before_kernel = np.isin(cls[first_after], (DEVICE_COMPUTE, DEVICE_COMM))
+    next_cls = cls[first_after]
+    before_kernel = (next_cls == DEVICE_COMPUTE) | (next_cls == DEVICE_COMM)  # np.isin: ten times the time
 
     # ---- steps: each event to the step open at its launch (or start) ----
     step_names, step_s, _ = step_ranges

@@ -365,6 +365,43 @@ def test_trace_file_gives_sequence_hints(tmp_path: Path) -> None:
     assert "elementwise_chain" not in traced  # needs data flow
 
 
+@pytest.mark.parametrize(
+    "first, second",
+    [
+        ("softmax_naive", "gelu_erf"),  # the softmax's div once read as the GELU's first op: GELU lost
+        ("gelu_fast", "gelu_erf"),  # the first GELU took the second's mul: one GELU of ten ops
+        ("gelu_erf", "gelu_fast"),
+        ("gelu_gpt2", "gelu_gpt2"),
+        ("ln_var_rsqrt", "gelu_erf"),  # the norm keeps its weight and bias
+        ("softmax_max", "softmax_naive"),
+    ],
+)
+def test_idioms_back_to_back_in_a_trace_are_the_live_captures(tmp_path: Path, first: str, second: str) -> None:
+    """Two idioms one right after the other, on one tensor: read from the trace (op order and
+    shapes only) they are the same hints, of the same ops, as the live capture finds by data
+    flow, though an optional trailing op of the first (GELU's last mul, a norm's weight) could as
+    well begin the second in op order."""
+    from neuronscope.trace import from_trace
+
+    x, w, b = torch.randn(64, 256), torch.randn(256), torch.randn(256)
+
+    def run() -> None:
+        for name in (first, second):
+            fn = getattr(fc, name)
+            fn(x, w, b) if name.startswith("ln_") else fn(x)
+
+    run()
+    prof = capture(run)
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+
+    def found(res: Any) -> list[tuple[str, tuple[str, ...], int]]:
+        return sorted((h.pattern, tuple(h.ops), h.calls) for h in res.hints if h.kind == "fusion")
+
+    live, traced = found(from_profiler(prof)), found(from_trace(path))
+    assert traced == live and sum(calls for *_, calls in live) == 2
+
+
 def test_sequence_matching_claims_order_not_data_flow() -> None:
     """RMSNorm's op names in order, on five unrelated tensors: no hint live (the data flow
     says so), a ``sequence`` hint from a trace (op order is all it has)."""

@@ -127,46 +127,76 @@ def find_sequence_matches(g: OpGraph) -> list[Match]:
         for t in tokens:
             offsets.append(pos)
             pos += len(t) + 1
+        offsets.append(pos)  # the end of the text: where an idiom ending at the last op ends
         index_at = {o: i for i, o in enumerate(offsets)}
         claimed: set[int] = set()
         for record in REGISTRY:
-            pattern = record.name
-            rx = _SEQUENCE_RE.get(pattern)
+            rx = _SEQUENCE_RE.get(record.name)
             if rx is None:
                 continue
-            for mo in _all_matches(rx, text, offsets):
-                i0 = index_at.get(mo[0])
-                i1 = index_at.get(mo[1])
-                if i0 is None:
+            pos = 0
+            while (found := _next_match(rx, text, pos)) is not None:
+                i0, i1 = index_at[found[0]], index_at[found[1]]
+                i1 = _yield_tail(rx, text, offsets, index_at, seq, i0, i1)
+                members = seq[i0:i1]
+                if any(m.index in claimed for m in members) or not _sequence_shapes_ok(record.name, members):
+                    pos = offsets[i0 + 1]  # not here: an idiom may still start at the next op
                     continue
-                end = len(seq) if i1 is None else i1
-                members = seq[i0:end]
-                if any(m.index in claimed for m in members) or not _sequence_shapes_ok(pattern, members):
-                    continue
+                pos = offsets[i1]
                 members = [m for m in members if m.op not in record.sequence_skip]
                 claimed.update(m.index for m in members)
                 x = members[0].inputs[0] if members[0].inputs else None
                 params: dict[str, Any] = record.sequence_params(members) if record.sequence_params else {}
-                out.append(Match(pattern, members, x, params))
+                out.append(Match(record.name, members, x, params))
     return out
 
 
 _PROJECTIONS = frozenset({"linear", "matmul", "mm", "addmm"})
 
 
-def _all_matches(rx: re.Pattern[str], text: str, offsets: list[int]) -> Iterable[tuple[int, int]]:
-    """Non-overlapping matches that start at an op boundary."""
-    starts = set(offsets)
-    pos = 0
+def _next_match(rx: re.Pattern[str], text: str, pos: int) -> tuple[int, int] | None:
+    """The first match of ``rx`` at or after ``pos`` that starts at an op boundary (each op's
+    token is followed by a space), as (start, end) offsets."""
     while pos < len(text):
         mo = rx.search(text, pos)
         if mo is None:
-            return
-        if mo.start() in starts:
-            yield (mo.start(), mo.end())
-            pos = mo.end()
-        else:
-            pos = text.find(" ", mo.start()) + 1
+            return None
+        if mo.start() == 0 or text[mo.start() - 1] == " ":
+            return mo.start(), mo.end()
+        pos = text.find(" ", mo.start()) + 1
+    return None
+
+
+def _idiom_length_at(text: str, offsets: list[int], index_at: dict[int, int], seq: list[OpNode], i: int) -> int:
+    """Ops in the longest idiom whose sequence starts at op ``i`` and whose shapes fit; 0: none."""
+    longest = 0
+    for name, rx in _SEQUENCE_RE.items():
+        mo = rx.match(text, offsets[i])
+        if mo is not None:
+            j = index_at[mo.end()]
+            if j - i > longest and _sequence_shapes_ok(name, seq[i:j]):
+                longest = j - i
+    return longest
+
+
+def _yield_tail(
+    rx: re.Pattern[str], text: str, offsets: list[int], index_at: dict[int, int], seq: list[OpNode], i0: int, i1: int
+) -> int:
+    """Where a match of ops ``i0`` to ``i1`` should end. An optional trailing op (GELU's last
+    mul, a norm's weight) can as well be the next idiom's first op, which op order alone does
+    not tell apart: the end is the one, among ``i1`` and the shorter whole matches of the same
+    pattern, after which the next idiom reaches furthest, the shorter on a tie (the next idiom
+    whole). The longest match alone lost the idiom after it (a softmax's div read as a GELU's
+    first op), or merged two GELUs in a row into one of ten ops."""
+    if i1 == len(seq):
+        return i1
+    end, reach = i1, i1 + _idiom_length_at(text, offsets, index_at, seq, i1)
+    for b in range(i1 - 1, i0, -1):
+        if rx.fullmatch(text, offsets[i0], offsets[b]):
+            after = b + _idiom_length_at(text, offsets, index_at, seq, b)
+            if after > b and after >= reach:
+                end, reach = b, after
+    return end
 
 
 def _sequence_shapes_ok(pattern: str, members: list[OpNode]) -> bool:

@@ -136,6 +136,48 @@ def test_a_trace_without_shapes_names_the_weight_as_the_users_to_carry(tmp_path:
     assert "eps=<the eps your code uses>" in text
 
 
+@pytest.mark.parametrize("record_shapes", [True, False])
+def test_a_traced_layer_norm_suggestion_keeps_what_its_shapes_show(tmp_path: Any, record_shapes: bool) -> None:
+    """From a trace, LayerNorm's weight and bias are the mul and add with a (d,) operand,
+    whatever the order the code applies them in; without shapes the suggestion says they are
+    the user's to carry over. It once suggested layer_norm(x, (256,), None, None, eps) for a
+    norm with both."""
+    from torch.profiler import profile
+
+    from neuronscope.analysis.dataflow import graph_from_table
+    from neuronscope.analysis.fusion import find_sequence_matches
+    from neuronscope.analysis.patterns import pattern_named
+    from neuronscope.trace.reader import read_files
+
+    x, w, b = torch.randn(8, 32), torch.randn(32), torch.randn(32)
+
+    def layer_norm(x: Any, w: Any, b: Any) -> Any:
+        mean = x.mean(-1, keepdim=True)
+        var = x.var(-1, keepdim=True, unbiased=False)
+        return (x - mean) * torch.rsqrt(var + 1e-5) * w + b
+
+    def annotated(x: Any, w: Any, b: Any) -> Any:  # The Annotated Transformer's order
+        mean = x.mean(-1, keepdim=True)
+        std = x.std(-1, keepdim=True)
+        return w * (x - mean) / (std + 1e-6) + b
+
+    with profile(record_shapes=record_shapes) as prof:
+        layer_norm(x, w, b)
+        torch.relu(x)  # apart, as the two norms of a model are
+        annotated(x, w, b)
+    prof.export_chrome_trace(str(tmp_path / "trace.json"))
+    table, _ = read_files([tmp_path / "trace.json"])
+    matches = [m for m in find_sequence_matches(graph_from_table(table)) if m.pattern == "layer_norm"]
+    assert len(matches) == 2
+    for m in matches:
+        text = pattern_named("layer_norm").suggest(m, "cpu")  # type: ignore[union-attr]
+        assert "eps=<the eps your code uses>" in text and "None" not in text
+        if record_shapes:
+            assert m.params == {"weight": True, "bias": True} and "(32,), weight, bias," in text
+        else:
+            assert "<weight, if your code multiplies by one>, <bias, if your code adds one>" in text
+
+
 # ---- the estimate weighs the fused forms as verify() does -------------------------------------
 
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..dataflow import OpGraph, OpNode
 from .base import Builders, Match, Pattern, affine, dims
-from .norm import match_norm
+from .norm import UNKNOWN_BIAS, UNKNOWN_EPS, UNKNOWN_WEIGHT, match_norm
 
 if TYPE_CHECKING:
     from ...result import Hint
@@ -27,10 +27,27 @@ def _match(g: OpGraph, n: OpNode) -> Match | None:
 
 def _suggest(m: Match, backend: str) -> str:
     eps = m.params.get("eps")
-    eps_text = f"eps={eps!r}" if eps is not None else "eps"
-    w = "weight" if m.params.get("weight") else "None"
-    b = "bias" if m.params.get("bias") else "None"
-    return f"use torch.nn.functional.layer_norm(x, ({dims(m)},), {w}, {b}, {eps_text})"
+    eps_text = f"eps={eps!r}" if eps is not None else f"eps={UNKNOWN_EPS}"
+    w, b = m.params.get("weight"), m.params.get("bias")
+    weight = UNKNOWN_WEIGHT if w is None else ("weight" if w else "None")
+    bias = UNKNOWN_BIAS if b is None else ("bias" if b else "None")
+    return f"use torch.nn.functional.layer_norm(x, ({dims(m)},), {weight}, {bias}, {eps_text})"
+
+
+def _sequence_params(members: list[OpNode]) -> dict[str, Any]:
+    """What a trace's shapes show of the norm: a weight is a multiply, a bias an add, with a
+    1-D operand of the last dim's size, in whatever order the code applies them (the eps add
+    works on the per-row statistic and a scalar). The eps is not in a trace (a 0-dim tensor to
+    the profiler). Without shapes, both unknown (None)."""
+    x = members[0].inputs[0].sizes if members[0].inputs else None
+    if not x or not all(n.inputs for n in members):
+        return {"weight": None, "bias": None}
+    row = (x[-1],)
+
+    def applies_vector(op: str) -> bool:
+        return any(n.op == op and any(t.sizes == row for t in n.inputs) for n in members)
+
+    return {"weight": applies_vector("mul"), "bias": applies_vector("add")}
 
 
 def _verify(hint: Hint, x: Any, device: Any) -> Builders:
@@ -77,4 +94,5 @@ LAYER_NORM = Pattern(
     fused_passes=2,
     suggest=_suggest,
     verify=_verify,
+    sequence_params=_sequence_params,
 )

@@ -22,7 +22,12 @@ from .base import (
     square_of,
 )
 
-__all__ = ['MAX_NORM_TAIL', 'MAX_NORM_TRAILING', 'match_norm']
+__all__ = ['MAX_NORM_TAIL', 'MAX_NORM_TRAILING', 'UNKNOWN_BIAS', 'UNKNOWN_EPS', 'UNKNOWN_WEIGHT', 'match_norm']
+
+#: What an equivalent call needs that the evidence did not show: the user carries it over.
+UNKNOWN_EPS = "<the eps your code uses>"
+UNKNOWN_WEIGHT = "<weight, if your code multiplies by one>"
+UNKNOWN_BIAS = "<bias, if your code adds one>"
 
 #: Most ops walked from a norm's normalising op back to its reduction (``add eps``, ``sqrt``,
 #: ``reciprocal``, a scale, a cast): longer chains are some other computation.

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..dataflow import OpGraph, OpNode
 from .base import Builders, Match, Pattern, dims
-from .norm import match_norm
+from .norm import UNKNOWN_EPS, UNKNOWN_WEIGHT, match_norm
 
 if TYPE_CHECKING:
     from ...result import Hint
@@ -23,11 +23,6 @@ VERIFY_EPS = 1e-6
 def _match(g: OpGraph, n: OpNode) -> Match | None:
     m = match_norm(g, n)
     return m if m is not None and m.pattern == "rms_norm" else None
-
-
-#: What an equivalent call needs that the evidence did not show: the user carries it over.
-UNKNOWN_EPS = "<the eps your code uses>"
-UNKNOWN_WEIGHT = "<weight, if your code multiplies by one>"
 
 
 def _suggest(m: Match, backend: str) -> str:

@@ -50,12 +50,11 @@ from neuronscope.errors import NeuronscopeError
 from neuronscope.events import table_from_profiler
 from neuronscope.pipeline import build_result
 
-OUT = Path(tempfile.mkdtemp(prefix="bench_real_models_"))
 
-
-def capture_hints(model: rm.Model, train: bool) -> tuple[Any, Any]:
-    """The decorated step's result, and the result of reading back the trace it exported."""
-    f = profile_on_neuron(rm.step_fn(model, train), output_dir=OUT, backend="cpu", print_summary=False, warmup=1, active=1)
+def capture_hints(model: rm.Model, train: bool, out: Path) -> tuple[Any, Any]:
+    """The decorated step's result (exported under ``out``), and the result of reading back the
+    trace it exported."""
+    f = profile_on_neuron(rm.step_fn(model, train), output_dir=out, backend="cpu", print_summary=False, warmup=1, active=1)
     f()
     f()
     run = Path(f.last_result.run_dir)
@@ -63,14 +62,14 @@ def capture_hints(model: rm.Model, train: bool) -> tuple[Any, Any]:
     return f.last_result, from_trace(trace)
 
 
-def section_idioms(models: list[str]) -> list[Any]:
+def section_idioms(models: list[str], out: Path) -> list[Any]:
     print("== 1. idioms per model (default options: decorated, one observed warm-up call) ==")
     print(f"{'model':<10} {'step':<8} {'found':<62} {'missed':<10} {'false':<10}")
     results = []
     for name in models:
         m = rm.MODELS[name]
         for train in (False, True):
-            r, t = capture_hints(m, train)
+            r, t = capture_hints(m, train, out)
             got = {f"{h.kind}:{h.pattern}" for h in r.hints}
             exp = rm.expected(m, train)
             found = ",".join(sorted(p.split(":")[1] for p in got & exp)) or "-"
@@ -220,15 +219,16 @@ def main() -> int:
     models = [m for m in args.models.split(",") if m]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s)\n")
     print(f"load average at start: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    out = Path(tempfile.mkdtemp(prefix="bench_real_models_"))
     try:
         if not args.no_idioms:
-            results = section_idioms(models)
+            results = section_idioms(models, out)
             if not args.no_verify:
                 section_verify(results)
         if not args.no_overhead:
             section_overhead(models, args.rounds)
     finally:
-        shutil.rmtree(OUT, ignore_errors=True)
+        shutil.rmtree(out, ignore_errors=True)
     print(f"load average at end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     return 0
 

@@ -125,12 +125,10 @@ def _stamp(run: Path) -> str:
 
 
 def _top_hint_text(obj: Any) -> str | None:
-    from .report import fmt_us
-
     if not obj.hints:
         return None
     hint = obj.hints[0]
-    return f"{hint.pattern} (~{fmt_us(hint.est_saving_us)})"
+    return f"{hint.pattern} ({'no saving expected' if hint.expects_no_saving else hint.saving_text})"
 
 
 def cmd_show(args: argparse.Namespace) -> int:

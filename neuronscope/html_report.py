@@ -24,7 +24,7 @@ from .errors import NeuronscopeError
 from .export import atomic_write_text, load
 from .report import MAX_NAME_CHARS, shorten
 from .report_charts import TOP_OPS_IN_CHART, Charts, device_label
-from .result import Comparison, Hint, OpStat, ProfileResult, RegionStat
+from .result import NO_FASTER_TEXT, Comparison, Hint, OpStat, ProfileResult, RegionStat
 from .units import fmt_us
 
 __all__ = ["OPS_IN_TABLE", "REPORT_FILE", "TOP_OPS_IN_CHART", "render_report", "write_report"]
@@ -178,7 +178,7 @@ def _hints_section(hints: list[Hint], heading: str = "h2", sfx: str = "") -> str
         )
     rows = []
     for i, h in enumerate(hints, 1):
-        saving = fmt_us(h.est_saving_us)
+        saving = "none expected" if h.expects_no_saving else h.saving_text
         if h.verified_saving_us is not None:
             saving += f" (measured {fmt_us(h.verified_saving_us)})"
         rows.append(
@@ -189,7 +189,7 @@ def _hints_section(hints: list[Hint], heading: str = "h2", sfx: str = "") -> str
                 h.calls,
                 fmt_us(h.time_us),
                 saving,
-                h.suggestion,
+                NO_FASTER_TEXT if h.expects_no_saving else h.suggestion,
                 _Raw(f"<code>{_e(h.location)}</code>" if h.location else "-"),
             ]
         )

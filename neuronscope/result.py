@@ -47,6 +47,9 @@ _fmt_us = fmt_us
 
 #: A fusion hint's text once ``hint.verify()`` measured the fused form slower, beyond noise.
 VERIFIED_SLOWER_TEXT = "verify measured the fused form slower here: keep the code as it is on this device"
+#: A fusion hint's text where this device's measured costs put its fused forms no faster
+#: (``details["fused_no_faster"]``): naming a replacement there would promise a gain.
+NO_FASTER_TEXT = "no saving expected: its fused forms are estimated no faster on this device (hint.verify() measures it)"
 
 
 @dataclass
@@ -88,7 +91,24 @@ class Hint:
             # hint.verify() measured a loss beyond noise: recommending the fused form would be false.
             loss = fmt_us(-(self.verified_saving_us or 0.0))
             return (head + f"{VERIFIED_SLOWER_TEXT} ({loss} slower in all)").replace("  ", " ")
-        return (head + f"save ~{fmt_us(self.est_saving_us)}{measured}: {self.suggestion}").replace("  ", " ")
+        if self.expects_no_saving:
+            return (head + NO_FASTER_TEXT + measured).replace("  ", " ")
+        return (head + f"save {self.saving_text}{measured}: {self.suggestion}").replace("  ", " ")
+
+    @property
+    def expects_no_saving(self) -> bool:
+        """This device's measured costs put the fused forms no faster (``details["fused_no_faster"]``)
+        and no ``hint.verify()`` measured a gain since: the hint recommends nothing."""
+        return bool(self.details.get("fused_no_faster")) and not (self.verified_saving_us or 0.0) > 0
+
+    @property
+    def saving_text(self) -> str:
+        """The estimate as people read it: ``~1.2 ms``, or ``up to ~1.2 ms`` where it is only an
+        upper bound (``details["saving_upper_bound"]``: a CPU capture that recorded no shapes,
+        whose profiled op times alone, with the profiler's own per-op overhead in them, were
+        5-150x what ``hint.verify()`` measured)."""
+        text = f"~{fmt_us(self.est_saving_us)}"
+        return f"up to {text}" if self.details.get("saving_upper_bound") else text
 
     def verify(self, **options: Any) -> Any:
         """Measure the saving: time the hand-written chain against the suggested replacement.

@@ -178,6 +178,54 @@ def test_a_traced_layer_norm_suggestion_keeps_what_its_shapes_show(tmp_path: Any
             assert "<weight, if your code multiplies by one>, <bias, if your code adds one>" in text
 
 
+def test_a_cpu_capture_without_shapes_gives_an_upper_bound_and_says_so() -> None:
+    """Without shapes no measured cost bounds a CPU estimate: the profiled op times alone were
+    5-150x what hint.verify() measured. The hint says "up to", and why; with shapes it is
+    bounded and says so."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from neuronscope.pipeline import from_profiler
+
+    x, w = torch.randn(64, 256), torch.randn(256)
+    for record_shapes in (False, True):
+        _rms(x, w)
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=record_shapes) as prof:
+            _rms(x, w)
+        (h,) = [h for h in from_profiler(prof).hints if h.pattern == "rms_norm"]
+        model = h.details["estimate_model"]
+        if record_shapes:
+            assert "saving_upper_bound" not in h.details and "at most" in model and "upper bound" not in model
+            assert f"save ~{h.saving_text[1:]}" in h.message and "up to" not in h.message
+        else:
+            assert h.details["saving_upper_bound"] is True and "at most" not in model
+            assert "an upper bound" in model and "record_shapes=True" in model
+            assert h.saving_text.startswith("up to ~") and f"save {h.saving_text}:" in h.message
+
+
+def test_a_hint_whose_fused_forms_are_no_faster_here_recommends_nothing(monkeypatch: Any) -> None:
+    """Where this device's measured costs put every fused form no faster (compiled code's entry
+    above what fusing removes, no eager replacement), the hint's saving is 0 and its message
+    names no replacement ("save ~0.0 us: use rms_norm" recommended a change promising nothing);
+    a gain verify() measures later brings the suggestion back."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from neuronscope.analysis import cost
+    from neuronscope.pipeline import from_profiler
+    from neuronscope.result import NO_FASTER_TEXT
+
+    monkeypatch.setattr(cost, "device_costs", lambda device="cpu": cost.DeviceCosts(1.0, ((1, 1e9),)))
+    monkeypatch.setattr(cost, "compiled_call_ns", lambda device="cpu": 1e6)
+    monkeypatch.setattr(cost, "eager_costs", lambda pattern, device="cpu": None)
+    x, w = torch.randn(64, 256), torch.randn(256)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        _rms(x, w)
+    (h,) = [h for h in from_profiler(prof).hints if h.pattern == "rms_norm"]
+    assert h.est_saving_us == 0.0 and h.details["fused_no_faster"] is True and h.expects_no_saving
+    assert NO_FASTER_TEXT in h.message and h.suggestion not in h.message and "save ~" not in h.message
+    h.verified_saving_us = 5.0  # verify() measured a gain after all: its suggestion stands
+    assert not h.expects_no_saving and h.suggestion in h.message and "(measured: 5.0 us)" in h.message
+
+
 # ---- the estimate weighs the fused forms as verify() does -------------------------------------
 
 

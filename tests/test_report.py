@@ -7,6 +7,7 @@ renders their output, a real capture's result gets a hint and a rank table added
 
 from __future__ import annotations
 
+import html
 import re
 import subprocess
 import sys
@@ -165,6 +166,18 @@ def test_write_report_takes_result_json_or_a_result(single: ProfileResult, compa
     with pytest.raises(NeuronscopeError, match="not exported"):
         write_report(ProfileResult(name="mem", backend="cpu"))
     assert "<svg" not in render_report(ProfileResult(name="empty", backend="cpu"))  # no ops, no chart
+
+
+def test_hint_savings_read_as_the_hint_line_does() -> None:
+    """The page's saving column says what the hint's message says: "up to" an upper bound, and
+    no replacement where the fused forms are estimated no faster here."""
+    from neuronscope.result import NO_FASTER_TEXT, Hint
+
+    upper = Hint("fusion", "gelu", ["aten::mul"], time_us=900.0, est_saving_us=600.0, suggestion="use F.gelu", details={"saving_upper_bound": True})
+    none = Hint("fusion", "silu_mul", ["aten::silu"], time_us=50.0, est_saving_us=0.0, suggestion="torch.compile the MLP", details={"fused_no_faster": True})
+    page = render_report(ProfileResult(name="r", backend="cpu", hints=[upper, none]))
+    assert "up to ~600.0 us" in page and "use F.gelu" in page
+    assert "none expected" in page and html.escape(NO_FASTER_TEXT) in page and "torch.compile the MLP" not in page
 
 
 def test_unreadable_runs_raise_neuronscope_errors(tmp_path: Path) -> None:

@@ -453,14 +453,33 @@ def test_cpu_trace_fusion_estimates_are_bounded_by_measured_costs(tmp_path: Path
     assert measured_here and measured_here[0].est_saving_us > 100 * h.est_saving_us
 
 
-def test_device_estimates_are_not_costed_on_this_cpu() -> None:
-    """An MTIA or CUDA capture's times are its device's: nothing measured on this CPU bounds
-    them, and its hints name the device."""
-    from neuronscope.analysis.cost import device_of, model_text
+@pytest.mark.parametrize("device_cat", ["kernel", "mtia_ccp_events"])
+def test_device_trace_estimates_are_not_costed_on_this_cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, device_cat: str) -> None:
+    """A CUDA or MTIA trace's op times are its device's: nothing measured on this CPU bounds
+    them (the estimate is the same whatever this CPU costs), its estimate_model claims no
+    bound, and its hints name the device."""
+    from neuronscope.analysis import cost
 
-    assert [device_of(b) for b in ("cpu", "cuda", "neuron", "mtia")] == ["cpu", "cuda", "neuron", "mtia"]
-    for backend in ("cuda", "mtia"):
-        assert "measured" not in model_text("rms_norm", backend)
+    x, row = [64, 256], [64, 1]
+    chain = [("aten::pow", [x, []]), ("aten::mean", [x, []]), ("aten::add", [row, []]),
+             ("aten::rsqrt", [row]), ("aten::mul", [x, row]), ("aten::mul", [x, [256]])]
+    events = []
+    for i, (name, dims) in enumerate(chain):
+        events += [op(name, 10 * i, 8, **{"External id": i, "Input Dims": dims}), launch(10 * i + 2, 100 + i)]
+        events.append(kernel(1000 + 10 * i, 5, 100 + i, ext=i, cat=device_cat))
+    path = write_trace(tmp_path / "t.json", events)
+
+    def hint() -> Any:
+        (h,) = [h for h in from_trace(path).fusion_hints if h.pattern == "rms_norm"]
+        return h
+
+    h = hint()
+    backend = "cuda" if device_cat == "kernel" else "mtia"
+    assert h.details["device"] == h.details["backend"] == backend and h.details["time_source"] == "device"
+    assert "at most" not in h.details["estimate_model"] and h.est_saving_us > 0
+    cheap = cost.DeviceCosts(1.0, ((1, 1e6),))  # this CPU: fusing would remove almost nothing
+    monkeypatch.setattr(cost, "device_costs", lambda device="cpu": cheap if device == "cpu" else None)
+    assert hint().est_saving_us == h.est_saving_us
 
 
 # ---- synthetic traces: linking rules -----------------------------------------------------------

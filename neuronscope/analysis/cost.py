@@ -7,8 +7,10 @@ Two bounds, the smaller taken (see :func:`grounded_saving_ns`):
 - from what fusion removes: the launches of the ops beyond the fused kernel's passes, and the
   intermediates written and read again, costed with a per-op overhead and a memory bandwidth
   (at each intermediate's size: a cache is faster than memory) measured once per process on
-  the capture's device (:func:`device_costs`; CPU only: a device this process cannot reach is
-  costed from the capture alone); for each fused form ``hint.verify()`` times, the better one
+  this process's CPU (:func:`device_costs`), for CPU captures and CPU trace files alike, where
+  the ops' shapes were recorded; a capture of another device (CUDA, Neuron, MTIA), which this
+  process does not measure, is costed from its own op times alone; for each fused form
+  ``hint.verify()`` times, the better one
   (:func:`fused_forms_ns`): torch.compile's kernel less its entry cost, or the eager
   replacement's measured share of the launches and cost per intermediate byte (:func:`eager_costs`).
 
@@ -37,13 +39,13 @@ __all__ = [
     "DeviceCosts",
     "compiled_call_ns",
     "device_costs",
-    "device_of",
     "eager_costs",
     "estimate_saving_ns",
     "full_size",
     "fused_forms_ns",
     "fused_passes",
     "grounded_saving_ns",
+    "measured_here",
     "model_text",
 ]
 
@@ -121,6 +123,11 @@ def _no_sync() -> None:
     """The CPU's synchronisation: nothing to wait for (the probes run only there)."""
 
 
+def measured_here(device: str) -> bool:
+    """Whether this process measures ``device``'s costs (:func:`device_costs`): its CPU only."""
+    return device == "cpu"
+
+
 @functools.cache
 def device_costs(device: str = "cpu") -> DeviceCosts | None:
     """This device's per-op cost and bandwidth, measured once per process outside any
@@ -133,7 +140,7 @@ def device_costs(device: str = "cpu") -> DeviceCosts | None:
     1,000 times slow, every try), and a trace's estimate swung 30x between processes (415 us to
     11.3 ms for a GELU that ``hint.verify()`` measured at 500 us). One thread moves no more than
     several, so the bound it gives is at most looser, never a stall's."""
-    if device != "cpu":
+    if not measured_here(device):
         return None
     import torch
 
@@ -179,8 +186,8 @@ def monotone_bandwidth(points: list[tuple[int, float]]) -> tuple[tuple[int, floa
 
 def grounded_saving_ns(pattern: str, nodes: list[OpNode], g: OpGraph, backend: str) -> float | None:
     """What fusing one occurrence saves, on this device's measured costs, with the fused form
-    ``hint.verify()`` would find faster (:func:`fused_forms_ns`). None where the device's
-    costs are not measured here."""
+    ``hint.verify()`` would find faster (:func:`fused_forms_ns`). None where there is no such
+    bound: the device's costs are not measured here, or the ops' shapes were not recorded."""
     forms = fused_forms_ns(pattern, nodes, g, backend)
     return None if forms is None else max(0.0, *forms.values())
 
@@ -196,9 +203,8 @@ def fused_forms_ns(pattern: str, nodes: list[OpNode], g: OpGraph, backend: str) 
       same launches' cost and the cost per intermediate byte it was measured to remove on this
       device (:func:`eager_costs`).
 
-    None where the device's costs are not measured here."""
-    device = device_of(backend)
-    costs = device_costs(device)
+    None where the device's costs are not measured here, or no op's shapes were recorded."""
+    costs = device_costs(backend)
     if costs is None or not any(n.inputs for n in nodes):
         return None
     tensors = _intermediate_bytes(nodes) if g.linking == "none" else _linked_intermediate_bytes(nodes)
@@ -208,9 +214,9 @@ def fused_forms_ns(pattern: str, nodes: list[OpNode], g: OpGraph, backend: str) 
     # on each call; a chain, a rotary or an attention is compiled with the region the
     # suggestion names, whose entry is paid once for all of it.
     record = pattern_named(pattern)
-    entry_ns = (compiled_call_ns(device) or 0.0) if record is not None and record.verify is not None else 0.0
+    entry_ns = (compiled_call_ns(backend) or 0.0) if record is not None and record.verify is not None else 0.0
     forms = {"compiled": launches_ns + moved_ns - entry_ns}
-    eager = eager_costs(pattern, device)
+    eager = eager_costs(pattern, backend)
     if eager is not None:
         # An op on a parameter alone (Gemma's ``1 + weight``) stays in the eager call's
         # arguments: it is not one of the launches the replacement removes.
@@ -353,7 +359,7 @@ def compiled_call_ns(device: str = "cpu") -> float | None:
     """What calling torch.compile'd code costs beyond the eager op it runs, in ns: one op
     compiled (Dynamo's guards and frame, no Inductor build) against the op itself, measured
     once per process. None off the CPU or where torch.compile fails here."""
-    if device != "cpu":
+    if not measured_here(device):
         return None
     try:
         import torch
@@ -405,18 +411,19 @@ def full_size(nodes: list[OpNode]) -> list[bool]:
     return [s * 2 >= top for s in sizes]
 
 
-def device_of(backend: str) -> str:
-    """The device a backend's ops run on: its own name, CPU for the CPU backend."""
-    return {"cuda": "cuda", "neuron": "neuron", "mtia": "mtia"}.get(backend, "cpu")
-
-
-def model_text(pattern: str, backend: str, grounded: bool = True, from_trace: bool = False) -> str:
-    """The estimate's model in words, for the hint's details. ``grounded``: the estimate was
-    bounded by this device's measured costs (:func:`grounded_saving_ns`); ``from_trace``: the
-    capture is a trace file, whose machine need not be this one."""
+def model_text(pattern: str, backend: str, *, bound: str, from_trace: bool = False) -> str:
+    """The estimate's model in words, for the hint's details. ``bound``: ``"measured"`` (the
+    estimate was bounded by this device's measured costs, :func:`grounded_saving_ns`),
+    ``"no_shapes"`` (it could have been, but the ops' shapes were not recorded) or ``"none"``
+    (no such bound applies); ``from_trace``: the capture is a trace file, whose machine need
+    not be this one."""
     text = f"sum(op times) - {fused_passes(pattern)} pass(es) x median full-size op time, per call, from each op's median over the calls"
-    device = device_of(backend)
-    if not grounded or device_costs(device) is None:
+    if bound == "no_shapes":
+        return text + (
+            "; an upper bound: not bounded by this device's measured costs, as the ops' shapes were not recorded "
+            "(capture with record_shapes=True), and profiled op times carry the profiler's own per-op overhead"
+        )
+    if bound != "measured" or not measured_here(backend):
         return text
     costs = (
         "the per-op cost and bandwidth measured on this machine's CPU (the trace's own machine may differ)"
@@ -427,7 +434,7 @@ def model_text(pattern: str, backend: str, grounded: bool = True, from_trace: bo
         f"; at most the saving of the better fused form at {costs}: "
         "torch.compile (the launches and intermediate bytes fusion removes, less the measured cost of entering compiled code)"
     )
-    eager = eager_costs(pattern, device)
+    eager = eager_costs(pattern, backend)
     if eager is not None:
         text += (
             f" or the eager replacement (what it was measured to remove here: {eager[0]:.2f} of the launches' cost, "

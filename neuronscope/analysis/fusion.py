@@ -37,7 +37,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from ..result import Hint
-from .cost import MIN_SAVING_NS, device_of, estimate_saving_ns, full_size, grounded_saving_ns, model_text
+from .cost import MIN_SAVING_NS, estimate_saving_ns, full_size, grounded_saving_ns, measured_here, model_text
 from .dataflow import (
     VIEW_OPS,
     OpGraph,
@@ -228,10 +228,12 @@ def hints_from_matches(
     """Group matches (pattern, ops, location, input shape) into hints, largest saving first.
 
     Each estimate is the model on the capture's own op times, bounded where this process can
-    measure the device's costs (its CPU; :func:`~.cost.grounded_saving_ns`): a CPU-timed trace
-    file (``from_trace``) is bounded on this machine's CPU too, whose costs are nearer its
-    machine's than the profiled op times, which carry the profiler's own per-op overhead (the
-    model alone promised 5-10x what ``hint.verify()`` measured on real models' traces)."""
+    measure the device's costs (its CPU) and the ops' shapes were recorded
+    (:func:`~.cost.grounded_saving_ns`): a CPU trace file is bounded on this machine's CPU too,
+    whose costs are nearer its machine's than the profiled op times, which carry the
+    profiler's own per-op overhead (the model alone promised 5-10x what ``hint.verify()``
+    measured on real models' traces). ``from_trace`` changes only the wording of
+    ``estimate_model`` (the costs were measured here, not on the trace's machine)."""
     # One hint per idiom, op sequence and source file: the layers of a model share one
     # RMSNorm line, and rotary's q and k lines (of other shapes under grouped-query
     # attention) are one idiom; the hint points at the first line.
@@ -261,6 +263,12 @@ def hints_from_matches(
         if grounded is not None:
             saving_ns = min(saving_ns, grounded * len(ms))
         saving_ns = min(saving_ns, time_ns)  # medians can add up to more than the total
+        bound = "measured" if grounded is not None else ("no_shapes" if measured_here(backend) else "none")
+        flags: dict[str, bool] = {}
+        if grounded is not None and grounded <= 0:
+            flags["fused_no_faster"] = True  # on this device's costs: the message recommends nothing
+        elif bound == "no_shapes":
+            flags["saving_upper_bound"] = True
         if not record.always_report and saving_ns < MIN_SAVING_NS:
             continue  # a named idiom is always reported; a generic chain only when worth it
         details: dict[str, Any] = {
@@ -268,10 +276,11 @@ def hints_from_matches(
             "dtype": dtype or None,
             "input_shapes": [[list(t.sizes) for t in n.inputs] for n in first.nodes],
             "dtypes": sorted({t.dtype for n in first.nodes for t in n.inputs if t.dtype}),
-            "device": device_of(backend),
+            "device": backend,
             "backend": backend,
             "time_source": "device" if g.has_device else "cpu",
-            "estimate_model": model_text(pattern, backend, grounded is not None, from_trace),
+            "estimate_model": model_text(pattern, backend, bound=bound, from_trace=from_trace),
+            **flags,
             **first.params,
         }
         hints.append(

@@ -13,7 +13,7 @@ import collections
 
 from ..events import KIND_ANNOTATION, EventTable
 from ..result import Hint
-from .cost import MIN_SAVING_NS, device_of, estimate_saving_ns, full_size, model_text
+from .cost import MIN_SAVING_NS, estimate_saving_ns, full_size, model_text
 from .dataflow import OpGraph, OpNode
 from .patterns.base import MATMULS, Match, match_location
 from .patterns.elementwise_chain import ELEMENTWISE_CHAIN, elementwise_chains
@@ -126,10 +126,10 @@ def optimizer_hints(g: OpGraph, steps: dict[str, list[list[int]]], backend: str,
                     "optimizer": cls,
                     "update_chains": len(chains),
                     "ops": sum(len(m.nodes) for m in chains),
-                    "device": device_of(backend),
+                    "device": backend,
                     "backend": backend,
                     "time_source": "device" if g.has_device else "cpu",
-                    "estimate_model": model_text(ELEMENTWISE_CHAIN.name, backend, grounded=False),
+                    "estimate_model": model_text(ELEMENTWISE_CHAIN.name, backend, bound="none"),
                 },
             )
         )

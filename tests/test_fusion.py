@@ -23,6 +23,7 @@ import neuronscope.analysis.fusion as fusion_mod
 from neuronscope.analysis.dataflow import graph_from_profiler, graph_from_table
 from neuronscope.analysis.fusion import PATTERNS, estimate_saving_ns, find_sequence_matches, fusion_hints
 from neuronscope.analysis.patterns import REGISTRY
+from neuronscope.analysis.patterns.base import line_of
 from neuronscope.analysis.rules import AnalysisContext
 from neuronscope.analysis.verify import verify_hint
 from neuronscope.capture.observe import observe_dataflow
@@ -404,6 +405,82 @@ def test_idioms_back_to_back_in_a_trace_are_the_live_captures(tmp_path: Path, fi
 
     live, traced = found(from_profiler(prof)), found(from_trace(path))
     assert traced == live and sum(calls for _, _, calls, _ in live) == 2
+
+
+_IDIOM_MODULE = """\
+import functools
+
+import torch
+
+
+def helper(x):
+    return torch.cat((x, x), dim=-1)
+
+
+def passing(fn):
+    return fn
+
+
+@passing
+@functools.lru_cache(
+    maxsize=None,
+)
+def decorated(x, w):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+
+def plain(x, w):
+    h = helper(x)[..., : x.shape[-1]]
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+    return h * w
+"""
+
+
+def test_hint_lines_from_a_profilers_stacks(tmp_path: Path) -> None:
+    """With torch.profiler's own stacks (with_stack=True, no observation): live, the idiom's
+    exact line (a builtin call's) rather than its function's def line (all an operator such
+    as ``h * w`` leaves), but not a line in a helper it calls; from the trace, whose frames
+    name functions, the function's ``def`` line, never its decorator's."""
+    import importlib.util
+    import linecache
+
+    from neuronscope.trace import from_trace
+
+    path = tmp_path / "idioms.py"
+    path.write_text(_IDIOM_MODULE)
+    spec = importlib.util.spec_from_file_location("idioms", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    lines = _IDIOM_MODULE.splitlines()
+
+    def line(text: str) -> str:
+        return f"{path}:{next(i for i, t in enumerate(lines, 1) if t.startswith(text))}"
+
+    x, w = torch.randn(8, 32), torch.randn(32)
+    for fn, exact, function in (
+        (lambda: mod.decorated.__wrapped__(x, w), "    return x * torch.rsqrt", "def decorated"),
+        (lambda: mod.plain(x, w), "    h = h * torch.rsqrt", "def plain"),
+    ):
+        prof = capture(fn, with_stack=True)
+        (live,) = [h for h in from_profiler(prof).hints if h.pattern == "rms_norm"]
+        trace = tmp_path / "trace.json"
+        prof.export_chrome_trace(str(trace))
+        (traced,) = [h for h in from_trace(trace).hints if h.pattern == "rms_norm"]
+        assert live.location == line(exact)
+        assert traced.location == line(function) and not linecache.getline(str(path), line_of(traced.location)).startswith("@")
+
+
+def test_def_line_reads_past_decorators(tmp_path: Path) -> None:
+    from neuronscope.capture.frames import def_line
+
+    path = tmp_path / "m.py"
+    path.write_text(_IDIOM_MODULE)
+    lines = _IDIOM_MODULE.splitlines()
+    at = {t: i for i, t in enumerate(lines, 1)}
+    assert def_line(str(path), at["@passing"]) == at["def decorated(x, w):"]
+    assert def_line(str(path), at["def plain(x, w):"]) == at["def plain(x, w):"]
+    assert def_line(str(tmp_path / "gone.py"), 3) == 3  # a file not here: the line as recorded
 
 
 def test_sequence_matching_claims_order_not_data_flow() -> None:

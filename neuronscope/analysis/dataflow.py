@@ -37,7 +37,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..capture.frames import is_user_file
+from ..capture.frames import def_line, is_user_file
 from ..capture.observe import CONSTS_SEP, LOCATION_PREFIX
 from ..events import KIND_OP, EventTable, gc_paused
 from ..events.arrays import unique_first_inverse
@@ -71,6 +71,7 @@ __all__ = [
     "graph_with_observation",
     "observed_graph",
     "short_name",
+    "user_line",
     "user_location",
 ]
 
@@ -246,13 +247,21 @@ class _Ranges:
 
 
 def user_location(event: Any) -> str | None:
-    """``"file:line"`` of the user's code that ran an op, from the event tree's Python nodes.
+    """``"file:line"`` of the user's code that ran an op, from the event tree's Python nodes
+    (see :func:`user_line`). None when the capture had no ``with_stack=True``."""
+    found = user_line(event)
+    return None if found is None else found[0]
+
+
+def user_line(event: Any) -> tuple[str, bool] | None:
+    """``("file:line", exact)`` of the user's code that ran an op, from the event tree's Python
+    nodes.
 
     Walks up from the op: a builtin call (``torch.rsqrt``, ``x.pow``) made from user code
     gives its exact line; a library function (``F.silu``) called from user code gives the
     line of that call; an op run by an operator (``x * y``) straight from a user function
-    gives that function's ``def`` line, the closest the profiler records. None when the
-    capture had no ``with_stack=True``.
+    gives that function's ``def`` line, the closest the profiler records (``exact`` False).
+    None when the capture had no ``with_stack=True``.
     """
     _op, py_call, py_ccall, _alloc, _scope = event_types()
     node = getattr(event, "parent", None)
@@ -261,15 +270,15 @@ def user_location(event: Any) -> str | None:
         if tag == py_ccall:
             caller = node.extra_fields.caller
             if is_user_file(caller.file_name):
-                return f"{caller.file_name}:{caller.line_number}"
+                return f"{caller.file_name}:{caller.line_number}", True
         elif tag == py_call:
             fields = node.extra_fields
             site = fields.callsite
             if is_user_file(site.file_name):
-                return f"{site.file_name}:{site.line_number}"
+                return f"{site.file_name}:{def_line(site.file_name, site.line_number)}", False
             caller = fields.caller
             if is_user_file(caller.file_name):
-                return f"{caller.file_name}:{caller.line_number}"
+                return f"{caller.file_name}:{caller.line_number}", True
         node = node.parent
     return None
 

@@ -12,7 +12,7 @@ import os
 import re
 import sys
 
-__all__ = ["CACHE_SIZE", "LIBRARY_HELPERS", "LIBRARY_ROOTS", "is_user_file"]
+__all__ = ["CACHE_SIZE", "LIBRARY_HELPERS", "LIBRARY_ROOTS", "MAX_DECORATOR_LINES", "def_line", "is_user_file"]
 
 #: Top-level packages whose frames are never the user's code: torch and what runs it,
 #: neuronscope itself, the wrappers and test runners that sit between a call and the model.
@@ -66,3 +66,25 @@ def is_user_file(path: str) -> bool:
         or (root in _STDLIB and (stdlib is not None or not norm.startswith("/")))
         or any(h in tail for h in LIBRARY_HELPERS)
     )
+
+
+#: Most lines of decorators (with their arguments) read past to a function's ``def``.
+MAX_DECORATOR_LINES = 40
+
+
+def def_line(path: str, line: int) -> int:
+    """The ``def`` line of the function whose first line is ``line`` of ``path``. A function's
+    frame names its code's first line, which for a decorated function is its first decorator
+    (``@use_kernel_forward_from_hub(...)`` above transformers' ``apply_rotary_pos_emb``): the
+    decorators are read past where the file can be read here; ``line`` itself otherwise."""
+    import linecache
+
+    if not linecache.getline(path, line).lstrip().startswith("@"):
+        return line
+    for n in range(line + 1, line + MAX_DECORATOR_LINES):
+        text = linecache.getline(path, n).lstrip()
+        if not text:
+            break  # past the end of the file, or a blank line: no def where a decorator ends
+        if text.startswith(("def ", "async def ", "class ")):
+            return n
+    return line

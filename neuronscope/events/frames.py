@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from ..capture.frames import LIBRARY_ROOTS, is_user_file
+from ..capture.frames import LIBRARY_ROOTS, def_line, is_user_file
 
 __all__ = ["LIBRARY_ROOTS", "is_user_file", "user_location"]
 
@@ -24,4 +24,5 @@ def user_location(frame_name: str) -> str | None:
     m = _FRAME_NAME.match(frame_name)
     if m is None or not is_user_file(m.group(1)):
         return None
-    return f"{m.group(1)}:{m.group(2)}"
+    # A function's frame names its first line: a decorator's, for a decorated one.
+    return f"{m.group(1)}:{def_line(m.group(1), int(m.group(2)))}"

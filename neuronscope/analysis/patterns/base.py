@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..dataflow import OpGraph, OpNode, TensorArg, user_location
+from ..dataflow import OpGraph, OpNode, TensorArg, user_line
 
 if TYPE_CHECKING:
     from ...result import Hint
@@ -221,13 +221,27 @@ def line_of(loc: str) -> int:
 def match_location(m: Match, at_start: bool = False) -> str | None:
     """The user's line of the op that ends the idiom (its result's line), else the first op
     with a known line; with ``at_start``, the line of the idiom's first op (where the user
-    would say it starts: attention's scores, not its ``@ v``)."""
+    would say it starts: attention's scores, not its ``@ v``).
+
+    From the profiler's event tree, an operator (``x * w``) leaves only its function's ``def``
+    line, a builtin call (``torch.rsqrt``) its exact line: an exact line in that function (the
+    same file, at or after its ``def``) wins, the idiom's own line rather than its function's;
+    one in a helper it calls (transformers' ``rotate_half``, above ``apply_rotary_pos_emb``)
+    does not."""
+    found: list[tuple[str, bool]] = []
     for n in m.nodes if at_start else [m.nodes[-1], *m.nodes]:
-        if n.location is not None:
-            return n.location
-        if n.event is not None:
-            loc = user_location(n.event)
-            if loc is not None:
-                n.location = loc
-                return loc
-    return None
+        if n.location is not None:  # the observation's exact line, or a trace's frame
+            if not found:
+                return n.location
+            found.append((n.location, True))
+        elif n.event is not None:
+            line = user_line(n.event)
+            if line is not None:
+                found.append(line)
+    exact = [loc for loc, is_exact in found if is_exact]
+    function = next((loc for loc, is_exact in found if not is_exact), None)
+    if function is None:
+        return exact[0] if exact else None
+    file = function.rpartition(":")[0]
+    inside = [loc for loc in exact if loc.rpartition(":")[0] == file and line_of(loc) >= line_of(function)]
+    return inside[0] if inside else function

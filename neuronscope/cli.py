@@ -128,7 +128,7 @@ def _top_hint_text(obj: Any) -> str | None:
     if not obj.hints:
         return None
     hint = obj.hints[0]
-    return f"{hint.pattern} ({'no saving expected' if hint.expects_no_saving else hint.saving_text})"
+    return f"{hint.pattern} ({hint.saving_text})"
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -184,11 +184,7 @@ def _run_rows(root: Path) -> list[dict[str, Any]]:
             rows.append(row)
             continue
         if isinstance(obj, Comparison):
-            # The quickest variant against the first, with its interval and noise mark; the
-            # first itself when every other is told slower.
-            best = max(obj.rows[1:] or obj.rows, key=lambda r: r.speedup, default=None)
-            if best is not None and best.verdict == "slower":
-                best = obj.rows[0]
+            best = _best_variant(obj)
             row.update(
                 name=obj.name,
                 kind="comparison",
@@ -210,6 +206,16 @@ def _run_rows(root: Path) -> list[dict[str, Any]]:
             row["status"] = "incomplete"
         rows.append(row)
     return rows
+
+
+def _best_variant(cmp: Any) -> Any:
+    """The quickest variant told faster than the first, else the quickest of all (with its
+    noise mark); the first itself when every other is told slower. A variant called noise (its
+    median times contradicting its speedup) never hides one told faster."""
+    others = cmp.rows[1:] or cmp.rows
+    faster = [r for r in others if r.verdict == "faster"]
+    best = max(faster or others, key=lambda r: r.speedup, default=None)
+    return cmp.rows[0] if best is not None and best.verdict == "slower" else best
 
 
 def _fastest_text(cmp: Any, best: Any) -> str | None:

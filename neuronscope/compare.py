@@ -37,7 +37,7 @@ from .outputs import DEFAULT_ATOL, DEFAULT_RTOL, outputs_agree
 from .pipeline import now_iso
 from .range_ops import NOT_WORK_OPS, RangeOps, dispatched_ops, top_level_ops
 from .report import fmt_us, render_result
-from .result import Comparison, ComparisonRow, Hint, ProfileResult
+from .result import NO_SAVING, Comparison, ComparisonRow, Hint, ProfileResult
 from .scope import CAPTURE, Owner, enter, leave
 from .timing import (
     DEFAULT_TIME_BUDGET_S,
@@ -303,9 +303,12 @@ def _hint_text(hint: Hint, calls_us: float) -> str:
     """The row's top hint, its saving as a share of the profiled calls' time: a share, not a
     time, so that it cannot disagree with the row's time, which comes from unprofiled calls
     (the profiler's per-op cost, or a busy moment, inflates the profiled ones)."""
+    if hint.expects_no_saving:
+        return f"{hint.pattern} ({NO_SAVING})"
     if calls_us <= 0:
         return hint.pattern
-    return f"{hint.pattern} (~{min(hint.est_saving_us / calls_us, 1.0):.0%} of its time)"
+    share = f"~{min(hint.est_saving_us / calls_us, 1.0):.0%} of its time"
+    return f"{hint.pattern} ({'up to ' if hint.details.get('saving_upper_bound') else ''}{share})"
 
 
 def _busy_rounds_note(rounds: Rounds, backend: str) -> str | None:
@@ -470,11 +473,11 @@ def _fill_rows(
             paired = stats.verdict(low, high, speedup)
             verdict = stats.verdict(low, high, speedup, medians=(base_median, median))
             if verdict != paired:
-                faster_rounds = sum(t < b for b, t in zip(base, times))
+                won = sum((t < b) == (paired == "faster") for b, t in zip(base, times))
                 cmp.notes.append(
                     f"{label!r} is not called {paired}: {speedup:.2f}x over the rounds paired, but its median "
                     f"time ({fmt_us(median)}) is not {'below' if paired == 'faster' else 'above'} that of {first!r} "
-                    f"({fmt_us(base_median)}); it was faster in {faster_rounds} of {len(times)} rounds, its "
+                    f"({fmt_us(base_median)}); it was {paired} in {won} of {len(times)} rounds, its "
                     "times depending on the round more than on the code"
                 )
         elif label != first:  # a clock that did not move (an injected one): no ratio to take

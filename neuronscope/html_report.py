@@ -178,7 +178,7 @@ def _hints_section(hints: list[Hint], heading: str = "h2", sfx: str = "") -> str
         )
     rows = []
     for i, h in enumerate(hints, 1):
-        saving = "none expected" if h.expects_no_saving else h.saving_text
+        saving = h.saving_text
         if h.verified_saving_us is not None:
             saving += f" (measured {fmt_us(h.verified_saving_us)})"
         rows.append(

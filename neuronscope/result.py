@@ -49,7 +49,8 @@ _fmt_us = fmt_us
 VERIFIED_SLOWER_TEXT = "verify measured the fused form slower here: keep the code as it is on this device"
 #: A fusion hint's text where this device's measured costs put its fused forms no faster
 #: (``details["fused_no_faster"]``): naming a replacement there would promise a gain.
-NO_FASTER_TEXT = "no saving expected: its fused forms are estimated no faster on this device (hint.verify() measures it)"
+NO_SAVING = "no saving expected"
+NO_FASTER_TEXT = f"{NO_SAVING}: its fused forms are estimated no faster on this device (hint.verify() measures it)"
 
 
 @dataclass
@@ -103,10 +104,13 @@ class Hint:
 
     @property
     def saving_text(self) -> str:
-        """The estimate as people read it: ``~1.2 ms``, or ``up to ~1.2 ms`` where it is only an
+        """The estimate as people read it: ``~1.2 ms``; ``up to ~1.2 ms`` where it is only an
         upper bound (``details["saving_upper_bound"]``: a CPU capture that recorded no shapes,
         whose profiled op times alone, with the profiler's own per-op overhead in them, were
-        5-150x what ``hint.verify()`` measured)."""
+        5-150x what ``hint.verify()`` measured); ``no saving expected`` where
+        :attr:`expects_no_saving`."""
+        if self.expects_no_saving:
+            return NO_SAVING
         text = f"~{fmt_us(self.est_saving_us)}"
         return f"up to {text}" if self.details.get("saving_upper_bound") else text
 

@@ -2,7 +2,8 @@
 
 A speedup is the median, over the timing rounds, of the baseline's time over the variant's
 time in the same round; its interval is a seeded percentile bootstrap of that median, so the
-same timings always give the same interval. "noise" is a speedup whose interval holds 1.0.
+same timings always give the same interval. "noise" is a speedup whose interval holds 1.0, that
+is within 2 % of 1.0, or whose direction the two median times contradict (see :func:`verdict`).
 
 This module imports nothing from neuronscope, so any stage may use it (the capture stage's
 sibling-capture check included).

@@ -495,7 +495,7 @@ def test_show_reads_an_array_format_trace(tmp_path: Path, capsys: pytest.Capture
 
 def test_ls_names_no_winner_when_every_speedup_is_noise() -> None:
     """An identical pair is 1.00x [0.97-1.02] (noise): ls must not call either one fastest."""
-    from neuronscope.cli import _fastest_text
+    from neuronscope.cli import _best_variant, _fastest_text
     from neuronscope.result import Comparison, ComparisonRow
 
     def row(label: str, speedup: float, low: float, high: float, verdict: str | None) -> ComparisonRow:
@@ -506,3 +506,9 @@ def test_ls_names_no_winner_when_every_speedup_is_noise() -> None:
     assert _fastest_text(same, same.rows[1]) == "fastest: none told apart from a (best b (1.00x [0.97-1.02] (noise)))"
     faster = Comparison(name="c", rows=[row("a", 1.0, 1.0, 1.0, None), row("b", 2.0, 1.9, 2.1, "faster")])
     assert _fastest_text(faster, faster.rows[1]) == "fastest: b (2.00x [1.90-2.10])"
+    # A larger speedup called noise (its median times point the other way) hides no faster one.
+    mixed = Comparison(name="c", rows=[row("a", 1.0, 1.0, 1.0, None), row("A", 2.0, 2.0, 2.0, "noise"), row("B", 1.25, 1.2, 1.3, "faster")])
+    assert _best_variant(mixed) is mixed.rows[2]
+    assert _fastest_text(mixed, _best_variant(mixed)) == "fastest: B (1.25x [1.20-1.30])"
+    slower = Comparison(name="c", rows=[row("a", 1.0, 1.0, 1.0, None), row("b", 0.5, 0.4, 0.6, "slower")])
+    assert _best_variant(slower) is slower.rows[0]

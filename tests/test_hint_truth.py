@@ -161,21 +161,30 @@ def test_a_traced_layer_norm_suggestion_keeps_what_its_shapes_show(tmp_path: Any
         std = x.std(-1, keepdim=True)
         return w * (x - mean) / (std + 1e-6) + b
 
+    def bare(x: Any) -> Any:  # no affine parameters at all
+        mean = x.mean(-1, keepdim=True)
+        var = x.var(-1, keepdim=True, unbiased=False)
+        return (x - mean) * torch.rsqrt(var + 1e-5)
+
     with profile(record_shapes=record_shapes) as prof:
         layer_norm(x, w, b)
         torch.relu(x)  # apart, as the two norms of a model are
         annotated(x, w, b)
+        torch.relu(x)
+        bare(x)
     prof.export_chrome_trace(str(tmp_path / "trace.json"))
     table, _ = read_files([tmp_path / "trace.json"])
     matches = [m for m in find_sequence_matches(graph_from_table(table)) if m.pattern == "layer_norm"]
-    assert len(matches) == 2
-    for m in matches:
+    assert len(matches) == 3
+    for m, affine in zip(matches, (True, True, False)):
         text = pattern_named("layer_norm").suggest(m, "cpu")  # type: ignore[union-attr]
-        assert "eps=<the eps your code uses>" in text and "None" not in text
-        if record_shapes:
+        assert "eps=<the eps your code uses>" in text
+        if not record_shapes:
+            assert "<weight, if your code multiplies by one>, <bias, if your code adds one>" in text
+        elif affine:
             assert m.params == {"weight": True, "bias": True} and "(32,), weight, bias," in text
         else:
-            assert "<weight, if your code multiplies by one>, <bias, if your code adds one>" in text
+            assert m.params == {"weight": False, "bias": False} and "(32,), None, None," in text
 
 
 def test_a_cpu_capture_without_shapes_gives_an_upper_bound_and_says_so() -> None:
@@ -224,6 +233,28 @@ def test_a_hint_whose_fused_forms_are_no_faster_here_recommends_nothing(monkeypa
     assert NO_FASTER_TEXT in h.message and h.suggestion not in h.message and "save ~" not in h.message
     h.verified_saving_us = 5.0  # verify() measured a gain after all: its suggestion stands
     assert not h.expects_no_saving and h.suggestion in h.message and "(measured: 5.0 us)" in h.message
+
+
+def test_verify_on_a_device_this_torch_cannot_run_says_what_to_do() -> None:
+    """An MTIA hint read from a trace, verified here: a NeuronscopeError naming device='cpu', not
+    torch's own "not compiled with MTIA" assertion."""
+    from neuronscope.errors import NeuronscopeError
+
+    hint = _rms_hint()
+    hint.details["device"] = "mtia"
+    with pytest.raises(NeuronscopeError, match="device='cpu'"):
+        hint.verify()
+
+
+def test_compare_top_hint_reads_as_the_hint_does() -> None:
+    from neuronscope.compare import _hint_text
+
+    hint = _rms_hint()
+    assert _hint_text(hint, 100.0) == "rms_norm (~39% of its time)"
+    hint.details["saving_upper_bound"] = True
+    assert _hint_text(hint, 100.0) == "rms_norm (up to ~39% of its time)"
+    hint.details["fused_no_faster"] = True
+    assert _hint_text(hint, 100.0) == "rms_norm (no saving expected)" and hint.saving_text == "no saving expected"
 
 
 # ---- the estimate weighs the fused forms as verify() does -------------------------------------

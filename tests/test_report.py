@@ -177,7 +177,7 @@ def test_hint_savings_read_as_the_hint_line_does() -> None:
     none = Hint("fusion", "silu_mul", ["aten::silu"], time_us=50.0, est_saving_us=0.0, suggestion="torch.compile the MLP", details={"fused_no_faster": True})
     page = render_report(ProfileResult(name="r", backend="cpu", hints=[upper, none]))
     assert "up to ~600.0 us" in page and "use F.gelu" in page
-    assert "none expected" in page and html.escape(NO_FASTER_TEXT) in page and "torch.compile the MLP" not in page
+    assert "no saving expected" in page and html.escape(NO_FASTER_TEXT) in page and "torch.compile the MLP" not in page
 
 
 def test_unreadable_runs_raise_neuronscope_errors(tmp_path: Path) -> None:

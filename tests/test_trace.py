@@ -453,6 +453,29 @@ def test_cpu_trace_fusion_estimates_are_bounded_by_measured_costs(tmp_path: Path
     assert measured_here and measured_here[0].est_saving_us > 100 * h.est_saving_us
 
 
+def test_a_cpu_trace_without_shapes_runs_no_cost_probe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without shapes there is nothing to cost: no probe runs (they import torch and time ops
+    for a second or more), and the estimate says it is an upper bound."""
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile
+
+    from neuronscope.analysis import cost
+
+    x, w = torch.randn(64, 256), torch.randn(256)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        _hand_written_rms_norm(x, w)
+    path = tmp_path / "noshapes.json"
+    prof.export_chrome_trace(str(path))
+
+    def probe(*args: Any) -> Any:
+        raise AssertionError("a cost probe ran for a trace without shapes")
+
+    for name in ("device_costs", "eager_costs", "compiled_call_ns"):
+        monkeypatch.setattr(cost, name, probe)
+    (h,) = [h for h in from_trace(path).fusion_hints if h.pattern == "rms_norm"]
+    assert h.details["saving_upper_bound"] is True and h.saving_text.startswith("up to ~")
+
+
 @pytest.mark.parametrize("device_cat", ["kernel", "mtia_ccp_events"])
 def test_device_trace_estimates_are_not_costed_on_this_cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, device_cat: str) -> None:
     """A CUDA or MTIA trace's op times are its device's: nothing measured on this CPU bounds

@@ -204,8 +204,10 @@ def fused_forms_ns(pattern: str, nodes: list[OpNode], g: OpGraph, backend: str) 
       device (:func:`eager_costs`).
 
     None where the device's costs are not measured here, or no op's shapes were recorded."""
+    if not any(n.inputs for n in nodes):
+        return None  # no shapes: nothing to cost, and no probe to run (a torch import)
     costs = device_costs(backend)
-    if costs is None or not any(n.inputs for n in nodes):
+    if costs is None:
         return None
     tensors = _intermediate_bytes(nodes) if g.linking == "none" else _linked_intermediate_bytes(nodes)
     launches_ns = max(0, len(nodes) - fused_passes(pattern)) * costs.per_op_ns

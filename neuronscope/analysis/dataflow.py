@@ -64,6 +64,7 @@ __all__ = [
     "OpGraph",
     "OpNode",
     "TensorArg",
+    "UserLine",
     "broadcast_shape",
     "graph_from_observation",
     "graph_from_profiler",
@@ -250,18 +251,33 @@ def user_location(event: Any) -> str | None:
     """``"file:line"`` of the user's code that ran an op, from the event tree's Python nodes
     (see :func:`user_line`). None when the capture had no ``with_stack=True``."""
     found = user_line(event)
-    return None if found is None else found[0]
+    return None if found is None else found.location
 
 
-def user_line(event: Any) -> tuple[str, bool] | None:
-    """``("file:line", exact)`` of the user's code that ran an op, from the event tree's Python
-    nodes.
+class UserLine(NamedTuple):
+    """Where the user's code ran an op (see :func:`user_line`)."""
+
+    #: ``"file:line"``
+    location: str
+    #: the line of the call itself; False: the enclosing function's ``def`` line
+    exact: bool
+    #: the call of the user's function that holds the line, (thread, start ns); None unknown
+    frame: tuple[int, int] | None
+
+
+def _frame_key(node: Any) -> tuple[int, int] | None:
+    return None if node is None else (node.start_tid, node.start_time_ns)
+
+
+def user_line(event: Any) -> UserLine | None:
+    """Where the user's code ran an op, from the event tree's Python nodes.
 
     Walks up from the op: a builtin call (``torch.rsqrt``, ``x.pow``) made from user code
     gives its exact line; a library function (``F.silu``) called from user code gives the
     line of that call; an op run by an operator (``x * y``) straight from a user function
     gives that function's ``def`` line, the closest the profiler records (``exact`` False).
-    None when the capture had no ``with_stack=True``.
+    Each comes with the call of the user's function it lies in. None when the capture had no
+    ``with_stack=True``.
     """
     _op, py_call, py_ccall, _alloc, _scope = event_types()
     node = getattr(event, "parent", None)
@@ -270,15 +286,15 @@ def user_line(event: Any) -> tuple[str, bool] | None:
         if tag == py_ccall:
             caller = node.extra_fields.caller
             if is_user_file(caller.file_name):
-                return f"{caller.file_name}:{caller.line_number}", True
+                return UserLine(f"{caller.file_name}:{caller.line_number}", True, _frame_key(node.parent))
         elif tag == py_call:
             fields = node.extra_fields
             site = fields.callsite
             if is_user_file(site.file_name):
-                return f"{site.file_name}:{def_line(site.file_name, site.line_number)}", False
+                return UserLine(f"{site.file_name}:{def_line(site.file_name, site.line_number)}", False, _frame_key(node))
             caller = fields.caller
             if is_user_file(caller.file_name):
-                return f"{caller.file_name}:{caller.line_number}", True
+                return UserLine(f"{caller.file_name}:{caller.line_number}", True, _frame_key(node.parent))
         node = node.parent
     return None
 

@@ -30,9 +30,11 @@ when the estimated saving is small; a generic chain only above :data:`~.cost.MIN
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 import statistics
 from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -107,8 +109,10 @@ _PATTERN_WORD = re.compile("|".join(sorted({w for p in REGISTRY if p.sequence fo
 
 @functools.lru_cache(maxsize=4096)
 def _token(op: str) -> str:
-    """``op`` as the sequence patterns see it: itself, or "?" where no pattern can match it."""
-    return op if _PATTERN_WORD.search(op) else "?"
+    """``op`` as the sequence patterns see it: itself (white space as "_": the text the patterns
+    search is tokens separated by spaces), or "?" where no pattern can match it (an autograd
+    node's name, ``evaluate_function: SoftmaxBackward0``, holds a space and a pattern's word)."""
+    return "_".join(op.split()) if _PATTERN_WORD.search(op) else "?"
 
 
 def find_sequence_matches(g: OpGraph) -> list[Match]:
@@ -120,30 +124,23 @@ def find_sequence_matches(g: OpGraph) -> list[Match]:
         if n.op not in VIEW_OPS:
             by_tid.setdefault(n.tid, []).append(n)
     for seq in by_tid.values():
-        tokens = [_token(n.op) for n in seq]
-        text = "".join(t + " " for t in tokens)
-        offsets: list[int] = []
-        pos = 0
-        for t in tokens:
-            offsets.append(pos)
-            pos += len(t) + 1
-        offsets.append(pos)  # the end of the text: where an idiom ending at the last op ends
-        index_at = {o: i for i, o in enumerate(offsets)}
+        ops = _OpText(seq)
         claimed: set[int] = set()
         for record in REGISTRY:
             rx = _SEQUENCE_RE.get(record.name)
             if rx is None:
                 continue
-            pos = 0
-            while (found := _next_match(rx, text, pos)) is not None:
-                i0, i1 = index_at[found[0]], index_at[found[1]]
-                i1 = _yield_tail(rx, text, offsets, index_at, seq, i0, i1)
-                members = seq[i0:i1]
-                if any(m.index in claimed for m in members) or not _sequence_shapes_ok(record.name, members):
-                    pos = offsets[i0 + 1]  # not here: an idiom may still start at the next op
+            i = 0
+            while (found := ops.next_match(rx, i)) is not None:
+                i0, i1 = found
+                end = ops.fitting_end(record.name, rx, i0, i1, claimed)
+                if end is None:
+                    i = i0 + 1  # not here: an idiom may still start at the next op
                     continue
-                pos = offsets[i1]
-                members = [m for m in members if m.op not in record.sequence_skip]
+                i0 = ops.yielding_head(record.name, rx, i0, end, claimed)
+                end = ops.yielding_tail(record.name, rx, i0, end)
+                i = end
+                members = [m for m in seq[i0:end] if m.op not in record.sequence_skip]
                 claimed.update(m.index for m in members)
                 x = members[0].inputs[0] if members[0].inputs else None
                 params: dict[str, Any] = record.sequence_params(members) if record.sequence_params else {}
@@ -152,51 +149,102 @@ def find_sequence_matches(g: OpGraph) -> list[Match]:
 
 
 _PROJECTIONS = frozenset({"linear", "matmul", "mm", "addmm"})
+#: Most ops an idiom's sequence spans (attention and LayerNorm spellings reach about a dozen).
+MAX_IDIOM_OPS = 16
 
 
-def _next_match(rx: re.Pattern[str], text: str, pos: int) -> tuple[int, int] | None:
-    """The first match of ``rx`` at or after ``pos`` that starts at an op boundary (each op's
-    token is followed by a space), as (start, end) offsets."""
-    while pos < len(text):
-        mo = rx.search(text, pos)
-        if mo is None:
-            return None
-        if mo.start() == 0 or text[mo.start() - 1] == " ":
-            return mo.start(), mo.end()
-        pos = text.find(" ", mo.start()) + 1
-    return None
+class _OpText:
+    """One thread's user-level ops as the text the sequence patterns search (each op's token
+    and a space), and the questions the matching asks of it, in op indices."""
 
+    def __init__(self, seq: list[OpNode]) -> None:
+        self.seq = seq
+        tokens = [_token(n.op) for n in seq]
+        self.text = "".join(t + " " for t in tokens)
+        #: where op ``i`` starts in the text; the last entry is the text's end
+        self.offsets = list(itertools.accumulate((len(t) + 1 for t in tokens), initial=0))
+        self._op_at = {o: i for i, o in enumerate(self.offsets)}
 
-def _idiom_length_at(text: str, offsets: list[int], index_at: dict[int, int], seq: list[OpNode], i: int) -> int:
-    """Ops in the longest idiom whose sequence starts at op ``i`` and whose shapes fit; 0: none."""
-    longest = 0
-    for name, rx in _SEQUENCE_RE.items():
-        mo = rx.match(text, offsets[i])
-        if mo is not None:
-            j = index_at[mo.end()]
-            if j - i > longest and _sequence_shapes_ok(name, seq[i:j]):
-                longest = j - i
-    return longest
+    def next_match(self, rx: re.Pattern[str], i: int) -> tuple[int, int] | None:
+        """The ops of the first match of ``rx`` starting at op ``i`` or after, as (first op,
+        end): a match must start at an op's start."""
+        text, pos = self.text, self.offsets[i]
+        while pos < len(text):
+            mo = rx.search(text, pos)
+            if mo is None:
+                return None
+            start = self._op_at.get(mo.start())
+            if start is not None:
+                return start, self._op_at[mo.end()]
+            pos = text.find(" ", mo.start()) + 1
+        return None
 
+    def fitting_end(self, name: str, rx: re.Pattern[str], i0: int, i1: int, claimed: AbstractSet[int] = frozenset()) -> int | None:
+        """The end of the longest whole match of pattern ``name`` from op ``i0``, ``i1`` at most,
+        whose ops are unclaimed and whose shapes fit; None: none. An optional trailing op that
+        does not fit (the next op on another shape) leaves the rest a match: taking the longest
+        match or nothing lost the GELU before such an op."""
+        for j in range(i1, i0, -1):
+            members = self.seq[i0:j]
+            if (j == i1 or rx.fullmatch(self.text, self.offsets[i0], self.offsets[j])) and not any(
+                m.index in claimed for m in members
+            ) and _sequence_shapes_ok(name, members):
+                return j
+        return None
 
-def _yield_tail(
-    rx: re.Pattern[str], text: str, offsets: list[int], index_at: dict[int, int], seq: list[OpNode], i0: int, i1: int
-) -> int:
-    """Where a match of ops ``i0`` to ``i1`` should end. An optional trailing op (GELU's last
-    mul, a norm's weight) can as well be the next idiom's first op, which op order alone does
-    not tell apart: the end is the one, among ``i1`` and the shorter whole matches of the same
-    pattern, after which the next idiom reaches furthest, the shorter on a tie (the next idiom
-    whole). The longest match alone lost the idiom after it (a softmax's div read as a GELU's
-    first op), or merged two GELUs in a row into one of ten ops."""
-    if i1 == len(seq):
-        return i1
-    end, reach = i1, i1 + _idiom_length_at(text, offsets, index_at, seq, i1)
-    for b in range(i1 - 1, i0, -1):
-        if rx.fullmatch(text, offsets[i0], offsets[b]):
-            after = b + _idiom_length_at(text, offsets, index_at, seq, b)
-            if after > b and after >= reach:
-                end, reach = b, after
-    return end
+    def idiom_length_at(self, i: int) -> int:
+        """Ops in the longest idiom that starts at op ``i`` with its shapes fitting; 0: none."""
+        longest = 0
+        for name, rx in _SEQUENCE_RE.items():
+            mo = rx.match(self.text, self.offsets[i])
+            if mo is not None:
+                j = self.fitting_end(name, rx, i, self._op_at[mo.end()])
+                if j is not None:
+                    longest = max(longest, j - i)
+        return longest
+
+    def idiom_length_ending_at(self, i: int, claimed: AbstractSet[int]) -> int:
+        """Ops in the longest idiom of unclaimed ops that ends right before op ``i`` with its
+        shapes fitting."""
+        longest = 0
+        for name, rx in _SEQUENCE_RE.items():
+            for t in range(i - 1, max(-1, i - 1 - MAX_IDIOM_OPS), -1):
+                if self.seq[t].index in claimed:
+                    break
+                if rx.fullmatch(self.text, self.offsets[t], self.offsets[i]) and _sequence_shapes_ok(name, self.seq[t:i]):
+                    longest = max(longest, i - t)
+        return longest
+
+    def yielding_head(self, name: str, rx: re.Pattern[str], i0: int, i1: int, claimed: AbstractSet[int]) -> int:
+        """Where a match of ops ``i0`` to ``i1`` should start. A pattern with optional leading
+        ops (GELU's two to seven muls and adds before its tanh or erf) can take the last op of
+        an idiom right before it (a rotary embedding's add, which was then lost): the start
+        moves past the fewest ops that such an idiom, ending there, wholly takes."""
+        for b in range(i0 + 1, i1):
+            if (
+                rx.fullmatch(self.text, self.offsets[b], self.offsets[i1])
+                and _sequence_shapes_ok(name, self.seq[b:i1])
+                and self.idiom_length_ending_at(b, claimed) >= b - i0
+            ):
+                return b
+        return i0
+
+    def yielding_tail(self, name: str, rx: re.Pattern[str], i0: int, i1: int) -> int:
+        """Where a match of ops ``i0`` to ``i1`` should end. An optional trailing op (GELU's last
+        mul, a norm's weight) can as well be the next idiom's first op, which op order alone
+        does not tell apart: the end is the one, among ``i1`` and the shorter whole matches that
+        fit, after which the next idiom reaches furthest, the shorter on a tie (the next idiom
+        whole). The longest match alone lost the idiom after it, or merged two GELUs in a row
+        into one of ten ops."""
+        if i1 == len(self.seq):
+            return i1
+        end, reach = i1, i1 + self.idiom_length_at(i1)
+        for b in range(i1 - 1, i0, -1):
+            if rx.fullmatch(self.text, self.offsets[i0], self.offsets[b]) and _sequence_shapes_ok(name, self.seq[i0:b]):
+                after = b + self.idiom_length_at(b)
+                if after > b and after >= reach:
+                    end, reach = b, after
+        return end
 
 
 def _sequence_shapes_ok(pattern: str, members: list[OpNode]) -> bool:

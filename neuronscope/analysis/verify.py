@@ -129,7 +129,15 @@ def _device(hint: Hint, device: str | None) -> Any:
                 "verifying a Neuron hint needs torch-neuronx; install it from the Neuron repository "
                 "or pass device='cpu'"
             ) from exc
-    return torch.device(name)
+    try:
+        dev = torch.device(name)
+        torch.empty(0, device=dev)  # a device this torch has no backend for (an MTIA hint here)
+    except (RuntimeError, ValueError, AssertionError) as exc:  # torch's "not compiled with X" is an AssertionError
+        raise NeuronscopeError(
+            f"this hint was captured on {name!r}, which this torch cannot run ({type(exc).__name__}); "
+            "pass device='cpu' to verify on the CPU instead"
+        ) from None
+    return dev
 
 
 def _sync(device: Any) -> Callable[[], None]:

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..dataflow import OpGraph, OpNode, TensorArg, user_line
+from ..dataflow import OpGraph, OpNode, TensorArg, UserLine, user_line
 
 if TYPE_CHECKING:
     from ...result import Hint
@@ -224,24 +224,23 @@ def match_location(m: Match, at_start: bool = False) -> str | None:
     would say it starts: attention's scores, not its ``@ v``).
 
     From the profiler's event tree, an operator (``x * w``) leaves only its function's ``def``
-    line, a builtin call (``torch.rsqrt``) its exact line: an exact line in that function (the
-    same file, at or after its ``def``) wins, the idiom's own line rather than its function's;
-    one in a helper it calls (transformers' ``rotate_half``, above ``apply_rotary_pos_emb``)
-    does not."""
-    found: list[tuple[str, bool]] = []
+    line, a builtin call (``torch.rsqrt``) its exact line: an exact line in that same call of
+    the function wins, the idiom's own line rather than its function's; one in a helper it
+    calls (transformers' ``rotate_half``) does not."""
+    lines: list[UserLine] = []
     for n in m.nodes if at_start else [m.nodes[-1], *m.nodes]:
         if n.location is not None:  # the observation's exact line, or a trace's frame
-            if not found:
+            if not lines:
                 return n.location
-            found.append((n.location, True))
+            lines.append(UserLine(n.location, True, None))
         elif n.event is not None:
             line = user_line(n.event)
             if line is not None:
-                found.append(line)
-    exact = [loc for loc, is_exact in found if is_exact]
-    function = next((loc for loc, is_exact in found if not is_exact), None)
+                if at_start:
+                    return line.location  # the first op's line, whatever it is
+                lines.append(line)
+    function = next((line for line in lines if not line.exact), None)
     if function is None:
-        return exact[0] if exact else None
-    file = function.rpartition(":")[0]
-    inside = [loc for loc in exact if loc.rpartition(":")[0] == file and line_of(loc) >= line_of(function)]
-    return inside[0] if inside else function
+        return lines[0].location if lines else None
+    inside = [line for line in lines if line.exact and line.frame is not None and line.frame == function.frame]
+    return inside[0].location if inside else function.location

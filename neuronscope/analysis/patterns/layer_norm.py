@@ -40,7 +40,8 @@ def _sequence_params(members: list[OpNode]) -> dict[str, Any]:
     works on the per-row statistic and a scalar). The eps is not in a trace (a 0-dim tensor to
     the profiler). Without shapes, both unknown (None)."""
     x = members[0].inputs[0].sizes if members[0].inputs else None
-    if not x or not all(n.inputs for n in members):
+    if not x or len(x) < 2 or not all(n.inputs for n in members):
+        # A 1-D x is itself of the last dim's size: its own ops would read as a weight and bias.
         return {"weight": None, "bias": None}
     row = (x[-1],)
 

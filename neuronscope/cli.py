@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from .errors import NeuronscopeError
 from .report import printable
@@ -328,10 +328,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line, the usage folded into it (a bad argument: exit
+    status 2 and one line, as for every other error)."""
+
+    def error(self, message: str) -> NoReturn:
+        usage = " ".join(self.format_usage().split())
+        _error(f"{message} ({usage})")
+        raise SystemExit(2)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="neuronscope",
         description="Show, list, diff and report neuronscope runs and torch.profiler traces.",
         epilog="Exit status: 0 on success, 2 for a bad argument or an unreadable run.",

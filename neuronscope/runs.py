@@ -72,7 +72,10 @@ def load_json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(text)
     except (ValueError, RecursionError) as exc:  # ValueError: JSONDecodeError, or an int too long
-        raise RunLoadError(f"{path}: not valid JSON ({_first_sentence(exc)}); the file is corrupt or truncated") from exc
+        raise RunLoadError(
+            f"{path}: not valid JSON ({_first_sentence(exc)}): not a neuronscope run or trace, or one cut short "
+            "(give a run directory, its result.json, or a Chrome trace)"
+        ) from exc
     if not isinstance(data, dict):
         raise RunLoadError(f"{path}: expected a JSON object, found {type(data).__name__}")
     return data

@@ -117,8 +117,9 @@ def spread_note(
     values: Sequence[float], what: str, fmt_us: Callable[[float], str], factor: float = FAR_FACTOR
 ) -> str | None:
     """A caveat when measurements of the same thing (in microseconds) differ by more than
-    ``factor``, largest over smallest: they were not taken under the same conditions, so the
-    machine was busy during some of them. ``what`` names them (``"the 5 captures of
+    ``factor``, largest over smallest: the machine was busy during some of them, or the code's
+    own time varies from call to call (a variant that sleeps every other call was once said to
+    have been measured under load). ``what`` names them (``"the 5 captures of
     train_step"``); ``fmt_us`` formats a time (this module imports nothing from neuronscope).
     None when they agree, or when there are fewer than two positive values."""
     positive = [v for v in values if v > 0 and math.isfinite(v)]
@@ -128,8 +129,9 @@ def spread_note(
     if high <= factor * low:
         return None
     return (
-        f"taken under load: {what} range from {fmt_us(low)} to {fmt_us(high)} ({high / low:.1f}x apart, "
-        f"median {fmt_us(statistics.median(positive))}); the machine was busy during some of them, "
-        "so their times, and savings computed from them, are not reliable: measure again on a quiet machine"
+        f"times far apart: {what} range from {fmt_us(low)} to {fmt_us(high)} ({high / low:.1f}x apart, "
+        f"median {fmt_us(statistics.median(positive))}); the machine was busy during some of them, or the "
+        "code's own time varies from call to call (a cache, a data-dependent branch, a sleep), so their "
+        "times, and savings computed from them, are not reliable: measure again on a quiet machine"
     )
 

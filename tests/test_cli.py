@@ -272,6 +272,7 @@ def test_bad_usage_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
         err = capsys.readouterr().err
         assert code == 2, argv
         assert "usage: neuronscope" in err and "Traceback" not in err
+        assert err.count("\n") == 1 and err.startswith("neuronscope: error: "), err  # one line
 
 
 def test_help_for_every_command(capsys: pytest.CaptureFixture[str]) -> None:

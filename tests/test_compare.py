@@ -559,4 +559,4 @@ def test_a_profiled_call_far_from_its_siblings_is_flagged(inputs: Any) -> None:
     cmp = compare({"v": sometimes_slow}, *inputs, export=False, rounds=2, active=3, check_outputs=False, hints=False)
     assert len(profiled) == 3
     notes = cmp.results["v"].notes
-    assert any(n.startswith("taken under load: the 3 profiled calls of 'v' range from") for n in notes), notes
+    assert any(n.startswith("times far apart: the 3 profiled calls of 'v' range from") for n in notes), notes

@@ -130,7 +130,7 @@ def test_spread_note_flags_measurements_far_apart() -> None:
     # The decorated-function case of issue 16: captures of one 0.65 ms step.
     captures = [91_283.0, 64_202.0, 5_846.0, 83_192.0, 64_882.0]
     note = stats.spread_note(captures, "the 5 captures of step", fmt_us)
-    assert note is not None and note.startswith("taken under load: the 5 captures of step range from 5.85 ms to 91.28 ms")
+    assert note is not None and note.startswith("times far apart: the 5 captures of step range from 5.85 ms to 91.28 ms")
     assert "15.6x apart" in note and "not reliable" in note
     assert stats.spread_note([100.0, 120.0, 250.0], "x", fmt_us) is None  # within 3x
     assert stats.spread_note([100.0], "x", fmt_us) is None

@@ -587,36 +587,6 @@ def test_graph_from_table_takes_user_level_ops_only() -> None:
 # ---- the estimate model and verify() ------------------------------------------------------------
 
 
-def test_device_costs_are_measured_on_one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The cost probes run torch on one thread and give the user's setting back: with two
-    threads on a busy 2-core machine an add waited on a descheduled thread (1,000x slow) and
-    a trace's estimate swung 30x between processes."""
-    from neuronscope.analysis import cost, verify
-
-    seen: list[int] = []
-    real_calibrate, real_time_variants = cost.calibrate, verify.time_variants
-
-    def calibrate(*args: Any, **kwargs: Any) -> float:
-        seen.append(torch.get_num_threads())
-        return real_calibrate(*args, **kwargs)
-
-    def time_variants(*args: Any, **kwargs: Any) -> Any:
-        seen.append(torch.get_num_threads())
-        return real_time_variants(*args, **kwargs)
-
-    monkeypatch.setattr(cost, "calibrate", calibrate)
-    monkeypatch.setattr(verify, "time_variants", time_variants)
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        costs = cost.device_costs.__wrapped__("cpu")  # measured afresh, not the process's cached figures
-        assert costs is not None and torch.get_num_threads() == 2
-        assert cost.eager_costs.__wrapped__("gelu", "cpu") is not None and torch.get_num_threads() == 2
-    finally:
-        torch.set_num_threads(before)
-    assert len(seen) >= 1 + len(cost._BANDWIDTH_SIZES) + 2 and set(seen) == {1}
-
-
 def test_estimate_model() -> None:
     from neuronscope.analysis.cost import device_costs, grounded_saving_ns, model_text
 

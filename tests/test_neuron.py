@@ -38,6 +38,8 @@ from neuronscope import (
 )
 from neuronscope.capture import neuron as neuron_backend
 from neuronscope.capture import neuron_files, resolve_backend
+from neuronscope.capture.neuron import dropped_events_note
+from neuronscope.capture.neuron_files import own_framework_trace
 from neuronscope.config import build_options
 from neuronscope.errors import BackendUnavailableError, ConfigError
 from neuronscope.region import NeuronscopeWarning, ensure_no_capture_running
@@ -388,8 +390,10 @@ def test_max_events_per_nc_is_validated():
 
 
 def test_reaching_max_events_per_nc_is_reported(standin, clean_env):
-    """The stand-in's runtime keeps the newest max_events_per_nc executions (a ring buffer);
-    a capture that reaches the limit says events were most likely overwritten."""
+    """The runtime keeps the newest max_events_per_nc system-trace events per NeuronCore (a ring
+    buffer; the stand-in keeps executions), at least 56 of them per execution in the Neuron
+    docs' eager run: a capture whose executions make that many says events may be overwritten,
+    long before its executions alone would reach the limit."""
     record = standin()
 
     def many():
@@ -400,8 +404,29 @@ def test_reaching_max_events_per_nc_is_reported(standin, clean_env):
     result = _capture(clean_env, work=many, max_events_per_nc=3)
     assert record.RECORD["nrt_begin"][-1]["max_events_per_nc"] == 3
     assert result.artifacts["neuron"]["privateuse1_events"]["privateuse1_driver"] == 3
-    assert any("max_events_per_nc limit (3)" in n for n in result.notes)
-    assert not any("max_events_per_nc limit" in n for n in _capture(clean_env, "big", work=many, max_events_per_nc=100).notes)
+    assert any("at or past max_events_per_nc (3)" in n and "about 168 or more" in n for n in result.notes)
+    few = _capture(clean_env, "big", work=many, max_events_per_nc=1000)  # 8 executions: about 448 events
+    assert few.artifacts["neuron"]["privateuse1_events"]["privateuse1_driver"] * 56 < 1000
+    assert not any("max_events_per_nc" in n for n in few.notes)
+    # 20 executions, about 1,120 events, pass a limit of 1,000 the executions alone never reach.
+    assert dropped_events_note(20, 1000) is not None and dropped_events_note(17, 1000) is None
+
+
+def test_a_rank_adopts_its_own_framework_trace(tmp_path):
+    """In a root all ranks share, every rank's neuron_framework_trace_rank_<N>.json sits at the
+    top: a rank takes its own, not the newest (another rank's, written a moment later)."""
+    import time as _time
+
+    mine, theirs = tmp_path / "neuron_framework_trace_rank_0.json", tmp_path / "neuron_framework_trace_rank_1.json"
+    mine.write_text("{}")
+    _time.sleep(0.01)
+    theirs.write_text("{}")
+    files = [mine, theirs]
+    assert own_framework_trace(files, 0) == mine and own_framework_trace(files, 1) == theirs
+    assert own_framework_trace(files, None) == theirs  # no rank known: the newest
+    plain = tmp_path / "trace.json"  # a session directory's own trace is any rank's
+    plain.write_text("{}")
+    assert own_framework_trace([mine, theirs, plain], 0) == plain
 
 
 # ---- session files ---------------------------------------------------------------------------

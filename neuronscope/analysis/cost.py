@@ -20,12 +20,10 @@ the user's program) does not pay: the second bound keeps an estimate from promis
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import itertools
 import math
 import statistics
-from collections.abc import Iterator
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
@@ -132,20 +130,15 @@ def measured_here(device: str) -> bool:
 def device_costs(device: str = "cpu") -> DeviceCosts | None:
     """This device's per-op cost and bandwidth, measured once per process outside any
     profiler: a tiny op's call, and an add over tensors of each size in
-    :data:`_BANDWIDTH_SIZES`, on one thread. None for a device other than the CPU (this process
-    measures only where it runs the op itself).
-
-    One thread, whatever torch's setting: with two threads on a 2-core machine that another
-    process kept busy, an add waited on its descheduled second thread (a 512 KiB add measured
-    1,000 times slow, every try), and a trace's estimate swung 30x between processes (415 us to
-    11.3 ms for a GELU that ``hint.verify()`` measured at 500 us). One thread moves no more than
-    several, so the bound it gives is at most looser, never a stall's."""
+    :data:`_BANDWIDTH_SIZES`. None for a device other than the CPU (this process measures
+    only where it runs the op itself). On torch's own thread count: changing it here left a
+    process whose children fork afterwards hanging in OpenMP."""
     if not measured_here(device):
         return None
     import torch
 
     tiny = torch.ones(8)
-    with _one_thread(), torch.autograd.profiler.profile(enabled=False):
+    with torch.autograd.profiler.profile(enabled=False):
         # The quickest of a few loops: a loop another process interrupted is not the op's cost.
         per_op = calibrate(block_timer(torch.add, (tiny, 1.0), {}, _no_sync), 5, 100) * 1e9
         bandwidth = []
@@ -157,19 +150,6 @@ def device_costs(device: str = "cpu") -> DeviceCosts | None:
             t = calibrate(block_timer(torch.add, (x, 1.0), {"out": out}, _no_sync), 3, calls) * 1e9
             bandwidth.append((size, 2 * size / max(t - per_op, 1.0)))
     return DeviceCosts(per_op, monotone_bandwidth(bandwidth))
-
-
-@contextlib.contextmanager
-def _one_thread() -> Iterator[None]:
-    """torch on one intra-op thread for a probe, the user's setting restored after it."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def monotone_bandwidth(points: list[tuple[int, float]]) -> tuple[tuple[int, float], ...]:
@@ -301,7 +281,7 @@ def eager_costs(pattern: str, device: str = "cpu") -> tuple[float, float] | None
         from .verify import paired_difference, time_variants
 
         rows = []
-        with torch.no_grad(), _one_thread():  # one thread, as device_costs measures (see there)
+        with torch.no_grad():
             for shape in _PROBE_SHAPES:
                 probe = Hint("fusion", pattern, [], details={"shape": list(shape), "weight": True})
                 x = torch.randn(*shape)

@@ -60,6 +60,7 @@ from .neuron_files import (
     find_session_files,
     neff_cache_dir,
     neff_cache_size,
+    own_framework_trace,
     session_dirs,
     within_caps,
 )
@@ -82,6 +83,28 @@ log = logging.getLogger("neuronscope")
 DEVICE_MODE_HBM_GB = 5
 #: The runtime's default ring buffer per NeuronCore (Neuron docs, troubleshooting).
 DEFAULT_MAX_EVENTS_PER_NC = 1_000_000
+#: System-trace events the runtime records per device execution, at the least: a documented eager
+#: forward (ESM-2 650M, neuron-api-2 fact 28) made 58,707 events for 1,050 executions; a
+#: compiled one 531 events for one.
+EVENTS_PER_EXECUTION = 56
+
+
+def dropped_events_note(executions: int, limit: int) -> str | None:
+    """A note where a capture's device executions (``privateuse1_driver`` events, all cores)
+    make at least ``limit`` system-trace events: the runtime keeps at most
+    ``max_events_per_nc`` events per NeuronCore, of every kind (submissions, DMA, switches),
+    and overwrites the oldest; Neuron Explorer reports the drops only when it processes the
+    files. The executions alone would reach the limit only some 56 times too late."""
+    events = executions * EVENTS_PER_EXECUTION
+    if events < limit:
+        return None
+    return (
+        f"the capture holds {executions:,} Neuron device executions, so about {events:,} or more "
+        f"system-trace events (at least {EVENTS_PER_EXECUTION} per execution in the Neuron docs' "
+        f"eager run), at or past max_events_per_nc ({limit:,}) if they ran on one NeuronCore: the "
+        "runtime may have overwritten the oldest (Neuron Explorer then warns 'trace events were "
+        "dropped'); capture fewer steps or raise max_events_per_nc (costs host memory)"
+    )
 
 
 # ---- warm-up bookkeeping ------------------------------------------------------------------
@@ -273,10 +296,8 @@ class NeuronBackend(Backend):
         return target
 
     def _find_framework_trace(self) -> Path | None:
-        found = [f for f in self._files() if file_kind(f.name) == "framework_trace"]
-        if not found:
-            return None
-        return max(found, key=lambda p: p.stat().st_mtime)
+        ranks = rank_info()
+        return own_framework_trace(self._files(), None if ranks is None else ranks[0])
 
     def _adopt_trace(self, prof: Any, trace: Path | None) -> None:
         """Record the saved trace, put it beside the runtime trace as ``trace.json`` where
@@ -388,18 +409,8 @@ class NeuronBackend(Backend):
         return info
 
     def _dropped_events_note(self, counts: dict[str, int]) -> str | None:
-        """The runtime keeps at most ``max_events_per_nc`` events per NeuronCore and overwrites
-        the oldest beyond it; Neuron Explorer reports drops only when it processes the files. A
-        capture whose device executions reach the limit has most likely lost events."""
         limit = getattr(self.options, "max_events_per_nc", None) or DEFAULT_MAX_EVENTS_PER_NC
-        driver = counts.get("privateuse1_driver", 0)
-        if driver < limit:
-            return None
-        return (
-            f"the capture holds {driver} Neuron device executions (all cores), at the "
-            f"max_events_per_nc limit ({limit}) or above: the runtime most likely overwrote the "
-            "oldest events; capture fewer steps or raise max_events_per_nc (costs host memory)"
-        )
+        return dropped_events_note(counts.get("privateuse1_driver", 0), limit)
 
     def extra_notes(self, table_has_device: bool) -> list[str]:
         notes: list[str] = []

@@ -33,6 +33,7 @@ __all__ = [
     "find_session_files",
     "neff_cache_dir",
     "neff_cache_size",
+    "own_framework_trace",
     "session_dirs",
 ]
 
@@ -74,6 +75,19 @@ def file_kind(name: str) -> str:
     if name.endswith(".pb"):
         return "runtime_data"
     return "other"
+
+
+def own_framework_trace(files: list[Path], rank: int | None) -> Path | None:
+    """The newest framework trace among ``files`` that this rank wrote: another rank's
+    ``neuron_framework_trace_rank_<N>.json`` (in a root all ranks share, every rank's sits at
+    its top) is left out, where the newest of all was taken for this rank's. The docs match
+    rank N's file to rank N (troubleshooting, multi-rank)."""
+    own = None if rank is None else f"neuron_framework_trace_rank_{rank}.json"
+    found = [
+        f for f in files
+        if file_kind(f.name) == "framework_trace" and (own is None or not _RANK_TRACE.match(f.name) or f.name == own)
+    ]
+    return max(found, key=lambda p: p.stat().st_mtime, default=None)
 
 
 def find_session_files(root: Path, pid: int | None = None) -> list[Path]:

@@ -37,7 +37,7 @@ from .outputs import DEFAULT_ATOL, DEFAULT_RTOL, outputs_agree
 from .pipeline import now_iso
 from .range_ops import NOT_WORK_OPS, RangeOps, dispatched_ops, top_level_ops
 from .report import fmt_us, render_result
-from .result import NO_SAVING, Comparison, ComparisonRow, Hint, ProfileResult
+from .result import Comparison, ComparisonRow, Hint, ProfileResult
 from .scope import CAPTURE, Owner, enter, leave
 from .timing import (
     DEFAULT_TIME_BUDGET_S,
@@ -303,12 +303,10 @@ def _hint_text(hint: Hint, calls_us: float) -> str:
     """The row's top hint, its saving as a share of the profiled calls' time: a share, not a
     time, so that it cannot disagree with the row's time, which comes from unprofiled calls
     (the profiler's per-op cost, or a busy moment, inflates the profiled ones)."""
-    if hint.expects_no_saving:
-        return f"{hint.pattern} ({NO_SAVING})"
-    if calls_us <= 0:
+    if calls_us <= 0 and not hint.expects_no_saving:
         return hint.pattern
-    share = f"~{min(hint.est_saving_us / calls_us, 1.0):.0%} of its time"
-    return f"{hint.pattern} ({'up to ' if hint.details.get('saving_upper_bound') else ''}{share})"
+    share = min(hint.est_saving_us / calls_us, 1.0) if calls_us > 0 else 0.0
+    return f"{hint.pattern} ({hint.describe_saving(f'{share:.0%} of its time')})"
 
 
 def _busy_rounds_note(rounds: Rounds, backend: str) -> str | None:

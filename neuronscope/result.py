@@ -109,10 +109,13 @@ class Hint:
         whose profiled op times alone, with the profiler's own per-op overhead in them, were
         5-150x what ``hint.verify()`` measured); ``no saving expected`` where
         :attr:`expects_no_saving`."""
+        return self.describe_saving(fmt_us(self.est_saving_us))
+
+    def describe_saving(self, amount: str) -> str:
+        """``amount`` (the saving as a time, or as a share) as :attr:`saving_text` words it."""
         if self.expects_no_saving:
             return NO_SAVING
-        text = f"~{fmt_us(self.est_saving_us)}"
-        return f"up to {text}" if self.details.get("saving_upper_bound") else text
+        return f"{'up to ' if self.details.get('saving_upper_bound') else ''}~{amount}"
 
     def verify(self, **options: Any) -> Any:
         """Measure the saving: time the hand-written chain against the suggested replacement.

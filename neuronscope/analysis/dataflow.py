@@ -73,7 +73,6 @@ __all__ = [
     "observed_graph",
     "short_name",
     "user_line",
-    "user_location",
 ]
 
 #: The name torch's profiler gives every allocation event (``profile_memory=True``).
@@ -245,13 +244,6 @@ class _Ranges:
             return False
         i = bisect.bisect_right(starts, ns) - 1
         return i >= 0 and ns < self._reach[tid][i]
-
-
-def user_location(event: Any) -> str | None:
-    """``"file:line"`` of the user's code that ran an op, from the event tree's Python nodes
-    (see :func:`user_line`). None when the capture had no ``with_stack=True``."""
-    found = user_line(event)
-    return None if found is None else found.location
 
 
 class UserLine(NamedTuple):

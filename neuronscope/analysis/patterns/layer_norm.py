@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..dataflow import OpGraph, OpNode
 from .base import Builders, Match, Pattern, affine, dims
-from .norm import UNKNOWN_BIAS, UNKNOWN_EPS, UNKNOWN_WEIGHT, match_norm
+from .norm import UNKNOWN_BIAS, UNKNOWN_EPS, UNKNOWN_WEIGHT, match_norm, param_text
 
 if TYPE_CHECKING:
     from ...result import Hint
@@ -28,9 +28,8 @@ def _match(g: OpGraph, n: OpNode) -> Match | None:
 def _suggest(m: Match, backend: str) -> str:
     eps = m.params.get("eps")
     eps_text = f"eps={eps!r}" if eps is not None else f"eps={UNKNOWN_EPS}"
-    w, b = m.params.get("weight"), m.params.get("bias")
-    weight = UNKNOWN_WEIGHT if w is None else ("weight" if w else "None")
-    bias = UNKNOWN_BIAS if b is None else ("bias" if b else "None")
+    weight = param_text(m.params.get("weight"), "weight", UNKNOWN_WEIGHT)
+    bias = param_text(m.params.get("bias"), "bias", UNKNOWN_BIAS)
     return f"use torch.nn.functional.layer_norm(x, ({dims(m)},), {weight}, {bias}, {eps_text})"
 
 

@@ -22,12 +22,18 @@ from .base import (
     square_of,
 )
 
-__all__ = ['MAX_NORM_TAIL', 'MAX_NORM_TRAILING', 'UNKNOWN_BIAS', 'UNKNOWN_EPS', 'UNKNOWN_WEIGHT', 'match_norm']
+__all__ = ['MAX_NORM_TAIL', 'MAX_NORM_TRAILING', 'UNKNOWN_BIAS', 'UNKNOWN_EPS', 'UNKNOWN_WEIGHT', 'match_norm', 'param_text']
 
 #: What an equivalent call needs that the evidence did not show: the user carries it over.
 UNKNOWN_EPS = "<the eps your code uses>"
 UNKNOWN_WEIGHT = "<weight, if your code multiplies by one>"
 UNKNOWN_BIAS = "<bias, if your code adds one>"
+
+
+def param_text(present: bool | None, name: str, unknown: str) -> str:
+    """An affine parameter as a suggested call passes it: ``name``, ``None``, or ``unknown``
+    (a trace without shapes cannot tell)."""
+    return unknown if present is None else (name if present else "None")
 
 #: Most ops walked from a norm's normalising op back to its reduction (``add eps``, ``sqrt``,
 #: ``reciprocal``, a scale, a cast): longer chains are some other computation.

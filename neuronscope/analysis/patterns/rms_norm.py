@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..dataflow import OpGraph, OpNode
 from .base import Builders, Match, Pattern, dims
-from .norm import UNKNOWN_EPS, UNKNOWN_WEIGHT, match_norm
+from .norm import UNKNOWN_EPS, UNKNOWN_WEIGHT, match_norm, param_text
 
 if TYPE_CHECKING:
     from ...result import Hint
@@ -30,10 +30,8 @@ def _suggest(m: Match, backend: str) -> str:
     eps_text = f"eps={eps!r}" if eps is not None else f"eps={UNKNOWN_EPS}"
     if m.params.get("weight_plus_one"):
         weight = "1 + weight"
-    elif m.params.get("weight") is None:
-        weight = UNKNOWN_WEIGHT  # a trace without shapes: a trailing mul may be the weight
-    else:
-        weight = "weight" if m.params["weight"] else "None"
+    else:  # unknown from a trace without shapes: a trailing mul may be the weight
+        weight = param_text(m.params.get("weight"), "weight", UNKNOWN_WEIGHT)
     return f"use torch.nn.functional.rms_norm(x, ({dims(m)},), {weight}, {eps_text}) (or torch.compile the module)"
 
 

@@ -361,18 +361,25 @@ def _share(part: float, whole: float) -> str:
 def render_breakdown(bd: dict[str, Any]) -> str:
     """The device's busy and idle time in a few lines (see :mod:`neuronscope.events.timeline`)."""
     w = float(bd.get("window_us") or 0.0)
+    others = [d for d in bd.get("devices") or [] if d["device"] != bd.get("device")]
+    label = f"Device {bd['device']} (the busiest of {len(others) + 1})" if others else "Device"
     lines = [
         (
-            f"Device: busy {_share(bd['busy_us'], w)} of {fmt_us(w)}, idle {_share(bd['idle_us'], w)} "
-        f"(host not launching {_share(bd['idle_host_us'], w)}, blocked in sync "
+            f"{label}: busy {_share(bd['busy_us'], w)} of {fmt_us(w)}, idle {_share(bd['idle_us'], w)} "
+            f"(host not launching {_share(bd['idle_host_us'], w)}, blocked in sync "
             f"{_share(bd['idle_sync_us'], w)}, other {_share(bd['idle_other_us'], w)})"
         ),
         (
             f"  compute {_share(bd['compute_us'], w)}, communication {_share(bd['communication_us'], w)}, "
-        f"memory {_share(bd['memory_us'], w)}; overlapped: compute+communication "
-        f"{fmt_us(bd['overlap_compute_communication_us'])}, compute+memory {fmt_us(bd['overlap_compute_memory_us'])}"
+            f"memory {_share(bd['memory_us'], w)}; overlapped: compute+communication "
+            f"{fmt_us(bd['overlap_compute_communication_us'])}, compute+memory {fmt_us(bd['overlap_compute_memory_us'])}"
         ),
     ]
+    if others:
+        lines.append(
+            "  other devices: "
+            + ", ".join(f"{d['device']}: busy {_share(d['busy_us'], d['window_us'])} of {fmt_us(d['window_us'])}" for d in others)
+        )
     steps = bd.get("steps") or []
     streams = bd.get("streams") or []
     parts = []

@@ -198,14 +198,16 @@ def test_a_rank_killed_inside_a_capture_does_not_cost_rank0_its_measurement(tmp_
 
 # ---- in process: the bookkeeping -----------------------------------------------------------
 def _entry(rank: int, wall_us: float) -> dict[str, Any]:
-    return {"rank": rank, "wall_time_us": wall_us, "total_op_us": wall_us / 2, "top_op": "aten::mm", "run_dir": None}
+    return {"rank": rank, "wall_time_us": wall_us, "total_op_us": wall_us / 2, "top_op": "aten::mm", "top_op_us": wall_us / 4, "run_dir": None}
 
 
 def test_straggler_rule_uses_the_median_and_both_thresholds() -> None:
     hints = nd.straggler_hints([_entry(0, 100_000), _entry(1, 101_000), _entry(2, 130_000)])
     assert [(h.kind, h.pattern, h.details["rank"]) for h in hints] == [("straggler", "slow_rank", 2)]
     assert hints[0].est_saving_us == pytest.approx(29_000)
-    assert hints[0].ops == ["aten::mm"] and hints[0].confidence == "measured"
+    # The rank's wall time is no op's: none is said to cost it; the busiest op is a lead.
+    assert hints[0].ops == [] and hints[0].time_us == 130_000 and hints[0].confidence == "measured"
+    assert "its busiest op is aten::mm (32.50 ms)" in hints[0].suggestion
     assert nd.straggler_hints([_entry(0, 100_000), _entry(1, 110_000)]) == []  # within 20%
     assert nd.straggler_hints([_entry(0, 500), _entry(1, 1_500)]) == []  # under a millisecond over
     assert nd.straggler_hints([_entry(0, 100_000)]) == []

@@ -64,6 +64,20 @@ def test_a_region_takes_its_wall_time_from_the_backends_clock() -> None:
     assert r.result.options["backend"] == "cpu"
 
 
+def test_wall_time_ends_when_the_device_finishes_not_after_the_profilers_flush() -> None:
+    """The device sync (waiting for the work) is the work's time; the profiler's stop and flush
+    after it (tens of ms of event processing) is not."""
+    clock = ExactClock()
+    backend = faulty_backend(
+        sync=lambda: clock.advance(3_000_000),  # the device finishes 3 ms of queued work
+        before_stop=lambda _: clock.advance(500_000_000),  # the profiler's flush: 500 ms
+        clock=clock,
+    )
+    with neuron_region("flushed", backend=backend, export=False) as r:
+        clock.advance(2_000_000)  # 2 ms of the user's code
+    assert r.result is not None and r.result.wall_time_us == 5000.0
+
+
 def test_no_run_directory_before_the_capture_starts(runs_dir: Path) -> None:
     seen: list[bool] = []
     with neuron_region("late_dir", backend=faulty_backend(after_start=lambda _: seen.append(runs_dir.exists()))) as r:

@@ -23,7 +23,7 @@ from neuronscope.analysis.launch import launch_hints
 from neuronscope.events import KIND_ANNOTATION, KIND_OP, EventTable
 from neuronscope.events.table import DEVICE_COMM, DEVICE_COMPUTE, DEVICE_MEMCPY, DeviceEvents
 from neuronscope.events.timeline import MAX_STEPS, step_breakdown
-from neuronscope.report import render_ops
+from neuronscope.report import render_breakdown, render_ops
 from neuronscope.result import OpStat, ProfileResult
 from neuronscope.trace import from_trace
 
@@ -203,11 +203,87 @@ def test_mtia_trace_reads_its_device_events_with_a_note() -> None:
     assert "[mtia]" in text and "Self MTIA" in text
 
 
+def _gaps(busy: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    merged: list[list[int]] = []
+    for s, e in sorted(busy):
+        if merged and s <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], e)
+        else:
+            merged.append([s, e])
+    return [(a[1], b[0]) for a, b in zip(merged, merged[1:])]
+
+
+def _covered_ns(gaps: list[tuple[int, int]], cover: list[tuple[int, int]]) -> int:
+    """How much of the gaps the cover intervals cover (each point once)."""
+    return sum(_union_ns([(max(a, s), min(b, e)) for s, e in cover if s < b and e > a]) for a, b in gaps)
+
+
+def test_mtia_waits_are_no_device_time_and_its_syncs_block_the_host() -> None:
+    """event_wait is a stream waiting, not work: no op's (nor the outside-any-op) device time.
+    synchronizeStream holds the host: device idle under it is idle in sync."""
+    events = _events("mtia_inference.json.gz")
+    ccp = [e for e in events if e.get("cat") == "mtia_ccp_events" and e.get("ph") == "X"]
+    work_ns = sum(_ns(e["dur"]) for e in ccp if e["name"] != "event_wait")
+    r = from_trace(TRACES / "mtia_inference.json.gz")
+    total = sum(o.self_device_us or 0 for o in r.ops) + r.device_unattributed_us
+    assert total == pytest.approx(work_ns / 1e3, abs=0.01)
+    busy = [(_ns(e["ts"]), _ns(e["ts"]) + _ns(e["dur"])) for e in ccp if e["name"] != "event_wait" and e["dur"] > 0]
+    syncs = [(_ns(e["ts"]), _ns(e["ts"]) + _ns(e["dur"])) for e in events if e.get("cat") == "mtia_runtime" and "ynchronize" in e["name"]]
+    expected = _covered_ns(_gaps(busy), syncs)
+    assert expected > 0 and r.breakdown is not None
+    assert r.breakdown["idle_sync_us"] == pytest.approx(expected / 1e3, abs=0.01)
+
+
+@pytest.mark.parametrize("call", ["hipDeviceSynchronize", "hipStreamSynchronize", "cudaDeviceSynchronize"])
+def test_a_sync_call_over_a_device_gap_is_idle_in_sync(tmp_path: Path, call: str) -> None:
+    """The host blocked in a synchronising runtime call (HIP's as well as CUDA's) across the
+    largest device gap of a ROCm trace: that gap is idle in sync."""
+    with gzip.open(TRACES / "mi300_bert_inference.json.gz", "rb") as fh:
+        doc = json.loads(fh.read())
+    dev = [e for e in doc["traceEvents"] if e.get("cat") in DEVICE_CATS and e.get("ph") == "X" and e.get("dur", 0) > 0]
+    a, b = max(_gaps([(_ns(e["ts"]), _ns(e["ts"]) + _ns(e["dur"])) for e in dev]), key=lambda g: g[1] - g[0])
+    host = next(e for e in doc["traceEvents"] if e.get("cat") == "cuda_runtime")
+    doc["traceEvents"].append({"ph": "X", "cat": "cuda_runtime", "name": call, "pid": host["pid"], "tid": host["tid"],
+                               "ts": a / 1000, "dur": (b - a) / 1000, "args": {"correlation": 10**9}})
+    path = tmp_path / "synced.json"
+    path.write_text(json.dumps(doc))
+    bd = from_trace(path).breakdown
+    assert bd is not None and bd["idle_sync_us"] == pytest.approx((b - a) / 1e3, abs=0.002)
+
+
+def test_two_devices_in_one_trace_are_broken_down_apart(tmp_path: Path) -> None:
+    """One process driving two GPUs: GPU 1 gets a shorter copy of GPU 0's work on the same
+    stream ids. Each device's busy time is its own union, streams are not merged across them."""
+    with gzip.open(TRACES / "training_mm_record_shapes.json.gz", "rb") as fh:
+        doc = json.loads(fh.read())
+    gpu0 = [e for e in doc["traceEvents"] if e.get("cat") in DEVICE_CATS and e.get("ph") == "X"]
+    gpu1 = [{**e, "pid": 1, "ts": e["ts"] + 3, "dur": e["dur"] / 2, "args": {**e["args"], "device": 1, "correlation": None}} for e in gpu0]
+    doc["traceEvents"].extend(gpu1)
+    path = tmp_path / "two_gpus.json"
+    path.write_text(json.dumps(doc))
+    bd = from_trace(path).breakdown
+    assert bd is not None
+
+    def busy_us(events: list[dict[str, Any]], stream: int | None = None) -> float:
+        picked = [e for e in events if e["dur"] > 0 and stream in (None, e["args"]["stream"])]
+        return _union_ns([(_ns(e["ts"]), _ns(e["ts"]) + _ns(e["dur"])) for e in picked]) / 1e3
+
+    assert bd["device"] == 0 and bd["busy_us"] == pytest.approx(busy_us(gpu0), abs=0.002)
+    devices = {d["device"]: d for d in bd["devices"]}
+    assert set(devices) == {0, 1} and devices[1]["busy_us"] == pytest.approx(busy_us(gpu1), abs=0.002)
+    top = bd["streams"][0]
+    assert top["events"] == sum(e["args"]["stream"] == top["stream"] for e in gpu0)
+    assert top["busy_us"] == pytest.approx(busy_us(gpu0, top["stream"]), abs=0.002)
+    assert "Device 0 (the busiest of 2)" in render_breakdown(bd) and "other devices: 1: busy" in render_breakdown(bd)
+
+
 def test_cupti_counter_trace_reads_its_ranges_with_a_note() -> None:
     ranges = [e for e in _events("a100_cupti_counters.json.gz") if e.get("cat") == "cuda_profiler_range"]
     r = from_trace(TRACES / "a100_cupti_counters.json.gz")
     assert r.has_device_time and r.device_unattributed_us == pytest.approx(sum(_ns(e["dur"]) for e in ranges) / 1e3)
-    assert any("counter-mode" in n for n in r.notes)
+    # The records carry no correlation: no op gets device time, and the note says why.
+    assert not any(o.self_device_us for o in r.ops)
+    assert any("counter-mode" in n and "outside any op" in n for n in r.notes)
     assert r.breakdown is None  # replayed kernels: no timeline of the run
 
 
@@ -282,6 +358,13 @@ def test_launch_overhead_hint_where_the_host_starves_the_device() -> None:
     t2 = _table(busy)
     t2.append("aten::add", KIND_OP, 1, 0, 10)
     assert launch_hints(_ctx(t2)) == []
+    # Four captures of the same launch-bound work read together (a schedule's repeats): the
+    # lateness of all four against the window of all four, the same hint with four times the time.
+    four = _table([(s + c * 10**9, e + c * 10**9, st, k, ls + c * 10**9, le + c * 10**9) for c in range(4) for s, e, st, k, ls, le in dev])
+    four.device.segments = [0, 60, 120, 180]
+    four.append("aten::add", KIND_OP, 1, 0, 10)
+    (hint,) = launch_hints(_ctx(four))
+    assert hint.time_us == pytest.approx(4 * 59 * 0.117) and "240 of 240" in hint.suggestion
     # A breakdown left out on purpose (a counter-mode trace replays its kernels): no hint.
     ctx = _ctx(t)
     ctx.extra["breakdown"] = None
@@ -382,6 +465,8 @@ def test_captures_read_together_add_up_without_the_time_between(tmp_path: Path) 
     assert both["idle_host_us"] == pytest.approx(2 * one["idle_host_us"], abs=0.01)
     assert len(both["steps"]) == 2 * len(one["steps"])
     assert both["streams"][0]["events"] == 2 * one["streams"][0]["events"]
+    for key in ("kernels", "linked", "shorter_than_launch", "idle_host_before_kernels_us"):
+        assert both["launch"][key] == pytest.approx(2 * one["launch"][key], abs=0.01), key
 
 
 @pytest.mark.parametrize("seed", range(40))

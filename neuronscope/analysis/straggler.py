@@ -11,6 +11,7 @@ import statistics
 from typing import Any
 
 from ..result import Hint, ProfileResult
+from ..units import fmt_us
 
 __all__ = ["STRAGGLER_MIN_US", "STRAGGLER_THRESHOLD", "rank_entry", "straggler_hints"]
 
@@ -39,18 +40,22 @@ def straggler_hints(entries: list[dict[str, Any]]) -> list[Hint]:
             continue
         e = by_rank[rank]
         top = e.get("top_op")
+        top_us = e.get("top_op_us")
+        # The hint is the rank's wall time, not an op's: no ops named as costing it. Its
+        # busiest op, with that op's own time, is a place to start looking.
+        busiest = f"; its busiest op is {top} ({fmt_us(top_us)})" if top and top_us is not None else ""
         hints.append(
             Hint(
                 kind="straggler",
                 pattern="slow_rank",
-                ops=[top] if top else [],
+                ops=[],
                 calls=1,
                 time_us=wall,
                 est_saving_us=excess,
                 suggestion=(
                     f"rank {rank} took {wall / median:.2f}x the median wall time of {len(walls)} ranks; the others "
                     f"wait for it at every collective: look for uneven data or sequence lengths, a busier host "
-                    f"or device, or extra work on that rank; open its run ({e.get('run_dir') or 'not exported'})"
+                    f"or device, or extra work on that rank{busiest}; open its run ({e.get('run_dir') or 'not exported'})"
                 ),
                 location=None,
                 confidence="measured",
@@ -62,6 +67,7 @@ def straggler_hints(entries: list[dict[str, Any]]) -> list[Hint]:
                     "threshold": STRAGGLER_THRESHOLD,
                     "total_op_us": e.get("total_op_us"),
                     "top_op": top,
+                    "top_op_us": top_us,
                     "run_dir": e.get("run_dir"),
                 },
             )
@@ -77,6 +83,7 @@ def rank_entry(rank: int, result: ProfileResult, run_dir: Any = None) -> dict[st
         "wall_time_us": result.wall_time_us,
         "total_op_us": result.total_op_us,
         "top_op": top.name if top is not None else None,
+        "top_op_us": top.time_us if top is not None else None,
         "run_dir": None if run_dir is None else str(run_dir),
         "status": result.status,
     }

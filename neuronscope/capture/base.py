@@ -13,7 +13,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -186,14 +186,18 @@ class Capture:
             self.runner.start()
         self.prof = getattr(self.runner, "torch_profiler", self.runner)
 
-    def stop(self) -> Any:
+    def stop(self, on_synced: Callable[[], None] | None = None) -> Any:
         """Synchronise the device, stop the profiler and return the finished profile object.
+        ``on_synced`` is called once the device has finished the work, before the profiler
+        stops: the end of the measured work (the stop's flush is no part of it).
 
         Whatever goes wrong (the device sync, the stop itself, an interrupt in either), the
         profiler is off when this returns or raises.
         """
         try:
             self.backend.synchronize()
+            if on_synced is not None:
+                on_synced()
         finally:
             try:
                 with quiet_native_stderr():

@@ -86,8 +86,9 @@ class CaptureSession:
         during the stop is kept in the record, and the profiler is off afterwards."""
         error: str | None = None
         interrupted: BaseException | None = None
+        work_end: list[int] = []  # when the device finished the work, before the profiler's flush
         try:
-            prof = self.capture.stop()
+            prof = self.capture.stop(on_synced=lambda: work_end.append(self.clock()))
         except Exception as err:  # the profiler failing must not break the user's program
             error = f"profiler failed: {type(err).__name__}: {err}"
             prof = self.capture.prof
@@ -95,7 +96,9 @@ class CaptureSession:
             interrupted = err
             error = f"{type(err).__name__} while the capture stopped"
             prof = self.capture.prof
-        wall_us = (self.clock() - self._started_ns) / 1e3
+        # The work's wall time: the profiler's stop (flushing and processing its events, tens
+        # of ms) is not the user's code. Where the sync failed, up to the stop's end.
+        wall_us = ((work_end[0] if work_end else self.clock()) - self._started_ns) / 1e3
         notes: list[str] = []
         artifacts: dict[str, Any] = {}
         try:

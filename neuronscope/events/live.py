@@ -383,6 +383,8 @@ def _device_intervals(
     ends = list(map(ev_type.end_ns, device_events))
     get_stream = getattr(ev_type, "device_resource_id", None)  # the stream: torch 2.1 and later
     streams = list(map(get_stream, device_events)) if get_stream is not None else [0] * len(device_events)
+    get_index = getattr(ev_type, "device_index", None)
+    indexes = list(map(get_index, device_events)) if get_index is not None else [0] * len(device_events)
     corr = list(map(ev_type.correlation_id, device_events))
     linked = list(map(ev_type.linked_correlation_id, device_events))
     inner: list[tuple[int, int, int]] = []  # (launch instant, op row, device ns)
@@ -396,6 +398,7 @@ def _device_intervals(
         dev.starts.append(starts[k])
         dev.ends.append(ends[k])
         dev.streams.append(int(streams[k]))
+        dev.devices.append(int(indexes[k]))
         dev.classes.append(device_class(act, names[k]))
         dev.launch_starts.append(launch[0] if launch else -1)
         dev.launch_ends.append(launch[1] if launch else -1)

@@ -61,7 +61,7 @@ CATEGORY_KINDS: Mapping[str, int] = MappingProxyType({
 })
 
 #: Categories of host intervals spent blocked in a device synchronisation (CUPTI's sync
-#: records); runtime calls named ``*Synchronize*`` count too (see :func:`is_sync_call`).
+#: records); runtime calls that synchronise count too (see :func:`is_sync_call`).
 SYNC_CATEGORIES = frozenset({"cuda_sync"})
 
 
@@ -96,8 +96,9 @@ def clean_name(name: Any) -> str:
 
 
 def is_sync_call(name: str) -> bool:
-    """Whether a runtime call blocks the host until the device catches up."""
-    return "Synchronize" in name
+    """Whether a runtime call blocks the host until the device catches up: CUDA's and HIP's
+    ``*Synchronize`` calls, MTIA's ``synchronize`` and ``synchronizeStream``."""
+    return "ynchronize" in name  # "Synchronize" in CUDA and HIP, "synchronize" in MTIA
 
 
 #: Classes of device work, for the step breakdown.
@@ -176,6 +177,9 @@ class DeviceEvents:
     launch_ends: list[int] = field(default_factory=list)
     sync_starts: list[int] = field(default_factory=list)
     sync_ends: list[int] = field(default_factory=list)
+    #: each event's device (a trace's ``args.device`` or ``pid``; a live event's device index):
+    #: one process may drive several devices, each with its own busy time and streams
+    devices: list[int] = field(default_factory=list)
     #: where each separate capture's events begin (files of one rank read together): the time
     #: between captures is no idle time of the device
     segments: list[int] = field(default_factory=list)
@@ -192,6 +196,24 @@ class DeviceEvents:
             classes=self.classes[lo:hi],
             launch_starts=self.launch_starts[lo:hi],
             launch_ends=self.launch_ends[lo:hi],
+            devices=self.devices[lo:hi],
+        )
+
+    def of_device(self, device: int) -> DeviceEvents:
+        """The events of one device, with the captures' bounds (``segments``) kept."""
+        keep = [k for k, d in enumerate(self.devices) if d == device]
+        before = [0] * (len(self.devices) + 1)  # events of the device before each place
+        for k, d in enumerate(self.devices):
+            before[k + 1] = before[k] + (d == device)
+        return DeviceEvents(
+            starts=[self.starts[k] for k in keep],
+            ends=[self.ends[k] for k in keep],
+            streams=[self.streams[k] for k in keep],
+            classes=[self.classes[k] for k in keep],
+            launch_starts=[self.launch_starts[k] for k in keep],
+            launch_ends=[self.launch_ends[k] for k in keep],
+            devices=[device] * len(keep),
+            segments=sorted({before[b] for b in self.segments}),
         )
 
 

@@ -20,6 +20,8 @@ the result:
 - Compute, communication (NCCL/RCCL kernels) and memory (copies and sets) each as the union of
   their intervals, and their overlap (time both ran at once); per stream busy time; launch
   statistics (kernels shorter than their launch call, the delay from launch to start).
+- Several devices in one capture (one process driving two GPUs): each device's busy and idle
+  time is its own; the breakdown is the busiest device's, the others' totals beside it.
 """
 
 from __future__ import annotations
@@ -145,6 +147,27 @@ def step_breakdown(table: EventTable) -> dict[str, Any] | None:
         return None
     step_ranges = _steps(table)
     syncs = _Cover(np.array(dev.sync_starts, dtype=np.int64), np.array(dev.sync_ends, dtype=np.int64))
+    ids = sorted(set(dev.devices))
+    if len(ids) < 2:
+        return _device_breakdown(dev, step_ranges, syncs)
+    # One process driving several devices: each device is busy or idle on its own (a union
+    # over all of them would call a device busy while another works). The breakdown shown is
+    # the busiest device's; every device's totals are listed under "devices".
+    each = {d: _device_breakdown(dev.of_device(d), step_ranges, syncs) for d in ids}
+    found = {d: bd for d, bd in each.items() if bd is not None}
+    if not found:
+        return None
+    main = max(found, key=lambda d: found[d]["busy_us"])
+    out = dict(found[main])
+    out["device"] = main
+    out["devices"] = [
+        {"device": d, **{k: bd[k] for k in ("window_us", "busy_us", "idle_us", "busy_pct")}} for d, bd in found.items()
+    ]
+    return out
+
+
+def _device_breakdown(dev: DeviceEvents, step_ranges: tuple[list[str], np.ndarray, np.ndarray], syncs: _Cover) -> dict[str, Any] | None:
+    """One device's breakdown; separate captures of it are broken down one by one and added."""
     if len(dev.segments) > 1:
         bounds = [*dev.segments, len(dev)]
         parts = [_breakdown(dev.segment(a, b), step_ranges, syncs) for a, b in itertools.pairwise(bounds)]
@@ -153,8 +176,9 @@ def step_breakdown(table: EventTable) -> dict[str, Any] | None:
 
 
 def _combine(parts: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """Several captures' breakdowns as one: times added, steps listed in turn, streams merged;
-    the launch statistics and the chart are the longest capture's."""
+    """Several captures' breakdowns as one: times added, steps listed in turn, streams merged,
+    launch counts and the host's lateness added (each beside the summed window); the launch
+    medians and the chart are the longest capture's."""
     if len(parts) < 2:
         return parts[0] if parts else None
     main = max(parts, key=lambda p: p["window_us"])
@@ -176,6 +200,12 @@ def _combine(parts: list[dict[str, Any]]) -> dict[str, Any] | None:
             row["events"] += st["events"]
             row["busy_us"] = round(row["busy_us"] + st["busy_us"], 3)
     out["streams"] = sorted(streams.values(), key=lambda r: r["busy_us"], reverse=True)
+    launch = dict(main["launch"])
+    for key in ("kernels", "linked", "shorter_than_launch"):
+        if key in launch:
+            launch[key] = sum(p["launch"].get(key, 0) for p in parts)
+    launch["idle_host_before_kernels_us"] = round(sum(p["launch"]["idle_host_before_kernels_us"] for p in parts), 3)
+    out["launch"] = launch
     out["captures"] = len(parts)
     return out
 

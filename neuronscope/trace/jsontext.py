@@ -49,6 +49,7 @@ class EventArgs(msgspec.Struct, gc=False):
     external_id: Any = msgspec.field(default=None, name="External id")
     input_dims: Any = msgspec.field(default=None, name="Input Dims")
     stream: Any = msgspec.UNSET
+    device: Any = None
 
 
 class TraceEvent(msgspec.Struct, gc=False):
@@ -449,6 +450,11 @@ def _decode_checked(data: bytes, name: str) -> tuple[list[Any], dict[str, Any]]:
                 raise TraceFormatError(
                     f"{name}: this is a neuronscope result, not a trace; open it with "
                     f"neuronscope.load() on its run directory"
+                )
+            if events is not None:
+                raise TraceFormatError(
+                    f"{name}: not a Chrome trace: its 'traceEvents' is a {type(events).__name__}, "
+                    f"not a list of events; expected a file written by torch.profiler"
                 )
             keys = ", ".join(list(map(str, doc))[:6]) or "none"
             raise TraceFormatError(

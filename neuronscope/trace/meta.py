@@ -34,13 +34,14 @@ def trace_metadata(reader: Any) -> dict[str, Any]:
     if reader.saw_mtia and table.has_device:
         notes.append(
             "MTIA trace: device time from its mtia_ccp_events (a stream waiting on another, "
-            "event_wait, is not counted as busy)"
+            "event_wait, is neither busy time nor any op's device time)"
         )
     if reader.saw_counters:
         notes.append(
             "CUPTI counter-mode trace: device times are cuda_profiler_range records, each kernel "
             "replayed to read hardware counters, so they are the replays' durations, not the run's "
-            "timing (no busy/idle breakdown); use a trace without counters for times"
+            "timing, and carry no correlation to their launch (all outside any op; no busy/idle "
+            "breakdown); use a trace without counters for times"
         )
     if reader.negative:
         notes.append(f"{reader.negative:,} event(s) with a negative duration were read as 0")

@@ -17,6 +17,7 @@ from ..events import IGNORED_NAMES, KIND_ANNOTATION, KIND_OP, KIND_PYTHON, KIND_
 from ..events.frames import user_location
 from ..events.nesting import add_inner_range_device_time, innermost_open, row_columns
 from ..events.table import (
+    DEVICE_WAIT,
     KIND_DEVICE,
     KIND_SKIP,
     KIND_SPAN,
@@ -84,6 +85,7 @@ class _Reader:
         self.dev_start: list[int] = []
         self.dev_stream: list[int] = []
         self.dev_class: list[int] = []
+        self.dev_device: list[int] = []
         self.syncs: list[tuple[int, int]] = []  # host intervals blocked in a synchronisation
         self.frames: list[tuple[int, int, int, str]] = []  # (thread, start, end, location)
         self.raw_events = 0
@@ -160,6 +162,7 @@ class _Reader:
         codes, thread_ids, runtime = self.cat_codes, self.thread_ids, self.runtime
         dev_corr, dev_ext, dev_dur = self.dev_corr, self.dev_ext, self.dev_dur
         dev_start, dev_stream, dev_class = self.dev_start, self.dev_stream, self.dev_class
+        dev_device = self.dev_device
         frames, syncs = self.frames, self.syncs
         ignored = IGNORED_NAMES
         locations = self.location_cache
@@ -226,6 +229,10 @@ class _Reader:
                     if st is UNSET:
                         st = e.tid
                     dev_stream.append(st if st.__class__ is int else -1)
+                    on = args.device
+                    if on is None:
+                        on = e.pid  # Kineto writes a GPU's events under the device's pid
+                    dev_device.append(on if on.__class__ is int else -1)
                     ev_name = e.name
                     key = (cat, ev_name)
                     c = class_cache.get(key)
@@ -293,7 +300,7 @@ class _Reader:
                         if blocks is None:  # once per distinct name
                             hip = ev_name.startswith("hip")
                             self.saw_hip = self.saw_hip or hip
-                            blocks = sync_calls[ev_name] = not hip and is_sync_call(ev_name)
+                            blocks = sync_calls[ev_name] = is_sync_call(ev_name)
                         if blocks:
                             syncs.append((start, start + dur_ns))
                         kind = KIND_RUNTIME
@@ -345,6 +352,10 @@ class _Reader:
         starts, ends, device = table.starts, table.ends, table.device_ns
         dev_corr, dev_dur, dev_start = self.dev_corr, self.dev_dur, self.dev_start
         dev_end = list(map(operator.add, dev_start, dev_dur))
+        if DEVICE_WAIT in self.dev_class:
+            # A stream waiting on another (MTIA's event_wait) stays on the timeline, where the
+            # breakdown leaves it out of busy time; it is no op's device time either.
+            dev_dur = [0 if c == DEVICE_WAIT else d for d, c in zip(dev_dur, self.dev_class)]
         # File span: first to last event of ops, annotations and device work (an interval's end
         # is never before its start: durations are at least 0).
         lo = min((min(v) for v in (starts[base:], dev_start) if v), default=None)
@@ -388,6 +399,7 @@ class _Reader:
         dev.ends.extend(dev_end)
         dev.streams.extend(self.dev_stream)
         dev.classes.extend(self.dev_class)
+        dev.devices.extend(self.dev_device)
         for a, b in self.syncs:
             dev.sync_starts.append(a)
             dev.sync_ends.append(b)

@@ -166,6 +166,18 @@ def softmax_naive(x: torch.Tensor) -> torch.Tensor:
     return torch.exp(x) / torch.sum(torch.exp(x), dim=-1, keepdim=True)
 
 
+def softmax_over_dim1(x: torch.Tensor) -> torch.Tensor:
+    """Pooling weights over the sequence (dim 1), not the last dim."""
+    e = torch.exp(x - x.amax(1, keepdim=True))
+    return e / e.sum(1, keepdim=True)
+
+
+def exp_over_two_dims(x: torch.Tensor) -> torch.Tensor:
+    """exp(x) over its sum across two dims: no softmax (torch.softmax takes one dim)."""
+    e = torch.exp(x)
+    return e / e.sum((1, 2), keepdim=True)
+
+
 # ---- gelu --------------------------------------------------------------------------------------
 
 
@@ -182,6 +194,16 @@ def gelu_erf(x: torch.Tensor) -> torch.Tensor:
 def gelu_fast(x: torch.Tensor) -> torch.Tensor:
     """FastGELUActivation."""
     return 0.5 * x * (1.0 + torch.tanh(x * 0.7978845608 * (1.0 + 0.044715 * x * x)))
+
+
+def silu_as_tanh(x: torch.Tensor) -> torch.Tensor:
+    """x * sigmoid(x) written through tanh: SiLU, GELU's shape with a linear argument."""
+    return x * 0.5 * (1.0 + torch.tanh(x / 2.0))
+
+
+def erf_of_half(x: torch.Tensor) -> torch.Tensor:
+    """GELU's erf shape with 0.5 where GELU has 1/sqrt(2): another function."""
+    return 0.5 * x * (1.0 + torch.erf(x * 0.5))
 
 
 class GPT2MLP(nn.Module):
@@ -432,6 +454,8 @@ def cases() -> list[Case]:
         Case("softmax_max", _bound(softmax_max, q), {"softmax": 1}, where=softmax_max),
         Case("softmax_amax", _bound(softmax_amax, q), {"softmax": 1}, where=softmax_amax),
         Case("softmax_naive", _bound(softmax_naive, q), {"softmax": 1}, where=softmax_naive),
+        Case("softmax_over_dim1", _bound(softmax_over_dim1, q), {"softmax": 1}, where=softmax_over_dim1),
+        Case("neg_exp_over_two_dims", _bound(exp_over_two_dims, q), absent=frozenset({"softmax"})),
         # gelu
         Case("gelu_gpt2_tanh", _bound(gelu_gpt2, x), {"gelu": 1}, where=gelu_gpt2),
         Case("gelu_bert_erf", _bound(gelu_erf, x), {"gelu": 1}, where=gelu_erf),
@@ -458,6 +482,7 @@ def cases() -> list[Case]:
         # elementwise chains
         Case("chain_quick_gelu", _bound(quick_gelu, x), {"elementwise_chain": 1}, frozenset({"gelu"}), where=quick_gelu),
         Case("chain_softcap", _bound(softcap, x), {"elementwise_chain": 1}, where=softcap),
+        Case("chain_silu_as_tanh", _bound(silu_as_tanh, x), {"elementwise_chain": 1}, frozenset({"gelu"}), where=silu_as_tanh),
         # negatives: fused APIs, unrelated ops, compiled code, plain layers
         Case("neg_torch_rms_norm", _bound(fused_rms, x, w)),
         Case("neg_F_layer_norm", _bound(torch_ln, x)),

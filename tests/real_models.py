@@ -319,6 +319,13 @@ MODELS: dict[str, Model] = {
             "transformers/models/phi/",
         ),
         Model(
+            "qwen3",  # RMSNorm over the hidden size and, on q and k, over head_dim: two hints
+            _transformers("Qwen3ForCausalLM", "Qwen3Config", num_key_value_heads=2, head_dim=32, **_DEC),
+            _lm_inputs,
+            frozenset({"fusion:rms_norm", "fusion:rotary_embedding", "fusion:attention", "fusion:silu_mul"}),
+            "transformers/models/qwen3/",
+        ),
+        Model(
             "gpt_neox",
             _transformers("GPTNeoXForCausalLM", "GPTNeoXConfig", **_DEC),
             _lm_inputs,

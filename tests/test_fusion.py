@@ -22,7 +22,7 @@ from torch.profiler import ProfilerActivity, profile
 import neuronscope.analysis.fusion as fusion_mod
 from neuronscope.analysis.dataflow import graph_from_profiler, graph_from_table
 from neuronscope.analysis.fusion import PATTERNS, estimate_saving_ns, find_sequence_matches, fusion_hints
-from neuronscope.analysis.patterns import REGISTRY
+from neuronscope.analysis.patterns import REGISTRY, pattern_named
 from neuronscope.analysis.rules import AnalysisContext
 from neuronscope.analysis.verify import verify_hint
 from neuronscope.capture.observe import observe_dataflow
@@ -653,3 +653,82 @@ def test_nothing_to_match() -> None:
         run()
     (hint,) = fusion(from_profiler(prof)).values()
     assert hint.pattern == "rms_norm" and hint.confidence == "sequence"
+
+
+# ---- what a suggestion claims holds for the user's own formula -----------------------------------
+def test_a_softmax_over_another_dim_is_suggested_over_that_dim() -> None:
+    x = torch.randn(2, 8, 16)
+    hint = fusion(from_profiler(capture(lambda: fc.softmax_over_dim1(x))))["softmax"]
+    assert hint.details["dim"] == -2 and "torch.softmax(x, dim=-2)" in hint.suggestion
+    # hint.verify() times the user's formula against the call it suggests: the same numbers.
+    chain, replacement, _ = pattern_named("softmax").verify(hint, x, "cpu")
+    assert torch.allclose(chain(), fc.softmax_over_dim1(x)) and torch.allclose(replacement(), chain())
+
+
+def _ln(unbiased: bool | None, correction: int | None = None) -> Any:
+    def norm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        mean = x.mean(-1, keepdim=True)
+        if correction is not None:
+            var = x.var(-1, keepdim=True, correction=correction)
+        elif unbiased is None:
+            var = x.var(-1, keepdim=True)
+        else:
+            var = x.var(-1, keepdim=True, unbiased=unbiased)
+        return (x - mean) * torch.rsqrt(var + 1e-5) * w + b
+
+    return norm
+
+
+@pytest.mark.parametrize(
+    ("norm", "differs"),
+    [(_ln(None), True), (_ln(True), True), (_ln(None, correction=1), True), (_ln(False), False), (_ln(None, correction=0), False)],
+)
+def test_a_layer_norm_on_the_unbiased_variance_says_layer_norm_differs(norm: Any, differs: bool) -> None:
+    """x.var() divides by N - 1 by default, layer_norm by N: the suggestion says so."""
+    x, w, b = torch.randn(4, 8, 64), torch.randn(64), torch.randn(64)
+    hint = fusion(from_profiler(capture(lambda: norm(x, w, b))))["layer_norm"]
+    assert hint.details.get("unbiased", False) is differs
+    assert ("N - 1" in hint.suggestion and "x1.0079 at 64" in hint.suggestion) is differs
+    # The user's spread is what verify() times as the chain.
+    chain, replacement, _ = pattern_named("layer_norm").verify(hint, x, "cpu")
+    assert torch.allclose(chain(), replacement(), atol=1e-4) is not differs
+
+
+def test_the_annotated_transformers_layer_norm_is_said_to_differ_twice() -> None:
+    """std (unbiased) and eps outside the root: both differences named."""
+    hint = fusion(from_profiler(capture(CASES["ln_annotated_std"].run)))["layer_norm"]
+    assert "not identical" in hint.suggestion and "N - 1" in hint.suggestion and "(std + eps)" in hint.suggestion
+
+
+_CONSTANTS_SCRIPT = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import torch
+import fusion_cases as fc
+from neuronscope import profile_on_neuron
+x = torch.randn(4, 8, 64)
+out = {}
+for name in ("erf_of_half", "gelu_erf", "gelu_fast"):
+    f = profile_on_neuron(getattr(fc, name), export=False, backend="cpu", print_summary=False)
+    f(x); f(x)
+    out[name] = sorted(h.pattern for h in f.last_result.hints)
+json.dump(out, sys.stdout)
+"""
+
+
+def test_gelus_shape_with_other_constants_is_no_gelu_where_the_numbers_were_seen() -> None:
+    """0.5 * x * (1 + erf(x * 0.5)): GELU has 1/sqrt(2) there. The observation pass records the
+    user's numbers (in a process where torch.compile is not in use: a fresh one); a capture
+    alone does not, and the structure cannot tell them apart."""
+    import os
+    import subprocess
+    import sys
+
+    here = Path(__file__).resolve().parent
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(here.parent), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run(
+        [sys.executable, "-c", _CONSTANTS_SCRIPT, str(here)], capture_output=True, text=True, env=env, timeout=300, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout)
+    assert "gelu" not in got["erf_of_half"] and "gelu" in got["gelu_erf"] and "gelu" in got["gelu_fast"]

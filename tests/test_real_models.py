@@ -113,6 +113,17 @@ def test_suggestions_are_equivalent_for_the_code_in_hand() -> None:
     assert "scale=" not in got["timm_vit"]["attention"]  # scale on q, by head_dim ** -0.5
 
 
+def test_one_norm_class_over_two_sizes_gets_a_call_for_each() -> None:
+    """Qwen3RMSNorm normalises the hidden states (64) and, as q_norm / k_norm, each head (32):
+    one line of code, two calls to write (one suggestion for both would raise on either)."""
+    (result,) = captured(rm.step_fn(rm.MODELS["qwen3"], False))
+    norms = {h.details["shape"][-1]: h for h in result.hints if h.pattern == "rms_norm"}
+    assert set(norms) == {rm.HIDDEN, 32}
+    assert "rms_norm(x, (64,), weight" in norms[rm.HIDDEN].suggestion and "rms_norm(x, (32,), weight" in norms[32].suggestion
+    # Two norms per layer and the final one over the hidden size; q_norm and k_norm per layer.
+    assert norms[rm.HIDDEN].calls == 2 * rm.LAYERS + 1 and norms[32].calls == 2 * rm.LAYERS
+
+
 def test_a_scale_the_observation_could_not_read_is_not_taken_for_the_default() -> None:
     from neuronscope.analysis.dataflow import OpGraph, OpNode, TensorArg
     from neuronscope.analysis.patterns import REGISTRY

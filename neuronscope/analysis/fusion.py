@@ -282,18 +282,21 @@ def hints_from_matches(
     profiler's own per-op overhead (the model alone promised 5-10x what ``hint.verify()``
     measured on real models' traces). ``from_trace`` changes only the wording of
     ``estimate_model`` (the costs were measured here, not on the trace's machine)."""
-    # One hint per idiom, op sequence and source file: the layers of a model share one
+    # One hint per idiom, op sequence, source file and advice: the layers of a model share one
     # RMSNorm line, and rotary's q and k lines (of other shapes under grouped-query
-    # attention) are one idiom; the hint points at the first line.
+    # attention) are one idiom; the hint points at the first line. One norm class applied
+    # over two sizes (Qwen3's hidden norm and its per-head q/k norms) is two calls to write,
+    # two hints.
     groups: dict[tuple[Any, ...], list[Match]] = {}
     located: dict[int, str | None] = {}
     for m in matches:
         record = pattern_named(m.pattern)
-        loc = located[id(m)] = match_location(m, record is not None and record.location_at_start)
+        assert record is not None  # every match comes from a record
+        loc = located[id(m)] = match_location(m, record.location_at_start)
         file = loc.rsplit(":", 1)[0] if loc else None
-        groups.setdefault((m.pattern, m.names, file), []).append(m)
+        groups.setdefault((m.pattern, m.names, file, record.suggest(m, backend)), []).append(m)
     hints: list[Hint] = []
-    for (pattern, names, _file), ms in groups.items():
+    for (pattern, names, _file, suggestion), ms in groups.items():
         locs = [loc for m in ms if (loc := located[id(m)]) is not None]
         loc = min(locs, key=line_of) if locs else None
         x = ms[0].x
@@ -339,7 +342,7 @@ def hints_from_matches(
                 calls=len(ms),
                 time_us=time_ns / 1e3,
                 est_saving_us=saving_ns / 1e3,
-                suggestion=record.suggest(first, backend),
+                suggestion=suggestion,
                 location=loc,
                 confidence=confidence,
                 details=details,

@@ -59,6 +59,14 @@ def match_gelu(g: OpGraph, t: OpNode) -> Match | None:
         todo.extend((p, pk) for pk in p.big_inputs())
     if not cone:
         return None
+    # What is under tanh/erf must be GELU's argument: cubic in x under tanh, linear under erf
+    # (``x * 0.5 * (1 + tanh(x / 2))`` is SiLU, not a GELU), with GELU's constants where the
+    # observation pass recorded the user's numbers.
+    degree = _degree(g, t, 0, x_val)
+    if degree is not None and degree != (3 if t.op == "tanh" else 1):
+        return None
+    if not _has_gelu_constants(cone, t.op):
+        return None
     # ``x * (1 + erf(...)) / 2``: a trailing halving.
     last = single_consumer(g, f)
     if (
@@ -73,6 +81,43 @@ def match_gelu(g: OpGraph, t: OpNode) -> Match | None:
         "gelu", sorted(nodes.values(), key=lambda m: m.index), x, {"approximate": "tanh" if t.op == "tanh" else "none"}
     )
 
+
+
+#: GELU's constants under tanh/erf: 0.044715 (the cubic term), sqrt(2/pi) = 0.79788; 1/sqrt(2).
+_TANH_CONSTANTS = (0.044715, math.sqrt(2.0 / math.pi))
+_ERF_CONSTANTS = (math.sqrt(2.0), 1.0 / math.sqrt(2.0))
+
+
+def _degree(g: OpGraph, node: OpNode, k: int, x_val: tuple[int, int]) -> float | None:
+    """The degree in x of input ``k`` of ``node`` (a polynomial of x and constants), or None
+    where it cannot be told (a power whose exponent was not recorded)."""
+    if root_value(g, node, k) == x_val:
+        return 1
+    p = g.producer(node, k)
+    if not node.inputs[k].sizes or p is None:
+        return 0  # a Python number, or a tensor from outside: a constant
+    big = p.big_inputs()
+    parts = [_degree(g, p, pk, x_val) for pk in big]
+    if any(d is None for d in parts):
+        return None
+    degs = [d for d in parts if d is not None]
+    if p.op == "mul":
+        return sum(degs)
+    if p.op == "div":
+        return (degs[0] if 0 in big else 0) - (degs[-1] if len(p.inputs) > 1 and 1 in big else 0)
+    if p.op == "pow":
+        exps = [v for v in (*p.scalars, *p.consts) if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        return degs[0] * exps[0] if exps and degs else None
+    return max(degs, default=0)  # add, sub
+
+
+def _has_gelu_constants(cone: list[OpNode], op: str) -> bool:
+    """True unless the user's numbers under tanh/erf were recorded and none is GELU's."""
+    seen = [v for n in cone for v in n.consts if v not in (1.0, 2.0, 3.0)]
+    if not seen:
+        return True
+    want = _TANH_CONSTANTS if op == "tanh" else _ERF_CONSTANTS
+    return any(math.isclose(v, c, rel_tol=1e-3) for v in seen for c in want)
 
 
 def _suggest(m: Match, backend: str) -> str:

@@ -30,7 +30,24 @@ def _suggest(m: Match, backend: str) -> str:
     eps_text = f"eps={eps!r}" if eps is not None else f"eps={UNKNOWN_EPS}"
     weight = param_text(m.params.get("weight"), "weight", UNKNOWN_WEIGHT)
     bias = param_text(m.params.get("bias"), "bias", UNKNOWN_BIAS)
-    return f"use torch.nn.functional.layer_norm(x, ({dims(m)},), {weight}, {bias}, {eps_text})"
+    call = f"use torch.nn.functional.layer_norm(x, ({dims(m)},), {weight}, {bias}, {eps_text})"
+    return call + _differences(m)
+
+
+def _differences(m: Match) -> str:
+    """What layer_norm computes differently from the user's code: said, not hidden, since the
+    user's model was trained with their formula."""
+    notes = []
+    if m.params.get("unbiased"):
+        n = m.x.sizes[-1] if m.x is not None and m.x.sizes else None
+        size = f" (x{(n / (n - 1)) ** 0.5:.4f} at {n})" if n and n > 1 else ""
+        notes.append(
+            "your code divides by the unbiased spread (var/std default, N - 1); layer_norm's is biased (N): "
+            f"outputs differ by the factor sqrt(N/(N-1)){size}"
+        )
+    if m.params.get("eps_outside_root"):
+        notes.append("your eps is added outside the root (std + eps); layer_norm adds it inside, sqrt(var + eps)")
+    return "; not identical: " + "; ".join(notes) if notes else ""
 
 
 def _sequence_params(members: list[OpNode]) -> dict[str, Any]:
@@ -61,19 +78,20 @@ def _verify(hint: Hint, x: Any, device: Any) -> Builders:
     b = torch.randn(d, device=device, dtype=x.dtype) if details.get("bias", False) else None
     if details.get("weight_plus_one") and w is not None:
         w = 1 + w
+    unbiased = bool(details.get("unbiased", False))  # the user's own spread, timed as written
     if "var_mean" in ops:
         def chain() -> Any:
-            var, mean = torch.var_mean(x, dim=-1, keepdim=True, unbiased=False)
+            var, mean = torch.var_mean(x, dim=-1, keepdim=True, unbiased=unbiased)
             return affine((x - mean) / torch.sqrt(var + VERIFY_EPS), w, b)
     elif "var" in ops:
         def chain() -> Any:
             mean = x.mean(-1, keepdim=True)
-            var = x.var(-1, keepdim=True, unbiased=False)
+            var = x.var(-1, keepdim=True, unbiased=unbiased)
             return affine((x - mean) * torch.rsqrt(var + VERIFY_EPS), w, b)
     elif "std" in ops:
         def chain() -> Any:
             mean = x.mean(-1, keepdim=True)
-            return affine((x - mean) / (x.std(-1, keepdim=True) + VERIFY_EPS), w, b)
+            return affine((x - mean) / (x.std(-1, keepdim=True, unbiased=unbiased) + VERIFY_EPS), w, b)
     else:
         def chain() -> Any:
             u = x.mean(-1, keepdim=True)

@@ -160,6 +160,11 @@ def _norm_with(g: OpGraph, n: OpNode, ak: int, bk: int) -> Match | None:
         extra += list(a_centred)
         pattern, x = "layer_norm", red.inputs[0]
         casts_src = (red, 0)
+        spread = red if red.op != "mean" else a_centred[1]
+        if _unbiased(spread):
+            params["unbiased"] = True  # x.var() / x.std() default: not layer_norm's variance
+        if spread.op == "std" or _eps_outside_root(chain):
+            params["eps_outside_root"] = True  # (std + eps): layer_norm takes sqrt(var + eps)
     if not has_root:  # a mean square without a root is a variance, not a norm
         return None
     # Leading casts (``x.to(torch.float32)``) belong to the norm.
@@ -205,6 +210,27 @@ def _norm_with(g: OpGraph, n: OpNode, ak: int, bk: int) -> Match | None:
     params.setdefault("weight", False)
     params.setdefault("bias", False)
     return Match(pattern, sorted(nodes.values(), key=lambda m: m.index), x, params)
+
+
+def _unbiased(spread: OpNode) -> bool:
+    """Whether a ``var`` / ``std`` / ``var_mean`` divides by N - 1 (their default), from the
+    arguments the profiler recorded after the dims: ``unbiased`` (a bool) or ``correction``
+    (a number; None is the default, 1). False where nothing was recorded."""
+    if spread.op not in ("var", "std", "var_mean") or len(spread.scalars) < 3:
+        return False
+    flag = spread.scalars[1]
+    if isinstance(flag, bool):
+        return flag
+    return flag is None or (isinstance(flag, (int, float)) and flag != 0)
+
+
+def _eps_outside_root(chain: list[OpNode]) -> bool:
+    """``a / (sqrt(var) + eps)``: walking back from the division, the eps add comes before the
+    root."""
+    ops = [c.op for c in chain]
+    adds = [i for i, op in enumerate(ops) if op == "add"]
+    roots = [i for i, op in enumerate(ops) if op in ("sqrt", "rsqrt")]
+    return bool(adds and roots and adds[0] < roots[0])
 
 
 def _centred(g: OpGraph, n: OpNode, k: int) -> tuple[OpNode, OpNode] | None:

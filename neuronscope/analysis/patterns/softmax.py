@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..dataflow import OpGraph, OpNode
-from .base import Builders, Match, Pattern, same_value
+from ..dataflow import OpGraph, OpNode, TensorArg
+from .base import Builders, Match, Pattern, input_from, same_value
 
 if TYPE_CHECKING:
     from ...result import Hint
@@ -37,31 +37,58 @@ def match_softmax(g: OpGraph, n: OpNode) -> Match | None:
         if not same_value(g, e2, 0, e, 0):
             return None
         extra.append(e2)
+    dim = _reduced_dim(s, n.inputs[input_from(n, s) or 0])
+    if dim is _NOT_ONE_DIM:
+        return None  # a sum over several dims: no softmax
     nodes = [n, e, s, *extra]
     x = e.inputs[0] if e.inputs else None
     sub = g.producer(e, 0)
     if sub is not None and sub.op == "sub" and len(sub.inputs) == 2:
         mx = g.producer(sub, 1)
         if mx is not None and mx.op in ("max", "amax") and mx.inputs and same_value(g, mx, 0, sub, 0):
+            if dim is not None and _reduced_dim(mx, sub.inputs[1]) not in (dim, None):
+                return None  # the max of another dim: no softmax
             nodes += [sub, mx]
             x = sub.inputs[0]
-    return Match("softmax", sorted(set(nodes), key=lambda m: m.index), x, {"dim": -1})
+    return Match("softmax", sorted(set(nodes), key=lambda m: m.index), x, {"dim": -1 if dim is None else dim})
 
+
+_NOT_ONE_DIM = -(1 << 30)
+
+
+def _reduced_dim(reduction: OpNode, result: TensorArg) -> int | None:
+    """The one dim a keepdim reduction ran over, counted from the end (-1: the last), from its
+    input's and its result's shapes (the dim where the result has 1); None where the shapes do
+    not tell; :data:`_NOT_ONE_DIM` where several dims were reduced."""
+    if not reduction.inputs:
+        return None
+    xs, rs = reduction.inputs[0].sizes, result.sizes
+    if not xs or len(xs) != len(rs):
+        return None
+    changed = [i for i, (a, b) in enumerate(zip(xs, rs)) if a != b]
+    if not changed:
+        return None
+    if len(changed) > 1 or rs[changed[0]] != 1:
+        return _NOT_ONE_DIM
+    return changed[0] - len(xs)
 
 
 def _suggest(m: Match, backend: str) -> str:
-    return "use torch.softmax(x, dim=-1)"
+    return f"use torch.softmax(x, dim={m.params.get('dim', -1)})"
 
 
 def _verify(hint: Hint, x: Any, device: Any) -> Builders:
     import torch
 
+    dim = int(hint.details.get("dim", -1))
+    if not -x.dim() <= dim < x.dim():
+        dim = -1
 
     def chain() -> Any:
-        e = torch.exp(x - x.amax(-1, keepdim=True))
-        return e / e.sum(-1, keepdim=True)
+        e = torch.exp(x - x.amax(dim, keepdim=True))
+        return e / e.sum(dim, keepdim=True)
 
-    return chain, (lambda: torch.softmax(x, -1)), "torch.softmax"
+    return chain, (lambda: torch.softmax(x, dim)), "torch.softmax"
 
 
 SOFTMAX = Pattern(

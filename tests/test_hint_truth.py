@@ -4,6 +4,7 @@ suggests no argument list it cannot know, a measured loss is said plainly, one a
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -225,6 +226,7 @@ def test_a_hint_whose_fused_forms_are_no_faster_here_recommends_nothing(monkeypa
     monkeypatch.setattr(cost, "device_costs", lambda device="cpu": cost.DeviceCosts(1.0, ((1, 1e9),)))
     monkeypatch.setattr(cost, "compiled_call_ns", lambda device="cpu": 1e6)
     monkeypatch.setattr(cost, "eager_costs", lambda pattern, device="cpu": None)
+    monkeypatch.setattr(cost, "eager_saving_at_ns", lambda pattern, details, device="cpu": None)
     x, w = torch.randn(64, 256), torch.randn(256)
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
         _rms(x, w)
@@ -451,3 +453,33 @@ def test_an_op_on_the_weight_alone_is_no_launch_the_eager_call_removes(monkeypat
     plus_one = cost.fused_forms_ns("rms_norm", gemma, OpGraph(gemma, "exact"), "cpu")
     assert plain is not None and plus_one is not None
     assert plus_one["eager"] == plain["eager"] == 4000.0  # six ops less the two passes
+
+
+def test_the_eager_replacement_is_timed_at_the_occurrences_shape() -> None:
+    """What a fused kernel removes per byte depends on the cache the tensors fit in: the
+    estimate takes the eager call the suggestion names, timed at the hint's own shape, dtype
+    and parameters, and never promises more than that measurement."""
+    from neuronscope.analysis import cost
+
+    cost._timed_eager_ns.cache_clear()  # a fresh process' budget of timed shapes (earlier tests spent it)
+    x = torch.randn(2, 32, 512)
+    gelu = lambda t: 0.5 * t * (1.0 + torch.tanh(0.7978845608 * (t + 0.044715 * torch.pow(t, 3.0))))
+    f = neuronscope.profile_on_neuron(gelu, export=False, backend="cpu", print_summary=False)
+    f(x)
+    f(x)
+    (hint,) = [h for h in f.last_result.hints if h.pattern == "gelu"]
+    at = {"shape": hint.details["shape"], "dtype": hint.details["dtype"], "approximate": hint.details["approximate"]}
+    timed = cost.eager_saving_at_ns("gelu", at, "cpu")  # the analysis' own measurement, cached
+    assert timed is not None and hint.details["shape"] == [2, 32, 512]
+    assert hint.est_saving_us * 1e3 <= max(timed, 0.0) * hint.calls + 1e-6
+    assert "timed against the hand-written chain at this shape" in hint.details["estimate_model"]
+    assert (timed <= 0) is bool(hint.details.get("fused_no_faster"))
+    # No replacement to time, a shape too large to time at analysis, another device: the
+    # models stand in.
+    assert cost.eager_saving_at_ns("silu_mul", at, "cpu") is None
+    assert cost.eager_saving_at_ns("gelu", {**at, "shape": [4096, 4096]}, "cpu") is None
+    assert cost.eager_saving_at_ns("gelu", at, "cuda") is None
+    # Past the budget of timed shapes, none more is timed in this process.
+    for n in range(cost.MAX_TIMED_SHAPES):
+        cost._timed_eager_ns(json.dumps(["no_such_pattern", {"n": n}]))  # budget entries, no timing
+    assert cost.eager_saving_at_ns("gelu", {**at, "shape": [2, 32, 256]}, "cpu") is None

@@ -11,6 +11,7 @@ own output.
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import random
 import re
@@ -210,7 +211,7 @@ def _gaps(busy: list[tuple[int, int]]) -> list[tuple[int, int]]:
             merged[-1][1] = max(merged[-1][1], e)
         else:
             merged.append([s, e])
-    return [(a[1], b[0]) for a, b in zip(merged, merged[1:])]
+    return [(a[1], b[0]) for a, b in itertools.pairwise(merged)]
 
 
 def _covered_ns(gaps: list[tuple[int, int]], cover: list[tuple[int, int]]) -> int:

@@ -446,6 +446,7 @@ def test_cpu_trace_fusion_estimates_are_bounded_by_measured_costs(tmp_path: Path
     cheap = cost.DeviceCosts(1.0, ((1, 1e6),))
     monkeypatch.setattr(cost, "device_costs", lambda device="cpu": cheap if device == "cpu" else None)
     monkeypatch.setattr(cost, "eager_costs", lambda pattern, device="cpu": None)
+    monkeypatch.setattr(cost, "eager_saving_at_ns", lambda pattern, details, device="cpu": None)
     monkeypatch.setattr(cost, "compiled_call_ns", lambda device="cpu": 0.0)
     (h,) = [h for h in from_trace(path).fusion_hints if h.pattern == "rms_norm"]
     # Five calls, each removing 4 launches of 1 ns and a few intermediates at 10^6 bytes per ns.

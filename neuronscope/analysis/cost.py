@@ -12,7 +12,11 @@ Two bounds, the smaller taken (see :func:`grounded_saving_ns`):
   process does not measure, is costed from its own op times alone; for each fused form
   ``hint.verify()`` times, the better one
   (:func:`fused_forms_ns`): torch.compile's kernel less its entry cost, or the eager
-  replacement's measured share of the launches and cost per intermediate byte (:func:`eager_costs`).
+  replacement, timed against the hand-written chain at the occurrence's own shape, dtype and
+  parameters (:func:`eager_saving_at_ns`; what a fused kernel removes per byte depends on
+  the cache the tensors fit in: GELU's tanh formula, faster fused on 1 MiB tensors, is slower
+  fused on 128 KiB ones on a CPU), else its share of the launches and cost per intermediate
+  byte measured at two probe shapes (:func:`eager_costs`).
 
 The capture's op times carry the profiler's own per-op overhead, which ``hint.verify()`` (and
 the user's program) does not pay: the second bound keeps an estimate from promising it.
@@ -22,8 +26,10 @@ from __future__ import annotations
 
 import functools
 import itertools
+import json
 import math
 import statistics
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
@@ -38,9 +44,11 @@ __all__ = [
     "compiled_call_ns",
     "device_costs",
     "eager_costs",
+    "eager_saving_at_ns",
     "estimate_saving_ns",
     "full_size",
     "fused_forms_ns",
+    "fused_optimizer_saving_ns",
     "fused_passes",
     "grounded_saving_ns",
     "measured_here",
@@ -164,24 +172,32 @@ def monotone_bandwidth(points: list[tuple[int, float]]) -> tuple[tuple[int, floa
     return tuple(out)
 
 
-def grounded_saving_ns(pattern: str, nodes: list[OpNode], g: OpGraph, backend: str) -> float | None:
+def grounded_saving_ns(
+    pattern: str, nodes: list[OpNode], g: OpGraph, backend: str, at: Mapping[str, Any] | None = None
+) -> float | None:
     """What fusing one occurrence saves, on this device's measured costs, with the fused form
     ``hint.verify()`` would find faster (:func:`fused_forms_ns`). None where there is no such
     bound: the device's costs are not measured here, or the ops' shapes were not recorded."""
-    forms = fused_forms_ns(pattern, nodes, g, backend)
+    forms = fused_forms_ns(pattern, nodes, g, backend, at)
     return None if forms is None else max(0.0, *forms.values())
 
 
-def fused_forms_ns(pattern: str, nodes: list[OpNode], g: OpGraph, backend: str) -> dict[str, float] | None:
+def fused_forms_ns(
+    pattern: str, nodes: list[OpNode], g: OpGraph, backend: str, at: Mapping[str, Any] | None = None
+) -> dict[str, float] | None:
     """The saving of each fused form of one occurrence, in ns, as ``hint.verify()`` weighs them:
 
     - ``compiled``: torch.compile's single kernel removes the launches of the ops beyond the
       fused form's passes and each intermediate written and read again; where verify can
       rebuild the idiom, each call pays compiled code's own entry cost (guards, the wrapper;
       :func:`compiled_call_ns`);
-    - ``eager``: torch's eager replacement, where the pattern has one, removes the share of the
-      same launches' cost and the cost per intermediate byte it was measured to remove on this
-      device (:func:`eager_costs`).
+    - ``eager_timed``: torch's eager replacement, where the pattern has one, timed against the
+      chain at ``at`` (the occurrence's shape, dtype and parameters, as a hint's details hold
+      them; :func:`eager_saving_at_ns`): where it could be timed, the only form returned, a
+      measurement where the others are models;
+    - ``eager``: where it could not be timed there, the share of the same launches' cost and
+      the cost per intermediate byte it was measured to remove on this device at two probe
+      shapes (:func:`eager_costs`).
 
     None where the device's costs are not measured here, or no op's shapes were recorded."""
     if not any(n.inputs for n in nodes):
@@ -198,6 +214,12 @@ def fused_forms_ns(pattern: str, nodes: list[OpNode], g: OpGraph, backend: str) 
     record = pattern_named(pattern)
     entry_ns = (compiled_call_ns(backend) or 0.0) if record is not None and record.verify is not None else 0.0
     forms = {"compiled": launches_ns + moved_ns - entry_ns}
+    timed = eager_saving_at_ns(pattern, at, backend) if at is not None else None
+    if timed is not None:
+        # A measurement of the call the suggestion names beats a model of a compiled kernel
+        # not compiled here (on a CPU, GELU's compiled kernel plus its entry was measured
+        # slower than the chain the model said it would beat): the timed form alone.
+        return {"eager_timed": timed}
     eager = eager_costs(pattern, backend)
     if eager is not None:
         # An op on a parameter alone (Gemma's ``1 + weight``) stays in the eager call's
@@ -309,6 +331,97 @@ def eager_costs(pattern: str, device: str = "cpu") -> tuple[float, float] | None
     return min(max(share, 0.0), MAX_SHARE), min(max(per_byte, 0.0), max_per_byte)
 
 
+#: Most occurrences' shapes :func:`eager_saving_at_ns` times in one process (some 20-50 ms
+#: each), and the largest input it times (elements: a chain over 4 MiB float32 tensors takes
+#: milliseconds a call); past either, the two-probe model of :func:`eager_costs` stands in.
+MAX_TIMED_SHAPES = 32
+MAX_TIMED_NUMEL = 1 << 20
+
+
+def eager_saving_at_ns(pattern: str, details: Mapping[str, Any], device: str = "cpu") -> float | None:
+    """What torch's eager replacement of ``pattern`` saves per call against the hand-written
+    chain, in ns (negative: it is slower), at an occurrence's shape, dtype and parameters
+    (``details`` as a hint holds them), timed here without the profiler as ``hint.verify()``
+    times them. Once per distinct occurrence and process. None: no eager replacement, a device
+    this process does not run ops on, no recorded shape, a shape too large or too many shapes
+    timed already (:data:`MAX_TIMED_SHAPES`, :data:`MAX_TIMED_NUMEL`), or a probe that cannot run."""
+    record = pattern_named(pattern)
+    shape = details.get("shape")
+    if record is None or not record.eager_replacement or record.verify is None or not measured_here(device):
+        return None
+    if not shape or not all(isinstance(d, int) and d > 0 for d in shape) or math.prod(shape) > MAX_TIMED_NUMEL:
+        return None
+    plain = {k: v for k, v in details.items() if isinstance(v, (bool, int, float, str, list)) or v is None}
+    return _timed_eager_ns(json.dumps([pattern, plain], sort_keys=True, default=str))
+
+
+@functools.lru_cache(maxsize=8 * MAX_TIMED_SHAPES)
+def _timed_eager_ns(key: str) -> float | None:
+    """:func:`eager_saving_at_ns` for one occurrence (``[pattern, details]`` as JSON), cached;
+    None once :data:`MAX_TIMED_SHAPES` are in the cache (no more probes in this process)."""
+    if _timed_eager_ns.cache_info().currsize >= MAX_TIMED_SHAPES:
+        return None
+    pattern, details = json.loads(key)
+    record = pattern_named(pattern)
+    if record is None or record.verify is None:
+        return None
+    try:
+        import torch
+
+        from ..result import Hint
+        from .verify import paired_difference, time_variants
+
+        dtype = getattr(torch, str(details.get("dtype") or "float32"), None)
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            dtype = torch.float32
+        probe = Hint("fusion", pattern, [], details=details)
+        with torch.no_grad():
+            x = torch.randn(*details["shape"]).to(dtype)
+            chain, replacement, _ = record.verify(probe, x, torch.device("cpu"))
+            if replacement is None:
+                return None
+            times = time_variants({"chain": chain, "replacement": replacement}, lambda: None, 5, 0.001)
+    except Exception:  # a probe that cannot run here: the two-probe model stands in
+        return None
+    return paired_difference(times["chain"], times["replacement"]) * 1e3
+
+
+#: Most parameter elements :func:`fused_optimizer_saving_ns` steps (a default AdamW step over
+#: 2M float32 elements takes some 10 ms on a CPU core, and is timed a few dozen times).
+MAX_TIMED_PARAMETERS = 1 << 21
+
+
+@functools.lru_cache(maxsize=8)
+def fused_optimizer_saving_ns(cls: str, shapes: tuple[tuple[int, ...], ...], dtype: str = "float32", device: str = "cpu") -> float | None:
+    """What ``torch.optim.<cls>(..., fused=True)`` saves per step against its default
+    (``foreach=False``) form on parameters of ``shapes``, in ns, timed here with default
+    hyperparameters (negative: slower). None: a device this process does not run ops on, more
+    than :data:`MAX_TIMED_PARAMETERS` elements, or an optimizer torch cannot fuse here."""
+    if not measured_here(device) or not shapes or sum(math.prod(s) for s in shapes) > MAX_TIMED_PARAMETERS:
+        return None
+    try:
+        import torch
+
+        from .verify import paired_difference, time_variants
+
+        dt = getattr(torch, dtype, None)
+        if not isinstance(dt, torch.dtype) or not dt.is_floating_point:
+            dt = torch.float32
+        optim = getattr(torch.optim, cls)
+
+        def build(**kind: bool) -> Any:
+            params = [torch.randn(s, dtype=dt, requires_grad=True) for s in shapes]
+            for p in params:
+                p.grad = torch.randn_like(p)
+            return optim(params, **kind)
+
+        default, fused = build(foreach=False), build(fused=True)
+        times = time_variants({"default": default.step, "fused": fused.step}, lambda: None, 5, 0.001)
+        return paired_difference(times["default"], times["fused"]) * 1e3
+    except Exception:  # an optimizer without a fused form on this build: no bound
+        return None
+
+
 def _chain_traffic(fn: Any) -> tuple[int, list[int]]:
     """Run ``fn`` once and count its ops and its intermediates (bytes, one entry per read of a
     tensor an earlier op of it made), as the cost model counts a captured chain's."""
@@ -393,12 +506,13 @@ def full_size(nodes: list[OpNode]) -> list[bool]:
     return [s * 2 >= top for s in sizes]
 
 
-def model_text(pattern: str, backend: str, *, bound: str, from_trace: bool = False) -> str:
+def model_text(pattern: str, backend: str, *, bound: str, from_trace: bool = False, eager_timed: bool = False) -> str:
     """The estimate's model in words, for the hint's details. ``bound``: ``"measured"`` (the
     estimate was bounded by this device's measured costs, :func:`grounded_saving_ns`),
     ``"no_shapes"`` (it could have been, but the ops' shapes were not recorded) or ``"none"``
     (no such bound applies); ``from_trace``: the capture is a trace file, whose machine need
-    not be this one."""
+    not be this one; ``eager_timed``: the eager replacement was timed at the occurrence's shape
+    (:func:`eager_saving_at_ns`)."""
     text = f"sum(op times) - {fused_passes(pattern)} pass(es) x median full-size op time, per call, from each op's median over the calls"
     if bound == "no_shapes":
         return text + (
@@ -407,6 +521,12 @@ def model_text(pattern: str, backend: str, *, bound: str, from_trace: bool = Fal
         )
     if bound != "measured" or not measured_here(backend):
         return text
+    if eager_timed:
+        where = "measured on this machine's CPU (the trace's own machine may differ)" if from_trace else "on this device"
+        return text + (
+            "; at most the saving of the eager replacement, timed against the hand-written chain at this shape, "
+            f"dtype and parameters, without the profiler, {where}"
+        )
     costs = (
         "the per-op cost and bandwidth measured on this machine's CPU (the trace's own machine may differ)"
         if from_trace

@@ -39,7 +39,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from ..result import Hint
-from .cost import MIN_SAVING_NS, estimate_saving_ns, full_size, grounded_saving_ns, measured_here, model_text
+from .cost import MIN_SAVING_NS, estimate_saving_ns, full_size, fused_forms_ns, measured_here, model_text
 from .dataflow import (
     VIEW_OPS,
     OpGraph,
@@ -310,7 +310,10 @@ def hints_from_matches(
         per_op = [statistics.median(g.time_ns(m.nodes[i]) for m in ms) for i in kept]
         saving_ns = estimate_saving_ns(pattern, per_op, full_size([first.nodes[i] for i in kept]), backend) * len(ms)
         time_ns = sum(g.time_ns(n) for m in ms for n in m.nodes)
-        grounded = grounded_saving_ns(pattern, first.nodes, g, backend)
+        # The occurrence as hint.verify() rebuilds it: the eager replacement is timed there.
+        at = {"shape": list(sizes) if sizes is not None else None, "dtype": dtype or None, **first.params}
+        forms = fused_forms_ns(pattern, first.nodes, g, backend, at)
+        grounded = None if forms is None else max(0.0, *forms.values())
         if grounded is not None:
             saving_ns = min(saving_ns, grounded * len(ms))
         saving_ns = min(saving_ns, time_ns)  # medians can add up to more than the total
@@ -330,7 +333,7 @@ def hints_from_matches(
             "device": backend,
             "backend": backend,
             "time_source": "device" if g.has_device else "cpu",
-            "estimate_model": model_text(pattern, backend, bound=bound, from_trace=from_trace),
+            "estimate_model": model_text(pattern, backend, bound=bound, from_trace=from_trace, eager_timed="eager_timed" in (forms or {})),
             **flags,
             **first.params,
         }

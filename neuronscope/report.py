@@ -358,11 +358,15 @@ def _share(part: float, whole: float) -> str:
     return f"{100.0 * part / whole:.1f}%" if whole > 0 else "-"
 
 
+def _device_label(device: int) -> str:
+    return str(device) if device >= 0 else "?"  # a trace that named no device number
+
+
 def render_breakdown(bd: dict[str, Any]) -> str:
     """The device's busy and idle time in a few lines (see :mod:`neuronscope.events.timeline`)."""
     w = float(bd.get("window_us") or 0.0)
     others = [d for d in bd.get("devices") or [] if d["device"] != bd.get("device")]
-    label = f"Device {bd['device']} (the busiest of {len(others) + 1})" if others else "Device"
+    label = f"Device {_device_label(bd['device'])} (the busiest of {len(others) + 1})" if others else "Device"
     lines = [
         (
             f"{label}: busy {_share(bd['busy_us'], w)} of {fmt_us(w)}, idle {_share(bd['idle_us'], w)} "
@@ -378,7 +382,7 @@ def render_breakdown(bd: dict[str, Any]) -> str:
     if others:
         lines.append(
             "  other devices: "
-            + ", ".join(f"{d['device']}: busy {_share(d['busy_us'], d['window_us'])} of {fmt_us(d['window_us'])}" for d in others)
+            + ", ".join(f"{_device_label(d['device'])}: busy {_share(d['busy_us'], d['window_us'])} of {fmt_us(d['window_us'])}" for d in others)
         )
     steps = bd.get("steps") or []
     streams = bd.get("streams") or []

@@ -644,6 +644,10 @@ def test_verify_refuses_what_it_cannot_rebuild() -> None:
     if not torch.cuda.is_available():
         with pytest.raises(NeuronscopeError, match="device='cpu'"):
             Hint("fusion", "gelu", ["aten::erf"], details={"shape": [2, 4], "device": "cuda"}).verify(compile=False)
+    # SwiGLU has only torch.compile to compare with: without it, the error says so (not that
+    # a compile that never ran failed).
+    with pytest.raises(NeuronscopeError, match="compile=False left torch.compile out, and torch has no eager replacement"):
+        Hint("fusion", "silu_mul", ["aten::silu", "aten::mul"], details={"shape": [2, 8], "device": "cpu"}).verify(compile=False)
 
 
 def test_nothing_to_match() -> None:
@@ -738,3 +742,30 @@ def test_gelus_shape_with_other_constants_is_no_gelu_where_the_numbers_were_seen
     assert proc.returncode == 0, proc.stderr[-2000:]
     got = json.loads(proc.stdout)
     assert "gelu" not in got["erf_of_half"] and "gelu" in got["gelu_erf"] and "gelu" in got["gelu_fast"]
+
+
+def _ln_root_mean_square_plus_eps(x: torch.Tensor) -> torch.Tensor:
+    d = x - x.mean(-1, keepdim=True)
+    return d / (torch.sqrt((d * d).mean(-1, keepdim=True)) + 1e-5)
+
+
+def _ln_std_without_eps(x: torch.Tensor) -> torch.Tensor:
+    return (x - x.mean(-1, keepdim=True)) / x.std(-1, keepdim=True)
+
+
+def _ln_sqrt_of_var_plus_eps(x: torch.Tensor) -> torch.Tensor:
+    d = x - x.mean(-1, keepdim=True)
+    return d / torch.sqrt((d * d).mean(-1, keepdim=True) + 1e-5)
+
+
+@pytest.mark.parametrize(
+    ("norm", "outside"),
+    [(_ln_root_mean_square_plus_eps, True), (_ln_std_without_eps, False), (_ln_sqrt_of_var_plus_eps, False)],
+)
+def test_an_eps_outside_the_root_is_named_wherever_the_spread_comes_from(norm: Any, outside: bool) -> None:
+    """sqrt(mean(d*d)) + eps differs from layer_norm's sqrt(var + eps); no eps at all is no eps
+    outside the root."""
+    x = torch.randn(4, 8, 64)
+    hint = fusion(from_profiler(capture(lambda: norm(x))))["layer_norm"]
+    assert bool(hint.details.get("eps_outside_root")) is outside
+    assert ("(std + eps)" in hint.suggestion) is outside

@@ -468,8 +468,10 @@ def test_the_eager_replacement_is_timed_at_the_occurrences_shape() -> None:
     f(x)
     f(x)
     (hint,) = [h for h in f.last_result.hints if h.pattern == "gelu"]
-    at = {"shape": hint.details["shape"], "dtype": hint.details["dtype"], "approximate": hint.details["approximate"]}
+    at = {"shape": hint.details["shape"], "dtype": hint.details["dtype"], "ops": hint.ops, "approximate": hint.details["approximate"]}
+    timed_before = cost._timed_eager_ns.cache_info().currsize
     timed = cost.eager_saving_at_ns("gelu", at, "cpu")  # the analysis' own measurement, cached
+    assert cost._timed_eager_ns.cache_info().currsize == timed_before  # nothing timed anew
     assert timed is not None and hint.details["shape"] == [2, 32, 512]
     assert hint.est_saving_us * 1e3 <= max(timed, 0.0) * hint.calls + 1e-6
     assert "timed against the hand-written chain at this shape" in hint.details["estimate_model"]
@@ -479,7 +481,57 @@ def test_the_eager_replacement_is_timed_at_the_occurrences_shape() -> None:
     assert cost.eager_saving_at_ns("silu_mul", at, "cpu") is None
     assert cost.eager_saving_at_ns("gelu", {**at, "shape": [4096, 4096]}, "cpu") is None
     assert cost.eager_saving_at_ns("gelu", at, "cuda") is None
-    # Past the budget of timed shapes, none more is timed in this process.
-    for n in range(cost.MAX_TIMED_SHAPES):
-        cost._timed_eager_ns(json.dumps(["no_such_pattern", {"n": n}]))  # budget entries, no timing
-    assert cost.eager_saving_at_ns("gelu", {**at, "shape": [2, 32, 256]}, "cpu") is None
+    # Past the budget of timed shapes, none more is timed in this process; what was timed stays.
+    try:
+        for n in range(cost.MAX_TIMED_SHAPES - cost._timed_eager_ns.cache_info().currsize):
+            cost._timed_eager_ns(json.dumps(["no_such_pattern", {"n": n}]))  # budget entries, no timing
+        assert cost.eager_saving_at_ns("gelu", {**at, "shape": [2, 32, 256]}, "cpu") is None
+        assert cost.eager_saving_at_ns("gelu", at, "cpu") == timed
+    finally:
+        cost._timed_eager_ns.cache_clear()  # later tests get a budget of their own
+
+
+def test_the_analysis_leaves_the_users_random_stream_alone() -> None:
+    """The probes the analysis times (the eager replacement at the hint's shape, the fused
+    optimizer) draw from a forked random stream: a profiled step sees the same random numbers
+    (dropout masks, shuffles) after it as an unprofiled one."""
+    from neuronscope.analysis import cost
+
+    cost._timed_eager_ns.cache_clear()
+    cost.fused_optimizer_saving_ns.cache_clear()
+    lin = torch.nn.Linear(64, 64)
+    opt = torch.optim.AdamW(lin.parameters())
+    x = torch.randn(4, 64)
+
+    def step() -> None:
+        h = lin(x)
+        (0.5 * h * (1.0 + torch.tanh(0.7978845608 * (h + 0.044715 * torch.pow(h, 3.0))))).sum().backward()
+        opt.step()
+        opt.zero_grad()
+
+    torch.manual_seed(0)
+    step()
+    step()
+    unprofiled = torch.rand(4)
+    f = neuronscope.profile_on_neuron(step, export=False, backend="cpu", print_summary=False)
+    torch.manual_seed(0)
+    f()
+    f()
+    assert {h.pattern for h in f.last_result.hints} >= {"gelu", "per_parameter_update"}  # both probes ran
+    assert torch.equal(torch.rand(4), unprofiled)
+
+
+def test_a_large_models_fused_optimizer_is_timed_on_a_sample(monkeypatch: Any) -> None:
+    """Past MAX_TIMED_PARAMETERS elements the parameters in order up to it are timed and the
+    saving scaled by the elements left out (before, such an estimate had no bound at all)."""
+    from neuronscope.analysis import cost
+
+    monkeypatch.setattr(cost, "MAX_TIMED_PARAMETERS", 64 * 64)
+    cost.fused_optimizer_saving_ns.cache_clear()
+    try:
+        scaled = cost.fused_optimizer_saving_ns("AdamW", ((64, 64), (64, 64), (64,)), "float32", "cpu")
+        cut = cost.fused_optimizer_saving_ns("AdamW", ((128, 128),), "float32", "cpu")  # one parameter over it
+    finally:
+        cost.fused_optimizer_saving_ns.cache_clear()
+    assert scaled is not None and scaled > 0 and cut is not None and cut > 0
+    assert cost.fused_optimizer_saving_ns("AdamW", ((64,),), "float32", "cuda") is None  # not a device run here

@@ -252,13 +252,15 @@ def test_a_sync_call_over_a_device_gap_is_idle_in_sync(tmp_path: Path, call: str
     assert bd is not None and bd["idle_sync_us"] == pytest.approx((b - a) / 1e3, abs=0.002)
 
 
-def test_two_devices_in_one_trace_are_broken_down_apart(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("device", "label"), [(1, "1"), ("cuda:1", "1"), ("GPU", "?")])
+def test_two_devices_in_one_trace_are_broken_down_apart(tmp_path: Path, device: Any, label: str) -> None:
     """One process driving two GPUs: GPU 1 gets a shorter copy of GPU 0's work on the same
-    stream ids. Each device's busy time is its own union, streams are not merged across them."""
+    stream ids. Each device's busy time is its own union, streams are not merged across them;
+    a device named in text is known by its number ("?" where it has none)."""
     with gzip.open(TRACES / "training_mm_record_shapes.json.gz", "rb") as fh:
         doc = json.loads(fh.read())
     gpu0 = [e for e in doc["traceEvents"] if e.get("cat") in DEVICE_CATS and e.get("ph") == "X"]
-    gpu1 = [{**e, "pid": 1, "ts": e["ts"] + 3, "dur": e["dur"] / 2, "args": {**e["args"], "device": 1, "correlation": None}} for e in gpu0]
+    gpu1 = [{**e, "pid": device, "ts": e["ts"] + 3, "dur": e["dur"] / 2, "args": {**e["args"], "device": device, "correlation": None}} for e in gpu0]
     doc["traceEvents"].extend(gpu1)
     path = tmp_path / "two_gpus.json"
     path.write_text(json.dumps(doc))
@@ -271,11 +273,61 @@ def test_two_devices_in_one_trace_are_broken_down_apart(tmp_path: Path) -> None:
 
     assert bd["device"] == 0 and bd["busy_us"] == pytest.approx(busy_us(gpu0), abs=0.002)
     devices = {d["device"]: d for d in bd["devices"]}
-    assert set(devices) == {0, 1} and devices[1]["busy_us"] == pytest.approx(busy_us(gpu1), abs=0.002)
+    other = 1 if label == "1" else -1
+    assert set(devices) == {0, other} and devices[other]["busy_us"] == pytest.approx(busy_us(gpu1), abs=0.002)
     top = bd["streams"][0]
     assert top["events"] == sum(e["args"]["stream"] == top["stream"] for e in gpu0)
     assert top["busy_us"] == pytest.approx(busy_us(gpu0, top["stream"]), abs=0.002)
-    assert "Device 0 (the busiest of 2)" in render_breakdown(bd) and "other devices: 1: busy" in render_breakdown(bd)
+    assert "Device 0 (the busiest of 2)" in render_breakdown(bd) and f"other devices: {label}: busy" in render_breakdown(bd)
+
+
+class _StandInEvent:
+    """A stand-in for torch's Kineto event of a live MTIA capture (no MTIA device here): the
+    accessors the live reader calls, as torch names them."""
+
+    def __init__(self, name: str, activity: str, corr: int, linked: int, start: int, dur: int) -> None:
+        self._name, self._activity, self._corr, self._linked, self._start, self._dur = name, activity, corr, linked, start, dur
+
+    def name(self) -> str:
+        return self._name
+
+    def activity_type(self) -> str:
+        return self._activity
+
+    def correlation_id(self) -> int:
+        return self._corr
+
+    def linked_correlation_id(self) -> int:
+        return self._linked
+
+    def start_ns(self) -> int:
+        return self._start
+
+    def end_ns(self) -> int:
+        return self._start + self._dur
+
+    def duration_ns(self) -> int:
+        return self._dur
+
+    def device_resource_id(self) -> int:
+        return 0
+
+    def device_index(self) -> int:
+        return 0
+
+
+def test_a_live_captures_stream_waits_are_no_device_time() -> None:
+    """Live as from the trace: MTIA's event_wait (a stream waiting on another) adds no device
+    time to the op that launched it, while its kernel does."""
+    from neuronscope.events.live import _link_device
+
+    table = EventTable()
+    table.append("aten::mul", KIND_OP, 1, 0, 10)
+    op = _StandInEvent("aten::mul", "cpu_op", 5, 0, 0, 10)
+    kernel = _StandInEvent("pe_exe", "mtia_ccp_events", 0, 5, 20, 100)
+    wait = _StandInEvent("event_wait", "mtia_ccp_events", 0, 5, 130, 1000)
+    _link_device(table, _StandInEvent, [op], [kernel, wait], [])
+    assert table.device_ns == [100]
 
 
 def test_cupti_counter_trace_reads_its_ranges_with_a_note() -> None:

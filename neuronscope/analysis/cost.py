@@ -303,7 +303,8 @@ def eager_costs(pattern: str, device: str = "cpu") -> tuple[float, float] | None
         from .verify import paired_difference, time_variants
 
         rows = []
-        with torch.no_grad():
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):  # the user's random stream is theirs
+            torch.manual_seed(0)
             for shape in _PROBE_SHAPES:
                 probe = Hint("fusion", pattern, [], details={"shape": list(shape), "weight": True})
                 x = torch.randn(*shape)
@@ -341,8 +342,8 @@ MAX_TIMED_NUMEL = 1 << 20
 def eager_saving_at_ns(pattern: str, details: Mapping[str, Any], device: str = "cpu") -> float | None:
     """What torch's eager replacement of ``pattern`` saves per call against the hand-written
     chain, in ns (negative: it is slower), at an occurrence's shape, dtype and parameters
-    (``details`` as a hint holds them), timed here without the profiler as ``hint.verify()``
-    times them. Once per distinct occurrence and process. None: no eager replacement, a device
+    (``details`` as a hint holds them, with its ``ops``), timed here without the profiler as
+    ``hint.verify()`` times them. Once per distinct occurrence and process. None: no eager replacement, a device
     this process does not run ops on, no recorded shape, a shape too large or too many shapes
     timed already (:data:`MAX_TIMED_SHAPES`, :data:`MAX_TIMED_NUMEL`), or a probe that cannot run."""
     record = pattern_named(pattern)
@@ -351,16 +352,33 @@ def eager_saving_at_ns(pattern: str, details: Mapping[str, Any], device: str = "
         return None
     if not shape or not all(isinstance(d, int) and d > 0 for d in shape) or math.prod(shape) > MAX_TIMED_NUMEL:
         return None
-    plain = {k: v for k, v in details.items() if isinstance(v, (bool, int, float, str, list)) or v is None}
-    return _timed_eager_ns(json.dumps([pattern, plain], sort_keys=True, default=str))
+    # What the verify builders read, as they read it (a weight unless said otherwise, the rest
+    # off unless on): a live capture and its trace, which records less, time the same chain.
+    occurrence: dict[str, Any] = {
+        "shape": list(shape),
+        "dtype": str(details.get("dtype") or "float32"),
+        "ops": [str(op) for op in details.get("ops") or []],
+        "weight": bool(details.get("weight", True)),
+    }
+    for key in ("approximate", "dim", "bias", "weight_plus_one", "unbiased"):
+        if details.get(key) not in (None, False):
+            occurrence[key] = details[key]
+    try:
+        return _timed_eager_ns(json.dumps([pattern, occurrence], sort_keys=True, default=str))
+    except _BudgetSpent:
+        return None
 
 
-@functools.lru_cache(maxsize=8 * MAX_TIMED_SHAPES)
+class _BudgetSpent(Exception):
+    """No more shapes are timed in this process (raised, so that the cache keeps no refusal)."""
+
+
+@functools.cache  # at most MAX_TIMED_SHAPES entries: see the budget below
 def _timed_eager_ns(key: str) -> float | None:
     """:func:`eager_saving_at_ns` for one occurrence (``[pattern, details]`` as JSON), cached;
-    None once :data:`MAX_TIMED_SHAPES` are in the cache (no more probes in this process)."""
+    :class:`_BudgetSpent` once :data:`MAX_TIMED_SHAPES` are timed."""
     if _timed_eager_ns.cache_info().currsize >= MAX_TIMED_SHAPES:
-        return None
+        raise _BudgetSpent
     pattern, details = json.loads(key)
     record = pattern_named(pattern)
     if record is None or record.verify is None:
@@ -371,11 +389,14 @@ def _timed_eager_ns(key: str) -> float | None:
         from ..result import Hint
         from .verify import paired_difference, time_variants
 
-        dtype = getattr(torch, str(details.get("dtype") or "float32"), None)
+        dtype = getattr(torch, details["dtype"], None)
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
             dtype = torch.float32
-        probe = Hint("fusion", pattern, [], details=details)
-        with torch.no_grad():
+        probe = Hint("fusion", pattern, details.pop("ops"), details=details)
+        # The user's random stream is theirs: the probe's inputs and the builder's weights
+        # draw from a forked one (a profiled step must see the dropout masks an unprofiled one does).
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
             x = torch.randn(*details["shape"]).to(dtype)
             chain, replacement, _ = record.verify(probe, x, torch.device("cpu"))
             if replacement is None:
@@ -387,7 +408,8 @@ def _timed_eager_ns(key: str) -> float | None:
 
 
 #: Most parameter elements :func:`fused_optimizer_saving_ns` steps (a default AdamW step over
-#: 2M float32 elements takes some 10 ms on a CPU core, and is timed a few dozen times).
+#: 2M float32 elements takes some 10 ms on a CPU core, and is timed a few dozen times); a
+#: larger model's parameters are sampled up to it.
 MAX_TIMED_PARAMETERS = 1 << 21
 
 
@@ -395,10 +417,24 @@ MAX_TIMED_PARAMETERS = 1 << 21
 def fused_optimizer_saving_ns(cls: str, shapes: tuple[tuple[int, ...], ...], dtype: str = "float32", device: str = "cpu") -> float | None:
     """What ``torch.optim.<cls>(..., fused=True)`` saves per step against its default
     (``foreach=False``) form on parameters of ``shapes``, in ns, timed here with default
-    hyperparameters (negative: slower). None: a device this process does not run ops on, more
-    than :data:`MAX_TIMED_PARAMETERS` elements, or an optimizer torch cannot fuse here."""
-    if not measured_here(device) or not shapes or sum(math.prod(s) for s in shapes) > MAX_TIMED_PARAMETERS:
+    hyperparameters (negative: slower). Past :data:`MAX_TIMED_PARAMETERS` elements, the
+    parameters in order up to it (a larger one cut to it) are timed and the saving scaled by
+    the elements left out: the update is elementwise, its cost about proportional to them.
+    None: a device this process does not run ops on, or an optimizer torch cannot fuse here."""
+    total = sum(math.prod(s) for s in shapes)
+    if not measured_here(device) or not shapes or total <= 0:
         return None
+    sample: list[tuple[int, ...]] = []
+    room = MAX_TIMED_PARAMETERS
+    for shape in shapes:
+        n = math.prod(shape)
+        if n > room:
+            if not sample:
+                sample.append((room,))  # one parameter larger than the budget: a cut of it
+            break
+        sample.append(shape)
+        room -= n
+    timed_elements = sum(math.prod(s) for s in sample)
     try:
         import torch
 
@@ -410,14 +446,16 @@ def fused_optimizer_saving_ns(cls: str, shapes: tuple[tuple[int, ...], ...], dty
         optim = getattr(torch.optim, cls)
 
         def build(**kind: bool) -> Any:
-            params = [torch.randn(s, dtype=dt, requires_grad=True) for s in shapes]
+            params = [torch.randn(s, dtype=dt, requires_grad=True) for s in sample]
             for p in params:
                 p.grad = torch.randn_like(p)
             return optim(params, **kind)
 
-        default, fused = build(foreach=False), build(fused=True)
+        with torch.random.fork_rng(devices=[]):  # the user's random stream is theirs
+            torch.manual_seed(0)
+            default, fused = build(foreach=False), build(fused=True)
         times = time_variants({"default": default.step, "fused": fused.step}, lambda: None, 5, 0.001)
-        return paired_difference(times["default"], times["fused"]) * 1e3
+        return paired_difference(times["default"], times["fused"]) * 1e3 * total / timed_elements
     except Exception:  # an optimizer without a fused form on this build: no bound
         return None
 

@@ -311,7 +311,7 @@ def hints_from_matches(
         saving_ns = estimate_saving_ns(pattern, per_op, full_size([first.nodes[i] for i in kept]), backend) * len(ms)
         time_ns = sum(g.time_ns(n) for m in ms for n in m.nodes)
         # The occurrence as hint.verify() rebuilds it: the eager replacement is timed there.
-        at = {"shape": list(sizes) if sizes is not None else None, "dtype": dtype or None, **first.params}
+        at = {"shape": list(sizes) if sizes is not None else None, "dtype": dtype or None, "ops": list(names), **first.params}
         forms = fused_forms_ns(pattern, first.nodes, g, backend, at)
         grounded = None if forms is None else max(0.0, *forms.values())
         if grounded is not None:

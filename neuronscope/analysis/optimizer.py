@@ -113,7 +113,9 @@ def optimizer_hints(g: OpGraph, steps: dict[str, list[list[int]]], backend: str,
         # Bounded by the fused optimizer itself, timed here on parameters of the update's
         # shapes: the profiled op times carry the profiler's per-op overhead, which neither
         # form pays (Mixtral's AdamW, CPU: 3.6 ms estimated from them, 2.0 ms measured).
-        timed = fused_optimizer_saving_ns(cls, _parameter_shapes(g, updates[0]), _dtype(chains), backend) if cls in FUSED_OPTIMIZERS else None
+        timed = None
+        if cls in FUSED_OPTIMIZERS:
+            timed = fused_optimizer_saving_ns(cls, _parameter_shapes(g, updates[0]), _dtype(chains), backend)
         if timed is not None:
             saving_ns = min(saving_ns, max(timed, 0.0) * len(updates))
         if saving_ns < MIN_SAVING_NS:
@@ -154,7 +156,8 @@ def optimizer_hints(g: OpGraph, steps: dict[str, list[list[int]]], backend: str,
                     **({"fused_step_saving_us": timed / 1e3} if timed is not None else {}),
                     "estimate_model": model_text(ELEMENTWISE_CHAIN.name, backend, bound="none") + (
                         f"; at most what torch.optim.{cls}(fused=True) saved per step against its default form, timed "
-                        "here on parameters of these shapes with default hyperparameters, without the profiler"
+                        "here on parameters of these shapes (past 2M elements, a sample of them, scaled) with default "
+                        "hyperparameters, without the profiler"
                         if timed is not None
                         else ""
                     ),

@@ -220,7 +220,8 @@ def verify_hint(
     gen = torch.Generator(device="cpu").manual_seed(seed)
     x = torch.randn(*shape, generator=gen, dtype=torch.float32).to(device=dev, dtype=dtype)
 
-    with torch.no_grad():
+    # The user's random stream is theirs: the builders' weights draw from a forked one.
+    with torch.no_grad(), torch.random.fork_rng(devices=[dev.index or 0] if dev.type == "cuda" else []):
         builder = pattern_named(hint.pattern).verify  # type: ignore[union-attr]
         assert builder is not None  # VERIFIABLE_PATTERNS
         chain, replacement, replacement_name = builder(hint, x, dev)
@@ -236,9 +237,9 @@ def verify_hint(
             except Exception as exc:
                 compile_error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         if len(variants) == 1:
+            why = f"torch.compile failed ({compile_error})" if compile else "compile=False left torch.compile out"
             raise NeuronscopeError(
-                f"nothing to compare the {hint.pattern} chain with: torch.compile failed "
-                f"({compile_error}) and torch has no eager replacement for it"
+                f"nothing to compare the {hint.pattern} chain with: {why}, and torch has no eager replacement for it"
             )
         samples = time_variants(variants, _sync(dev), repeats, min_block_s)
 

@@ -11,6 +11,7 @@ import numpy as np
 
 from .nesting import add_inner_range_device_time
 from .table import (
+    DEVICE_WAIT,
     FLAG_ASYNC,
     FLAG_LEGACY_DEVICE,
     IGNORED_NAMES,
@@ -346,7 +347,11 @@ def _link_device(
     if device_events:
         d_linked = list(map(ev_type.linked_correlation_id, device_events))
         d_dur = list(map(ev_type.duration_ns, device_events))
-        attach_device_time(table, zip(d_linked, d_dur), index_by_corr)
+        # A stream waiting on another (MTIA's event_wait) is no work: no op's device time, as
+        # the trace reader counts it.
+        acts, names = map(_activity_getter(ev_type), device_events), map(ev_type.name, device_events)
+        work = [device_class(act, name) != DEVICE_WAIT for act, name in zip(acts, names)]
+        attach_device_time(table, itertools.compress(zip(d_linked, d_dur), work), index_by_corr)
         _device_intervals(table, ev_type, device_events, other_events, index_by_corr)
     others = table.others
     if others is not None and other_events:

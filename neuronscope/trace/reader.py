@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import operator
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,13 @@ _MAX_NS = 1 << 62
 #: days), and the summary sums durations in it.
 _MAX_SPAN_NS = 1 << 53
 _NO_ARGS = EventArgs()
+_TRAILING_NUMBER = re.compile(r"\d{1,9}$")
+
+
+def _device_number(label: Any) -> int:
+    """A device named in text ("1", "cuda:1", "GPU 1"): its number; -1 where it has none."""
+    m = _TRAILING_NUMBER.search(label) if label.__class__ is str else None
+    return int(m.group()) if m else -1
 
 
 class _Reader:
@@ -230,9 +238,9 @@ class _Reader:
                         st = e.tid
                     dev_stream.append(st if st.__class__ is int else -1)
                     on = args.device
-                    if on is None:
+                    if on.__class__ is not int:
                         on = e.pid  # Kineto writes a GPU's events under the device's pid
-                    dev_device.append(on if on.__class__ is int else -1)
+                    dev_device.append(on if on.__class__ is int else _device_number(on))
                     ev_name = e.name
                     key = (cat, ev_name)
                     c = class_cache.get(key)

@@ -123,6 +123,7 @@ def _norm_with(g: OpGraph, n: OpNode, ak: int, bk: int) -> Match | None:
     a_prod = g.producer(a_node, a_k)
 
     pattern = ""
+    root_is_reduction = red.op == "std"
     x: TensorArg | None = None
     params: dict[str, Any] = {}
     a_centred = _centred(g, a_node, a_k)
@@ -157,16 +158,18 @@ def _norm_with(g: OpGraph, n: OpNode, ak: int, bk: int) -> Match | None:
         if not (stats == {"var_mean"} or ("mean" in stats and stats & {"var", "std", "var_mean"})):
             return None
         has_root = has_root or "std" in stats
+        # The linking may have swapped the two statistics: the root is the std of the pair.
+        root_is_reduction = "std" in stats
         extra += list(a_centred)
         pattern, x = "layer_norm", red.inputs[0]
         casts_src = (red, 0)
         spread = red if red.op != "mean" else a_centred[1]
         if _unbiased(spread):
             params["unbiased"] = True  # x.var() / x.std() default: not layer_norm's variance
-        if spread.op == "std" or _eps_outside_root(chain):
-            params["eps_outside_root"] = True  # (std + eps): layer_norm takes sqrt(var + eps)
     if not has_root:  # a mean square without a root is a variance, not a norm
         return None
+    if pattern == "layer_norm" and _eps_outside_root(chain, root_is_reduction):
+        params["eps_outside_root"] = True  # (std + eps): layer_norm takes sqrt(var + eps)
     # Leading casts (``x.to(torch.float32)``) belong to the norm.
     lead: list[OpNode] = []
     root_value(g, casts_src[0], casts_src[1], lead)
@@ -224,13 +227,14 @@ def _unbiased(spread: OpNode) -> bool:
     return flag is None or (isinstance(flag, (int, float)) and flag != 0)
 
 
-def _eps_outside_root(chain: list[OpNode]) -> bool:
-    """``a / (sqrt(var) + eps)``: walking back from the division, the eps add comes before the
-    root."""
+def _eps_outside_root(chain: list[OpNode], reduction_is_root: bool) -> bool:
+    """``a / (sqrt(var) + eps)`` or ``a / (std + eps)``: walking back from the division, the
+    eps add comes before the root (a sqrt in the chain, else a ``std`` reduction)."""
     ops = [c.op for c in chain]
     adds = [i for i, op in enumerate(ops) if op == "add"]
     roots = [i for i, op in enumerate(ops) if op in ("sqrt", "rsqrt")]
-    return bool(adds and roots and adds[0] < roots[0])
+    root = roots[0] if roots else (len(ops) if reduction_is_root else -1)
+    return bool(adds) and adds[0] < root
 
 
 def _centred(g: OpGraph, n: OpNode, k: int) -> tuple[OpNode, OpNode] | None:

@@ -37,8 +37,8 @@ def match_softmax(g: OpGraph, n: OpNode) -> Match | None:
         if not same_value(g, e2, 0, e, 0):
             return None
         extra.append(e2)
-    dim = _reduced_dim(s, n.inputs[input_from(n, s) or 0])
-    if dim is _NOT_ONE_DIM:
+    dims = _reduced_dims(s, n.inputs[input_from(n, s) or 0])
+    if dims is not None and len(dims) != 1:
         return None  # a sum over several dims: no softmax
     nodes = [n, e, s, *extra]
     x = e.inputs[0] if e.inputs else None
@@ -46,49 +46,55 @@ def match_softmax(g: OpGraph, n: OpNode) -> Match | None:
     if sub is not None and sub.op == "sub" and len(sub.inputs) == 2:
         mx = g.producer(sub, 1)
         if mx is not None and mx.op in ("max", "amax") and mx.inputs and same_value(g, mx, 0, sub, 0):
-            if dim is not None and _reduced_dim(mx, sub.inputs[1]) not in (dim, None):
+            if dims is not None and _reduced_dims(mx, sub.inputs[1]) not in (dims, None):
                 return None  # the max of another dim: no softmax
             nodes += [sub, mx]
             x = sub.inputs[0]
-    return Match("softmax", sorted(set(nodes), key=lambda m: m.index), x, {"dim": -1 if dim is None else dim})
+    return Match("softmax", sorted(set(nodes), key=lambda m: m.index), x, {"dim": dims[0] if dims else None})
 
 
-_NOT_ONE_DIM = -(1 << 30)
+#: What the suggestion says where the shapes were not recorded: the user knows the dim.
+UNKNOWN_DIM = "<the dim your code sums over>"
 
 
-def _reduced_dim(reduction: OpNode, result: TensorArg) -> int | None:
-    """The one dim a keepdim reduction ran over, counted from the end (-1: the last), from its
-    input's and its result's shapes (the dim where the result has 1); None where the shapes do
-    not tell; :data:`_NOT_ONE_DIM` where several dims were reduced."""
+def _reduced_dims(reduction: OpNode, result: TensorArg) -> tuple[int, ...] | None:
+    """The dims a keepdim reduction ran over, counted from the end (-1: the last), from its
+    input's and its result's shapes (where the result has 1 and the input not); None where the
+    shapes do not tell (not recorded, or no dim changed)."""
     if not reduction.inputs:
         return None
     xs, rs = reduction.inputs[0].sizes, result.sizes
     if not xs or len(xs) != len(rs):
         return None
-    changed = [i for i, (a, b) in enumerate(zip(xs, rs)) if a != b]
-    if not changed:
-        return None
-    if len(changed) > 1 or rs[changed[0]] != 1:
-        return _NOT_ONE_DIM
-    return changed[0] - len(xs)
+    dims = tuple(i - len(xs) for i, (a, b) in enumerate(zip(xs, rs)) if a != b)
+    if any(rs[d] != 1 for d in dims):
+        return ()  # not a keepdim reduction's result: no softmax's either
+    return dims or None
 
 
 def _suggest(m: Match, backend: str) -> str:
-    return f"use torch.softmax(x, dim={m.params.get('dim', -1)})"
+    dim = m.params.get("dim")
+    return f"use torch.softmax(x, dim={UNKNOWN_DIM if dim is None else dim})"
 
 
 def _verify(hint: Hint, x: Any, device: Any) -> Builders:
     import torch
 
-    dim = int(hint.details.get("dim", -1))
-    if not -x.dim() <= dim < x.dim():
-        dim = -1
+    dim = hint.details.get("dim")
+    if not isinstance(dim, int) or not -x.dim() <= dim < x.dim():
+        dim = -1  # not recorded: the last dim, the usual one
 
     def chain() -> Any:
         e = torch.exp(x - x.amax(dim, keepdim=True))
         return e / e.sum(dim, keepdim=True)
 
     return chain, (lambda: torch.softmax(x, dim)), "torch.softmax"
+
+
+def _sequence_params(members: list[OpNode]) -> dict[str, Any]:
+    """A trace's softmax: over the last dim where shapes were recorded (the sequence's shape
+    check takes per-row statistics only), else not known."""
+    return {"dim": -1} if all(m.inputs for m in members) else {}
 
 
 SOFTMAX = Pattern(
@@ -99,4 +105,5 @@ SOFTMAX = Pattern(
     fused_passes=2,
     suggest=_suggest,
     verify=_verify,
+    sequence_params=_sequence_params,
 )

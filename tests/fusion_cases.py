@@ -149,6 +149,19 @@ def ln_var_mean(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, eps: float = 
     return (x - mean) / torch.sqrt(var + eps) * w + b
 
 
+def centred_over_variance(x: torch.Tensor) -> torch.Tensor:
+    """Divided by the variance, not its root: no LayerNorm."""
+    return (x - x.mean(-1, keepdim=True)) / (x.std(-1, keepdim=True) ** 2 + 1e-5)
+
+
+def centred_over_fourth_root(x: torch.Tensor) -> torch.Tensor:
+    return (x - x.mean(-1, keepdim=True)) / torch.sqrt(torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + 1e-5))
+
+
+def centred_over_scaled_variance(x: torch.Tensor) -> torch.Tensor:
+    return (x - x.mean(-1, keepdim=True)) / torch.sqrt(2 * x.var(-1, keepdim=True, unbiased=False) + 1e-5)
+
+
 # ---- softmax -----------------------------------------------------------------------------------
 
 
@@ -178,6 +191,17 @@ def exp_over_two_dims(x: torch.Tensor) -> torch.Tensor:
     return e / e.sum((1, 2), keepdim=True)
 
 
+def exp_over_transposed_sum(x: torch.Tensor) -> torch.Tensor:
+    """Columns' sums, transposed into a column: no softmax over any one dim."""
+    e = torch.exp(x)
+    return e / e.sum(-2, keepdim=True).transpose(-1, -2)
+
+
+def exp_times_reciprocal_over_two_dims(x: torch.Tensor) -> torch.Tensor:
+    e = torch.exp(x)
+    return e * e.sum((2, 3), keepdim=True).reciprocal()
+
+
 # ---- gelu --------------------------------------------------------------------------------------
 
 
@@ -204,6 +228,31 @@ def silu_as_tanh(x: torch.Tensor) -> torch.Tensor:
 def erf_of_half(x: torch.Tensor) -> torch.Tensor:
     """GELU's erf shape with 0.5 where GELU has 1/sqrt(2): another function."""
     return 0.5 * x * (1.0 + torch.erf(x * 0.5))
+
+
+#: GELU's shape with other numbers: told apart only where the user's numbers were recorded.
+NEAR_GELUS_BY_NUMBERS = {
+    "erf_over_2": lambda x: x * 0.5 * (1.0 + torch.erf(x / 2.0)),
+    "erf_times_2": lambda x: x * 0.5 * (1.0 + torch.erf(x * 2.0)),
+    "tanh_no_constants": lambda x: 0.5 * x * (1.0 + torch.tanh(x + x**3)),
+    "tanh_half_scale": lambda x: 0.5 * x * (1.0 + torch.tanh(0.5 * (x + 0.044715 * x**3))),
+    "two_plus_erf": lambda x: x * 0.5 * (2.0 + torch.erf(x / math.sqrt(2.0))),
+}
+
+
+def gelu_without_half(x: torch.Tensor) -> torch.Tensor:
+    """Twice a GELU: no halving anywhere."""
+    return x * (1.0 + torch.erf(x / math.sqrt(2.0)))
+
+
+def tanh_of_cube(x: torch.Tensor) -> torch.Tensor:
+    """No linear term under tanh."""
+    return 0.5 * x * (1.0 + torch.tanh(0.7978845608 * x**3))
+
+
+def tanh_minus_cube(x: torch.Tensor) -> torch.Tensor:
+    """The cubic term subtracted."""
+    return 0.5 * x * (1.0 + torch.tanh(0.7978845608 * (x - 0.044715 * x**3)))
 
 
 class GPT2MLP(nn.Module):
@@ -450,12 +499,17 @@ def cases() -> list[Case]:
         Case("ln_annotated_std", _bound(annotated_ln, x), {ln_: 1}, where=AnnotatedLayerNorm.forward),
         Case("ln_var_rsqrt", _bound(ln_var_rsqrt, x, w, b), {ln_: 1}, where=ln_var_rsqrt),
         Case("ln_var_mean", _bound(ln_var_mean, x, w, b), {ln_: 1}, where=ln_var_mean),
+        Case("neg_centred_over_variance", _bound(centred_over_variance, x), absent=frozenset({ln_})),
+        Case("neg_centred_over_fourth_root", _bound(centred_over_fourth_root, x), absent=frozenset({ln_})),
+        Case("neg_centred_over_scaled_variance", _bound(centred_over_scaled_variance, x), absent=frozenset({ln_})),
         # softmax
         Case("softmax_max", _bound(softmax_max, q), {"softmax": 1}, where=softmax_max),
         Case("softmax_amax", _bound(softmax_amax, q), {"softmax": 1}, where=softmax_amax),
         Case("softmax_naive", _bound(softmax_naive, q), {"softmax": 1}, where=softmax_naive),
         Case("softmax_over_dim1", _bound(softmax_over_dim1, q), {"softmax": 1}, where=softmax_over_dim1),
         Case("neg_exp_over_two_dims", _bound(exp_over_two_dims, q), absent=frozenset({"softmax"})),
+        Case("neg_exp_over_transposed_sum", _bound(exp_over_transposed_sum, _x(BATCH, HEADS, SEQ, SEQ)), absent=frozenset({"softmax"})),
+        Case("neg_reciprocal_over_two_dims", _bound(exp_times_reciprocal_over_two_dims, q), absent=frozenset({"softmax"})),
         # gelu
         Case("gelu_gpt2_tanh", _bound(gelu_gpt2, x), {"gelu": 1}, where=gelu_gpt2),
         Case("gelu_bert_erf", _bound(gelu_erf, x), {"gelu": 1}, where=gelu_erf),
@@ -483,6 +537,9 @@ def cases() -> list[Case]:
         Case("chain_quick_gelu", _bound(quick_gelu, x), {"elementwise_chain": 1}, frozenset({"gelu"}), where=quick_gelu),
         Case("chain_softcap", _bound(softcap, x), {"elementwise_chain": 1}, where=softcap),
         Case("chain_silu_as_tanh", _bound(silu_as_tanh, x), {"elementwise_chain": 1}, frozenset({"gelu"}), where=silu_as_tanh),
+        Case("neg_gelu_without_half", _bound(gelu_without_half, x), absent=frozenset({"gelu"})),
+        Case("neg_tanh_of_cube", _bound(tanh_of_cube, x), absent=frozenset({"gelu"})),
+        Case("neg_tanh_minus_cube", _bound(tanh_minus_cube, x), absent=frozenset({"gelu"})),
         # negatives: fused APIs, unrelated ops, compiled code, plain layers
         Case("neg_torch_rms_norm", _bound(fused_rms, x, w)),
         Case("neg_F_layer_norm", _bound(torch_ln, x)),

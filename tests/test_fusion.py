@@ -704,6 +704,12 @@ def test_a_layer_norm_on_the_unbiased_variance_says_layer_norm_differs(norm: Any
     assert torch.allclose(chain(), replacement(), atol=1e-4) is not differs
 
 
+def test_a_layer_norm_over_n_minus_2_says_so() -> None:
+    x, w, b = torch.randn(4, 8, 256), torch.randn(256), torch.randn(256)
+    hint = fusion(from_profiler(capture(lambda: _ln(None, correction=2)(x, w, b))))["layer_norm"]
+    assert hint.details["correction"] == 2 and "N - 2" in hint.suggestion and "x1.0039 at 256" in hint.suggestion
+
+
 def test_the_annotated_transformers_layer_norm_is_said_to_differ_twice() -> None:
     """std (unbiased) and eps outside the root: both differences named."""
     hint = fusion(from_profiler(capture(CASES["ln_annotated_std"].run)))["layer_norm"]
@@ -718,8 +724,9 @@ import fusion_cases as fc
 from neuronscope import profile_on_neuron
 x = torch.randn(4, 8, 64)
 out = {}
-for name in ("erf_of_half", "gelu_erf", "gelu_fast"):
-    f = profile_on_neuron(getattr(fc, name), export=False, backend="cpu", print_summary=False)
+fns = {name: getattr(fc, name) for name in ("erf_of_half", "gelu_erf", "gelu_fast", "gelu_gpt2")}
+for name, fn in {**fns, **fc.NEAR_GELUS_BY_NUMBERS}.items():
+    f = profile_on_neuron(fn, export=False, backend="cpu", print_summary=False)
     f(x); f(x)
     out[name] = sorted(h.pattern for h in f.last_result.hints)
 json.dump(out, sys.stdout)
@@ -741,7 +748,9 @@ def test_gelus_shape_with_other_constants_is_no_gelu_where_the_numbers_were_seen
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     got = json.loads(proc.stdout)
-    assert "gelu" not in got["erf_of_half"] and "gelu" in got["gelu_erf"] and "gelu" in got["gelu_fast"]
+    assert "gelu" in got["gelu_erf"] and "gelu" in got["gelu_fast"] and "gelu" in got["gelu_gpt2"]
+    wrong = [name for name in ("erf_of_half", *fc.NEAR_GELUS_BY_NUMBERS) if "gelu" in got[name]]
+    assert not wrong, wrong
 
 
 def _ln_root_mean_square_plus_eps(x: torch.Tensor) -> torch.Tensor:
@@ -769,3 +778,12 @@ def test_an_eps_outside_the_root_is_named_wherever_the_spread_comes_from(norm: A
     hint = fusion(from_profiler(capture(lambda: norm(x))))["layer_norm"]
     assert bool(hint.details.get("eps_outside_root")) is outside
     assert ("(std + eps)" in hint.suggestion) is outside
+
+
+def test_one_line_on_two_shapes_is_a_hint_for_each_shape() -> None:
+    """Costed (and verified) at the first occurrence's shape, a GELU line run on [8, 16] and on
+    [256, 256] promised the small one's saving for both."""
+    small, large = torch.randn(8, 16), torch.randn(256, 256)
+    result = from_profiler(capture(lambda: (fc.gelu_erf(small), fc.gelu_erf(large))))
+    gelus = sorted((h for h in result.hints if h.pattern == "gelu"), key=lambda h: h.details["shape"])
+    assert [(h.details["shape"], h.calls) for h in gelus] == [([8, 16], 1), ([256, 256], 1)]

@@ -117,11 +117,18 @@ def test_one_norm_class_over_two_sizes_gets_a_call_for_each() -> None:
     """Qwen3RMSNorm normalises the hidden states (64) and, as q_norm / k_norm, each head (32):
     one line of code, two calls to write (one suggestion for both would raise on either)."""
     (result,) = captured(rm.step_fn(rm.MODELS["qwen3"], False))
-    norms = {h.details["shape"][-1]: h for h in result.hints if h.pattern == "rms_norm"}
+    norms: dict[int, list[Hint]] = {}
+    for h in result.hints:
+        if h.pattern == "rms_norm":
+            norms.setdefault(h.details["shape"][-1], []).append(h)
     assert set(norms) == {rm.HIDDEN, 32}
-    assert "rms_norm(x, (64,), weight" in norms[rm.HIDDEN].suggestion and "rms_norm(x, (32,), weight" in norms[32].suggestion
-    # Two norms per layer and the final one over the hidden size; q_norm and k_norm per layer.
-    assert norms[rm.HIDDEN].calls == 2 * rm.LAYERS + 1 and norms[32].calls == 2 * rm.LAYERS
+    assert all("rms_norm(x, (64,), weight" in h.suggestion for h in norms[rm.HIDDEN])
+    assert all("rms_norm(x, (32,), weight" in h.suggestion for h in norms[32])
+    # Two norms per layer and the final one over the hidden size; q_norm and k_norm per layer,
+    # each at its own shape (4 query heads, 2 key heads): a hint each, costed at that shape.
+    assert [h.calls for h in norms[rm.HIDDEN]] == [2 * rm.LAYERS + 1]
+    assert sorted(tuple(h.details["shape"]) for h in norms[32]) == [(2, 16, 2, 32), (2, 16, 4, 32)]
+    assert [h.calls for h in norms[32]] == [rm.LAYERS, rm.LAYERS]
 
 
 def test_a_scale_the_observation_could_not_read_is_not_taken_for_the_default() -> None:

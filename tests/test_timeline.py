@@ -252,15 +252,15 @@ def test_a_sync_call_over_a_device_gap_is_idle_in_sync(tmp_path: Path, call: str
     assert bd is not None and bd["idle_sync_us"] == pytest.approx((b - a) / 1e3, abs=0.002)
 
 
-@pytest.mark.parametrize(("device", "label"), [(1, "1"), ("cuda:1", "1"), ("GPU", "?")])
-def test_two_devices_in_one_trace_are_broken_down_apart(tmp_path: Path, device: Any, label: str) -> None:
+@pytest.mark.parametrize(("device", "pid", "label"), [(1, 1, "1"), ("cuda:1", 0, "1"), ("GPU", "GPU", "?")])
+def test_two_devices_in_one_trace_are_broken_down_apart(tmp_path: Path, device: Any, pid: Any, label: str) -> None:
     """One process driving two GPUs: GPU 1 gets a shorter copy of GPU 0's work on the same
     stream ids. Each device's busy time is its own union, streams are not merged across them;
     a device named in text is known by its number ("?" where it has none)."""
     with gzip.open(TRACES / "training_mm_record_shapes.json.gz", "rb") as fh:
         doc = json.loads(fh.read())
     gpu0 = [e for e in doc["traceEvents"] if e.get("cat") in DEVICE_CATS and e.get("ph") == "X"]
-    gpu1 = [{**e, "pid": device, "ts": e["ts"] + 3, "dur": e["dur"] / 2, "args": {**e["args"], "device": device, "correlation": None}} for e in gpu0]
+    gpu1 = [{**e, "pid": pid, "ts": e["ts"] + 3, "dur": e["dur"] / 2, "args": {**e["args"], "device": device, "correlation": None}} for e in gpu0]
     doc["traceEvents"].extend(gpu1)
     path = tmp_path / "two_gpus.json"
     path.write_text(json.dumps(doc))

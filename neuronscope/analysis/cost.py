@@ -333,10 +333,12 @@ def eager_costs(pattern: str, device: str = "cpu") -> tuple[float, float] | None
 
 
 #: Most occurrences' shapes :func:`eager_saving_at_ns` times in one process (some 20-50 ms
-#: each), and the largest input it times (elements: a chain over 4 MiB float32 tensors takes
-#: milliseconds a call); past either, the two-probe model of :func:`eager_costs` stands in.
-MAX_TIMED_SHAPES = 32
-MAX_TIMED_NUMEL = 1 << 20
+#: each), and the largest input it times (elements: a chain over 1 MiB float32 tensors takes
+#: about a millisecond a call, and is timed a few dozen times); past either, the two-probe
+#: model of :func:`eager_costs` stands in (40 LayerNorms of 1M float64 elements each took 9 s
+#: of analysis at 32 shapes of up to 1M elements).
+MAX_TIMED_SHAPES = 16
+MAX_TIMED_NUMEL = 1 << 18
 
 
 def eager_saving_at_ns(pattern: str, details: Mapping[str, Any], device: str = "cpu") -> float | None:

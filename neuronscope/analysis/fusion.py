@@ -282,11 +282,12 @@ def hints_from_matches(
     profiler's own per-op overhead (the model alone promised 5-10x what ``hint.verify()``
     measured on real models' traces). ``from_trace`` changes only the wording of
     ``estimate_model`` (the costs were measured here, not on the trace's machine)."""
-    # One hint per idiom, op sequence, source file and advice: the layers of a model share one
-    # RMSNorm line, and rotary's q and k lines (of other shapes under grouped-query
-    # attention) are one idiom; the hint points at the first line. One norm class applied
-    # over two sizes (Qwen3's hidden norm and its per-head q/k norms) is two calls to write,
-    # two hints.
+    # One hint per idiom, op sequence, source file, advice and input shape: the layers of a
+    # model share one RMSNorm line (the hint points at the first line); one norm class applied
+    # over two sizes (Qwen3's hidden norm and its per-head q/k norms) is two calls to write, two
+    # hints; one GELU line run on two shapes is two hints, each costed (and verified) at its own
+    # shape (costed at the first, a [1024, 1024] call went 60x under). Rotary's q and k lines,
+    # of other shapes under grouped-query attention, stay one idiom.
     groups: dict[tuple[Any, ...], list[Match]] = {}
     located: dict[int, str | None] = {}
     for m in matches:
@@ -294,9 +295,10 @@ def hints_from_matches(
         assert record is not None  # every match comes from a record
         loc = located[id(m)] = match_location(m, record.location_at_start)
         file = loc.rsplit(":", 1)[0] if loc else None
-        groups.setdefault((m.pattern, m.names, file, record.suggest(m, backend)), []).append(m)
+        shape = m.x.sizes if record.one_hint_per_shape and m.x is not None else None
+        groups.setdefault((m.pattern, m.names, file, record.suggest(m, backend), shape), []).append(m)
     hints: list[Hint] = []
-    for (pattern, names, _file, suggestion), ms in groups.items():
+    for (pattern, names, _file, suggestion, _shape), ms in groups.items():
         locs = [loc for m in ms if (loc := located[id(m)]) is not None]
         loc = min(locs, key=line_of) if locs else None
         x = ms[0].x

@@ -238,7 +238,7 @@ class _Reader:
                         st = e.tid
                     dev_stream.append(st if st.__class__ is int else -1)
                     on = args.device
-                    if on.__class__ is not int:
+                    if on is None:
                         on = e.pid  # Kineto writes a GPU's events under the device's pid
                     dev_device.append(on if on.__class__ is int else _device_number(on))
                     ev_name = e.name

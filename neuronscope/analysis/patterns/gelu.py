@@ -50,7 +50,8 @@ def match_gelu(g: OpGraph, t: OpNode) -> Match | None:
         if root_value(g, node, k) == x_val:
             continue
         p = g.producer(node, k)
-        if p is None or p.op not in ("mul", "add", "div", "pow", "sub") or p.index in nodes:
+        # No sub: GELU's argument only adds terms (``c * (x - 0.044715 * x**3)`` is another function).
+        if p is None or p.op not in ("mul", "add", "div", "pow") or p.index in nodes:
             return None
         nodes[p.index] = p
         cone.append(p)
@@ -65,27 +66,45 @@ def match_gelu(g: OpGraph, t: OpNode) -> Match | None:
     degree = _degree(g, t, 0, x_val)
     if degree is not None and degree != (3 if t.op == "tanh" else 1):
         return None
-    if not _has_gelu_constants(cone, t.op):
+    if t.op == "tanh" and not any(p.op == "add" for p in cone):
+        return None  # tanh(c * x**3): GELU's argument has the linear term too
+    if not _has_gelu_constants(cone, t.op) or not _all_close(a.consts, 1.0):
+        return None  # ... and ``1 + tanh``, not ``2 + tanh``
+    # The halving: ``0.5 * x`` outside, or a trailing ``/ 2`` (``x * (1 + erf(...)) / 2``);
+    # without one it is twice a GELU.
+    halving = h if h is not None and xk is not None else None
+    if halving is None:
+        last = single_consumer(g, f)
+        if (
+            last is not None
+            and last.op in ("mul", "div")
+            and only_big(last) is not None
+            and last.index not in nodes
+            and (len(last.inputs) == 1 or any(not i.sizes for i in last.inputs) or last.scalars)
+        ):
+            halving = nodes[last.index] = last
+    if halving is None or not _all_close(halving.consts, 0.5 if halving.op == "mul" else 2.0):
         return None
-    # ``x * (1 + erf(...)) / 2``: a trailing halving.
-    last = single_consumer(g, f)
-    if (
-        last is not None
-        and last.op in ("mul", "div")
-        and only_big(last) is not None
-        and last.index not in nodes
-        and (len(last.inputs) == 1 or any(not i.sizes for i in last.inputs) or last.scalars)
-    ):
-        nodes[last.index] = last
     return Match(
         "gelu", sorted(nodes.values(), key=lambda m: m.index), x, {"approximate": "tanh" if t.op == "tanh" else "none"}
     )
 
 
 
-#: GELU's constants under tanh/erf: 0.044715 (the cubic term), sqrt(2/pi) = 0.79788; 1/sqrt(2).
-_TANH_CONSTANTS = (0.044715, math.sqrt(2.0 / math.pi))
+#: GELU's constants under tanh: sqrt(2/pi), and the cubic term's 0.044715 (or, multiplied
+#: out, 0.044715 * sqrt(2/pi)); under erf: x / sqrt(2), or x * 1/sqrt(2).
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_CUBIC = (0.044715, 0.044715 * _SQRT_2_OVER_PI)
 _ERF_CONSTANTS = (math.sqrt(2.0), 1.0 / math.sqrt(2.0))
+
+
+def _close(v: float, *want: float) -> bool:
+    return any(math.isclose(v, c, rel_tol=1e-3) for c in want)
+
+
+def _all_close(values: tuple[float, ...], want: float) -> bool:
+    """Every number recorded for an op is ``want`` (True where none was recorded)."""
+    return all(_close(v, want) for v in values)
 
 
 def _degree(g: OpGraph, node: OpNode, k: int, x_val: tuple[int, int]) -> float | None:
@@ -112,12 +131,19 @@ def _degree(g: OpGraph, node: OpNode, k: int, x_val: tuple[int, int]) -> float |
 
 
 def _has_gelu_constants(cone: list[OpNode], op: str) -> bool:
-    """True unless the user's numbers under tanh/erf were recorded and none is GELU's."""
-    seen = [v for n in cone for v in n.consts if v not in (1.0, 2.0, 3.0)]
+    """True unless the user's numbers under tanh/erf were recorded and are not GELU's: every
+    number is one of GELU's (1.0 in ``1 + 0.044715 * x * x`` and a power's 3 under tanh), and
+    GELU's own are all there."""
+    seen = [(n, v) for n in cone for v in n.consts]
     if not seen:
-        return True
-    want = _TANH_CONSTANTS if op == "tanh" else _ERF_CONSTANTS
-    return any(math.isclose(v, c, rel_tol=1e-3) for v in seen for c in want)
+        return True  # not recorded (torch.compile in use, or a trace): the structure decides
+    if op == "erf":
+        return all(_close(v, *_ERF_CONSTANTS) for _, v in seen)
+    allowed = all(_close(v, _SQRT_2_OVER_PI, *_CUBIC, 1.0) or (n.op == "pow" and v == 3.0) for n, v in seen)
+    values = [v for _, v in seen]
+    scaled = any(_close(v, _CUBIC[1]) for v in values)  # sqrt(2/pi) multiplied into the cubic term
+    has_root = scaled or any(_close(v, _SQRT_2_OVER_PI) for v in values)
+    return allowed and has_root and any(_close(v, *_CUBIC) for v in values)
 
 
 def _suggest(m: Match, backend: str) -> str:

@@ -39,11 +39,13 @@ def _differences(m: Match) -> str:
     user's model was trained with their formula."""
     notes = []
     if m.params.get("unbiased"):
+        c = m.params.get("correction", 1)
+        c_text = f"{c:g}"
         n = m.x.sizes[-1] if m.x is not None and m.x.sizes else None
-        size = f" (x{(n / (n - 1)) ** 0.5:.4f} at {n})" if n and n > 1 else ""
+        size = f" (x{(n / (n - c)) ** 0.5:.4f} at {n})" if n and n > c else ""
         notes.append(
-            "your code divides by the unbiased spread (var/std default, N - 1); layer_norm's is biased (N): "
-            f"outputs differ by the factor sqrt(N/(N-1)){size}"
+            f"your code divides by the spread with N - {c_text} (var/std default: N - 1); layer_norm's is biased (N): "
+            f"outputs differ by the factor sqrt(N/(N-{c_text})){size}"
         )
     if m.params.get("eps_outside_root"):
         notes.append("your eps is added outside the root (std + eps); layer_norm adds it inside, sqrt(var + eps)")
@@ -78,20 +80,21 @@ def _verify(hint: Hint, x: Any, device: Any) -> Builders:
     b = torch.randn(d, device=device, dtype=x.dtype) if details.get("bias", False) else None
     if details.get("weight_plus_one") and w is not None:
         w = 1 + w
-    unbiased = bool(details.get("unbiased", False))  # the user's own spread, timed as written
+    # The user's own spread, timed as written: N - correction.
+    correction = float(details.get("correction", 1)) if details.get("unbiased") else 0.0
     if "var_mean" in ops:
         def chain() -> Any:
-            var, mean = torch.var_mean(x, dim=-1, keepdim=True, unbiased=unbiased)
+            var, mean = torch.var_mean(x, dim=-1, keepdim=True, correction=correction)
             return affine((x - mean) / torch.sqrt(var + VERIFY_EPS), w, b)
     elif "var" in ops:
         def chain() -> Any:
             mean = x.mean(-1, keepdim=True)
-            var = x.var(-1, keepdim=True, unbiased=unbiased)
+            var = x.var(-1, keepdim=True, correction=correction)
             return affine((x - mean) * torch.rsqrt(var + VERIFY_EPS), w, b)
     elif "std" in ops:
         def chain() -> Any:
             mean = x.mean(-1, keepdim=True)
-            return affine((x - mean) / (x.std(-1, keepdim=True, unbiased=unbiased) + VERIFY_EPS), w, b)
+            return affine((x - mean) / (x.std(-1, keepdim=True, correction=correction) + VERIFY_EPS), w, b)
     else:
         def chain() -> Any:
             u = x.mean(-1, keepdim=True)

@@ -4,6 +4,7 @@ last-dim statistic, and one walk back from it tells them apart.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ..dataflow import OpGraph, OpNode, TensorArg
@@ -164,10 +165,16 @@ def _norm_with(g: OpGraph, n: OpNode, ak: int, bk: int) -> Match | None:
         pattern, x = "layer_norm", red.inputs[0]
         casts_src = (red, 0)
         spread = red if red.op != "mean" else a_centred[1]
-        if _unbiased(spread):
+        correction = _correction(spread)
+        if correction:
             params["unbiased"] = True  # x.var() / x.std() default: not layer_norm's variance
+            params["correction"] = correction
     if not has_root:  # a mean square without a root is a variance, not a norm
         return None
+    if pattern == "layer_norm":
+        power = _power_of_variance(chain, 0.5 if root_is_reduction else 1.0)
+        if power is not None and power != (0.5 if n.op == "div" else -0.5):
+            return None  # divided by the variance, a fourth root, a scaled variance: another function
     if pattern == "layer_norm" and _eps_outside_root(chain, root_is_reduction):
         params["eps_outside_root"] = True  # (std + eps): layer_norm takes sqrt(var + eps)
     # Leading casts (``x.to(torch.float32)``) belong to the norm.
@@ -215,16 +222,40 @@ def _norm_with(g: OpGraph, n: OpNode, ak: int, bk: int) -> Match | None:
     return Match(pattern, sorted(nodes.values(), key=lambda m: m.index), x, params)
 
 
-def _unbiased(spread: OpNode) -> bool:
-    """Whether a ``var`` / ``std`` / ``var_mean`` divides by N - 1 (their default), from the
+def _correction(spread: OpNode) -> float:
+    """What a ``var`` / ``std`` / ``var_mean`` subtracts from N (1 by default: N - 1), from the
     arguments the profiler recorded after the dims: ``unbiased`` (a bool) or ``correction``
-    (a number; None is the default, 1). False where nothing was recorded."""
+    (a number; None is the default, 1). 0 where nothing was recorded."""
     if spread.op not in ("var", "std", "var_mean") or len(spread.scalars) < 3:
-        return False
+        return 0
     flag = spread.scalars[1]
     if isinstance(flag, bool):
-        return flag
-    return flag is None or (isinstance(flag, (int, float)) and flag != 0)
+        return 1 if flag else 0
+    if flag is None:
+        return 1
+    return float(flag) if isinstance(flag, (int, float)) else 0
+
+
+def _power_of_variance(chain: list[OpNode], power: float) -> float | None:
+    """The power of the variance the normalising op divides by (0.5: the standard deviation)
+    or multiplies with (-0.5), walking the chain up from the reduction (whose own power is
+    ``power``: 0.5 for ``std``, 1 for a variance); the eps add and casts change nothing, a
+    scale is no norm's (NaN). None where a power's exponent was not recorded."""
+    for c in reversed(chain):
+        if c.op == "sqrt":
+            power *= 0.5
+        elif c.op == "rsqrt":
+            power *= -0.5
+        elif c.op == "reciprocal":
+            power = -power
+        elif c.op == "pow":
+            exps = [v for v in c.scalars if isinstance(v, (int, float)) and not isinstance(v, bool)]
+            if not exps:
+                return None
+            power *= exps[0]
+        elif c.op in ("mul", "div"):
+            return math.nan  # ``sqrt(2 * var + eps)``: a scaled variance
+    return power
 
 
 def _eps_outside_root(chain: list[OpNode], reduction_is_root: bool) -> bool:

@@ -62,4 +62,5 @@ ROTARY_EMBEDDING = Pattern(
     sequence_shapes="rotary",
     suggest=_suggest,
     eager_replacement=False,
+    one_hint_per_shape=False,
 )

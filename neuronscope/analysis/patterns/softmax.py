@@ -37,7 +37,14 @@ def match_softmax(g: OpGraph, n: OpNode) -> Match | None:
         if not same_value(g, e2, 0, e, 0):
             return None
         extra.append(e2)
-    dims = _reduced_dims(s, n.inputs[input_from(n, s) or 0])
+    # The sum's result as its consumer reads it (the division, or the reciprocal), straight from
+    # the sum: a view between them (``.T``, ``unsqueeze`` after a sum without keepdim) moves
+    # the dims, and the shapes no longer tell which one was summed.
+    consumer = extra[0] if n.op == "mul" else n
+    k = input_from(consumer, s)
+    if k is None or any(input_from(m, s) is not None for m in g.nodes[s.index + 1 : consumer.index]):
+        return None
+    dims = _reduced_dims(s, consumer.inputs[k])
     if dims is not None and len(dims) != 1:
         return None  # a sum over several dims: no softmax
     nodes = [n, e, s, *extra]

@@ -787,3 +787,17 @@ def test_one_line_on_two_shapes_is_a_hint_for_each_shape() -> None:
     result = from_profiler(capture(lambda: (fc.gelu_erf(small), fc.gelu_erf(large))))
     gelus = sorted((h for h in result.hints if h.pattern == "gelu"), key=lambda h: h.details["shape"])
     assert [(h.details["shape"], h.calls) for h in gelus] == [([8, 16], 1), ([256, 256], 1)]
+
+
+@pytest.mark.parametrize(
+    ("fn", "is_gelu"), [(fc.gelu_gpt2, True), (fc.gelu_fast, True), (fc.gelu_erf, True), (fc.silu_as_tanh, False)]
+)
+def test_a_traces_gelu_needs_a_cubic_term_under_tanh(tmp_path: Path, fn: Any, is_gelu: bool) -> None:
+    """From op order alone: SiLU written through tanh (``tanh(x / 2)``) is no GELU."""
+    from neuronscope.trace import from_trace
+
+    x = torch.randn(4, 8, 64)
+    prof = capture(lambda: fn(x))
+    path = tmp_path / "t.json"
+    prof.export_chrome_trace(str(path))
+    assert ("gelu" in {h.pattern for h in from_trace(path).hints}) is is_gelu

@@ -139,8 +139,11 @@ def find_sequence_matches(g: OpGraph) -> list[Match]:
                     continue
                 i0 = ops.yielding_head(record.name, rx, i0, end, claimed)
                 end = ops.yielding_tail(record.name, rx, i0, end)
-                i = end
                 members = [m for m in seq[i0:end] if m.op not in record.sequence_skip]
+                if record.sequence_check is not None and not record.sequence_check(members):
+                    i = i0 + 1  # the names fit, what they compute does not
+                    continue
+                i = end
                 claimed.update(m.index for m in members)
                 x = members[0].inputs[0] if members[0].inputs else None
                 params: dict[str, Any] = record.sequence_params(members) if record.sequence_params else {}

@@ -108,6 +108,9 @@ class Pattern:
     location_at_start: bool = False
     #: Facts a trace match records (gelu: approximate), from its op names.
     sequence_params: Callable[[list[OpNode]], dict[str, Any]] | None = None
+    #: What a trace match must also show beyond its op names' pattern (gelu: under tanh, a
+    #: cubic term and a sum), else it is no match.
+    sequence_check: Callable[[list[OpNode]], bool] | None = None
     #: Occurrences on other input shapes are other hints (each is costed, and verified, at its
     #: own shape); False: one idiom whatever its shapes (rotary's q and k, of other head counts
     #: under grouped-query attention, are one line of code and one fused call).

@@ -169,6 +169,19 @@ def _verify(hint: Hint, x: Any, device: Any) -> Builders:
     return chain, (lambda: F.gelu(x)), "torch.nn.functional.gelu"
 
 
+def _sequence_check(members: list[OpNode]) -> bool:
+    """In op order, the ops before tanh must make a cubic term and add it to the linear one:
+    a ``pow`` or the four multiplies of ``0.5 * x`` and ``x * c * (1 + k * x * x)``, and an
+    ``add`` (``x * 0.5 * (1 + tanh(x / 2))``, SiLU, has neither). A trace records no numbers:
+    an erf's argument cannot be told from GELU's ``x / sqrt(2)``."""
+    ops = [m.op for m in members]
+    k = next((i for i, op in enumerate(ops) if op in ("tanh", "erf")), None)
+    if k is None or ops[k] == "erf":
+        return k is not None
+    head = ops[:k]
+    return "add" in head and ("pow" in head or head.count("mul") >= 4)
+
+
 def _sequence_params(members: list[OpNode]) -> dict[str, Any]:
     return {"approximate": "tanh" if any(m.op == "tanh" for m in members) else "none"}
 
@@ -180,4 +193,5 @@ GELU = Pattern(
     suggest=_suggest,
     verify=_verify,
     sequence_params=_sequence_params,
+    sequence_check=_sequence_check,
 )

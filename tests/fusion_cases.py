@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -237,6 +238,16 @@ NEAR_GELUS_BY_NUMBERS = {
     "tanh_no_constants": lambda x: 0.5 * x * (1.0 + torch.tanh(x + x**3)),
     "tanh_half_scale": lambda x: 0.5 * x * (1.0 + torch.tanh(0.5 * (x + 0.044715 * x**3))),
     "two_plus_erf": lambda x: x * 0.5 * (2.0 + torch.erf(x / math.sqrt(2.0))),
+}
+
+
+#: GELU in spellings whose numbers are GELU's however written (a square in the cubic term, a
+#: numpy or tensor constant, sqrt(pi / 2) divided by): GELU hints.
+GELUS_BY_OTHER_NUMBERS = {
+    "cubic_as_square": lambda x: 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * x * (1 + 0.044715 * x**2))),
+    "numpy_constant": lambda x: 0.5 * x * (1 + torch.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3))),
+    "tensor_constant": lambda x: 0.5 * x * (1 + torch.tanh(torch.tensor(0.7978845608) * (x + 0.044715 * x**3))),
+    "divided_by_root": lambda x: 0.5 * x * (1 + torch.tanh((x + 0.044715 * x**3) / math.sqrt(math.pi / 2))),
 }
 
 

@@ -725,7 +725,7 @@ from neuronscope import profile_on_neuron
 x = torch.randn(4, 8, 64)
 out = {}
 fns = {name: getattr(fc, name) for name in ("erf_of_half", "gelu_erf", "gelu_fast", "gelu_gpt2")}
-for name, fn in {**fns, **fc.NEAR_GELUS_BY_NUMBERS}.items():
+for name, fn in {**fns, **fc.NEAR_GELUS_BY_NUMBERS, **fc.GELUS_BY_OTHER_NUMBERS}.items():
     f = profile_on_neuron(fn, export=False, backend="cpu", print_summary=False)
     f(x); f(x)
     out[name] = sorted(h.pattern for h in f.last_result.hints)
@@ -750,7 +750,8 @@ def test_gelus_shape_with_other_constants_is_no_gelu_where_the_numbers_were_seen
     got = json.loads(proc.stdout)
     assert "gelu" in got["gelu_erf"] and "gelu" in got["gelu_fast"] and "gelu" in got["gelu_gpt2"]
     wrong = [name for name in ("erf_of_half", *fc.NEAR_GELUS_BY_NUMBERS) if "gelu" in got[name]]
-    assert not wrong, wrong
+    missed = [name for name in fc.GELUS_BY_OTHER_NUMBERS if "gelu" not in got[name]]
+    assert not wrong and not missed, (wrong, missed)
 
 
 def _ln_root_mean_square_plus_eps(x: torch.Tensor) -> torch.Tensor:
@@ -780,20 +781,46 @@ def test_an_eps_outside_the_root_is_named_wherever_the_spread_comes_from(norm: A
     assert ("(std + eps)" in hint.suggestion) is outside
 
 
-def test_one_line_on_two_shapes_is_a_hint_for_each_shape() -> None:
+def test_one_line_on_two_shapes_is_costed_at_each_shape() -> None:
     """Costed (and verified) at the first occurrence's shape, a GELU line run on [8, 16] and on
-    [256, 256] promised the small one's saving for both."""
+    [256, 256] promised the small one's saving for both: other feature sizes are other hints;
+    batches of other lengths one hint, each shape costed at its own, the savings added."""
+    from neuronscope.analysis import cost
+
     small, large = torch.randn(8, 16), torch.randn(256, 256)
     result = from_profiler(capture(lambda: (fc.gelu_erf(small), fc.gelu_erf(large))))
     gelus = sorted((h for h in result.hints if h.pattern == "gelu"), key=lambda h: h.details["shape"])
     assert [(h.details["shape"], h.calls) for h in gelus] == [([8, 16], 1), ([256, 256], 1)]
+    short, long = torch.randn(2, 8, 64), torch.randn(2, 64, 64)
+    cost._timed_eager_ns.cache_clear()  # a budget of timed shapes for this test
+    result = from_profiler(capture(lambda: (fc.gelu_erf(short), fc.gelu_erf(long), fc.gelu_erf(long))))
+    (gelu,) = [h for h in result.hints if h.pattern == "gelu"]
+    assert gelu.calls == 3 and gelu.details["shape"] == [2, 64, 64]  # the most-called, which verify rebuilds
+    assert gelu.details["shapes"] == [{"shape": [2, 64, 64], "calls": 2}, {"shape": [2, 8, 64], "calls": 1}]
+    # The saving: each shape at most its own timed eager saving (the analysis' own, cached).
+    timed = cost._timed_eager_ns.cache_info().currsize
+    bound = sum(
+        n * max(cost.eager_saving_at_ns("gelu", {"shape": shape, "dtype": "float32", "ops": gelu.ops, "approximate": "none"}) or 0.0, 0.0)
+        for shape, n in (([2, 64, 64], 2), ([2, 8, 64], 1))
+    )
+    assert cost._timed_eager_ns.cache_info().currsize == timed  # nothing timed anew
+    assert gelu.est_saving_us * 1e3 <= bound + 1e-6
+
+
+def _residual_then_silu_as_tanh(x: torch.Tensor) -> torch.Tensor:
+    """A residual add and scales right before SiLU-through-tanh: ops a window can take in."""
+    h = x + x.flip(-1)
+    h = h * x * 0.9 * 1.1
+    return fc.silu_as_tanh(h)
 
 
 @pytest.mark.parametrize(
-    ("fn", "is_gelu"), [(fc.gelu_gpt2, True), (fc.gelu_fast, True), (fc.gelu_erf, True), (fc.silu_as_tanh, False)]
+    ("fn", "is_gelu"),
+    [(fc.gelu_gpt2, True), (fc.gelu_fast, True), (fc.gelu_erf, True), (fc.silu_as_tanh, False), (_residual_then_silu_as_tanh, False)],
 )
 def test_a_traces_gelu_needs_a_cubic_term_under_tanh(tmp_path: Path, fn: Any, is_gelu: bool) -> None:
-    """From op order alone: SiLU written through tanh (``tanh(x / 2)``) is no GELU."""
+    """From op order alone: SiLU written through tanh (``tanh(x / 2)``) is no GELU, nor with a
+    residual add and scales before it."""
     from neuronscope.trace import from_trace
 
     x = torch.randn(4, 8, 64)

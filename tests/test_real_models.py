@@ -125,10 +125,11 @@ def test_one_norm_class_over_two_sizes_gets_a_call_for_each() -> None:
     assert all("rms_norm(x, (64,), weight" in h.suggestion for h in norms[rm.HIDDEN])
     assert all("rms_norm(x, (32,), weight" in h.suggestion for h in norms[32])
     # Two norms per layer and the final one over the hidden size; q_norm and k_norm per layer,
-    # each at its own shape (4 query heads, 2 key heads): a hint each, costed at that shape.
+    # one hint over 32 whose two shapes (4 query heads, 2 key heads) are each costed at their own.
     assert [h.calls for h in norms[rm.HIDDEN]] == [2 * rm.LAYERS + 1]
-    assert sorted(tuple(h.details["shape"]) for h in norms[32]) == [(2, 16, 2, 32), (2, 16, 4, 32)]
-    assert [h.calls for h in norms[32]] == [rm.LAYERS, rm.LAYERS]
+    (heads,) = norms[32]
+    assert heads.calls == 2 * rm.LAYERS
+    assert sorted((tuple(s["shape"]), s["calls"]) for s in heads.details["shapes"]) == [((2, 16, 2, 32), 2), ((2, 16, 4, 32), 2)]
 
 
 def test_a_scale_the_observation_could_not_read_is_not_taken_for_the_default() -> None:

@@ -252,7 +252,9 @@ def test_a_sync_call_over_a_device_gap_is_idle_in_sync(tmp_path: Path, call: str
     assert bd is not None and bd["idle_sync_us"] == pytest.approx((b - a) / 1e3, abs=0.002)
 
 
-@pytest.mark.parametrize(("device", "pid", "label"), [(1, 1, "1"), ("cuda:1", 0, "1"), ("GPU", "GPU", "?")])
+@pytest.mark.parametrize(
+    ("device", "pid", "label"), [(1, 1, "1"), ("cuda:1", 0, "1"), ("GPU", "GPU", "?"), ("H100 HBM3", 1, "1"), ("cpu", "GPU 1", "1")]
+)
 def test_two_devices_in_one_trace_are_broken_down_apart(tmp_path: Path, device: Any, pid: Any, label: str) -> None:
     """One process driving two GPUs: GPU 1 gets a shorter copy of GPU 0's work on the same
     stream ids. Each device's busy time is its own union, streams are not merged across them;

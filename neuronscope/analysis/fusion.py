@@ -35,6 +35,7 @@ import re
 import statistics
 from collections.abc import Iterable
 from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -273,6 +274,39 @@ def _sequence_shapes_ok(pattern: str, members: list[OpNode]) -> bool:
 # ---- from matches to hints --------------------------------------------------------------------
 
 
+@dataclass
+class _Costed:
+    """The occurrences of one idiom at one input shape, and what fusing them saves."""
+
+    occurrences: list[Match]
+    time_ns: float
+    saving_ns: float
+    grounded_ns: float | None  # the measured bound per occurrence, None where none applies
+    eager_timed: bool
+
+
+def _cost_occurrences(pattern: str, names: tuple[str, ...], ms: list[Match], g: OpGraph, backend: str) -> _Costed:
+    """The model on the occurrences' op times (per op position, the median over them: one
+    occurrence slowed by the machine does not inflate it), bounded by what the better fused form
+    saves on this device at their shape (:func:`~.cost.fused_forms_ns`)."""
+    record = pattern_named(pattern)
+    assert record is not None
+    first = ms[0]
+    kept = [i for i, n in enumerate(first.nodes) if n.op not in record.cost_excludes]
+    per_op = [statistics.median(g.time_ns(m.nodes[i]) for m in ms) for i in kept]
+    saving_ns = estimate_saving_ns(pattern, per_op, full_size([first.nodes[i] for i in kept]), backend) * len(ms)
+    time_ns = float(sum(g.time_ns(n) for m in ms for n in m.nodes))
+    # The occurrence as hint.verify() rebuilds it: the eager replacement is timed there.
+    x = first.x
+    at = {"shape": list(x.sizes) if x is not None else None, "dtype": x.dtype if x is not None else None, "ops": list(names), **first.params}
+    forms = fused_forms_ns(pattern, first.nodes, g, backend, at)
+    grounded = None if forms is None else max(0.0, *forms.values())
+    if grounded is not None:
+        saving_ns = min(saving_ns, grounded * len(ms))
+    # Medians can add up to more than the total.
+    return _Costed(ms, time_ns, min(saving_ns, time_ns), grounded, "eager_timed" in (forms or {}))
+
+
 def hints_from_matches(
     matches: list[Match], g: OpGraph, backend: str, confidence: str, from_trace: bool = False
 ) -> list[Hint]:
@@ -285,12 +319,11 @@ def hints_from_matches(
     profiler's own per-op overhead (the model alone promised 5-10x what ``hint.verify()``
     measured on real models' traces). ``from_trace`` changes only the wording of
     ``estimate_model`` (the costs were measured here, not on the trace's machine)."""
-    # One hint per idiom, op sequence, source file, advice and input shape: the layers of a
-    # model share one RMSNorm line (the hint points at the first line); one norm class applied
-    # over two sizes (Qwen3's hidden norm and its per-head q/k norms) is two calls to write, two
-    # hints; one GELU line run on two shapes is two hints, each costed (and verified) at its own
-    # shape (costed at the first, a [1024, 1024] call went 60x under). Rotary's q and k lines,
-    # of other shapes under grouped-query attention, stay one idiom.
+    # One hint per idiom, op sequence, source file, advice and feature size (the input's last
+    # dim): the layers of a model share one RMSNorm line (the hint points at the first line),
+    # and batches of other lengths one hint; one norm class applied over two sizes (Qwen3's
+    # hidden norm and its per-head q/k norms) is two calls to write, two hints. Rotary's q and
+    # k lines, of other shapes under grouped-query attention, stay one idiom.
     groups: dict[tuple[Any, ...], list[Match]] = {}
     located: dict[int, str | None] = {}
     for m in matches:
@@ -298,33 +331,31 @@ def hints_from_matches(
         assert record is not None  # every match comes from a record
         loc = located[id(m)] = match_location(m, record.location_at_start)
         file = loc.rsplit(":", 1)[0] if loc else None
-        shape = m.x.sizes if record.one_hint_per_shape and m.x is not None else None
-        groups.setdefault((m.pattern, m.names, file, record.suggest(m, backend), shape), []).append(m)
+        features = m.x.sizes[-1:] if record.one_hint_per_shape and m.x is not None else None
+        groups.setdefault((m.pattern, m.names, file, record.suggest(m, backend), features), []).append(m)
     hints: list[Hint] = []
-    for (pattern, names, _file, suggestion, _shape), ms in groups.items():
-        locs = [loc for m in ms if (loc := located[id(m)]) is not None]
-        loc = min(locs, key=line_of) if locs else None
-        x = ms[0].x
-        sizes, dtype = (x.sizes, x.dtype) if x is not None else (None, None)
-        # Per op position, the median over occurrences: one occurrence slowed by the machine
-        # (a page fault, another process) does not inflate the estimate.
-        first = ms[0]
+    for (pattern, names, _file, suggestion, _features), ms in groups.items():
         record = pattern_named(pattern)
         assert record is not None  # every match comes from a record
-        kept = [i for i, n in enumerate(first.nodes) if n.op not in record.cost_excludes]
-        per_op = [statistics.median(g.time_ns(m.nodes[i]) for m in ms) for i in kept]
-        saving_ns = estimate_saving_ns(pattern, per_op, full_size([first.nodes[i] for i in kept]), backend) * len(ms)
-        time_ns = sum(g.time_ns(n) for m in ms for n in m.nodes)
-        # The occurrence as hint.verify() rebuilds it: the eager replacement is timed there.
-        at = {"shape": list(sizes) if sizes is not None else None, "dtype": dtype or None, "ops": list(names), **first.params}
-        forms = fused_forms_ns(pattern, first.nodes, g, backend, at)
-        grounded = None if forms is None else max(0.0, *forms.values())
-        if grounded is not None:
-            saving_ns = min(saving_ns, grounded * len(ms))
-        saving_ns = min(saving_ns, time_ns)  # medians can add up to more than the total
-        bound = "measured" if grounded is not None else ("no_shapes" if measured_here(backend) else "none")
+        locs = [loc for m in ms if (loc := located[id(m)]) is not None]
+        loc = min(locs, key=line_of) if locs else None
+        # Each input shape costed at its own (a [1024, 1024] call costed at an [8, 16] one's
+        # saving went 60x under), the savings added; the hint shows the most-called shape,
+        # which hint.verify() rebuilds.
+        by_shape: dict[Any, list[Match]] = {}
+        for m in ms:
+            by_shape.setdefault(m.x.sizes if m.x is not None else None, []).append(m)
+        costed = [_cost_occurrences(pattern, names, same, g, backend) for same in by_shape.values()]
+        saving_ns = sum(c.saving_ns for c in costed)
+        time_ns = sum(c.time_ns for c in costed)
+        main = max(costed, key=lambda c: len(c.occurrences))
+        first = main.occurrences[0]
+        x = first.x
+        sizes, dtype = (x.sizes, x.dtype) if x is not None else (None, None)
+        grounded = [c.grounded_ns for c in costed]
+        bound = "measured" if None not in grounded else ("no_shapes" if measured_here(backend) else "none")
         flags: dict[str, bool] = {}
-        if grounded is not None and grounded <= 0:
+        if bound == "measured" and all(gr is not None and gr <= 0 for gr in grounded):
             flags["fused_no_faster"] = True  # on this device's costs: the message recommends nothing
         elif bound == "no_shapes":
             flags["saving_upper_bound"] = True
@@ -338,10 +369,17 @@ def hints_from_matches(
             "device": backend,
             "backend": backend,
             "time_source": "device" if g.has_device else "cpu",
-            "estimate_model": model_text(pattern, backend, bound=bound, from_trace=from_trace, eager_timed="eager_timed" in (forms or {})),
+            "estimate_model": model_text(
+                pattern, backend, bound=bound, from_trace=from_trace, eager_timed=all(c.eager_timed for c in costed)
+            ),
             **flags,
             **first.params,
         }
+        if len(costed) > 1:
+            details["shapes"] = [
+                {"shape": list(c.occurrences[0].x.sizes) if c.occurrences[0].x is not None else None, "calls": len(c.occurrences)}
+                for c in sorted(costed, key=lambda c: len(c.occurrences), reverse=True)
+            ]
         hints.append(
             Hint(
                 kind="fusion",

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import numbers
 import sys
 import threading
 from collections.abc import Iterator
@@ -98,7 +99,8 @@ def _function_mode() -> Any:
                 return func(*args, **kwargs)
             # The Python numbers of the call (``x * 0.125``, ``var + 1e-6``): the profiler
             # records them as 0-dim tensors, without their value.
-            nums = [a for a in (*args, *kwargs.values()) if a.__class__ in (float, int)]
+            # numpy's numbers too (``np.sqrt(2 / np.pi)``), written as plain floats.
+            nums = [float(a) for a in (*args, *kwargs.values()) if isinstance(a, numbers.Real) and a.__class__ is not bool]
             name = LOCATION_PREFIX + line + (CONSTS_SEP + ",".join(map(repr, nums)) if nums else "")
             with fast(name):
                 return func(*args, **kwargs)

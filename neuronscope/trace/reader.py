@@ -42,13 +42,14 @@ _MAX_NS = 1 << 62
 #: days), and the summary sums durations in it.
 _MAX_SPAN_NS = 1 << 53
 _NO_ARGS = EventArgs()
-_TRAILING_NUMBER = re.compile(r"\d{1,9}$")
+_DEVICE_LABEL = re.compile(r"(?:[A-Za-z]+ ?:? ?)?(\d{1,9})")
 
 
 def _device_number(label: Any) -> int:
-    """A device named in text ("1", "cuda:1", "GPU 1"): its number; -1 where it has none."""
-    m = _TRAILING_NUMBER.search(label) if label.__class__ is str else None
-    return int(m.group()) if m else -1
+    """A device named in text ("1", "cuda:1", "GPU 1"): its number; -1 where it has none (a
+    model name such as "H100 HBM3" is no device number)."""
+    m = _DEVICE_LABEL.fullmatch(label.strip()) if label.__class__ is str else None
+    return int(m.group(1)) if m else -1
 
 
 class _Reader:
@@ -238,9 +239,11 @@ class _Reader:
                         st = e.tid
                     dev_stream.append(st if st.__class__ is int else -1)
                     on = args.device
-                    if on is None:
-                        on = e.pid  # Kineto writes a GPU's events under the device's pid
-                    dev_device.append(on if on.__class__ is int else _device_number(on))
+                    if on.__class__ is not int:
+                        on = _device_number(on)
+                        if on < 0:  # Kineto writes a GPU's events under the device's pid
+                            on = e.pid if e.pid.__class__ is int else _device_number(e.pid)
+                    dev_device.append(on)
                     ev_name = e.name
                     key = (cat, ev_name)
                     c = class_cache.get(key)

@@ -92,10 +92,10 @@ def match_gelu(g: OpGraph, t: OpNode) -> Match | None:
 
 
 #: GELU's constants under tanh: sqrt(2/pi), and the cubic term's 0.044715 (or, multiplied
-#: out, 0.044715 * sqrt(2/pi)); under erf: x / sqrt(2), or x * 1/sqrt(2).
+#: out, 0.044715 * sqrt(2/pi)); under erf: x * 1/sqrt(2) (``x / sqrt(2)`` read as its inverse).
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _CUBIC = (0.044715, 0.044715 * _SQRT_2_OVER_PI)
-_ERF_CONSTANTS = (math.sqrt(2.0), 1.0 / math.sqrt(2.0))
+_ERF_CONSTANTS = (1.0 / math.sqrt(2.0),)
 
 
 def _close(v: float, *want: float) -> bool:
@@ -131,19 +131,27 @@ def _degree(g: OpGraph, node: OpNode, k: int, x_val: tuple[int, int]) -> float |
 
 
 def _has_gelu_constants(cone: list[OpNode], op: str) -> bool:
-    """True unless the user's numbers under tanh/erf were recorded and are not GELU's: every
-    number is one of GELU's (1.0 in ``1 + 0.044715 * x * x`` and a power's 3 under tanh), and
-    GELU's own are all there."""
-    seen = [(n, v) for n in cone for v in n.consts]
-    if not seen:
-        return True  # not recorded (torch.compile in use, or a trace): the structure decides
+    """True unless the user's numbers under tanh/erf were recorded and are not GELU's. A
+    number divided by counts as its inverse (``x / sqrt(2)``, ``u / sqrt(pi / 2)``); a power's
+    exponent is the degree's business. Every recorded number must be one of GELU's (or 1.0, of
+    ``1 + 0.044715 * x * x``); where every scalar operand was recorded, GELU's own must all be
+    there too (a numpy or tensor constant is not recorded: then they cannot be asked for)."""
+    seen: list[float] = []
+    complete = True
+    for n in cone:
+        if n.op == "pow":
+            continue
+        scalars = sum(1 for t in n.inputs if not t.sizes)
+        complete = complete and len(n.consts) >= scalars
+        seen += [1.0 / v if n.op == "div" and v else v for v in n.consts]
     if op == "erf":
-        return all(_close(v, *_ERF_CONSTANTS) for _, v in seen)
-    allowed = all(_close(v, _SQRT_2_OVER_PI, *_CUBIC, 1.0) or (n.op == "pow" and v == 3.0) for n, v in seen)
-    values = [v for _, v in seen]
-    scaled = any(_close(v, _CUBIC[1]) for v in values)  # sqrt(2/pi) multiplied into the cubic term
-    has_root = scaled or any(_close(v, _SQRT_2_OVER_PI) for v in values)
-    return allowed and has_root and any(_close(v, *_CUBIC) for v in values)
+        return all(_close(v, *_ERF_CONSTANTS) for v in seen) and (not complete or bool(seen))
+    if not all(_close(v, _SQRT_2_OVER_PI, *_CUBIC, 1.0) for v in seen):
+        return False
+    if not complete:
+        return True
+    scaled = any(_close(v, _CUBIC[1]) for v in seen)  # sqrt(2/pi) multiplied into the cubic term
+    return (scaled or any(_close(v, _SQRT_2_OVER_PI) for v in seen)) and any(_close(v, *_CUBIC) for v in seen)
 
 
 def _suggest(m: Match, backend: str) -> str:
@@ -170,16 +178,21 @@ def _verify(hint: Hint, x: Any, device: Any) -> Builders:
 
 
 def _sequence_check(members: list[OpNode]) -> bool:
-    """In op order, the ops before tanh must make a cubic term and add it to the linear one:
-    a ``pow`` or the four multiplies of ``0.5 * x`` and ``x * c * (1 + k * x * x)``, and an
-    ``add`` (``x * 0.5 * (1 + tanh(x / 2))``, SiLU, has neither). A trace records no numbers:
-    an erf's argument cannot be told from GELU's ``x / sqrt(2)``."""
+    """In op order, the ops before tanh must make a cubic term and then add it to the linear
+    one: an ``add`` after a ``pow`` or after two multiplies (``0.044715 * x * x``), and tanh's
+    argument a sum or its scaling (``x * 0.5 * (1 + tanh(x / 2))``, SiLU, ends in a division;
+    a residual add and scales before it are not GELU's). A trace records no numbers: an erf's
+    argument cannot be told from GELU's ``x / sqrt(2)``."""
     ops = [m.op for m in members]
     k = next((i for i, op in enumerate(ops) if op in ("tanh", "erf")), None)
     if k is None or ops[k] == "erf":
         return k is not None
     head = ops[:k]
-    return "add" in head and ("pow" in head or head.count("mul") >= 4)
+    if not head or head[-1] not in ("mul", "add") or "add" not in head:
+        return False
+    add = len(head) - 1 - head[::-1].index("add")  # the last add: linear + cubic
+    before = head[:add]
+    return "pow" in before or before.count("mul") >= 2
 
 
 def _sequence_params(members: list[OpNode]) -> dict[str, Any]:

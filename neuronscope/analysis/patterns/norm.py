@@ -239,9 +239,12 @@ def _correction(spread: OpNode) -> float:
 def _power_of_variance(chain: list[OpNode], power: float) -> float | None:
     """The power of the variance the normalising op divides by (0.5: the standard deviation)
     or multiplies with (-0.5), walking the chain up from the reduction (whose own power is
-    ``power``: 0.5 for ``std``, 1 for a variance); the eps add and casts change nothing, a
-    scale is no norm's (NaN). None where a power's exponent was not recorded."""
+    ``power``: 0.5 for ``std``, 1 for a variance); the eps add, casts and a scale by 1.0 change
+    nothing, another scale is no norm's (NaN). None where a power's exponent or a scale's
+    number was not recorded."""
+    previous = ""
     for c in reversed(chain):
+        op, previous = previous, c.op  # op: the one below c in the chain
         if c.op == "sqrt":
             power *= 0.5
         elif c.op == "rsqrt":
@@ -254,7 +257,12 @@ def _power_of_variance(chain: list[OpNode], power: float) -> float | None:
                 return None
             power *= exps[0]
         elif c.op in ("mul", "div"):
-            return math.nan  # ``sqrt(2 * var + eps)``: a scaled variance
+            # ``1.0 / sqrt(var + eps)`` runs reciprocal, then a multiply by 1.0: where the
+            # number was not recorded, a multiply right after a reciprocal is taken for it.
+            if c.consts and any(v != 1.0 for v in c.consts):
+                return math.nan  # ``sqrt(2 * var + eps)``: a scaled variance
+            if not c.consts and not (c.op == "mul" and op == "reciprocal"):
+                return math.nan  # a scale of unknown size: no norm claimed on it
     return power
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..dataflow import OpGraph, OpNode, TensorArg
+from ..opgraph import VIEW_OPS
 from .base import Builders, Match, Pattern, input_from, same_value
 
 if TYPE_CHECKING:
@@ -42,8 +43,8 @@ def match_softmax(g: OpGraph, n: OpNode) -> Match | None:
     # the dims, and the shapes no longer tell which one was summed.
     consumer = extra[0] if n.op == "mul" else n
     k = input_from(consumer, s)
-    if k is None or any(input_from(m, s) is not None for m in g.nodes[s.index + 1 : consumer.index]):
-        return None
+    if k is None or any(m.op in VIEW_OPS and input_from(m, s) is not None for m in g.nodes[s.index + 1 : consumer.index]):
+        return None  # on a square x, ``sum(0).unsqueeze(1)`` has ``sum(1, keepdim=True)``'s shape
     dims = _reduced_dims(s, consumer.inputs[k])
     if dims is not None and len(dims) != 1:
         return None  # a sum over several dims: no softmax

@@ -24,12 +24,13 @@ the user's program) does not pay: the second bound keeps an estimate from promis
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import json
 import math
 import statistics
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
@@ -39,6 +40,9 @@ from .patterns import pattern_named
 from .patterns.base import ROOTS
 
 __all__ = [
+    "MAX_TIMED_NUMEL",
+    "MAX_TIMED_PARAMETERS",
+    "MAX_TIMED_SHAPES",
     "MIN_SAVING_NS",
     "DeviceCosts",
     "compiled_call_ns",
@@ -172,13 +176,11 @@ def monotone_bandwidth(points: list[tuple[int, float]]) -> tuple[tuple[int, floa
     return tuple(out)
 
 
-def grounded_saving_ns(
-    pattern: str, nodes: list[OpNode], g: OpGraph, backend: str, at: Mapping[str, Any] | None = None
-) -> float | None:
+def grounded_saving_ns(pattern: str, nodes: list[OpNode], g: OpGraph, backend: str) -> float | None:
     """What fusing one occurrence saves, on this device's measured costs, with the fused form
     ``hint.verify()`` would find faster (:func:`fused_forms_ns`). None where there is no such
     bound: the device's costs are not measured here, or the ops' shapes were not recorded."""
-    forms = fused_forms_ns(pattern, nodes, g, backend, at)
+    forms = fused_forms_ns(pattern, nodes, g, backend)
     return None if forms is None else max(0.0, *forms.values())
 
 
@@ -300,11 +302,10 @@ def eager_costs(pattern: str, device: str = "cpu") -> tuple[float, float] | None
         import torch
 
         from ..result import Hint
-        from .verify import paired_difference, time_variants
+        from .verify import paired_saving_ns
 
         rows = []
-        with torch.no_grad(), torch.random.fork_rng(devices=[]):  # the user's random stream is theirs
-            torch.manual_seed(0)
+        with torch.no_grad(), _private_random_stream():
             for shape in _PROBE_SHAPES:
                 probe = Hint("fusion", pattern, [], details={"shape": list(shape), "weight": True})
                 x = torch.randn(*shape)
@@ -312,8 +313,7 @@ def eager_costs(pattern: str, device: str = "cpu") -> tuple[float, float] | None
                 if replacement is None:
                     return None
                 ops, tensors = _chain_traffic(chain)
-                times = time_variants({"chain": chain, "replacement": replacement}, lambda: None, 7, 0.001)
-                saving_ns = paired_difference(times["chain"], times["replacement"]) * 1e3
+                saving_ns = paired_saving_ns(chain, replacement, 7)
                 rows.append((max(0, ops - record.fused_passes) * costs.per_op_ns, float(sum(tensors)), saving_ns))
     except Exception:  # a probe that cannot run here: the compiled form is the estimate
         return None
@@ -330,6 +330,17 @@ def eager_costs(pattern: str, device: str = "cpu") -> tuple[float, float] | None
     share = (s1 * m2 - s2 * m1) / det
     per_byte = (l1 * s2 - l2 * s1) / det
     return min(max(share, 0.0), MAX_SHARE), min(max(per_byte, 0.0), max_per_byte)
+
+
+@contextlib.contextmanager
+def _private_random_stream() -> Iterator[None]:
+    """The probes' random numbers, from a forked and seeded stream: the user's is theirs (a
+    profiled step must see the dropout masks an unprofiled one does)."""
+    import torch
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        yield
 
 
 #: Most occurrences' shapes :func:`eager_saving_at_ns` times in one process (some 20-50 ms
@@ -362,7 +373,7 @@ def eager_saving_at_ns(pattern: str, details: Mapping[str, Any], device: str = "
         "ops": [str(op) for op in details.get("ops") or []],
         "weight": bool(details.get("weight", True)),
     }
-    for key in ("approximate", "dim", "bias", "weight_plus_one", "unbiased"):
+    for key in ("approximate", "dim", "bias", "weight_plus_one", "correction"):
         if details.get(key) not in (None, False):
             occurrence[key] = details[key]
     try:
@@ -389,24 +400,15 @@ def _timed_eager_ns(key: str) -> float | None:
         import torch
 
         from ..result import Hint
-        from .verify import paired_difference, time_variants
+        from .verify import floating_dtype, paired_saving_ns
 
-        dtype = getattr(torch, details["dtype"], None)
-        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-            dtype = torch.float32
         probe = Hint("fusion", pattern, details.pop("ops"), details=details)
-        # The user's random stream is theirs: the probe's inputs and the builder's weights
-        # draw from a forked one (a profiled step must see the dropout masks an unprofiled one does).
-        with torch.no_grad(), torch.random.fork_rng(devices=[]):
-            torch.manual_seed(0)
-            x = torch.randn(*details["shape"]).to(dtype)
+        with torch.no_grad(), _private_random_stream():
+            x = torch.randn(*details["shape"]).to(floating_dtype(details["dtype"]))
             chain, replacement, _ = record.verify(probe, x, torch.device("cpu"))
-            if replacement is None:
-                return None
-            times = time_variants({"chain": chain, "replacement": replacement}, lambda: None, 5, 0.001)
+            return None if replacement is None else paired_saving_ns(chain, replacement, 5)
     except Exception:  # a probe that cannot run here: the two-probe model stands in
         return None
-    return paired_difference(times["chain"], times["replacement"]) * 1e3
 
 
 #: Most parameter elements :func:`fused_optimizer_saving_ns` steps (a default AdamW step over
@@ -440,11 +442,9 @@ def fused_optimizer_saving_ns(cls: str, shapes: tuple[tuple[int, ...], ...], dty
     try:
         import torch
 
-        from .verify import paired_difference, time_variants
+        from .verify import floating_dtype, paired_saving_ns
 
-        dt = getattr(torch, dtype, None)
-        if not isinstance(dt, torch.dtype) or not dt.is_floating_point:
-            dt = torch.float32
+        dt = floating_dtype(dtype)
         optim = getattr(torch.optim, cls)
 
         def build(**kind: bool) -> Any:
@@ -453,11 +453,9 @@ def fused_optimizer_saving_ns(cls: str, shapes: tuple[tuple[int, ...], ...], dty
                 p.grad = torch.randn_like(p)
             return optim(params, **kind)
 
-        with torch.random.fork_rng(devices=[]):  # the user's random stream is theirs
-            torch.manual_seed(0)
+        with _private_random_stream():
             default, fused = build(foreach=False), build(fused=True)
-        times = time_variants({"default": default.step, "fused": fused.step}, lambda: None, 5, 0.001)
-        return paired_difference(times["default"], times["fused"]) * 1e3 * total / timed_elements
+        return paired_saving_ns(default.step, fused.step, 5) * total / timed_elements
     except Exception:  # an optimizer without a fused form on this build: no bound
         return None
 

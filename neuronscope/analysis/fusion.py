@@ -52,7 +52,7 @@ from .dataflow import (
     observed_graph,
 )
 from .optimizer import optimizer_hints, optimizer_steps
-from .patterns import PATTERNS, REGISTRY, Match, pattern_named
+from .patterns import PATTERNS, REGISTRY, Match, Pattern, pattern_named
 from .patterns.base import line_of, match_location
 
 if TYPE_CHECKING:
@@ -285,12 +285,11 @@ class _Costed:
     eager_timed: bool
 
 
-def _cost_occurrences(pattern: str, names: tuple[str, ...], ms: list[Match], g: OpGraph, backend: str) -> _Costed:
+def _cost_occurrences(record: Pattern, names: tuple[str, ...], ms: list[Match], g: OpGraph, backend: str) -> _Costed:
     """The model on the occurrences' op times (per op position, the median over them: one
     occurrence slowed by the machine does not inflate it), bounded by what the better fused form
     saves on this device at their shape (:func:`~.cost.fused_forms_ns`)."""
-    record = pattern_named(pattern)
-    assert record is not None
+    pattern = record.name
     first = ms[0]
     kept = [i for i, n in enumerate(first.nodes) if n.op not in record.cost_excludes]
     per_op = [statistics.median(g.time_ns(m.nodes[i]) for m in ms) for i in kept]
@@ -345,7 +344,7 @@ def hints_from_matches(
         by_shape: dict[Any, list[Match]] = {}
         for m in ms:
             by_shape.setdefault(m.x.sizes if m.x is not None else None, []).append(m)
-        costed = [_cost_occurrences(pattern, names, same, g, backend) for same in by_shape.values()]
+        costed = [_cost_occurrences(record, names, same, g, backend) for same in by_shape.values()]
         saving_ns = sum(c.saving_ns for c in costed)
         time_ns = sum(c.time_ns for c in costed)
         main = max(costed, key=lambda c: len(c.occurrences))

@@ -13,7 +13,7 @@ import collections
 
 from ..events import KIND_ANNOTATION, EventTable
 from ..result import Hint
-from .cost import MIN_SAVING_NS, estimate_saving_ns, full_size, fused_optimizer_saving_ns, model_text
+from .cost import MAX_TIMED_PARAMETERS, MIN_SAVING_NS, estimate_saving_ns, full_size, fused_optimizer_saving_ns, model_text
 from .dataflow import OpGraph, OpNode
 from .patterns.base import MATMULS, Match, match_location
 from .patterns.elementwise_chain import ELEMENTWISE_CHAIN, elementwise_chains
@@ -156,7 +156,8 @@ def optimizer_hints(g: OpGraph, steps: dict[str, list[list[int]]], backend: str,
                     **({"fused_step_saving_us": timed / 1e3} if timed is not None else {}),
                     "estimate_model": model_text(ELEMENTWISE_CHAIN.name, backend, bound="none") + (
                         f"; at most what torch.optim.{cls}(fused=True) saved per step against its default form, timed "
-                        "here on parameters of these shapes (past 2M elements, a sample of them, scaled) with default "
+                        f"here on parameters of these shapes (past {MAX_TIMED_PARAMETERS / 1e6:.1f}M elements, a sample "
+                        "of them, scaled) with default "
                         "hyperparameters, without the profiler"
                         if timed is not None
                         else ""

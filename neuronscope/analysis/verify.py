@@ -38,7 +38,15 @@ from .patterns import REGISTRY, pattern_named
 if TYPE_CHECKING:
     from ..result import Hint
 
-__all__ = ["VERIFIABLE_PATTERNS", "Verification", "paired_difference", "time_variants", "verify_hint"]
+__all__ = [
+    "VERIFIABLE_PATTERNS",
+    "Verification",
+    "floating_dtype",
+    "paired_difference",
+    "paired_saving_ns",
+    "time_variants",
+    "verify_hint",
+]
 
 #: Patterns :func:`verify_hint` can rebuild. Attention, rotary and elementwise chains have too
 #: many shapes and spellings to rebuild from a hint's evidence.
@@ -180,6 +188,21 @@ def paired_difference(first: list[float], other: list[float]) -> float:
     return statistics.median(c - o for c, o in zip(first, other))
 
 
+def paired_saving_ns(slow: Callable[[], Any], fast: Callable[[], Any], repeats: int) -> float:
+    """What ``fast`` saves per call against ``slow`` on the CPU, in ns (negative: it is
+    slower): :func:`time_variants` in blocks of a millisecond, :func:`paired_difference`."""
+    times = time_variants({"slow": slow, "fast": fast}, lambda: None, repeats, 0.001)
+    return paired_difference(times["slow"], times["fast"]) * 1e3
+
+
+def floating_dtype(name: Any) -> Any:
+    """The torch floating-point dtype named ``name`` ("bfloat16"), else float32 (a name torch
+    does not know, an integer dtype, none at all)."""
+    torch = _torch()
+    dtype = getattr(torch, str(name or "float32"), None)
+    return dtype if isinstance(dtype, torch.dtype) and dtype.is_floating_point else torch.float32
+
+
 def verify_hint(
     hint: Hint,
     *,
@@ -213,10 +236,7 @@ def verify_hint(
             "capture again with record_shapes=True to verify it"
         )
     dev = _device(hint, device)
-    dtype_name = str(hint.details.get("dtype") or "float32")
-    dtype = getattr(torch, dtype_name, None)
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        dtype = torch.float32
+    dtype = floating_dtype(hint.details.get("dtype"))
     gen = torch.Generator(device="cpu").manual_seed(seed)
     x = torch.randn(*shape, generator=gen, dtype=torch.float32).to(device=dev, dtype=dtype)
 

@@ -347,12 +347,13 @@ def _link_device(
     if device_events:
         d_linked = list(map(ev_type.linked_correlation_id, device_events))
         d_dur = list(map(ev_type.duration_ns, device_events))
+        acts = list(map(_activity_getter(ev_type), device_events))
+        names = list(map(ev_type.name, device_events))
         # A stream waiting on another (MTIA's event_wait) is no work: no op's device time, as
         # the trace reader counts it.
-        acts, names = map(_activity_getter(ev_type), device_events), map(ev_type.name, device_events)
         work = [device_class(act, name) != DEVICE_WAIT for act, name in zip(acts, names)]
         attach_device_time(table, itertools.compress(zip(d_linked, d_dur), work), index_by_corr)
-        _device_intervals(table, ev_type, device_events, other_events, index_by_corr)
+        _device_intervals(table, ev_type, device_events, acts, names, other_events, index_by_corr)
     others = table.others
     if others is not None and other_events:
         o_linked = list(map(ev_type.linked_correlation_id, other_events))
@@ -366,10 +367,17 @@ def _link_device(
 
 
 def _device_intervals(
-    table: EventTable, ev_type: Any, device_events: list[Any], other_events: list[Any], index_by_corr: dict[int, int]
+    table: EventTable,
+    ev_type: Any,
+    device_events: list[Any],
+    acts: list[str],
+    names: list[str],
+    other_events: list[Any],
+    index_by_corr: dict[int, int],
 ) -> None:
     """Each device event's interval, stream, class and launch call (for the step breakdown), the
-    host's synchronisation calls, and the device time of ranges opened inside an op."""
+    host's synchronisation calls, and the device time of ranges opened inside an op. ``acts``
+    and ``names``: the device events' activities and names, read once by the caller."""
     others = table.others
     launch_at: dict[int, tuple[int, int]] = {}  # runtime call's correlation -> (start, end)
     dev = DeviceEvents()
@@ -382,8 +390,6 @@ def _device_intervals(
                 if is_sync_call(others.names[j]):
                     dev.sync_starts.append(others.starts[j])
                     dev.sync_ends.append(others.ends[j])
-    acts = list(map(_activity_getter(ev_type), device_events))
-    names = list(map(ev_type.name, device_events))
     starts = list(map(ev_type.start_ns, device_events))
     ends = list(map(ev_type.end_ns, device_events))
     get_stream = getattr(ev_type, "device_resource_id", None)  # the stream: torch 2.1 and later

@@ -38,8 +38,8 @@ def _differences(m: Match) -> str:
     """What layer_norm computes differently from the user's code: said, not hidden, since the
     user's model was trained with their formula."""
     notes = []
-    if m.params.get("unbiased"):
-        c = m.params.get("correction", 1)
+    c = m.params.get("correction")
+    if c:
         c_text = f"{c:g}"
         n = m.x.sizes[-1] if m.x is not None and m.x.sizes else None
         size = f" (x{(n / (n - c)) ** 0.5:.4f} at {n})" if n and n > c else ""
@@ -81,7 +81,7 @@ def _verify(hint: Hint, x: Any, device: Any) -> Builders:
     if details.get("weight_plus_one") and w is not None:
         w = 1 + w
     # The user's own spread, timed as written: N - correction.
-    correction = float(details.get("correction", 1)) if details.get("unbiased") else 0.0
+    correction = float(details.get("correction") or 0.0)
     if "var_mean" in ops:
         def chain() -> Any:
             var, mean = torch.var_mean(x, dim=-1, keepdim=True, correction=correction)

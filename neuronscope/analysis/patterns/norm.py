@@ -166,8 +166,8 @@ def _norm_with(g: OpGraph, n: OpNode, ak: int, bk: int) -> Match | None:
         casts_src = (red, 0)
         spread = red if red.op != "mean" else a_centred[1]
         correction = _correction(spread)
-        if correction:
-            params["unbiased"] = True  # x.var() / x.std() default: not layer_norm's variance
+        if correction:  # x.var() / x.std() default to N - 1: not layer_norm's variance
+            params["unbiased"] = True
             params["correction"] = correction
     if not has_root:  # a mean square without a root is a variance, not a norm
         return None
@@ -175,8 +175,8 @@ def _norm_with(g: OpGraph, n: OpNode, ak: int, bk: int) -> Match | None:
         power = _power_of_variance(chain, 0.5 if root_is_reduction else 1.0)
         if power is not None and power != (0.5 if n.op == "div" else -0.5):
             return None  # divided by the variance, a fourth root, a scaled variance: another function
-    if pattern == "layer_norm" and _eps_outside_root(chain, root_is_reduction):
-        params["eps_outside_root"] = True  # (std + eps): layer_norm takes sqrt(var + eps)
+        if _eps_outside_root(chain, root_is_reduction):
+            params["eps_outside_root"] = True  # (std + eps): layer_norm takes sqrt(var + eps)
     # Leading casts (``x.to(torch.float32)``) belong to the norm.
     lead: list[OpNode] = []
     root_value(g, casts_src[0], casts_src[1], lead)

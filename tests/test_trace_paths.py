@@ -267,3 +267,25 @@ def test_the_usual_layout_is_decoded_in_one_pass(events: str) -> None:
     (a, b), meta = span
     assert json.loads(data[a:b]) == json.loads(data)["traceEvents"]
     assert meta == {"schemaVersion": 1, "INFO": ["a.cpp:1] x", "b.cpp:2] y"], "traceName": "t"}
+
+
+@pytest.mark.parametrize("indent", [None, 2], ids=["compact", "pretty"])
+def test_lists_of_objects_after_the_events_leave_them_decoded_in_one_pass(indent: int | None) -> None:
+    """A tool that rewrites a trace (``json.dump`` of Kineto's keys, reordered) may write
+    ``deviceProperties``, a list of objects, after the events: the events' list is still found
+    at its own end (taking the later list's end made the events' text no JSON list, and the
+    document was decoded twice more), and not at a list of objects inside the last event."""
+    last = {**OP, "args": {"x": [{"y": 1}]}}
+    doc = {
+        "metadata": {"a": [{"b": 1}]},
+        "traceEvents": [OP, last],
+        "schemaVersion": 1,
+        "deviceProperties": [{"id": 0}, {"id": 1}],
+        "traceName": "t",
+    }
+    data = json.dumps(doc, indent=indent).encode()
+    span = jsontext._events_span(data)
+    assert span is not None
+    (a, b), meta = span
+    assert json.loads(data[a:b]) == doc["traceEvents"]
+    assert meta == {k: v for k, v in doc.items() if k != "traceEvents"}

@@ -51,7 +51,8 @@ from .dataflow import (
     graph_with_observation,
     observed_graph,
 )
-from .optimizer import optimizer_hints, optimizer_steps
+from .opgraph import short_name
+from .optimizer import has_optimizer_steps, optimizer_hints, optimizer_steps
 from .patterns import PATTERNS, REGISTRY, Match, Pattern, pattern_named
 from .patterns.base import line_of, match_location
 
@@ -430,6 +431,8 @@ def fusion_hints(ctx: AnalysisContext) -> list[Hint]:
         hints = hints_from_matches(find_matches(graph, reserved), graph, ctx.backend, confidence)
         hints += optimizer_hints(graph, steps, ctx.backend, confidence)
         return hints
+    if not has_optimizer_steps(ctx.table) and all(_token(short_name(nm)) == "?" for nm in dict.fromkeys(ctx.table.names)):
+        return []  # no op any sequence pattern names, and no optimizer step: nothing to match
     locations = ctx.extra.get("locations") if isinstance(ctx.extra, dict) else None
     graph = graph_from_table(ctx.table, locations if isinstance(locations, list) else None)
     steps = optimizer_steps(graph, ctx.table)

@@ -18,7 +18,7 @@ from .dataflow import OpGraph, OpNode
 from .patterns.base import MATMULS, Match, match_location
 from .patterns.elementwise_chain import ELEMENTWISE_CHAIN, elementwise_chains
 
-__all__ = ["FUSED_OPTIMIZERS", "OPTIMIZER_STEP_PREFIX", "optimizer_hints", "optimizer_steps"]
+__all__ = ["FUSED_OPTIMIZERS", "OPTIMIZER_STEP_PREFIX", "has_optimizer_steps", "optimizer_hints", "optimizer_steps"]
 
 #: torch.optim records each step as a range named ``Optimizer.step#<class>.step``.
 OPTIMIZER_STEP_PREFIX = "Optimizer.step#"
@@ -29,12 +29,18 @@ MIN_OPTIMIZER_CHAINS = 2
 _MODEL_OPS = MATMULS | {"linear", "addmm", "conv1d", "conv2d", "conv3d", "convolution", "embedding"}
 
 
+def has_optimizer_steps(table: EventTable) -> bool:
+    """Whether ``table`` holds a torch.optim step range: the common case (none) is settled by
+    one C-level pass and a look at each distinct name."""
+    return any(name.startswith(OPTIMIZER_STEP_PREFIX) for name in dict.fromkeys(table.names))
+
+
 def optimizer_steps(g: OpGraph, table: EventTable) -> dict[str, list[list[int]]]:
     """The update ops of each optimizer step (in the ``Optimizer.step#AdamW.step`` ranges
     torch.optim records), a list per step, by optimizer class name."""
     ranges: dict[str, list[tuple[int, int, int]]] = {}
-    if not any(name.startswith(OPTIMIZER_STEP_PREFIX) for name in dict.fromkeys(table.names)):
-        return {}  # the common case, settled by one C-level pass and a look at each distinct name
+    if not has_optimizer_steps(table):
+        return {}
     for i, name in enumerate(table.names):
         if name.startswith(OPTIMIZER_STEP_PREFIX) and table.kinds[i] == KIND_ANNOTATION:
             cls = name[len(OPTIMIZER_STEP_PREFIX) :].split(".", 1)[0]

@@ -100,6 +100,9 @@ _EVENTS_KEY = re.compile(rb'"traceEvents"' + _WS + rb":" + _WS + rb"\[")
 _EVENTS_NAME = re.compile(rb'"traceEvents"' + _WS + rb":")
 _BOUNDARY = re.compile(rb"\}" + _WS + rb"," + _WS + rb"\{")
 _ARRAY_START = re.compile(_WS + rb"\[")
+_ARRAY_END = re.compile(_WS + rb"\]")
+#: A list of objects ends: a candidate for the events' list's end.
+_LIST_END = re.compile(rb"\}" + _WS + rb"\]")
 #: Largest single event the streaming reader holds (a name or args of megabytes is no
 #: profiler's): beyond it the file is refused rather than buffered without bound.
 MAX_EVENT_BYTES = 16 << 20
@@ -403,33 +406,32 @@ def _events_span(data: bytes) -> tuple[tuple[int, int], dict[str, Any]] | None:
     kilobytes, decoded alone, so that the events' text is decoded once. None where no such
     place is found (the caller then decodes the whole document).
 
-    The list's end is the last "]" after a "}" (the last event) or after its "[" for which
-    the text before the list, "]" and the text after it make a JSON object (where the key is
-    nested, a bracket stays open). A list of objects in the metadata after the events would
-    be taken for the end: the events' text then is no JSON list, and the caller decodes
-    the whole document."""
+    The list's end is a "]" after a "}" (the last event), or right after its "[", for which
+    the text before the list, "]" and the text after it make a JSON object; of those, the
+    first. A later one closes a list of objects written after the events at the top level
+    (``deviceProperties``, where a tool rewrote the trace): taking it made the events' text
+    no JSON list, and the document was decoded twice more. An earlier one, inside the
+    events, never makes an object: the events after it would follow the object's end."""
     m = _EVENTS_KEY.search(data)
     if m is None:
         return None
     start = m.end() - 1  # the list's "["
-    end = len(data)
-    lowest = max(start, end - _BOUNDARY_WINDOW)  # metadata after the events is far smaller
-    tries = _BOUNDARY_TRIES
-    while tries:
-        end = data.rfind(b"]", lowest, end)
-        if end < 0:
-            return None
-        if data[max(start, end - 64) : end].rstrip(_JSON_SPACE)[-1:] not in (b"}", b"["):
-            continue  # a "]" in the metadata's strings, or closing a list of values
-        tries -= 1
+    lowest = max(start + 1, len(data) - _BOUNDARY_WINDOW)  # metadata after the events is far smaller
+    ends = [mo.end() - 1 for mo in _LIST_END.finditer(data, lowest)]
+    empty = _ARRAY_END.match(data, start + 1)
+    if empty is not None:
+        ends.insert(0, empty.end() - 1)
+    found = None
+    for end in ends[::-1][:_BOUNDARY_TRIES]:  # the last first: a few lists of objects at most follow
         text = data[: start + 1] + b"]" + data[end + 1 :]
         try:
             doc = _decode_any(text)
         except (ValueError, RecursionError):
             continue  # not the list's end: the text around it does not close
         meta = _metadata(doc, text, start)
-        return None if meta is None else ((start, end + 1), meta)
-    return None
+        if meta is not None:
+            found = ((start, end + 1), meta)
+    return found
 
 
 def _decode_checked(data: bytes, name: str) -> tuple[list[Any], dict[str, Any]]:

@@ -421,8 +421,7 @@ def _events_span(data: bytes) -> tuple[tuple[int, int], dict[str, Any]] | None:
     empty = _ARRAY_END.match(data, start + 1)
     if empty is not None:
         ends.insert(0, empty.end() - 1)
-    found = None
-    for end in ends[::-1][:_BOUNDARY_TRIES]:  # the last first: a few lists of objects at most follow
+    for end in ends[-_BOUNDARY_TRIES:]:  # a few lists of objects at most follow the events
         text = data[: start + 1] + b"]" + data[end + 1 :]
         try:
             doc = _decode_any(text)
@@ -430,8 +429,8 @@ def _events_span(data: bytes) -> tuple[tuple[int, int], dict[str, Any]] | None:
             continue  # not the list's end: the text around it does not close
         meta = _metadata(doc, text, start)
         if meta is not None:
-            found = ((start, end + 1), meta)
-    return found
+            return (start, end + 1), meta
+    return None
 
 
 def _decode_checked(data: bytes, name: str) -> tuple[list[Any], dict[str, Any]]:

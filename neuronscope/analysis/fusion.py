@@ -431,8 +431,10 @@ def fusion_hints(ctx: AnalysisContext) -> list[Hint]:
         hints = hints_from_matches(find_matches(graph, reserved), graph, ctx.backend, confidence)
         hints += optimizer_hints(graph, steps, ctx.backend, confidence)
         return hints
-    if not has_optimizer_steps(ctx.table) and all(_token(short_name(nm)) == "?" for nm in dict.fromkeys(ctx.table.names)):
-        return []  # no op any sequence pattern names, and no optimizer step: nothing to match
+    # No op any sequence pattern names, and no optimizer step: nothing to match. The names first:
+    # on most traces the first few settle it, and optimizer_steps looks for steps itself.
+    if all(_token(short_name(nm)) == "?" for nm in dict.fromkeys(ctx.table.names)) and not has_optimizer_steps(ctx.table):
+        return []
     locations = ctx.extra.get("locations") if isinstance(ctx.extra, dict) else None
     graph = graph_from_table(ctx.table, locations if isinstance(locations, list) else None)
     steps = optimizer_steps(graph, ctx.table)

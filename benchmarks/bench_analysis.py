@@ -95,8 +95,9 @@ def _check_against_key_averages(prof: Any, result: Any) -> str:
 
 
 def section_analysis(n_events: int, runs: int, ka_runs: int) -> None:
-    from neuronscope.events import summarize, table_from_profiler
-    from neuronscope.pipeline import build_result, from_profiler
+    from neuronscope.drive.pipeline import build_result, from_profiler
+    from neuronscope.events import table_from_profiler
+    from neuronscope.result.summary import summarize
 
     print(f"\n== 1. from_profiler on {n_events:,} events, median of {runs} (key_averages: {ka_runs}) ==")
     prof, n = capture(n_events, **CAPTURE)
@@ -155,8 +156,9 @@ def section_analysis(n_events: int, runs: int, ka_runs: int) -> None:
 # ---- 2. scaling, in fresh processes -------------------------------------------------------------
 def _child(method: str, n_events: int) -> None:
     """Run in a subprocess: capture, then time one analysis and its peak memory."""
-    from neuronscope.events import summarize, table_from_profiler
-    from neuronscope.pipeline import from_profiler
+    from neuronscope.drive.pipeline import from_profiler
+    from neuronscope.events import table_from_profiler
+    from neuronscope.result.summary import summarize
 
     prof, n = capture(n_events, **CAPTURE)
     out: dict[str, Any] = {"events": n}
@@ -223,8 +225,8 @@ def section_scaling(small: int, big: int, big_key_averages: bool) -> None:
 
 # ---- 3. the trace -------------------------------------------------------------------------------
 def section_trace(n_events: int) -> None:
-    from neuronscope import export
-    from neuronscope.export import GZIP_TRACE_ABOVE_EVENTS
+    from neuronscope.export import run_dir as export
+    from neuronscope.export.run_dir import GZIP_TRACE_ABOVE_EVENTS
 
     print(f"\n== 3. trace export of {n_events:,} events (gzip above {GZIP_TRACE_ABOVE_EVENTS:,} raw events) ==")
     with tempfile.TemporaryDirectory() as tmp:

@@ -40,7 +40,8 @@ from fusion_cases import tiny_llama_case
 from neuronscope.analysis.dataflow import graph_from_profiler
 from neuronscope.analysis.fusion import find_matches, fusion_hints
 from neuronscope.analysis.rules import AnalysisContext
-from neuronscope.events import summarize, table_from_profiler
+from neuronscope.events import table_from_profiler
+from neuronscope.result.summary import summarize
 
 
 def median_s(fn: Callable[[], Any], repeat: int) -> float:

@@ -46,9 +46,9 @@ from torch.profiler import ProfilerActivity, profile
 
 from neuronscope import from_trace, profile_on_neuron
 from neuronscope.capture.observe import observe_dataflow
+from neuronscope.drive.pipeline import build_result
 from neuronscope.errors import NeuronscopeError
 from neuronscope.events import table_from_profiler
-from neuronscope.pipeline import build_result
 
 
 def capture_hints(model: rm.Model, train: bool, out: Path) -> tuple[Any, Any]:

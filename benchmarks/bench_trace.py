@@ -149,7 +149,7 @@ def baseline_orjson_nogc(path: Path) -> Any:
 
 
 def analyse(path: Path) -> Any:
-    from neuronscope.trace import from_trace
+    from neuronscope.drive.traces import from_trace
 
     return from_trace(path)
 
@@ -204,7 +204,7 @@ def rss_growth(which: str, path: Path) -> float | None:
     """
     code = (
         f"import sys, gc; sys.path.insert(0, {str(REPO)!r})\n"
-        "import torch, neuronscope.trace, neuronscope.pipeline, bench_trace as b\n"
+        "import torch, neuronscope.drive.traces, neuronscope.drive.pipeline, bench_trace as b\n"
         "from pathlib import Path\n"
         f"b.analyse(Path({str(path)!r})); gc.collect()\n"  # warm: imports of the analysis rules
         "def status(key):\n"

@@ -13,14 +13,14 @@ what to fuse.
 
 from __future__ import annotations
 
-from .compare import compare
-from .decorator import profile_on_neuron
-from .errors import NeuronscopeError
-from .export import load
-from .pipeline import from_profiler
-from .region import neuron_region, reset
-from .result import Comparison, Hint, OpStat, ProfileResult
-from .trace import from_trace
+from neuronscope.compare.variants import compare
+from neuronscope.decorator import profile_on_neuron
+from neuronscope.drive.pipeline import from_profiler
+from neuronscope.drive.traces import from_trace
+from neuronscope.errors import NeuronscopeError
+from neuronscope.export.run_dir import load
+from neuronscope.region import neuron_region, reset
+from neuronscope.result.types import Comparison, Hint, OpStat, ProfileResult
 
 __version__ = "0.1.0"
 

@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from .errors import NeuronscopeError
-from .report import printable
-from .result import dumps_json
+from neuronscope.errors import NeuronscopeError
+from neuronscope.report.text import printable
+from neuronscope.result.types import dumps_json
 
 __all__ = ["build_parser", "main"]
 
@@ -77,7 +77,7 @@ def _looks_like_trace(path: Path) -> bool:
 
 
 def _read_trace(path: Path | list[Path]) -> Any:
-    from .trace import from_trace
+    from neuronscope.drive.traces import from_trace
 
     try:
         return from_trace(path)
@@ -88,8 +88,8 @@ def _read_trace(path: Path | list[Path]) -> Any:
 def _open(path_text: str) -> Any:
     """A run directory, a result.json, a trace file, or ``RUN_DIR#LABEL`` (one variant of a
     comparison), as a result object."""
-    from .export import load
-    from .result import Comparison
+    from neuronscope.export.run_dir import load
+    from neuronscope.result.types import Comparison
 
     path = Path(path_text)
     if not path.exists() and VARIANT_SEP in path_text:
@@ -108,7 +108,7 @@ def _open(path_text: str) -> Any:
     # neuronscope run directory (its own trace.json beside a missing result.json: load says so).
     own = ("result.json", "trace.json", "trace.json.gz", ".incomplete")
     if path.is_dir() and not any((path / n).exists() for n in own):
-        from .trace import find_trace_files
+        from neuronscope.drive.traces import find_trace_files
 
         if find_trace_files(path):
             return _read_trace(path)
@@ -132,8 +132,8 @@ def _top_hint_text(obj: Any) -> str | None:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from .export import incomplete_trace_text, is_incomplete
-    from .result import Comparison
+    from neuronscope.export.run_dir import incomplete_trace_text, is_incomplete
+    from neuronscope.result.types import Comparison
 
     runs = args.run if isinstance(args.run, list) else [args.run]
     if len(runs) > 1:  # several trace files: the ranks of one job
@@ -157,8 +157,8 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def _run_rows(root: Path) -> list[dict[str, Any]]:
-    from .export import INCOMPLETE_MARKER, RESULT_FILE, find_runs, load
-    from .result import Comparison
+    from neuronscope.export.run_dir import INCOMPLETE_MARKER, RESULT_FILE, find_runs, load
+    from neuronscope.result.types import Comparison
 
     rows = []
     for run in find_runs(root):
@@ -232,8 +232,8 @@ def _fastest_text(cmp: Any, best: Any) -> str | None:
 def cmd_ls(args: argparse.Namespace) -> int:
     from tabulate import tabulate
 
-    from .config import default_output_root
-    from .report import fmt_us, shorten
+    from neuronscope.config import default_output_root
+    from neuronscope.report.text import fmt_us, shorten
 
     root = Path(args.root) if args.root else default_output_root()
     if not root.exists() and not args.root:  # nothing captured here yet: not an error
@@ -271,8 +271,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    from .diff import diff_results, render_diff
-    from .result import Comparison
+    from neuronscope.report.diff import diff_results, render_diff
+    from neuronscope.result.types import Comparison
 
     a, b = _open(args.run_a), _open(args.run_b)
     for obj, label in ((a, args.run_a), (b, args.run_b)):
@@ -291,7 +291,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .html_report import write_report
+    from neuronscope.report.html import write_report
 
     path = write_report(args.run)
     _print(str(path))
@@ -299,13 +299,13 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from .doctor import main as doctor_main
+    from neuronscope.doctor import main as doctor_main
 
     return doctor_main(args.out)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import render_demo, run_demo
+    from neuronscope.demo import render_demo, run_demo
 
     cmp = run_demo(
         backend=args.backend,
@@ -320,7 +320,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if cmp.run_dir:
         _print(f"written to {cmp.run_dir}")
         if args.report:
-            from .html_report import write_report
+            from neuronscope.report.html import write_report
 
             _print(f"report: {write_report(cmp.run_dir)}")
         else:
@@ -339,7 +339,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
+    from neuronscope import __version__
 
     parser = _Parser(
         prog="neuronscope",
@@ -442,7 +442,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _error(message: str) -> None:
     """One line on stderr, printable (a file name from a hostile directory is escaped)."""
-    from .report import shorten
+    from neuronscope.report.text import shorten
 
     print(f"neuronscope: error: {printable(shorten(message, 2000))}", file=sys.stderr)
 

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError
+from neuronscope.errors import ConfigError
 
 __all__ = [
     "BACKENDS",

@@ -20,17 +20,29 @@ from typing import Any, TypeVar, overload
 
 import wrapt
 
-from .announce import log
-from .config import (
+from neuronscope.announce import log
+from neuronscope.config import (
     DEFAULT_ACTIVE,
     DEFAULT_WARMUP,
     Options,
     build_options,
     disabled_by_env,
 )
-from .errors import NeuronscopeError
-from .result import ProfileResult
-from .scope import CAPTURE, MAX_KEPT_RESULTS, OFF, CallWindow, Owner, captures_done, deliver, enter, keep_result, leave, windows
+from neuronscope.drive.scope import (
+    CAPTURE,
+    MAX_KEPT_RESULTS,
+    OFF,
+    CallWindow,
+    Owner,
+    captures_done,
+    deliver,
+    enter,
+    keep_result,
+    leave,
+    windows,
+)
+from neuronscope.errors import NeuronscopeError
+from neuronscope.result.types import ProfileResult
 
 __all__ = ["MAX_KEPT_RESULTS", "NotWrappableError", "profile_on_neuron", "report_uncaptured", "wrap_callable"]
 
@@ -297,7 +309,7 @@ def profile_on_neuron(func: Any = None, /, **options: Any) -> Any:
     defaults = {"warmup": DEFAULT_WARMUP, "active": DEFAULT_ACTIVE}
     opts = build_options(defaults, **options)
     if opts.backend not in ("auto", "cpu") and opts.enabled and not disabled_by_env():
-        from .capture import check_backend_available
+        from neuronscope.capture import check_backend_available
 
         check_backend_available(opts.backend)
 

@@ -12,8 +12,8 @@ import logging
 import time
 from typing import Any
 
-from .compare import compare, ensure_log_handler
-from .result import Comparison
+from neuronscope.compare.variants import compare, ensure_log_handler
+from neuronscope.result.types import Comparison
 
 __all__ = ["DEMO_SHAPE", "STUDY", "answer", "render_demo", "rms_norm_fused", "rms_norm_naive", "run_demo"]
 
@@ -127,8 +127,8 @@ def run_demo(
     """
     import torch
 
-    from .capture import resolve_backend
-    from .config import build_options
+    from neuronscope.capture import resolve_backend
+    from neuronscope.config import build_options
 
     ensure_log_handler()
     name = resolve_backend(build_options(None, backend=backend)).name

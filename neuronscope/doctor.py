@@ -324,7 +324,7 @@ def _write(report: dict[str, Any], out: Path | None) -> Path:
 
 def load_doctor_report(path: Path | str) -> dict[str, Any]:
     """Read a doctor report (or a test fixture made from one) and check its shape."""
-    from .errors import NeuronscopeError
+    from neuronscope.errors import NeuronscopeError
 
     data = json.loads(Path(path).read_text())
     if not isinstance(data, dict) or data.get("kind") != "neuronscope-doctor":

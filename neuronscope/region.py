@@ -13,13 +13,11 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from . import decorator as _decorator
-from .announce import NeuronscopeWarning, ensure_log_handler, log
-from .capture import check_backend_available
-from .config import Options, build_options, disabled_by_env, options_key, remember
-from .errors import NeuronscopeError
-from .result import ProfileResult
-from .scope import (
+from neuronscope import decorator as _decorator
+from neuronscope.announce import NeuronscopeWarning, ensure_log_handler, log
+from neuronscope.capture import check_backend_available
+from neuronscope.config import Options, build_options, disabled_by_env, options_key, remember
+from neuronscope.drive.scope import (
     LABEL,
     MAX_KEPT_RESULTS,
     OFF,
@@ -34,7 +32,9 @@ from .scope import (
     placeholder,
     windows,
 )
-from .session import Session
+from neuronscope.drive.session import Session
+from neuronscope.errors import NeuronscopeError
+from neuronscope.result.types import ProfileResult
 
 if TYPE_CHECKING:
     from typing_extensions import Self  # typing.Self is 3.11+; torch requires typing_extensions
@@ -167,7 +167,7 @@ class neuron_region(Owner):
         return None if session is None else session.result
 
     def on_result(self, result: ProfileResult) -> None:
-        from .scope import keep_result
+        from neuronscope.drive.scope import keep_result
 
         keep_result(self.results, result)
 

@@ -35,7 +35,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-import neuronscope.distributed as nd
+import neuronscope.drive.distributed as nd
 from neuronscope import neuron_region
 
 OUT = Path(sys.argv[1])

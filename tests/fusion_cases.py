@@ -584,7 +584,7 @@ def calibration(attempts: int = 4, calls: int = 9) -> dict[str, list[dict[str, f
     a factor of two of the verified saving. Returns the numbers of every attempt."""
     from torch.profiler import ProfilerActivity, profile
 
-    from neuronscope.pipeline import from_profiler
+    from neuronscope.drive.pipeline import from_profiler
 
     x = torch.randn(256, 1024)
     modules = {"rms_norm": LlamaRMSNorm(1024), "layer_norm": BertLayerNormTF(1024)}

@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 from tiny_trainer import Tokens, cpu_args, tiny_llama
 
-from neuronscope.result import ProfileResult
+from neuronscope.result.types import ProfileResult
 
 
 def hf(out: Path) -> tuple[str, list[ProfileResult]]:

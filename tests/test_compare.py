@@ -24,7 +24,7 @@ from neuronscope import (
     load,
     neuron_region,
 )
-from neuronscope.compare import (
+from neuronscope.compare.variants import (
     COMPARE_PROFILED,
     NOT_WORK_OPS,
     adopt_session_files,
@@ -36,7 +36,7 @@ from neuronscope.demo import rms_norm_fused, rms_norm_naive
 from neuronscope.errors import ConfigError
 from neuronscope.events import KIND_ANNOTATION, KIND_OP, EventTable
 from neuronscope.region import NeuronscopeWarning, ensure_no_capture_running
-from neuronscope.result import ComparisonRow
+from neuronscope.result.types import ComparisonRow
 
 SHAPE = (2, 16, 64)  # small: the suite measures behaviour, not speed
 ROUNDS = 6  # timing rounds where a test looks at anything but the timing

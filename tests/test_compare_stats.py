@@ -11,9 +11,8 @@ from typing import Any
 import pytest
 import torch
 
-from neuronscope import compare, stats
-from neuronscope.report import fmt_us
-from neuronscope.timing import (
+from neuronscope import compare
+from neuronscope.capture.timing import (
     FLOOR_ROUNDS,
     MAX_CALLS_PER_SAMPLE,
     MAX_ROUNDS,
@@ -26,6 +25,8 @@ from neuronscope.timing import (
     plan_rounds,
     run_rounds,
 )
+from neuronscope.compare import intervals as stats
+from neuronscope.report.text import fmt_us
 
 
 # ---- stats -------------------------------------------------------------------------------------
@@ -99,9 +100,9 @@ def test_a_speedup_the_medians_contradict_is_not_called_faster(monkeypatch: pyte
     higher. The demo once showed such a row "1.75x [1.01-2.10]" beside a higher time."""
     import importlib
 
-    from neuronscope.timing import Rounds
+    from neuronscope.capture.timing import Rounds
 
-    compare_module = importlib.import_module("neuronscope.compare")  # the package's name is the function
+    compare_module = importlib.import_module("neuronscope.compare.variants")  # the package's name is the function
 
     base = [1.0] * 15 + [2.0] * 35 + [10.0] * 50
     variant = [0.5] * 15 + [6.0] * 35 + [8.0] * 50

@@ -16,9 +16,10 @@ import torch
 
 from neuronscope import neuron_region
 from neuronscope.analysis.compile import compiled_label, labelled_compiled_ops
-from neuronscope.events import KIND_ANNOTATION, KIND_OP, EventTable, summarize
+from neuronscope.events import KIND_ANNOTATION, KIND_OP, EventTable
 from neuronscope.events.table import promote_compiled_events
-from neuronscope.result import Hint, ProfileResult
+from neuronscope.result.summary import summarize
+from neuronscope.result.types import Hint, ProfileResult
 
 dynamo = pytest.importorskip("torch._dynamo")
 

@@ -25,9 +25,9 @@ from typing import Any
 import pytest
 import torch.distributed as dist
 
-import neuronscope.distributed as nd
+import neuronscope.drive.distributed as nd
 from neuronscope import load, neuron_region
-from neuronscope.result import ProfileResult
+from neuronscope.result.types import ProfileResult
 
 WORKER = Path(__file__).with_name("dist_worker.py")
 STAMP = re.compile(r"^(\d{8}-\d{6}-\d{6})_.+_pid\d+_rank(\d+)$")

@@ -41,6 +41,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from neuronscope import events as ev
+from neuronscope.drive.pipeline import from_profiler
 from neuronscope.events import (
     FLAG_ASYNC,
     FLAG_LEGACY_DEVICE,
@@ -50,14 +51,12 @@ from neuronscope.events import (
     KIND_PYTHON,
     KIND_RUNTIME,
     EventTable,
-    Summary,
     attach_device_time,
     live,
-    summarize,
     table_from_profiler,
 )
 from neuronscope.events.nesting import add_inner_range_device_time
-from neuronscope.pipeline import from_profiler
+from neuronscope.result.summary import Summary, summarize
 
 SHARED_TRACES = Path(__file__).resolve().parent / "data" / "traces"
 
@@ -723,7 +722,7 @@ def test_live_capture_keeps_device_intervals_launches_and_inner_ranges() -> None
 
 def test_one_answer_to_is_this_frame_user_code() -> None:
     """events.frames: one list of library roots for live captures and trace files."""
-    from neuronscope.events.frames import LIBRARY_ROOTS, is_user_file, user_location
+    from neuronscope.events.locations import LIBRARY_ROOTS, is_user_file, user_location
 
     assert {"torch", "neuronscope", "_pytest", "pluggy", "wrapt", "torch_neuronx"} <= LIBRARY_ROOTS
     assert user_location("/home/me/train.py(12): main") == "/home/me/train.py:12"

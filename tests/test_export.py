@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from neuronscope import export, load
-from neuronscope.result import Comparison, ComparisonRow, Hint, OpStat, ProfileResult, RegionStat
+from neuronscope import load
+from neuronscope.export import run_dir as export
+from neuronscope.result.types import Comparison, ComparisonRow, Hint, OpStat, ProfileResult, RegionStat
 
 
 def _result(**fields: object) -> ProfileResult:
@@ -109,7 +110,7 @@ def test_repr_html_in_a_real_jupyter_kernel() -> None:
     root = Path(__file__).resolve().parents[1]
     cell = (
         f"import sys; sys.path.insert(0, {str(root)!r})\n"
-        "from neuronscope.result import ProfileResult, OpStat, Hint, RegionStat\n"
+        "from neuronscope.result.types import ProfileResult, OpStat, Hint, RegionStat\n"
         "r = ProfileResult(name='nb', backend='cpu', wall_time_us=5.0, ops=[OpStat('aten::mul', 1, 3.0, 3.0)],\n"
         "    hints=[Hint(kind='fusion', pattern='gelu', ops=['aten::tanh'], suggestion='F.gelu')],\n"
         "    regions={'nb': RegionStat('nb', 1, 5.0), 'inner': RegionStat('inner', 1, 2.0)})\n"

@@ -26,10 +26,11 @@ from neuronscope.analysis.patterns import REGISTRY, pattern_named
 from neuronscope.analysis.rules import AnalysisContext
 from neuronscope.analysis.verify import verify_hint
 from neuronscope.capture.observe import observe_dataflow
+from neuronscope.drive.pipeline import build_result, from_profiler
 from neuronscope.errors import NeuronscopeError
-from neuronscope.events import KIND_OP, EventTable, summarize, table_from_profiler
-from neuronscope.pipeline import build_result, from_profiler
-from neuronscope.result import Hint, ProfileResult
+from neuronscope.events import KIND_OP, EventTable, table_from_profiler
+from neuronscope.result.summary import summarize
+from neuronscope.result.types import Hint, ProfileResult
 
 CASES = {c.name: c for c in fc.cases()}
 HERE = Path(__file__).resolve().parent
@@ -360,7 +361,7 @@ def test_torch_compiled_function_gets_no_hint() -> None:
 
 
 def test_trace_file_gives_sequence_hints(tmp_path: Path) -> None:
-    from neuronscope.trace import from_trace
+    from neuronscope.drive.traces import from_trace
 
     case = fc.tiny_llama_case(layers=2)
     prof = capture(case.run)
@@ -393,7 +394,7 @@ def test_idioms_back_to_back_in_a_trace_are_the_live_captures(tmp_path: Path, fi
     shapes only) they are the same hints, of the same ops, as the live capture finds by data
     flow, though an optional trailing op of the first (GELU's last mul, a norm's weight) could as
     well begin the second in op order."""
-    from neuronscope.trace import from_trace
+    from neuronscope.drive.traces import from_trace
 
     x, w, b = torch.randn(64, 256), torch.randn(256), torch.randn(256)
     cos, sin, row = torch.randn(64, 256), torch.randn(64, 256), torch.randn(1, 256)
@@ -462,7 +463,7 @@ def test_hint_lines_from_a_profilers_stacks(tmp_path: Path) -> None:
     name functions, the function's ``def`` line, never its decorator's."""
     import importlib.util
 
-    from neuronscope.trace import from_trace
+    from neuronscope.drive.traces import from_trace
 
     path = tmp_path / "idioms.py"
     path.write_text(_IDIOM_MODULE)
@@ -558,7 +559,7 @@ def test_sequence_text_leaves_out_only_ops_no_pattern_can_match(monkeypatch: pyt
     """The sequence patterns search a text in which an op whose name holds no word of any
     pattern is written "?" (a short text: the search tries every character). Over every case
     and a real training trace, the matches are the ones the full op names give."""
-    from neuronscope.trace import table_from_trace
+    from neuronscope.drive.traces import table_from_trace
 
     tables = [table_from_profiler(capture(case.run), record_shapes=True) for case in CASES.values()]
     tables.append(table_from_trace(Path(__file__).parent / "data" / "traces" / "training_mm_record_shapes.json.gz")[0])
@@ -821,7 +822,7 @@ def _residual_then_silu_as_tanh(x: torch.Tensor) -> torch.Tensor:
 def test_a_traces_gelu_needs_a_cubic_term_under_tanh(tmp_path: Path, fn: Any, is_gelu: bool) -> None:
     """From op order alone: SiLU written through tanh (``tanh(x / 2)``) is no GELU, nor with a
     residual add and scales before it."""
-    from neuronscope.trace import from_trace
+    from neuronscope.drive.traces import from_trace
 
     x = torch.randn(4, 8, 64)
     prof = capture(lambda: fn(x))

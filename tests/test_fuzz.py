@@ -35,8 +35,8 @@ from neuronscope import NeuronscopeError, load, neuron_region, profile_on_neuron
 from neuronscope.cli import main as cli_main
 from neuronscope.config import BACKENDS, NEURON_MODES, Options, build_options
 from neuronscope.errors import ConfigError, RunLoadError
-from neuronscope.report import render_comparison, render_result
-from neuronscope.result import (
+from neuronscope.report.text import render_comparison, render_result
+from neuronscope.result.types import (
     Comparison,
     ComparisonRow,
     Hint,

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import neuronscope
-from neuronscope.result import Hint
+from neuronscope.result.types import Hint
 
 
 def _rms(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -40,7 +40,7 @@ def test_compare_hint_covers_every_profiled_call(tmp_path: Any) -> None:
 
 def test_events_frames_use_the_one_answer() -> None:
     from neuronscope.capture import frames as cf
-    from neuronscope.events import frames as ef
+    from neuronscope.events import locations as ef
 
     assert ef.is_user_file is cf.is_user_file and ef.LIBRARY_ROOTS is cf.LIBRARY_ROOTS
     # a helper of a model library is not the user's line, in a trace as live
@@ -96,7 +96,7 @@ def test_a_traces_rms_norm_saving_counts_its_intermediates(monkeypatch: Any, tmp
     from neuronscope.analysis import cost
     from neuronscope.analysis.dataflow import graph_from_profiler, graph_from_table
     from neuronscope.analysis.fusion import find_matches, find_sequence_matches
-    from neuronscope.trace.reader import read_files
+    from neuronscope.events.trace_reader import read_files
 
     x, w = torch.randn(64, 256), torch.randn(256)
     with profile(record_shapes=True, profile_memory=True) as prof:
@@ -125,7 +125,7 @@ def test_a_trace_without_shapes_names_the_weight_as_the_users_to_carry(tmp_path:
     from neuronscope.analysis.dataflow import graph_from_table
     from neuronscope.analysis.fusion import find_sequence_matches
     from neuronscope.analysis.patterns import pattern_named
-    from neuronscope.trace.reader import read_files
+    from neuronscope.events.trace_reader import read_files
 
     with profile() as prof:
         _rms(torch.randn(8, 32), torch.randn(32))
@@ -148,7 +148,7 @@ def test_a_traced_layer_norm_suggestion_keeps_what_its_shapes_show(tmp_path: Any
     from neuronscope.analysis.dataflow import graph_from_table
     from neuronscope.analysis.fusion import find_sequence_matches
     from neuronscope.analysis.patterns import pattern_named
-    from neuronscope.trace.reader import read_files
+    from neuronscope.events.trace_reader import read_files
 
     x, w, b = torch.randn(8, 32), torch.randn(32), torch.randn(32)
 
@@ -194,7 +194,7 @@ def test_a_cpu_capture_without_shapes_gives_an_upper_bound_and_says_so() -> None
     bounded and says so."""
     from torch.profiler import ProfilerActivity, profile
 
-    from neuronscope.pipeline import from_profiler
+    from neuronscope.drive.pipeline import from_profiler
 
     x, w = torch.randn(64, 256), torch.randn(256)
     for record_shapes in (False, True):
@@ -220,8 +220,8 @@ def test_a_hint_whose_fused_forms_are_no_faster_here_recommends_nothing(monkeypa
     from torch.profiler import ProfilerActivity, profile
 
     from neuronscope.analysis import cost
-    from neuronscope.pipeline import from_profiler
-    from neuronscope.result import NO_FASTER_TEXT
+    from neuronscope.drive.pipeline import from_profiler
+    from neuronscope.result.types import NO_FASTER_TEXT
 
     monkeypatch.setattr(cost, "device_costs", lambda device="cpu": cost.DeviceCosts(1.0, ((1, 1e9),)))
     monkeypatch.setattr(cost, "compiled_call_ns", lambda device="cpu": 1e6)
@@ -249,7 +249,7 @@ def test_verify_on_a_device_this_torch_cannot_run_says_what_to_do() -> None:
 
 
 def test_compare_top_hint_reads_as_the_hint_does() -> None:
-    from neuronscope.compare import _hint_text
+    from neuronscope.compare.variants import _hint_text
 
     hint = _rms_hint()
     assert _hint_text(hint, 100.0) == "rms_norm (~39% of its time)"
@@ -399,7 +399,7 @@ def test_a_capture_on_other_shapes_is_relinked_from_its_own_tree() -> None:
     """The warm-up call saw other shapes: the observation's facts are not the capture's, so the
     capture's own event tree is read and relinked, and its hint carries the captured shape."""
     from neuronscope.analysis.dataflow import graph_from_observation
-    from neuronscope.pipeline import build_result
+    from neuronscope.drive.pipeline import build_result
 
     observed, prof, table = _observed_and_captured(torch.randn(8, 32), torch.randn(16, 32))
     assert observed is not None and graph_from_observation(observed, table) is None

@@ -20,7 +20,7 @@ from torch import nn
 
 from neuronscope import load
 from neuronscope.errors import ConfigError
-from neuronscope.result import ProfileResult
+from neuronscope.result.types import ProfileResult
 
 transformers = pytest.importorskip("transformers")
 pl = pytest.importorskip("lightning.pytorch")

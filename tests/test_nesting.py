@@ -12,9 +12,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from neuronscope.events import EventTable, nesting, summary
+from neuronscope.events import EventTable, nesting
 from neuronscope.events.nesting import add_inner_range_device_time, innermost_open, last_reaching, parents, subtree_ends
 from neuronscope.events.table import KIND_ANNOTATION, KIND_OP
+from neuronscope.result import summary
 
 
 def _swept(starts: list[int], ends: list[int], tids: list[int], rows: list[int], instants: list[tuple[int, int]]) -> list[int]:

@@ -21,7 +21,7 @@ pytest.importorskip("transformers")
 import real_models as rm
 
 from neuronscope import from_trace, neuron_region, profile_on_neuron
-from neuronscope.result import Hint, ProfileResult
+from neuronscope.result.types import Hint, ProfileResult
 
 
 @pytest.fixture(autouse=True)

@@ -50,13 +50,15 @@ import pytest
 import torch
 from fake_backends import CountingBackend, faulty_backend
 
-from neuronscope import export, load, neuron_region, profile_on_neuron, scope
+from neuronscope import load, neuron_region, profile_on_neuron
 from neuronscope.cli import main as cli_main
 from neuronscope.config import build_options
 from neuronscope.decorator import MAX_KEPT_RESULTS
+from neuronscope.drive import scope
 from neuronscope.errors import ConfigError, RunLoadError
+from neuronscope.export import run_dir as export
 from neuronscope.region import NeuronscopeWarning, ensure_no_capture_running
-from neuronscope.result import SCHEMA_VERSION, OpStat, ProfileResult
+from neuronscope.result.types import SCHEMA_VERSION, OpStat, ProfileResult
 
 HELPERS = Path(__file__).parent / "reliability_helpers"
 WORKER = HELPERS / "export_worker.py"
@@ -1134,7 +1136,7 @@ def test_sigkill_while_a_real_trace_is_being_written(real_workers: _RealWorkers,
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
 def test_a_child_forked_during_a_capture_is_told_once(tmp_path: Path) -> None:
-    from neuronscope import forking
+    from neuronscope.drive import forking
 
     out = tmp_path / "child.txt"
     with neuron_region("forking", backend="cpu", export=False):

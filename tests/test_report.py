@@ -27,8 +27,8 @@ from neuronscope import (
     neuron_region,
 )
 from neuronscope.demo import rms_norm_fused, rms_norm_naive
-from neuronscope.export import finish_run
-from neuronscope.html_report import REPORT_FILE, render_report, write_report
+from neuronscope.export.run_dir import finish_run
+from neuronscope.report.html import REPORT_FILE, render_report, write_report
 
 pytest.importorskip("matplotlib", reason="the report draws its charts with matplotlib (a dependency)")
 
@@ -171,7 +171,7 @@ def test_write_report_takes_result_json_or_a_result(single: ProfileResult, compa
 def test_hint_savings_read_as_the_hint_line_does() -> None:
     """The page's saving column says what the hint's message says: "up to" an upper bound, and
     no replacement where the fused forms are estimated no faster here."""
-    from neuronscope.result import NO_FASTER_TEXT, Hint
+    from neuronscope.result.types import NO_FASTER_TEXT, Hint
 
     upper = Hint("fusion", "gelu", ["aten::mul"], time_us=900.0, est_saving_us=600.0, suggestion="use F.gelu", details={"saving_upper_bound": True})
     none = Hint("fusion", "silu_mul", ["aten::silu"], time_us=50.0, est_saving_us=0.0, suggestion="torch.compile the MLP", details={"fused_no_faster": True})
@@ -276,8 +276,8 @@ def test_chromium_dom_has_the_charts_and_no_console_errors(
 
 
 def _synthetic_run(tmp_path: Path, **fields: object) -> Path:
-    from neuronscope.export import export_result
-    from neuronscope.result import OpStat
+    from neuronscope.export.run_dir import export_result
+    from neuronscope.result.types import OpStat
 
     result = ProfileResult(
         name=str(fields.pop("name", "odd")),
@@ -322,7 +322,7 @@ def test_chromium_sees_only_file_links(tmp_path: Path) -> None:
 
 
 def test_non_finite_numbers_do_not_break_the_report(tmp_path: Path) -> None:
-    from neuronscope.result import OpStat
+    from neuronscope.result.types import OpStat
 
     nan, inf = float("nan"), float("inf")
     run = _synthetic_run(
@@ -354,7 +354,7 @@ def _axes_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
 
 def test_a_share_axis_ends_at_100_percent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A compiled variant is one op at 100%: its axis ran to 128% (ticks to 120%)."""
-    from neuronscope.result import OpStat
+    from neuronscope.result.types import OpStat
 
     seen = _axes_calls(monkeypatch)
     run = _synthetic_run(tmp_path, ops=[OpStat("CompiledFunction", 1, 50.0, 50.0)])
@@ -364,8 +364,8 @@ def test_a_share_axis_ends_at_100_percent(tmp_path: Path, monkeypatch: pytest.Mo
 
 
 def test_a_slowdown_within_the_noise_is_not_red(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from neuronscope.report_charts import Charts
-    from neuronscope.result import ComparisonRow
+    from neuronscope.report.charts import Charts
+    from neuronscope.result.types import ComparisonRow
 
     seen = _axes_calls(monkeypatch)
     cmp = Comparison(
@@ -384,7 +384,7 @@ def test_a_slowdown_within_the_noise_is_not_red(tmp_path: Path, monkeypatch: pyt
 def test_a_huge_name_keeps_the_report_small(tmp_path: Path) -> None:
     name = "n" * 50_000
     run = _synthetic_run(tmp_path, name=name, ops=[])
-    from neuronscope.result import OpStat
+    from neuronscope.result.types import OpStat
 
     result = load(run)
     assert isinstance(result, ProfileResult)
@@ -407,7 +407,7 @@ def test_setup_makes_matplotlib_a_dependency() -> None:
 def test_the_ranks_chart_draws_the_slowest_ranks(monkeypatch: pytest.MonkeyPatch, n_ranks: int) -> None:
     # A bar per rank up to RANK_BARS; of a big job, the slowest ones, slowest first (8,000 bars
     # took the report 87 s and said nothing one could read).
-    from neuronscope.report_charts import RANK_BARS, Charts
+    from neuronscope.report.charts import RANK_BARS, Charts
 
     seen = _axes_calls(monkeypatch)
     ranks = [{"rank": r, "wall_time_us": 1000.0 + (r * 7919) % n_ranks} for r in range(n_ranks)]

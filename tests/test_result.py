@@ -14,8 +14,8 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 import neuronscope
 from neuronscope import Comparison, Hint, NeuronscopeError, OpStat, ProfileResult, from_profiler
-from neuronscope.export import INCOMPLETE_MARKER, atomic_write_text, find_runs, new_run_dir
-from neuronscope.result import SCHEMA_VERSION, ComparisonRow, RegionStat, dumps_json
+from neuronscope.export.run_dir import INCOMPLETE_MARKER, atomic_write_text, find_runs, new_run_dir
+from neuronscope.result.types import SCHEMA_VERSION, ComparisonRow, RegionStat, dumps_json
 
 
 def _sample_result() -> ProfileResult:

@@ -26,10 +26,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from neuronscope import export, load, neuron_region
+from neuronscope import load, neuron_region
 from neuronscope.cli import main as cli_main
-from neuronscope.result import OpStat, ProfileResult
-from neuronscope.safe_io import UnsafePathError
+from neuronscope.export import run_dir as export
+from neuronscope.export.safe_io import UnsafePathError
+from neuronscope.result.types import OpStat, ProfileResult
 
 ATTACKER = "nsattacker"
 #: What the attacks here did, for the reliability report (printed with NEURONSCOPE_TALLY=1).

@@ -21,12 +21,12 @@ from typing import Any
 import pytest
 
 from neuronscope.analysis.launch import launch_hints
+from neuronscope.drive.traces import from_trace
 from neuronscope.events import KIND_ANNOTATION, KIND_OP, EventTable
 from neuronscope.events.table import DEVICE_COMM, DEVICE_COMPUTE, DEVICE_MEMCPY, DeviceEvents
 from neuronscope.events.timeline import MAX_STEPS, step_breakdown
-from neuronscope.report import render_breakdown, render_ops
-from neuronscope.result import OpStat, ProfileResult
-from neuronscope.trace import from_trace
+from neuronscope.report.text import render_breakdown, render_ops
+from neuronscope.result.types import OpStat, ProfileResult
 
 TRACES = Path(__file__).resolve().parent / "data" / "traces"
 DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
@@ -348,7 +348,7 @@ def test_rocm_trace_is_labelled_rocm_with_hip_columns() -> None:
     assert r.platform == "rocm" and "[rocm]" in text and "Self HIP" in text and "CUDA" not in text.split("\n\n")[1]
     assert ProfileResult.from_dict(r.to_dict()).platform == "rocm"
     pytest.importorskip("matplotlib")  # the report's charts need it (the "report" extra)
-    from neuronscope.html_report import render_report
+    from neuronscope.report.html import render_report
 
     page = render_report(r)
     assert "Self HIP" in page and "Self CUDA" not in page
@@ -389,7 +389,7 @@ def test_share_counts_device_time_launched_outside_any_op() -> None:
 # ---- the launch-overhead hint ------------------------------------------------------------------
 def _ctx(table: EventTable) -> Any:
     from neuronscope.analysis.rules import AnalysisContext
-    from neuronscope.events import summarize
+    from neuronscope.result.summary import summarize
 
     return AnalysisContext(table=table, summary=summarize(table), backend="cuda", source="trace")
 
@@ -456,7 +456,7 @@ def test_host_lateness_before_copies_is_no_launch_overhead() -> None:
 
 def test_report_html_has_the_timeline_chart(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")  # the report's charts need it (the "report" extra)
-    from neuronscope.html_report import render_report
+    from neuronscope.report.html import render_report
 
     page = render_report(from_trace(TRACES / "training_mm_record_shapes.json.gz"))
     section = page[page.index('<section id="timeline">') :]
@@ -471,7 +471,7 @@ def test_step_starts_are_marked_where_steps_are_listed(n_steps: int) -> None:
     # A kernel in each step. Listed one by one (up to MAX_STEPS): each start marked on the
     # chart; a long run's steps, not one line each (5,000 took the report seconds per thousand).
     pytest.importorskip("matplotlib")
-    from neuronscope.report_charts import Charts
+    from neuronscope.report.charts import Charts
 
     steps = [(f"ProfilerStep#{k}", 100 * k, 100 * k + 90) for k in range(n_steps)]
     t = _table([(100 * k + 10, 100 * k + 50, 7, DEVICE_COMPUTE, 100 * k + 5, 100 * k + 8) for k in range(n_steps)], steps=steps)

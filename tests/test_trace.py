@@ -1,4 +1,4 @@
-"""Tests of neuronscope.trace: Chrome-trace files from torch.profiler become results.
+"""Tests of neuronscope.drive.traces: Chrome-trace files from torch.profiler become results.
 
 The expectations on the real A100 traces in ``tests/data/traces`` are derived here, independently,
 by reading the JSON directly (counting events, summing durations, finding each launch's op by
@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-import neuronscope.trace.jsontext as trace_mod
-import neuronscope.trace.reader as reader_mod
+import neuronscope.events.jsontext as trace_mod
+import neuronscope.events.trace_reader as reader_mod
+from neuronscope.drive.traces import find_trace_files, from_trace, table_from_trace
 from neuronscope.errors import NeuronscopeError, TraceFormatError
 from neuronscope.events import IGNORED_NAMES, KIND_OP
-from neuronscope.trace import find_trace_files, from_trace, table_from_trace
 
 TRACES = Path(__file__).resolve().parent / "data" / "traces"
 DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
@@ -331,7 +331,7 @@ def live_capture(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path]:
     torch = pytest.importorskip("torch")
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    from neuronscope.pipeline import from_profiler
+    from neuronscope.drive.pipeline import from_profiler
 
     x = torch.randn(32, 32)
     w = torch.randn(32, 32)
@@ -382,7 +382,7 @@ def test_stacks_and_fusion_hints_match_a_live_capture(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
     from torch.profiler import ProfilerActivity, profile
 
-    from neuronscope.pipeline import from_profiler
+    from neuronscope.drive.pipeline import from_profiler
 
     x, w = torch.randn(64, 256), torch.randn(256)
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True, with_stack=True) as prof:
@@ -410,7 +410,7 @@ def _rms_norm_capture(tmp_path: Path) -> tuple[Any, Path]:
     torch = pytest.importorskip("torch")
     from torch.profiler import ProfilerActivity, profile
 
-    from neuronscope.pipeline import from_profiler
+    from neuronscope.drive.pipeline import from_profiler
 
     x, w = torch.randn(64, 256), torch.randn(256)
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:

@@ -2,7 +2,7 @@
 TraceFormatError (exit status 2 and one line on the CLI) or read safely, with the work and the
 memory it takes bounded.
 
-Memory bound (stated in neuronscope.trace.jsontext): the streaming reader holds at most
+Memory bound (stated in neuronscope.events.jsontext): the streaming reader holds at most
 MAX_EVENT_BYTES (16 MiB) of undecoded text plus one CHUNK_BYTES (1 MiB) chunk's parsed events
 (the first chunk: up to WHOLE_AT_ONCE_BYTES, 4 MiB, a small file's whole text); the
 whole-document path (layouts the streaming reader does not take) reads at most MAX_WHOLE_BYTES
@@ -24,10 +24,11 @@ from typing import Any
 import pytest
 
 from neuronscope.cli import main
+from neuronscope.drive.traces import from_trace
 from neuronscope.errors import TraceFormatError
-from neuronscope.result import ProfileResult
-from neuronscope.trace import from_trace, jsontext
-from neuronscope.trace.jsontext import MAX_EVENT_BYTES
+from neuronscope.events import jsontext
+from neuronscope.events.jsontext import MAX_EVENT_BYTES
+from neuronscope.result.types import ProfileResult
 
 #: Peak Python allocation allowed while reading any hostile file here.
 PEAK_BOUND = 160 << 20
@@ -125,7 +126,7 @@ def test_nesting_millions_deep_is_refused_not_a_crash(tmp_path: Path) -> None:
     raw = b'{"traceEvents": [' + json.dumps(OP).encode() + b", " + deep + b", " + json.dumps(OP).encode() + b"]}"
     path = _write(tmp_path / "deeper.json.gz", None, raw=raw)
     code = (
-        "import sys\nfrom neuronscope.errors import TraceFormatError\nfrom neuronscope.trace import from_trace\n"
+        "import sys\nfrom neuronscope.errors import TraceFormatError\nfrom neuronscope.drive.traces import from_trace\n"
         "try:\n    from_trace(sys.argv[1])\nexcept TraceFormatError as exc:\n    print(exc)\n"
     )
     proc = subprocess.run([sys.executable, "-c", code, str(path)], check=False, capture_output=True, text=True, timeout=120)

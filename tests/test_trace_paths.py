@@ -12,8 +12,10 @@ from typing import Any
 
 import pytest
 
+from neuronscope.drive.traces import from_trace
 from neuronscope.errors import TraceFormatError
-from neuronscope.trace import from_trace, jsontext, reader
+from neuronscope.events import jsontext
+from neuronscope.events import trace_reader as reader
 
 OP = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10, "dur": 5}
 PEAK_BOUND = 160 << 20

@@ -34,13 +34,14 @@ import dataclasses
 import re
 from typing import TYPE_CHECKING, Any
 
-from ..capture.dynamo import facts, snapshot  # in __all__: gathering is the capture stage's
-from ..events.table import COMPILED_CODE_PREFIXES
-from ..result import Hint, OpStat, RegionStat
+from neuronscope.capture.dynamo import facts, snapshot  # in __all__: gathering is the capture stage's
+from neuronscope.events.table import COMPILED_CODE_PREFIXES
+from neuronscope.result.types import Hint, OpStat, RegionStat
 
 if TYPE_CHECKING:
-    from ..events import EventTable, Summary
-    from .rules import AnalysisContext
+    from neuronscope.analysis.rules import AnalysisContext
+    from neuronscope.events import EventTable
+    from neuronscope.result.summary import Summary
 
 __all__ = ["compile_hints", "compiled_label", "facts", "labelled_compiled_ops", "snapshot"]
 

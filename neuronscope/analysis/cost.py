@@ -34,10 +34,10 @@ from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from ..timing import block_timer, calibrate
-from .dataflow import OpGraph, OpNode
-from .patterns import pattern_named
-from .patterns.base import ROOTS
+from neuronscope.analysis.dataflow import OpGraph, OpNode
+from neuronscope.analysis.patterns import pattern_named
+from neuronscope.analysis.patterns.base import ROOTS
+from neuronscope.capture.timing import block_timer, calibrate
 
 __all__ = [
     "MAX_TIMED_NUMEL",
@@ -301,8 +301,8 @@ def eager_costs(pattern: str, device: str = "cpu") -> tuple[float, float] | None
     try:
         import torch
 
-        from ..result import Hint
-        from .verify import paired_saving_ns
+        from neuronscope.analysis.verify import paired_saving_ns
+        from neuronscope.result.types import Hint
 
         rows = []
         with torch.no_grad(), _private_random_stream():
@@ -399,8 +399,8 @@ def _timed_eager_ns(key: str) -> float | None:
     try:
         import torch
 
-        from ..result import Hint
-        from .verify import floating_dtype, paired_saving_ns
+        from neuronscope.analysis.verify import floating_dtype, paired_saving_ns
+        from neuronscope.result.types import Hint
 
         probe = Hint("fusion", pattern, details.pop("ops"), details=details)
         with torch.no_grad(), _private_random_stream():
@@ -442,7 +442,7 @@ def fused_optimizer_saving_ns(cls: str, shapes: tuple[tuple[int, ...], ...], dty
     try:
         import torch
 
-        from .verify import floating_dtype, paired_saving_ns
+        from neuronscope.analysis.verify import floating_dtype, paired_saving_ns
 
         dt = floating_dtype(dtype)
         optim = getattr(torch.optim, cls)
@@ -505,7 +505,7 @@ def compiled_call_ns(device: str = "cpu") -> float | None:
         registry = _backend_registry()
         before = set(registry)
         compiled = torch.compile(one, backend="eager", dynamic=False)
-        from .verify import paired_difference, time_variants
+        from neuronscope.analysis.verify import paired_difference, time_variants
 
         with torch.no_grad():
             compiled(x)

@@ -37,12 +37,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..capture.frames import def_line, is_user_file
-from ..capture.observe import CONSTS_SEP, LOCATION_PREFIX
-from ..events import KIND_OP, EventTable, gc_paused
-from ..events.arrays import unique_first_inverse
-from .inferred_links import broadcast_shape, link_inferred
-from .opgraph import (
+from neuronscope.analysis.inferred_links import broadcast_shape, link_inferred
+from neuronscope.analysis.opgraph import (
     COMPILED_REGION_PREFIXES,
     COPY_MARKERS,
     ELEMENTWISE_OPS,
@@ -56,6 +52,10 @@ from .opgraph import (
     numel,
     short_name,
 )
+from neuronscope.capture.frames import def_line, is_user_file
+from neuronscope.capture.observe import CONSTS_SEP, LOCATION_PREFIX
+from neuronscope.events import KIND_OP, EventTable, gc_paused
+from neuronscope.events.arrays import unique_first_inverse
 
 __all__ = [
     "COMPILED_REGION_PREFIXES",

@@ -39,9 +39,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from ..result import Hint
-from .cost import MIN_SAVING_NS, estimate_saving_ns, full_size, fused_forms_ns, measured_here, model_text
-from .dataflow import (
+from neuronscope.analysis.cost import MIN_SAVING_NS, estimate_saving_ns, full_size, fused_forms_ns, measured_here, model_text
+from neuronscope.analysis.dataflow import (
     VIEW_OPS,
     OpGraph,
     OpNode,
@@ -51,13 +50,14 @@ from .dataflow import (
     graph_with_observation,
     observed_graph,
 )
-from .opgraph import short_name
-from .optimizer import has_optimizer_steps, optimizer_hints, optimizer_steps
-from .patterns import PATTERNS, REGISTRY, Match, Pattern, pattern_named
-from .patterns.base import line_of, match_location
+from neuronscope.analysis.opgraph import short_name
+from neuronscope.analysis.optimizer import has_optimizer_steps, optimizer_hints, optimizer_steps
+from neuronscope.analysis.patterns import PATTERNS, REGISTRY, Match, Pattern, pattern_named
+from neuronscope.analysis.patterns.base import line_of, match_location
+from neuronscope.result.types import Hint
 
 if TYPE_CHECKING:
-    from .rules import AnalysisContext
+    from neuronscope.analysis.rules import AnalysisContext
 
 __all__ = [
     "NOT_FROM_OP_ORDER",

@@ -19,7 +19,7 @@ import bisect
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from .opgraph import (
+from neuronscope.analysis.opgraph import (
     ELEMENTWISE_OPS,
     MAYBE_ALIAS_OPS,
     VIEW_OPS,

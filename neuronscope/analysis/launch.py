@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..events.timeline import step_breakdown
-from ..result import Hint
+from neuronscope.events.timeline import step_breakdown
+from neuronscope.result.types import Hint
 
 if TYPE_CHECKING:
-    from .rules import AnalysisContext
+    from neuronscope.analysis.rules import AnalysisContext
 
 __all__ = ["MIN_HOST_IDLE_SHARE", "MIN_SHORT_SHARE", "launch_hints"]
 

@@ -8,7 +8,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from ..events.table import COMPILED_CODE_PREFIXES, COMPILED_EVENT_PREFIXES
+from neuronscope.events.table import COMPILED_CODE_PREFIXES, COMPILED_EVENT_PREFIXES
 
 __all__ = [
     "COMPILED_CODE_PREFIXES",

@@ -11,12 +11,19 @@ from __future__ import annotations
 import bisect
 import collections
 
-from ..events import KIND_ANNOTATION, EventTable
-from ..result import Hint
-from .cost import MAX_TIMED_PARAMETERS, MIN_SAVING_NS, estimate_saving_ns, full_size, fused_optimizer_saving_ns, model_text
-from .dataflow import OpGraph, OpNode
-from .patterns.base import MATMULS, Match, match_location
-from .patterns.elementwise_chain import ELEMENTWISE_CHAIN, elementwise_chains
+from neuronscope.analysis.cost import (
+    MAX_TIMED_PARAMETERS,
+    MIN_SAVING_NS,
+    estimate_saving_ns,
+    full_size,
+    fused_optimizer_saving_ns,
+    model_text,
+)
+from neuronscope.analysis.dataflow import OpGraph, OpNode
+from neuronscope.analysis.patterns.base import MATMULS, Match, match_location
+from neuronscope.analysis.patterns.elementwise_chain import ELEMENTWISE_CHAIN, elementwise_chains
+from neuronscope.events import KIND_ANNOTATION, EventTable
+from neuronscope.result.types import Hint
 
 __all__ = ["FUSED_OPTIMIZERS", "OPTIMIZER_STEP_PREFIX", "has_optimizer_steps", "optimizer_hints", "optimizer_steps"]
 

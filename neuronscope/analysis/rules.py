@@ -12,8 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..events import EventTable, Summary, gc_paused
-from ..result import Hint
+from neuronscope.events import EventTable, gc_paused
+from neuronscope.result.summary import Summary
+from neuronscope.result.types import Hint
 
 __all__ = ["RULES", "AnalysisContext", "Rule", "analyze"]
 
@@ -42,9 +43,9 @@ Rule = Callable[[AnalysisContext], list[Hint]]
 
 
 # The rule modules name AnalysisContext in annotations only, so they import after it.
-from .compile import compile_hints
-from .fusion import fusion_hints
-from .launch import launch_hints
+from neuronscope.analysis.compile import compile_hints
+from neuronscope.analysis.fusion import fusion_hints
+from neuronscope.analysis.launch import launch_hints
 
 RULES: tuple[Rule, ...] = (fusion_hints, compile_hints, launch_hints)
 

@@ -31,12 +31,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..errors import NeuronscopeError
-from ..timing import block_timer, calibrate, run_rounds
-from .patterns import REGISTRY, pattern_named
+from neuronscope.analysis.patterns import REGISTRY, pattern_named
+from neuronscope.capture.timing import block_timer, calibrate, run_rounds
+from neuronscope.errors import NeuronscopeError
 
 if TYPE_CHECKING:
-    from ..result import Hint
+    from neuronscope.result.types import Hint
 
 __all__ = [
     "VERIFIABLE_PATTERNS",

@@ -7,12 +7,12 @@ chosen or detected.
 
 from __future__ import annotations
 
-from ..config import Options
-from ..errors import BackendUnavailableError
-from .base import Backend, Capture, force_profiler_off, profiler_running
-from .cpu import CpuBackend
-from .cuda import CudaBackend, cuda_available
-from .session import CaptureRecord, CaptureSession
+from neuronscope.capture.base import Backend, Capture, force_profiler_off, profiler_running
+from neuronscope.capture.cpu import CpuBackend
+from neuronscope.capture.cuda import CudaBackend, cuda_available
+from neuronscope.capture.record import CaptureRecord, CaptureSession
+from neuronscope.config import Options
+from neuronscope.errors import BackendUnavailableError
 
 __all__ = [
     "Backend",
@@ -27,7 +27,7 @@ __all__ = [
 
 
 def _neuron_available() -> bool:
-    from .neuron import neuron_available
+    from neuronscope.capture.neuron import neuron_available
 
     return neuron_available()
 
@@ -40,7 +40,7 @@ def check_backend_available(backend: str | type) -> None:
             "here; pass backend='cpu' or backend='auto'"
         )
     if backend == "neuron":
-        from .neuron import require_neuron
+        from neuronscope.capture.neuron import require_neuron
 
         require_neuron()
 
@@ -61,7 +61,7 @@ def resolve_backend(options: Options) -> Backend:
             name = "cpu"
     check_backend_available(name)
     if name == "neuron":
-        from .neuron import NeuronBackend
+        from neuronscope.capture.neuron import NeuronBackend
 
         return NeuronBackend(options)
     if name == "cuda":

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ..config import Options
+from neuronscope.config import Options
 
 __all__ = ["Backend", "Capture", "force_profiler_off", "profiler_running", "quiet_native_stderr"]
 

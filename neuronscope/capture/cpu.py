@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..config import Options
-from .base import Backend
-from .neuron_files import StrayRuntimeOutput
+from neuronscope.capture.base import Backend
+from neuronscope.capture.neuron_files import StrayRuntimeOutput
+from neuronscope.config import Options
 
 __all__ = ["CpuBackend"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import Backend
+from neuronscope.capture.base import Backend
 
 __all__ = ["CudaBackend", "cuda_available"]
 

@@ -33,10 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..announce import first_time
-from ..config import Options, env_true, rank_info
-from .base import Backend
-from .neuron_api import (
+from neuronscope.announce import first_time
+from neuronscope.capture.base import Backend
+from neuronscope.capture.neuron_api import (
     INSTALL_HINT,
     MIN_TORCH_NEURONX,
     NeuronApi,
@@ -47,7 +46,7 @@ from .neuron_api import (
     require_neuron,
     torch_neuron_module,
 )
-from .neuron_files import (
+from neuronscope.capture.neuron_files import (
     FRAMEWORK_TRACE_NAME,
     MAX_LISTED_FILES,
     MAX_NEFF_COPY_BYTES,
@@ -64,6 +63,7 @@ from .neuron_files import (
     session_dirs,
     within_caps,
 )
+from neuronscope.config import Options, env_true, rank_info
 
 __all__ = [
     "INSTALL_HINT",

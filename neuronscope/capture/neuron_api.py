@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..announce import first_time
-from ..config import Options
-from ..errors import BackendUnavailableError, ConfigError, NeuronscopeError
+from neuronscope.announce import first_time
+from neuronscope.config import Options
+from neuronscope.errors import BackendUnavailableError, ConfigError, NeuronscopeError
 
 __all__ = [
     "INSTALL_HINT",

@@ -20,7 +20,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from ..announce import first_time
+from neuronscope.announce import first_time
 
 __all__ = [
     "DEFAULT_NEFF_CACHE",

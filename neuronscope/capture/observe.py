@@ -34,8 +34,8 @@ from collections.abc import Iterator
 from types import FrameType
 from typing import Any
 
-from .base import quiet_native_stderr
-from .frames import is_user_file
+from neuronscope.capture.base import quiet_native_stderr
+from neuronscope.capture.frames import is_user_file
 
 __all__ = [
     "CONSTS_SEP",

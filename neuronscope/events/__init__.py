@@ -40,9 +40,8 @@ device work (they would double the kernels they cover); and top-level ``[memory]
 ``profile_memory=True`` are not ops.
 """
 
-from .live import attach_device_time, table_from_profiler
-from .summary import Summary, summarize
-from .table import (
+from neuronscope.events.live import attach_device_time, table_from_profiler
+from neuronscope.events.table import (
     FLAG_ASYNC,
     FLAG_LEGACY_DEVICE,
     IGNORED_NAMES,
@@ -65,9 +64,7 @@ __all__ = [
     "KIND_RUNTIME",
     "MAX_SHAPES_PER_OP",
     "EventTable",
-    "Summary",
     "attach_device_time",
     "gc_paused",
-    "summarize",
     "table_from_profiler",
 ]

@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from .nesting import add_inner_range_device_time
-from .table import (
+from neuronscope.events.nesting import add_inner_range_device_time
+from neuronscope.events.table import (
     DEVICE_WAIT,
     FLAG_ASYNC,
     FLAG_LEGACY_DEVICE,

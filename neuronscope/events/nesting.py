@@ -11,8 +11,8 @@ import itertools
 
 import numpy as np
 
-from .arrays import as_int64
-from .table import KIND_ANNOTATION, EventTable
+from neuronscope.events.arrays import as_int64
+from neuronscope.events.table import KIND_ANNOTATION, EventTable
 
 __all__ = ["add_inner_range_device_time", "innermost_open", "last_reaching", "parents", "row_columns", "subtree_ends"]
 

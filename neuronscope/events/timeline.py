@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from .arrays import unique_first_inverse
-from .table import (
+from neuronscope.events.arrays import unique_first_inverse
+from neuronscope.events.table import (
     DEVICE_CLASS_NAMES,
     DEVICE_COMM,
     DEVICE_COMPUTE,

@@ -25,9 +25,9 @@ from lightning.pytorch.profilers import Profiler
 from torch.profiler import ProfilerAction
 from torch.profiler import schedule as torch_schedule
 
-from ..errors import ConfigError
-from ..result import ProfileResult
-from .steps import StepCapture, check_options
+from neuronscope.errors import ConfigError
+from neuronscope.integrations.steps import StepCapture, check_options
+from neuronscope.result.types import ProfileResult
 
 __all__ = ["NeuronscopeProfiler"]
 

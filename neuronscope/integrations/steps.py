@@ -27,10 +27,10 @@ from typing import Any
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-from ..errors import ConfigError, NeuronscopeError
-from ..region import neuron_region
-from ..result import ProfileResult
-from ..scope import capturing
+from neuronscope.drive.scope import capturing
+from neuronscope.errors import ConfigError, NeuronscopeError
+from neuronscope.region import neuron_region
+from neuronscope.result.types import ProfileResult
 
 __all__ = ["HeldRegion", "StepCapture", "StepNotFinished", "check_options", "parse_steps"]
 

@@ -22,8 +22,8 @@ from typing import Any
 import torch
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from ..result import ProfileResult
-from .steps import StepCapture, check_options, parse_steps
+from neuronscope.integrations.steps import StepCapture, check_options, parse_steps
+from neuronscope.result.types import ProfileResult
 
 __all__ = ["ProfileCallback"]
 

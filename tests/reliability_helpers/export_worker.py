@@ -23,7 +23,7 @@ Modes (argv[1]):
     name ``shared``, print ``done``; then, with ``--then-block``, one more capture that blocks
     in the middle of writing its trace (as ``block trace-mid --real``).
 
-The hook patches ``neuronscope.export.atomic_write_with`` from outside: the library carries no
+The hook patches ``neuronscope.export.run_dir.atomic_write_with`` from outside: the library carries no
 test code.
 """
 
@@ -37,8 +37,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from neuronscope import export
-from neuronscope.result import OpStat, ProfileResult
+from neuronscope.export import run_dir as export
+from neuronscope.result.types import OpStat, ProfileResult
 
 POINT_FILES = {
     "trace-mid": "trace.json",

@@ -7,15 +7,15 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from .attention import ATTENTION
-from .base import Match, Pattern
-from .elementwise_chain import ELEMENTWISE_CHAIN
-from .gelu import GELU
-from .layer_norm import LAYER_NORM
-from .rms_norm import RMS_NORM
-from .rotary_embedding import ROTARY_EMBEDDING
-from .silu_mul import SILU_MUL
-from .softmax import SOFTMAX
+from neuronscope.analysis.patterns.attention import ATTENTION
+from neuronscope.analysis.patterns.base import Match, Pattern
+from neuronscope.analysis.patterns.elementwise_chain import ELEMENTWISE_CHAIN
+from neuronscope.analysis.patterns.gelu import GELU
+from neuronscope.analysis.patterns.layer_norm import LAYER_NORM
+from neuronscope.analysis.patterns.rms_norm import RMS_NORM
+from neuronscope.analysis.patterns.rotary_embedding import ROTARY_EMBEDDING
+from neuronscope.analysis.patterns.silu_mul import SILU_MUL
+from neuronscope.analysis.patterns.softmax import SOFTMAX
 
 __all__ = ["PATTERNS", "REGISTRY", "Match", "Pattern", "pattern_named"]
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..dataflow import OpGraph, OpNode
-from .base import MATMULS, SOFTMAXES, Match, Pattern, in_transformers, input_from
-from .softmax import match_softmax
+from neuronscope.analysis.dataflow import OpGraph, OpNode
+from neuronscope.analysis.patterns.base import MATMULS, SOFTMAXES, Match, Pattern, in_transformers, input_from
+from neuronscope.analysis.patterns.softmax import match_softmax
 
 __all__ = ["ATTENTION"]
 

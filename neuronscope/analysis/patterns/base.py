@@ -8,10 +8,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..dataflow import OpGraph, OpNode, TensorArg, UserLine, user_line
+from neuronscope.analysis.dataflow import OpGraph, OpNode, TensorArg, UserLine, user_line
 
 if TYPE_CHECKING:
-    from ...result import Hint
+    from neuronscope.result.types import Hint
 
 __all__ = [
     "CASTS",

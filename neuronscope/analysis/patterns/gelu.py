@@ -6,11 +6,11 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from ..dataflow import OpGraph, OpNode
-from .base import Builders, Match, Pattern, input_from, only_big, root_value, single_consumer
+from neuronscope.analysis.dataflow import OpGraph, OpNode
+from neuronscope.analysis.patterns.base import Builders, Match, Pattern, input_from, only_big, root_value, single_consumer
 
 if TYPE_CHECKING:
-    from ...result import Hint
+    from neuronscope.result.types import Hint
 
 __all__ = ["GELU"]
 

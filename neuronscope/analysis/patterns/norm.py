@@ -7,8 +7,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..dataflow import OpGraph, OpNode, TensorArg
-from .base import (
+from neuronscope.analysis.dataflow import OpGraph, OpNode, TensorArg
+from neuronscope.analysis.patterns.base import (
     CASTS,
     ROOTS,
     Match,

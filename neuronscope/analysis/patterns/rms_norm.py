@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..dataflow import OpGraph, OpNode
-from .base import Builders, Match, Pattern, dims
-from .norm import UNKNOWN_EPS, UNKNOWN_WEIGHT, match_norm, param_text
+from neuronscope.analysis.dataflow import OpGraph, OpNode
+from neuronscope.analysis.patterns.base import Builders, Match, Pattern, dims
+from neuronscope.analysis.patterns.norm import UNKNOWN_EPS, UNKNOWN_WEIGHT, match_norm, param_text
 
 if TYPE_CHECKING:
-    from ...result import Hint
+    from neuronscope.result.types import Hint
 
 __all__ = ["RMS_NORM"]
 

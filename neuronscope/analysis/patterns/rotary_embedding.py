@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from ..dataflow import OpGraph, OpNode
-from .base import Match, Pattern
+from neuronscope.analysis.dataflow import OpGraph, OpNode
+from neuronscope.analysis.patterns.base import Match, Pattern
 
 __all__ = ["ROTARY_EMBEDDING"]
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..dataflow import OpGraph, OpNode
-from .base import Builders, Match, Pattern
+from neuronscope.analysis.dataflow import OpGraph, OpNode
+from neuronscope.analysis.patterns.base import Builders, Match, Pattern
 
 if TYPE_CHECKING:
-    from ...result import Hint
+    from neuronscope.result.types import Hint
 
 __all__ = ["SILU_MUL"]
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..dataflow import OpGraph, OpNode, TensorArg
-from ..opgraph import VIEW_OPS
-from .base import Builders, Match, Pattern, input_from, same_value
+from neuronscope.analysis.dataflow import OpGraph, OpNode, TensorArg
+from neuronscope.analysis.opgraph import VIEW_OPS
+from neuronscope.analysis.patterns.base import Builders, Match, Pattern, input_from, same_value
 
 if TYPE_CHECKING:
-    from ...result import Hint
+    from neuronscope.result.types import Hint
 
 __all__ = ["SOFTMAX", "match_softmax"]
 

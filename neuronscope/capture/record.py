@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import dynamo
-from .base import Backend, Capture, force_profiler_off, profiler_running
+from neuronscope.capture import dynamo
+from neuronscope.capture.base import Backend, Capture, force_profiler_off, profiler_running
 
 __all__ = ["CaptureRecord", "CaptureSession"]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .events import KIND_ANNOTATION, EventTable
+from neuronscope.events import KIND_ANNOTATION, EventTable
 
 __all__ = ["NOT_WORK_OPS", "RangeOps", "dispatched_ops", "top_level_ops"]
 

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from .errors import NeuronscopeError
+from neuronscope.errors import NeuronscopeError
 
 __all__ = [
     "UnsafePathError",

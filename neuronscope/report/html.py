@@ -20,12 +20,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .errors import NeuronscopeError
-from .export import atomic_write_text, load
-from .report import MAX_NAME_CHARS, shorten
-from .report_charts import TOP_OPS_IN_CHART, Charts, device_label
-from .result import NO_FASTER_TEXT, Comparison, Hint, OpStat, ProfileResult, RegionStat
-from .units import fmt_us
+from neuronscope.errors import NeuronscopeError
+from neuronscope.export.run_dir import atomic_write_text, load
+from neuronscope.report.charts import TOP_OPS_IN_CHART, Charts, device_label
+from neuronscope.report.text import MAX_NAME_CHARS, shorten
+from neuronscope.result.types import NO_FASTER_TEXT, Comparison, Hint, OpStat, ProfileResult, RegionStat
+from neuronscope.units import fmt_us
 
 __all__ = ["OPS_IN_TABLE", "REPORT_FILE", "TOP_OPS_IN_CHART", "render_report", "write_report"]
 
@@ -122,7 +122,7 @@ def _timeline_section(result: ProfileResult, charts: Charts, heading: str, sfx: 
     bd = result.breakdown
     if not bd:
         return ""
-    from .report import render_breakdown
+    from neuronscope.report.text import render_breakdown
 
     text = render_breakdown(bd)
     return (
@@ -321,7 +321,7 @@ def _files_section(run_dir: str | None, artifacts: dict[str, Any]) -> str:
 
 
 def _page(title: str, header: str, body: list[str]) -> str:
-    from . import __version__
+    from neuronscope import __version__
 
     now = _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
     return (

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any
 
-from .errors import RunLoadError
+from neuronscope.errors import RunLoadError
 
 __all__ = [
     "SCHEMA_VERSION",

@@ -15,15 +15,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .analysis.compile import labelled_compiled_ops
-from .analysis.rules import AnalysisContext, analyze
-from .capture import CaptureRecord
-from .config import Options, rank_info
-from .errors import NeuronscopeError
-from .events import EventTable, summarize, table_from_profiler
-from .events.table import promote_compiled_events
-from .events.timeline import step_breakdown
-from .result import HINTS_OFF_NOTE, ProfileResult
+from neuronscope.analysis.compile import labelled_compiled_ops
+from neuronscope.analysis.rules import AnalysisContext, analyze
+from neuronscope.capture import CaptureRecord
+from neuronscope.config import Options, rank_info
+from neuronscope.errors import NeuronscopeError
+from neuronscope.events import EventTable, table_from_profiler
+from neuronscope.events.table import promote_compiled_events
+from neuronscope.events.timeline import step_breakdown
+from neuronscope.result.summary import summarize
+from neuronscope.result.types import HINTS_OFF_NOTE, ProfileResult
 
 __all__ = ["CaptureFacts", "build_result", "from_profiler", "now_iso", "result_from_record"]
 

@@ -14,12 +14,12 @@ import math
 import re
 from typing import TYPE_CHECKING, Any
 
-from .errors import NeuronscopeError
-from .report import MAX_NAME_CHARS, shorten
-from .units import fmt_us
+from neuronscope.errors import NeuronscopeError
+from neuronscope.report.text import MAX_NAME_CHARS, shorten
+from neuronscope.units import fmt_us
 
 if TYPE_CHECKING:
-    from .result import Comparison, ProfileResult
+    from neuronscope.result.types import Comparison, ProfileResult
 
 __all__ = ["CHART_LABEL_CHARS", "TOP_OPS_IN_CHART", "Charts", "device_label"]
 

@@ -11,9 +11,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from .errors import NeuronscopeError, RunLoadError
-from .events.stats import OpStat, RegionStat
-from .serial import (
+from neuronscope.errors import NeuronscopeError, RunLoadError
+from neuronscope.result.serial import (
     SCHEMA_VERSION,
     check_schema,
     dumps_json,
@@ -24,7 +23,8 @@ from .serial import (
     opt_str,
     ranks_list,
 )
-from .units import fmt_us
+from neuronscope.result.stats import OpStat, RegionStat
+from neuronscope.units import fmt_us
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -123,7 +123,7 @@ class Hint:
         Builds inputs of the recorded shapes and dtypes, times both forms and stores the
         measured saving in ``verified_saving_us``. See :mod:`neuronscope.analysis.verify`.
         """
-        from .analysis.verify import verify_hint
+        from neuronscope.analysis.verify import verify_hint
 
         return verify_hint(self, **options)
 
@@ -244,13 +244,13 @@ class ProfileResult:
     # ---- rendering -----------------------------------------------------------------------
     def table(self, row_limit: int = 15) -> str:
         """The op table, regions and hints as text, as printed after a capture."""
-        from .report import render_result
+        from neuronscope.report.text import render_result
 
         return render_result(self, row_limit=row_limit)
 
     def _repr_html_(self) -> str:
         """The notebook view: the top ops, the hints and the nested regions."""
-        from .report import result_html_table
+        from neuronscope.report.text import result_html_table
 
         return result_html_table(self)
 
@@ -259,7 +259,7 @@ class ProfileResult:
         ``"ops"`` (one row per op), ``"regions"`` (one per region, indexed by name) or
         ``"hints"`` (one per hint, largest estimated saving first) or ``"steps"`` (the device's
         busy and idle time per step, from :attr:`breakdown`)."""
-        from .report import breakdown_dataframe, hints_dataframe, ops_dataframe, regions_dataframe
+        from neuronscope.report.text import breakdown_dataframe, hints_dataframe, ops_dataframe, regions_dataframe
 
         makers = {
             "ops": lambda: ops_dataframe(self.ops, columns=[f.name for f in fields(OpStat)]),
@@ -468,19 +468,19 @@ class Comparison:
 
     def table(self) -> str:
         """The comparison as text, like the motivating study's table."""
-        from .report import render_comparison
+        from neuronscope.report.text import render_comparison
 
         return render_comparison(self)
 
     def _repr_html_(self) -> str:
         """The notebook view: the comparison table, then each variant's hints and regions."""
-        from .report import comparison_html_table
+        from neuronscope.report.text import comparison_html_table
 
         return comparison_html_table(self)
 
     def to_dataframe(self) -> Any:
         """The comparison table as a pandas DataFrame indexed by variant (needs pandas)."""
-        from .report import comparison_dataframe
+        from neuronscope.report.text import comparison_dataframe
 
         return comparison_dataframe(self, columns=[f.name for f in fields(ComparisonRow)])
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from ..capture.frames import LIBRARY_ROOTS, def_line, is_user_file
+from neuronscope.capture.frames import LIBRARY_ROOTS, def_line, is_user_file
 
 __all__ = ["LIBRARY_ROOTS", "is_user_file", "user_location"]
 

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 from tabulate import tabulate
 
-from .units import fmt_us
+from neuronscope.units import fmt_us
 
 if TYPE_CHECKING:
-    from .result import Comparison, Hint, OpStat, ProfileResult, RegionStat
+    from neuronscope.result.types import Comparison, Hint, OpStat, ProfileResult, RegionStat
 
 __all__ = [
     "MAX_NAME_CHARS",
@@ -348,7 +348,7 @@ def _dataframe(records: list[dict[str, Any]], columns: list[str] | None = None) 
     try:
         import pandas as pd
     except ImportError as exc:
-        from .errors import NeuronscopeError
+        from neuronscope.errors import NeuronscopeError
 
         raise NeuronscopeError("to_dataframe() needs pandas; pip install 'neuronscope[pandas]'") from exc
     return pd.DataFrame(records, columns=columns)

@@ -15,9 +15,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from . import export as _export
-from .config import Options
-from .result import Comparison, ProfileResult
+from neuronscope.config import Options
+from neuronscope.export import run_dir as _export
+from neuronscope.result.types import Comparison, ProfileResult
 
 __all__ = ["adopt_session_files", "export_comparison", "file_stems", "merged_trace"]
 

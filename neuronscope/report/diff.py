@@ -11,8 +11,8 @@ from typing import Any
 
 from tabulate import tabulate
 
-from .report import fmt_us
-from .result import ProfileResult
+from neuronscope.report.text import fmt_us
+from neuronscope.result.types import ProfileResult
 
 __all__ = ["diff_results", "render_diff"]
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import msgspec
 
-from ..errors import TraceFormatError
+from neuronscope.errors import TraceFormatError
 
 __all__ = [
     "CHUNK_BYTES",

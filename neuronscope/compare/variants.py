@@ -25,21 +25,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import stats
-from .announce import ensure_log_handler, log, warn_user
-from .capture import Backend, profiler_running, resolve_backend
-from .capture.observe import observe_warmup
-from .compare_export import adopt_session_files, export_comparison
-from .config import Options, build_options, disabled_by_env
-from .errors import ConfigError, NeuronscopeError
-from .events import table_from_profiler
-from .outputs import DEFAULT_ATOL, DEFAULT_RTOL, outputs_agree
-from .pipeline import now_iso
-from .range_ops import NOT_WORK_OPS, RangeOps, dispatched_ops, top_level_ops
-from .report import fmt_us, render_result
-from .result import Comparison, ComparisonRow, Hint, ProfileResult
-from .scope import CAPTURE, Owner, enter, leave
-from .timing import (
+from neuronscope.announce import ensure_log_handler, log, warn_user
+from neuronscope.capture import Backend, profiler_running, resolve_backend
+from neuronscope.capture.observe import observe_warmup
+from neuronscope.capture.timing import (
     DEFAULT_TIME_BUDGET_S,
     MAX_ROUNDS,
     MIN_ROUNDS,
@@ -53,6 +42,17 @@ from .timing import (
     plan_rounds,
     run_rounds,
 )
+from neuronscope.compare import intervals as stats
+from neuronscope.compare.outputs import DEFAULT_ATOL, DEFAULT_RTOL, outputs_agree
+from neuronscope.compare.range_ops import NOT_WORK_OPS, RangeOps, dispatched_ops, top_level_ops
+from neuronscope.config import Options, build_options, disabled_by_env
+from neuronscope.drive.pipeline import now_iso
+from neuronscope.drive.scope import CAPTURE, Owner, enter, leave
+from neuronscope.errors import ConfigError, NeuronscopeError
+from neuronscope.events import table_from_profiler
+from neuronscope.export.comparison import adopt_session_files, export_comparison
+from neuronscope.report.text import fmt_us, render_result
+from neuronscope.result.types import Comparison, ComparisonRow, Hint, ProfileResult
 
 __all__ = [
     "COMPARE_PROFILED",

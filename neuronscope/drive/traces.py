@@ -44,12 +44,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..analysis.straggler import rank_entry, straggler_hints
-from ..events import KIND_OP, EventTable, gc_paused
-from ..pipeline import build_result
-from ..result import ProfileResult
-from .files import TracePath, find_trace_files, group_by_rank, resolve_paths
-from .reader import read_files
+from neuronscope.analysis.straggler import rank_entry, straggler_hints
+from neuronscope.drive.pipeline import build_result
+from neuronscope.events import KIND_OP, EventTable, gc_paused
+from neuronscope.events.trace_files import TracePath, find_trace_files, group_by_rank, resolve_paths
+from neuronscope.events.trace_reader import read_files
+from neuronscope.result.types import ProfileResult
 
 __all__ = ["TracePath", "find_trace_files", "from_trace", "table_from_trace"]
 

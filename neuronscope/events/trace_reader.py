@@ -13,11 +13,12 @@ from typing import Any
 import numpy as np
 from msgspec import UNSET
 
-from ..errors import TraceFormatError
-from ..events import IGNORED_NAMES, KIND_ANNOTATION, KIND_OP, KIND_PYTHON, KIND_RUNTIME, EventTable, gc_paused
-from ..events.frames import user_location
-from ..events.nesting import add_inner_range_device_time, innermost_open, row_columns
-from ..events.table import (
+from neuronscope.errors import TraceFormatError
+from neuronscope.events import IGNORED_NAMES, KIND_ANNOTATION, KIND_OP, KIND_PYTHON, KIND_RUNTIME, EventTable, gc_paused
+from neuronscope.events.jsontext import EventArgs, Fallback, TraceEvent, stream, whole
+from neuronscope.events.locations import user_location
+from neuronscope.events.nesting import add_inner_range_device_time, innermost_open, row_columns
+from neuronscope.events.table import (
     DEVICE_WAIT,
     KIND_DEVICE,
     KIND_SKIP,
@@ -31,8 +32,7 @@ from ..events.table import (
     is_sync_call,
     promote_compiled_events,
 )
-from .jsontext import EventArgs, Fallback, TraceEvent, stream, whole
-from .meta import trace_metadata
+from neuronscope.events.trace_meta import trace_metadata
 
 _UNSET = object()
 _SYNC = 7  # a category of host intervals blocked in a synchronisation (read, not a row)

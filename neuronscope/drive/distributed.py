@@ -38,9 +38,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .analysis.straggler import STRAGGLER_MIN_US, STRAGGLER_THRESHOLD, rank_entry, straggler_hints
-from .config import rank_info
-from .result import ProfileResult
+from neuronscope.analysis.straggler import STRAGGLER_MIN_US, STRAGGLER_THRESHOLD, rank_entry, straggler_hints
+from neuronscope.config import rank_info
+from neuronscope.result.types import ProfileResult
 
 __all__ = [
     "DEFAULT_GATHER_TIMEOUT_S",

@@ -14,15 +14,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from . import distributed as _distributed
-from . import export as _export
-from .announce import announce_result, backend_ignores, log, warn_once, warn_user
-from .capture import Backend, CaptureRecord, CaptureSession, resolve_backend
-from .capture.observe import capture_options, observation_for
-from .config import Options
-from .pipeline import CaptureFacts, result_from_record
-from .report import render_result
-from .result import ProfileResult
+from neuronscope.announce import announce_result, backend_ignores, log, warn_once, warn_user
+from neuronscope.capture import Backend, CaptureRecord, CaptureSession, resolve_backend
+from neuronscope.capture.observe import capture_options, observation_for
+from neuronscope.config import Options
+from neuronscope.drive import distributed as _distributed
+from neuronscope.drive.pipeline import CaptureFacts, result_from_record
+from neuronscope.export import run_dir as _export
+from neuronscope.report.text import render_result
+from neuronscope.result.types import ProfileResult
 
 __all__ = ["Session"]
 

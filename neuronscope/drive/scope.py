@@ -27,14 +27,14 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Any
 
-from .announce import announce_window, ensure_log_handler, log, on_skipped, warn_once, warn_user
-from .capture import profiler_running
-from .capture.observe import begin_observation, end_observation
-from .config import Options, disabled_by_env
-from .forking import check_forked_child
-from .result import ProfileResult
-from .session import Session
-from .window import CallWindow, windows
+from neuronscope.announce import announce_window, ensure_log_handler, log, on_skipped, warn_once, warn_user
+from neuronscope.capture import profiler_running
+from neuronscope.capture.observe import begin_observation, end_observation
+from neuronscope.config import Options, disabled_by_env
+from neuronscope.drive.forking import check_forked_child
+from neuronscope.drive.session import Session
+from neuronscope.drive.window import CallWindow, windows
+from neuronscope.result.types import ProfileResult
 
 __all__ = [
     "OFF",

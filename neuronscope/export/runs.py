@@ -10,8 +10,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .errors import RunLoadError
-from .result import Comparison, ProfileResult
+from neuronscope.errors import RunLoadError
+from neuronscope.result.types import Comparison, ProfileResult
 
 __all__ = [
     "INCOMPLETE_MARKER",

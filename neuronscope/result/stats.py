@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from ..serial import known_fields, opt_float
-from ..units import fmt_us
+from neuronscope.result.serial import known_fields, opt_float
+from neuronscope.units import fmt_us
 
 __all__ = ["OpStat", "RegionStat", "Shape"]
 

@@ -10,10 +10,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .arrays import as_int64, runs_concatenated, unique_first_inverse, unique_sorted
-from .nesting import last_reaching, parents, subtree_ends
-from .stats import OpStat, RegionStat
-from .table import (
+from neuronscope.events.arrays import as_int64, runs_concatenated, unique_first_inverse, unique_sorted
+from neuronscope.events.nesting import last_reaching, parents, subtree_ends
+from neuronscope.events.table import (
     FLAG_ASYNC,
     FLAG_LEGACY_DEVICE,
     KIND_ANNOTATION,
@@ -23,6 +22,7 @@ from .table import (
     MAX_SHAPES_PER_OP,
     EventTable,
 )
+from neuronscope.result.stats import OpStat, RegionStat
 
 # ---- summarizing --------------------------------------------------------------------------
 

@@ -37,9 +37,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from . import safe_io
-from .result import Comparison, ProfileResult
-from .runs import (
+from neuronscope.export import safe_io
+from neuronscope.export.runs import (
     INCOMPLETE_MARKER,
     MAX_RESULT_BYTES,
     RESULT_FILE,
@@ -51,6 +50,7 @@ from .runs import (
     load,
     load_json,
 )
+from neuronscope.result.types import Comparison, ProfileResult
 
 __all__ = [
     "GZIP_TRACE_ABOVE_EVENTS",

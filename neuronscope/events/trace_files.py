@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Union
 
-from ..errors import TraceFormatError
-from .jsontext import blocks
+from neuronscope.errors import TraceFormatError
+from neuronscope.events.jsontext import blocks
 
 TracePath = Union[str, "os.PathLike[str]"]
 

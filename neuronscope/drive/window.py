@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from .result import ProfileResult
+from neuronscope.result.types import ProfileResult
 
 __all__ = ["CallWindow", "Windows", "windows"]
 

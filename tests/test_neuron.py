@@ -200,7 +200,7 @@ def test_driver_events_give_per_op_device_time(standin, clean_env):
     result = _capture(clean_env, work=work)
     names = {o.name for o in result.ops}
     assert not any("neff_exec" in n for n in names)  # device executions are not ops
-    assert "neuron_standin_dispatch" in names  # like cudaLaunchKernel
+    assert "neuron_standin_dispatch" not in names  # a dispatch is a step of its op, no op
     relu = result.op("aten::clamp_min")
     assert relu.self_device_us == pytest.approx(DEVICE_NS / 1e3)
     assert result.op("aten::add").self_device_us == pytest.approx(DEVICE_NS / 1e3)
@@ -211,6 +211,39 @@ def test_driver_events_give_per_op_device_time(standin, clean_env):
     inner = result.regions["inner"]
     assert inner.device_time_us == pytest.approx(DEVICE_NS / 1e3)  # the relu's execution
     assert not any("device time is None" in n for n in result.notes)
+
+
+@pytest.mark.parametrize("link_ops", [False, True])
+def test_executions_linked_by_flow_alone_get_their_ops_device_time(standin, clean_env, link_ops):
+    """A build whose executions name no op (no External id, linked correlation 0), joined to
+    their dispatch by a flow (ac2g) alone: each execution is the device time of the op open
+    around its dispatch, live and from the trace file alike; dispatches are no ops."""
+    record = standin()
+    record.BEHAVIOUR["link_ops"] = link_ops
+
+    def work():
+        x = torch.randn(32, 32)
+        with neuron_region("inner"):
+            y = x.relu()
+        return (y + y).sum()
+
+    live = _capture(clean_env, work=work)
+    trace = _session(live) / "trace.json"
+    if not link_ops:
+        with open(trace) as fh:
+            events = json.load(fh)["traceEvents"]
+        driver = [e for e in events if e.get("cat") == "privateuse1_driver"]
+        assert driver and not any("External id" in e.get("args", {}) for e in driver)
+        assert any(e.get("cat") == "ac2g" for e in events)
+    read = from_trace(trace)
+    for result in (live, read):
+        assert not any(o.name.startswith("neuron_standin_") for o in result.ops)
+        for name in ("aten::clamp_min", "aten::add"):
+            assert result.op(name).self_device_us == pytest.approx(DEVICE_NS / 1e3), name
+        executions = live.artifacts["neuron"]["privateuse1_events"]["privateuse1_driver"]
+        assert sum(o.self_device_us or 0 for o in result.ops) == pytest.approx(executions * DEVICE_NS / 1e3)
+        assert result.device_unattributed_us == 0
+        assert result.regions["inner"].device_time_us == pytest.approx(DEVICE_NS / 1e3)
 
 
 def test_driver_events_without_a_link_are_launched_outside_any_op(standin, clean_env):
@@ -500,6 +533,27 @@ def test_rank_file_written_outside_the_session_is_copied_in_as_trace_json(standi
     assert info["framework_trace"] == "neuron_framework_trace_rank_0.json"
     assert (_session(result) / "trace.json").is_file()  # beside ntrace.pb, where Explorer looks
     assert (Path(result.run_dir) / "trace.json").is_file()
+
+
+@pytest.mark.parametrize(
+    "name", ["trace.json", "neuron_framework_trace_rank_0.json", "plugins/neuron/trace.json.gz"]
+)
+def test_the_framework_trace_is_found_under_each_documented_name(standin, clean_env, name):
+    """The docs name the framework trace three ways (how-to: trace.json; troubleshooting:
+    neuron_framework_trace_rank_<N>.json; schema skill: plugins/*/trace.json.gz): each is
+    found, recorded, put beside the system trace as plain trace.json, and read with device time."""
+    record = standin()
+    record.BEHAVIOUR["trace_name"] = name
+    result = _capture(clean_env)
+    info = result.artifacts["neuron"]
+    assert info["problems"] == [] and Path(info["framework_trace"]).name == Path(name).name
+    placed = _session(result) / "trace.json"
+    with open(placed) as fh:
+        assert json.load(fh)["traceEvents"]
+    assert (Path(result.run_dir) / "trace.json").is_file()
+    for read in (from_trace(placed), from_trace(_neuron_dir(result))):
+        assert read.backend == "neuron"
+        assert read.op("aten::clamp_min").self_device_us == pytest.approx(DEVICE_NS / 1e3)
 
 
 def test_export_false_keeps_session_files_in_a_temp_dir(standin, clean_env):

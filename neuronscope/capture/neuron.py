@@ -60,6 +60,7 @@ from neuronscope.capture.neuron_files import (
     neff_cache_dir,
     neff_cache_size,
     own_framework_trace,
+    place_framework_trace,
     session_dirs,
     within_caps,
 )
@@ -123,6 +124,9 @@ class _Capture:
     config: dict[str, Any] = field(default_factory=dict)
     trace_notes: list[str] = field(default_factory=list)
     saved_trace: Path | None = None
+    #: The framework trace as found, under whichever documented name (saved_trace is its plain
+    #: copy beside the system trace where it was written elsewhere or compressed).
+    found_trace: Path | None = None
     session: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -305,12 +309,15 @@ class NeuronBackend(Backend):
         if trace is None or not trace.is_file():
             return
         assert self.cap is not None
-        self.cap.saved_trace = trace
+        self.cap.found_trace = trace
         sessions = session_dirs(self._files())
-        if sessions and trace.parent != sessions[0] and not (sessions[0] / FRAMEWORK_TRACE_NAME).exists():
-            # Docs (glossary): the framework trace "must be in the same directory as system
-            # trace files"; a rank-named file written elsewhere is copied in under that name.
-            shutil.copyfile(trace, sessions[0] / FRAMEWORK_TRACE_NAME)
+        if sessions:
+            # A rank-named file or a plugins/*/trace.json.gz written elsewhere is put beside
+            # the system trace as trace.json (decompressed): the run's copy is read from it.
+            trace = place_framework_trace(trace, sessions[0])
+        elif trace.name.endswith(".gz"):
+            trace = place_framework_trace(trace, trace.parent)
+        self.cap.saved_trace = trace
 
         saved = trace
 
@@ -391,8 +398,9 @@ class NeuronBackend(Backend):
         if len(files) > MAX_LISTED_FILES:
             info["files_not_listed"] = len(files) - MAX_LISTED_FILES
         info["session_dirs"] = [d.relative_to(root).as_posix() or "." for d in sessions]
-        if cap.saved_trace is not None and cap.saved_trace.is_file():
-            info["framework_trace"] = cap.saved_trace.relative_to(root).as_posix()
+        found = cap.found_trace or cap.saved_trace
+        if found is not None and found.is_file():
+            info["framework_trace"] = found.relative_to(root).as_posix()
         ranks = rank_info()
         rank = None if ranks is None else ranks[0]
         if rank is not None:

@@ -34,7 +34,9 @@ __all__ = [
     "neff_cache_dir",
     "neff_cache_size",
     "own_framework_trace",
+    "place_framework_trace",
     "session_dirs",
+    "without_placed_copies",
 ]
 
 #: Where TorchNeuron keeps compiled NEFFs, and its fallback (TorchNeuron docs, env-vars page).
@@ -56,10 +58,14 @@ _NAMED_KINDS = MappingProxyType({
     "cpu_util.pb": "cpu_util",
     "host_mem.pb": "host_memory",
     "trace.json": "framework_trace",
+    "trace.json.gz": "framework_trace",
 })
 _SESSION_MARKERS = ("trace_info.pb", "ntrace.pb")
 FRAMEWORK_TRACE_NAME = "trace.json"
-_RANK_TRACE = re.compile(r"^neuron_framework_trace_rank_\d+\.json$")
+#: The framework trace's names across the docs: ``trace.json`` (how-to, glossary),
+#: ``neuron_framework_trace_rank_<N>.json`` (troubleshooting), ``plugins/*/trace.json.gz``
+#: (the profile schema skill); the last is compressed.
+_RANK_TRACE = re.compile(r"^neuron_framework_trace_rank_\d+\.json(\.gz)?$")
 
 
 def file_kind(name: str) -> str:
@@ -77,6 +83,60 @@ def file_kind(name: str) -> str:
     return "other"
 
 
+def place_framework_trace(trace: Path, session: Path) -> Path:
+    """``trace`` as ``<session>/trace.json``, where Neuron Explorer looks for it (docs, glossary:
+    "must be in the same directory as system trace files"); a compressed one is decompressed.
+    Returns the plain file (``trace`` itself where it is one already)."""
+    target = session / FRAMEWORK_TRACE_NAME
+    if trace == target:
+        return trace
+    if not target.exists():
+        if trace.name.endswith(".gz"):
+            import gzip
+
+            with gzip.open(trace, "rb") as src, open(target, "wb") as dest:
+                shutil.copyfileobj(src, dest)
+        else:
+            shutil.copyfile(trace, target)
+        return target
+    return trace if not trace.name.endswith(".gz") else target
+
+
+def without_placed_copies(found: list[Path]) -> list[Path]:
+    """Framework traces found in a Neuron output tree, less the copies of one another: where a
+    session directory (one with ``ntrace.pb`` / ``trace_info.pb``) holds ``trace.json``, that
+    file is its framework trace, and a ``plugins/*/trace.json.gz`` under it or a
+    ``neuron_framework_trace_rank_<N>.json`` with the same bytes (what
+    :func:`place_framework_trace` copied) is the same trace a second time."""
+    sessions = {
+        p.parent for p in found
+        if p.name == FRAMEWORK_TRACE_NAME and any((p.parent / m).is_file() for m in _SESSION_MARKERS)
+    }
+    if not sessions:
+        return found
+    placed = [s / FRAMEWORK_TRACE_NAME for s in sessions]
+    out: list[Path] = []
+    for p in found:
+        if p.parent in sessions and p.name == FRAMEWORK_TRACE_NAME:
+            out.append(p)
+        elif any(s in p.parents for s in sessions):
+            continue
+        elif _RANK_TRACE.match(p.name) and not p.name.endswith(".gz") and any(_same_bytes(p, q) for q in placed):
+            continue
+        else:
+            out.append(p)
+    return out
+
+
+def _same_bytes(a: Path, b: Path) -> bool:
+    import filecmp
+
+    try:
+        return a.stat().st_size == b.stat().st_size and filecmp.cmp(a, b, shallow=False)
+    except OSError:
+        return False
+
+
 def own_framework_trace(files: list[Path], rank: int | None) -> Path | None:
     """The newest framework trace among ``files`` that this rank wrote: another rank's
     ``neuron_framework_trace_rank_<N>.json`` (in a root all ranks share, every rank's sits at
@@ -85,7 +145,8 @@ def own_framework_trace(files: list[Path], rank: int | None) -> Path | None:
     own = None if rank is None else f"neuron_framework_trace_rank_{rank}.json"
     found = [
         f for f in files
-        if file_kind(f.name) == "framework_trace" and (own is None or not _RANK_TRACE.match(f.name) or f.name == own)
+        if file_kind(f.name) == "framework_trace"
+        and (own is None or not _RANK_TRACE.match(f.name) or f.name.removesuffix(".gz") == own)
     ]
     return max(found, key=lambda p: p.stat().st_mtime, default=None)
 

@@ -64,6 +64,8 @@ class TraceEvent(msgspec.Struct, gc=False):
     tid: Any = None
     ts: Any = None
     dur: Any = None
+    #: A flow event's id (``ac2g`` arrows: launch to device work); other events have none.
+    id: Any = None
     #: Any JSON value: ``args`` that are no object are the reader's to judge (read as none
     #: where falsy, malformed where the reader needs them), and of events it skips, never read.
     args: EventArgs | list | str | int | float | bool | None = None

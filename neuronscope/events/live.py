@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from neuronscope.events.flows import DISPATCH_CATEGORIES, drop_others, launches_by_flow_id, ops_at_launches
 from neuronscope.events.nesting import add_inner_range_device_time
 from neuronscope.events.table import (
     DEVICE_WAIT,
@@ -292,7 +293,18 @@ def _table_from_events(raw: list[Any], record_shapes: bool, legacy_device: bool)
 
     if device_events or (others is not None and KIND_RUNTIME in set(others.kinds)):
         _link_device(table, ev_type, main_events, device_events, other_events)
+    if others is not None and other_events:
+        _drop_dispatches(table, ev_type, other_events)
     return table
+
+
+def _drop_dispatches(table: EventTable, ev_type: Any, other_events: list[Any]) -> None:
+    """Leave operator dispatches (TorchNeuron's ``privateuse1_runtime``) out of the table once
+    they linked device work: each is a step of its op's host work, never an op of its own."""
+    if table.others is not None:
+        acts = list(map(_activity_getter(ev_type), other_events))
+        if not DISPATCH_CATEGORIES.isdisjoint(acts):
+            table.others = drop_others(table.others, [a not in DISPATCH_CATEGORIES for a in acts])
 
 
 def _false() -> bool:
@@ -349,11 +361,18 @@ def _link_device(
         d_dur = list(map(ev_type.duration_ns, device_events))
         acts = list(map(_activity_getter(ev_type), device_events))
         names = list(map(ev_type.name, device_events))
+        by_flow = _flow_links(table, ev_type, device_events, d_linked, other_events, index_by_corr)
+        keys: list[Any] = d_linked
+        index: dict[Any, int] = index_by_corr
+        if by_flow:
+            # Linked through the dispatch's flow: keyed apart from correlations.
+            keys = [("flow", k) if k in by_flow else c for k, c in enumerate(d_linked)]
+            index = {**index_by_corr, **{("flow", k): row for k, (row, _) in by_flow.items()}}
         # A stream waiting on another (MTIA's event_wait) is no work: no op's device time, as
         # the trace reader counts it.
         work = [device_class(act, name) != DEVICE_WAIT for act, name in zip(acts, names)]
-        attach_device_time(table, itertools.compress(zip(d_linked, d_dur), work), index_by_corr)
-        _device_intervals(table, ev_type, device_events, acts, names, other_events, index_by_corr)
+        attach_device_time(table, itertools.compress(zip(keys, d_dur), work), index)
+        _device_intervals(table, ev_type, device_events, acts, names, other_events, index_by_corr, by_flow)
     others = table.others
     if others is not None and other_events:
         o_linked = list(map(ev_type.linked_correlation_id, other_events))
@@ -366,6 +385,41 @@ def _link_device(
                     o_tids[j] = tids[i]
 
 
+def _flow_links(
+    table: EventTable,
+    ev_type: Any,
+    device_events: list[Any],
+    d_linked: list[int],
+    other_events: list[Any],
+    index_by_corr: dict[int, int],
+) -> dict[int, tuple[int, tuple[int, int]]]:
+    """Device events no correlation links to an op, linked through a flow from a dispatch
+    (:mod:`neuronscope.events.flows`): device event -> (op row, (dispatch start, end)). The op
+    is the innermost synchronous op open on the dispatch's thread when it started."""
+    get_flow = getattr(ev_type, "flow_id", None)
+    get_first = getattr(ev_type, "flow_start", None)
+    others = table.others
+    if get_flow is None or get_first is None or others is None or not other_events:
+        return {}
+    wanted = [k for k, c in enumerate(d_linked) if c not in index_by_corr]
+    if not wanted:
+        return {}
+    acts = list(map(_activity_getter(ev_type), other_events))
+    rows = [j for j, a in enumerate(acts) if a in DISPATCH_CATEGORIES]
+    if not rows:
+        return {}
+    picked = [other_events[j] for j in rows]
+    dispatch = launches_by_flow_id(
+        list(map(get_flow, picked)),
+        list(map(get_first, picked)),
+        [others.tids[j] for j in rows],
+        [others.starts[j] for j in rows],
+        [others.ends[j] for j in rows],
+    )
+    hits = {k: dispatch[f] for k, f in zip(wanted, map(get_flow, (device_events[k] for k in wanted))) if f in dispatch}
+    return ops_at_launches(table, hits)
+
+
 def _device_intervals(
     table: EventTable,
     ev_type: Any,
@@ -374,10 +428,13 @@ def _device_intervals(
     names: list[str],
     other_events: list[Any],
     index_by_corr: dict[int, int],
+    by_flow: dict[int, tuple[int, tuple[int, int]]] | None = None,
 ) -> None:
     """Each device event's interval, stream, class and launch call (for the step breakdown), the
     host's synchronisation calls, and the device time of ranges opened inside an op. ``acts``
-    and ``names``: the device events' activities and names, read once by the caller."""
+    and ``names``: the device events' activities and names, read once by the caller;
+    ``by_flow``: the events linked through a dispatch's flow (:func:`_flow_links`)."""
+    by_flow = by_flow or {}
     others = table.others
     launch_at: dict[int, tuple[int, int]] = {}  # runtime call's correlation -> (start, end)
     dev = DeviceEvents()
@@ -405,7 +462,8 @@ def _device_intervals(
                 dev.sync_starts.append(starts[k])
                 dev.sync_ends.append(ends[k])
             continue
-        launch = launch_at.get(corr[k])
+        flow = by_flow.get(k)
+        launch = flow[1] if flow is not None else launch_at.get(corr[k])
         dev.starts.append(starts[k])
         dev.ends.append(ends[k])
         dev.streams.append(int(streams[k]))
@@ -413,7 +471,7 @@ def _device_intervals(
         dev.classes.append(device_class(act, names[k]))
         dev.launch_starts.append(launch[0] if launch else -1)
         dev.launch_ends.append(launch[1] if launch else -1)
-        op = index_by_corr.get(linked[k])
+        op = flow[0] if flow is not None else index_by_corr.get(linked[k])
         if launch is not None and op is not None:
             inner.append((launch[0], op, ends[k] - starts[k]))
     if len(dev):

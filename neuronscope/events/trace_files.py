@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Union
 
+from neuronscope.capture.neuron_files import without_placed_copies
 from neuronscope.errors import TraceFormatError
 from neuronscope.events.jsontext import blocks
 
@@ -38,6 +39,7 @@ def find_trace_files(directory: TracePath) -> list[Path]:
             if p.is_file()
             and (p.name in _NAMED_TRACES or re.fullmatch(r"neuron_framework_trace_rank_\d+\.json(\.gz)?", p.name))
         )
+        found = without_placed_copies(found)  # a Neuron session's trace.json and its original
     if not found:
         found = sorted(p for p in root.glob("*.json*") if p.name.endswith((".json", ".json.gz")) and _begins_as_trace(p))
     return [p for p in found if p.is_file()]

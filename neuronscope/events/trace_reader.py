@@ -15,6 +15,7 @@ from msgspec import UNSET
 
 from neuronscope.errors import TraceFormatError
 from neuronscope.events import IGNORED_NAMES, KIND_ANNOTATION, KIND_OP, KIND_PYTHON, KIND_RUNTIME, EventTable, gc_paused
+from neuronscope.events.flows import DISPATCH_CATEGORIES, FLOW_CATEGORIES, flow_launches
 from neuronscope.events.jsontext import EventArgs, Fallback, TraceEvent, stream, whole
 from neuronscope.events.locations import user_location
 from neuronscope.events.nesting import add_inner_range_device_time, innermost_open, row_columns
@@ -36,6 +37,8 @@ from neuronscope.events.trace_meta import trace_metadata
 
 _UNSET = object()
 _SYNC = 7  # a category of host intervals blocked in a synchronisation (read, not a row)
+_FLOW = 8  # a launch-to-device flow point (ac2g): read where a device's dispatches have them
+_DISPATCH = 9  # an operator dispatch (privateuse1_runtime): a launch, no row of its own
 #: Timestamps beyond this (ns) are refused: they overflow the int64 arrays of the summary.
 _MAX_NS = 1 << 62
 #: Longest span of one file's events: float64 holds whole nanoseconds exactly up to 2**53 (104
@@ -100,6 +103,8 @@ class _Reader:
         self.raw_events = 0
         self.recognised = 0
         self.saw_span = False
+        self.flow_points: list[tuple[Any, Any, Any, Any]] = []  # (id, pid, tid, ts) as read
+        self.dispatches: dict[tuple[int, int], int] = {}  # (thread, start) -> end
 
     def _truncate(self, n: int, n_others: int) -> None:
         t, o = self.table, self.others
@@ -196,7 +201,12 @@ class _Reader:
                 if code >= KIND_SKIP:
                     if code == KIND_SPAN:
                         self.saw_span = True
-                    if code != _SYNC:
+                    elif code == _FLOW:
+                        # Only a device whose dispatches are no rows links by flows alone.
+                        if self.saw_privateuse1 and e.id is not None:
+                            self.flow_points.append((e.id, e.pid, e.tid, e.ts))
+                        continue
+                    if code != _SYNC and code != _DISPATCH:
                         continue
                 dur = e.dur
                 if dur is None:  # not a complete ("X") event
@@ -298,6 +308,9 @@ class _Reader:
                         exts_append(None)
                         shapes_append(None)
                 else:  # runtime call or Python frame: a child in the nesting, not an op
+                    if code == _DISPATCH:  # a link to device work (flows.py), not an op
+                        self._dispatch(e, thread, start, start + dur_ns)
+                        continue
                     if code == KIND_RUNTIME:
                         args = e.args
                         if args.__class__ is not EventArgs:
@@ -339,10 +352,19 @@ class _Reader:
         self.recognised += recognised
         self.negative += negative
 
+    def _dispatch(self, e: Any, thread: int, start: int, end: int) -> None:
+        self.dispatches[(thread, start)] = end
+        args = e.args
+        corr = args.correlation if args.__class__ is EventArgs else None
+        if corr is not None:
+            self.runtime[corr] = (thread, start, end)
+
     def _classify(self, cat: Any) -> int:
         if cat.__class__ is not str:
             return KIND_SKIP
         c = cat.lower()
+        if c in FLOW_CATEGORIES:
+            return _FLOW
         if c.startswith("privateuse1"):
             self.saw_privateuse1 = True
         elif c.startswith("mtia"):
@@ -351,6 +373,8 @@ class _Reader:
             self.saw_counters = True
         if c in SYNC_CATEGORIES:
             return _SYNC
+        if c in DISPATCH_CATEGORIES:
+            return _DISPATCH
         kind = category_kind(c)
         if kind == KIND_DEVICE:
             self.device_categories.add(cat)
@@ -395,6 +419,8 @@ class _Reader:
         except OverflowError:  # a runtime call of an ignored name, out of range
             raise self._out_of_range() from None
         has_launch = spans[:, 0] >= 0  # thread ids are not negative
+        if self.flow_points and not has_launch.all():  # launched by a dispatch's flow alone
+            has_launch = self._launch_by_flow(spans, has_launch)
         if has_launch.any():  # the launches (of ignored names too: no row of their own) as well
             calls = spans[has_launch, 1:]
             lo_call, hi_call = int(calls.min()), int(calls.max())
@@ -470,6 +496,14 @@ class _Reader:
             self._locate(base)
         table.raw_event_count += self.raw_events
         self._reset_file()
+
+    def _launch_by_flow(self, spans: np.ndarray, has_launch: np.ndarray) -> np.ndarray:
+        """Fill the launches of device events no correlation names from the file's flows."""
+        wanted = np.flatnonzero(~has_launch).tolist()
+        found = flow_launches(self.flow_points, self.thread_ids, self.dev_start, wanted, self.dispatches)
+        for k, launch in found.items():
+            spans[k] = launch
+        return spans[:, 0] >= 0
 
     def _check_span(self, first: int, last: int) -> None:
         """Refuse a file whose intervals leave +-2**62 ns, or span more than _MAX_SPAN_NS."""

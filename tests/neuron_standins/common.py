@@ -73,6 +73,11 @@ BEHAVIOUR: dict[str, Any] = {
     "runtime_events": True,  # the plugin emits privateuse1_runtime events
     "unlinked_driver": 0,  # driver events launched outside any op
     "device_ns": 40_000,  # duration of each stand-in device execution
+    # False: dispatch and execution events carry no link to their op (no External id in the
+    # trace, linked correlation 0 live), only the flow (ac2g) joining the two; the dispatch
+    # runs on the op's thread inside the op. The docs describe flow ids as the link
+    # (SystemProfileEvents.flow_id); whether a real build also sets the op link is not known.
+    "link_ops": True,
     "trace_name": "trace.json",  # what export_trace writes; a neuron_framework_trace_rank_*
     # name goes to the top of the output directory, as the troubleshooting page describes
 }
@@ -121,7 +126,7 @@ def _holder() -> types.ModuleType:
     if holder is None:
         holder = types.ModuleType(_HOLDER)
         lib = ctypes.CDLL(str(build_plugin()))
-        lib.standin_configure.argtypes = [ctypes.c_int] * 4 + [ctypes.c_longlong] * 3
+        lib.standin_configure.argtypes = [ctypes.c_int] * 4 + [ctypes.c_longlong] * 3 + [ctypes.c_int]
 
         def on_start(custom: bytes, runtime: int, driver: int) -> None:
             holder.target._plugin_start(custom.decode(), bool(runtime), bool(driver))
@@ -149,6 +154,7 @@ def _configure_plugin(enabled: bool, max_events: int = 0) -> None:
         int(BEHAVIOUR["device_ns"]),
         0,
         int(max_events),
+        int(BEHAVIOUR["link_ops"]),
     )
 
 

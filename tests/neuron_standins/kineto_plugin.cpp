@@ -53,11 +53,14 @@ struct Knobs {
   int64_t device_ns = 40000;   // duration of each device execution
   int64_t stream = 0;          // stream id of the driver events (their tid)
   int64_t max_events = 0;      // keep only the newest N driver events (0: all)
+  int link_ops = 1;            // 0: events carry no link to their op (no External id), only
+                               // the flow (ac2g) joining dispatch and execution
 };
 
 struct Launch {
   uint64_t corr;
   int64_t start;
+  int64_t end;  // when the op returned (popCorrelationId); 0 while it runs
   int32_t tid;
   bool leaf;
 };
@@ -122,9 +125,16 @@ class StandinSession : public IActivityProfilerSession {
     int64_t device_free = 0;  // one in-order stream: an execution starts when the last ends
     for (size_t k = first; k < leaves.size(); ++k, ++seq) {
       const Launch& l = *leaves[k];
-      const ITraceActivity* op = link((int32_t)l.corr);
+      const ITraceActivity* src = link((int32_t)l.corr);
+      const ITraceActivity* op = knobs.link_ops ? src : nullptr;
+      // The dispatch runs inside its op: from the middle of the op's span as torch recorded
+      // it (this plugin's own clock reads are a little apart from torch's), else as seen here.
+      int64_t op_start = src ? src->timestamp() : l.start;
+      int64_t span = src ? src->duration() : (l.end > l.start ? l.end - l.start : 0);
+      int64_t at = op_start + span / 2;
+      int64_t dispatch_ns = std::min<int64_t>(1500, std::max<int64_t>(span / 4, 1));
       if (runtime_ && knobs.runtime_events) {
-        auto rt = make(ActivityType::PRIVATEUSE1_RUNTIME, "neuron_standin_dispatch", l.start, l.start + 1500,
+        auto rt = make(ActivityType::PRIVATEUSE1_RUNTIME, "neuron_standin_dispatch", at, at + dispatch_ns,
                        seq, l.tid, op);
         rt->flow.id = seq;
         rt->flow.type = kLinkAsyncCpuGpu;
@@ -133,7 +143,7 @@ class StandinSession : public IActivityProfilerSession {
         keep_.push_back(std::move(rt));
       }
       if (driver_ && knobs.device_events) {
-        int64_t begin = std::max(l.start + 2000, device_free);
+        int64_t begin = std::max(at + 2000, device_free);
         device_free = begin + knobs.device_ns;
         auto dr = make(ActivityType::PRIVATEUSE1_DRIVER, "neuron_standin_neff_exec", begin, device_free, seq,
                        (int32_t)knobs.stream, op);
@@ -165,14 +175,17 @@ class StandinSession : public IActivityProfilerSession {
     std::lock_guard<std::mutex> g(mu);
     if (!recording) return;
     if (!open_ops.empty()) launches[open_ops.back()].leaf = false;
-    launches.push_back({id, now_ns(), (int32_t)syscall(SYS_gettid), true});
+    launches.push_back({id, now_ns(), 0, (int32_t)syscall(SYS_gettid), true});
     open_ops.push_back(launches.size() - 1);
   }
 
   void popCorrelationId() override {
     if (!active_) return;
     std::lock_guard<std::mutex> g(mu);
-    if (!open_ops.empty()) open_ops.pop_back();
+    if (!open_ops.empty()) {
+      launches[open_ops.back()].end = now_ns();
+      open_ops.pop_back();
+    }
   }
 
  private:
@@ -245,7 +258,7 @@ void standin_set_callbacks(start_cb_t start, stop_cb_t stop) {
 }
 
 void standin_configure(int enabled, int device_events, int runtime_events, int unlinked_driver,
-                       long long device_ns, long long stream, long long max_events) {
+                       long long device_ns, long long stream, long long max_events, int link_ops) {
   std::lock_guard<std::mutex> g(mu);
   knobs.enabled = enabled;
   knobs.device_events = device_events;
@@ -254,6 +267,7 @@ void standin_configure(int enabled, int device_events, int runtime_events, int u
   knobs.device_ns = device_ns;
   knobs.stream = stream;
   knobs.max_events = max_events;
+  knobs.link_ops = link_ops;
 }
 
 int standin_sessions_started() { return sessions_started; }

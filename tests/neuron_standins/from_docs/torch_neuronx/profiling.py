@@ -77,6 +77,9 @@ class NeuronProfiler:
         out = Path(self.config.profile_output_dir or "./output")
         name = _standin.BEHAVIOUR["trace_name"]
         session = _standin.last_session_dir(str(out))
+        # A neuron_framework_trace_rank_<N>.json goes to the top (troubleshooting page); a
+        # plugins/<name>/trace.json.gz (the profile schema skill's layout) into the session,
+        # compressed (torch's export compresses a .gz path).
         target = out / name if name.startswith("neuron_framework_trace_rank_") or session is None else session / name
         target.parent.mkdir(parents=True, exist_ok=True)
         prof.export_chrome_trace(str(target))

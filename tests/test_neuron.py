@@ -682,6 +682,25 @@ def test_cpu_capture_with_torch_neuronx_loaded_is_contained(standin, clean_env):
     assert not (clean_env / "output").exists()  # nothing left in the working directory
 
 
+@pytest.mark.parametrize("backend", ["neuron", "cpu"])
+def test_no_capture_leaves_files_in_the_working_directory(standin, clean_env, backend):
+    """Every capture neuronscope starts, the decorator's observed warm-up call (a CPU-only
+    capture, which starts TorchNeuron's runtime trace into ./output) included, leaves nothing
+    in the working directory; the runs stay under the output root."""
+    record = standin()
+
+    @profile_on_neuron(backend=backend, warmup=1, active=2, output_dir=str(clean_env / "runs"))
+    def step():
+        return _work()
+
+    for _ in range(3):
+        step()
+    assert step.last_result is not None and step.last_result.backend == backend
+    # the warm-up's observation and the captures each started the runtime trace
+    assert len(record.RECORD["nrt_begin"]) >= 3
+    assert sorted(os.listdir(clean_env)) == ["runs"]
+
+
 def test_cpu_results_without_torch_neuronx_carry_nothing_neuron(clean_env):
     _drop_torch_neuronx()
     result = _capture(clean_env, backend="cpu")

@@ -36,6 +36,7 @@ from typing import Any
 
 from neuronscope.capture.base import quiet_native_stderr
 from neuronscope.capture.frames import is_user_file
+from neuronscope.capture.neuron_files import StrayRuntimeOutput
 
 __all__ = [
     "CONSTS_SEP",
@@ -185,6 +186,10 @@ def observe_dataflow() -> Iterator[Observation]:
         # profile_memory started is freed: freeing one here, while stderr is filtered, spends
         # that warning where the user does not see it.
         probe = torch.empty(1)
+        # A loaded TorchNeuron starts its runtime trace in this CPU-only capture too, into
+        # ./output: what it writes there is removed after the stop (nothing is exported).
+        stray = StrayRuntimeOutput()
+        stray.snapshot()
         with quiet_native_stderr(NATIVE_NOISE):
             prof.start()
             del probe
@@ -202,6 +207,10 @@ def observe_dataflow() -> Iterator[Observation]:
             obs.profiler = prof
         except Exception as err:
             obs.error = f"{type(err).__name__}: {err}"
+        try:
+            stray.collect(None)
+        except OSError:  # best effort: the observation never costs the call
+            pass
 
 
 # The newest observation of each capture name, taken by every capture of that name; kept

@@ -114,6 +114,9 @@ class Options:
     cores: tuple[int, ...] | None = None
     #: Neuron: the runtime's ring buffer of trace events per NeuronCore (None: its default).
     max_events_per_nc: int | None = None
+    #: Neuron: the ``neuron-explorer`` run after a capture for the device-level profile: None
+    #: finds it (PATH, /opt/aws/neuron/bin), a path names it, False runs none.
+    neuron_explorer: str | bool | None = None
     warmup: int = 0
     active: int | None = None
     hints: bool = True
@@ -295,6 +298,13 @@ def _validated(merged: dict[str, Any]) -> Options:
         _check_count("active", merged["active"], 1)
     if merged.get("max_events_per_nc") is not None:
         _check_count("max_events_per_nc", merged["max_events_per_nc"], 1)
+    explorer = merged.get("neuron_explorer")
+    if explorer is not None and not isinstance(explorer, bool):
+        if not isinstance(explorer, (str, os.PathLike)) or not str(explorer) or "\x00" in str(explorer):
+            raise ConfigError(f"neuron_explorer must be a path to neuron-explorer, or False, got {explorer!r}")
+        merged["neuron_explorer"] = os.fspath(explorer)
+    elif explorer is True:
+        merged["neuron_explorer"] = None
     merged["modes"] = parse_modes(merged.get("modes"))
     merged["cores"] = parse_cores(merged.get("cores"))
     fmt = merged.get("trace_format", "auto")

@@ -46,6 +46,7 @@ from neuronscope.capture.neuron_api import (
     require_neuron,
     torch_neuron_module,
 )
+from neuronscope.capture.neuron_explorer import OUTPUT_DIR, device_profile, find_explorer
 from neuronscope.capture.neuron_files import (
     FRAMEWORK_TRACE_NAME,
     MAX_LISTED_FILES,
@@ -127,6 +128,7 @@ class _Capture:
     #: The framework trace as found, under whichever documented name (saved_trace is its plain
     #: copy beside the system trace where it was written elsewhere or compressed).
     found_trace: Path | None = None
+    device_profile: dict[str, Any] | None = None
     session: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -409,12 +411,37 @@ class NeuronBackend(Backend):
             command, lines = explorer_notes(root.resolve(), self.options.name or "neuronscope")
             info["view_command"] = command
             notes.extend(lines)
+        if sessions and any(file_kind(f.name) != "framework_trace" for f in files):
+            notes.extend(self._device_profile(cap, sessions[0]))
         if cap.temporary:
             notes.append(f"export=False: the Neuron session files stay in {root}")
         for problem in info["problems"]:
             log.warning("neuronscope: Neuron capture: %s", problem)
         cap.notes = notes + [f"Neuron capture problem: {p}" for p in info["problems"]]
         return info
+
+    def _device_profile(self, cap: _Capture, session: Path) -> list[str]:
+        """Neuron Explorer's device-level profile of ``session``, into the run (``explorer/``
+        beside the session files); notes for what could not be had. Never raises."""
+        setting = getattr(self.options, "neuron_explorer", None)
+        exe = find_explorer(setting)
+        if exe is None:
+            if setting not in (None, False):
+                return [f"neuron_explorer={setting!r} is no executable file: no device-level profile"]
+            if setting is None and first_time(("neuron-explorer-missing",)):
+                return [
+                    "no neuron-explorer on PATH or in /opt/aws/neuron/bin (aws-neuronx-tools): the result "
+                    "has no device-level profile (MFU, engine activity, device time per NeuronCore); "
+                    "install it or pass neuron_explorer='/path/to/neuron-explorer'"
+                ]
+            return []
+        try:
+            cap.device_profile = device_profile(
+                exe, session, cap.root / OUTPUT_DIR, self.options.name or "neuronscope", cap.saved_trace
+            )
+        except Exception as err:  # the device profile is extra: never the capture's loss
+            return [f"neuron-explorer could not be read: {type(err).__name__}: {err}"]
+        return list(cap.device_profile.get("notes", ()))
 
     def _dropped_events_note(self, counts: dict[str, int]) -> str | None:
         limit = getattr(self.options, "max_events_per_nc", None) or DEFAULT_MAX_EVENTS_PER_NC
@@ -427,16 +454,26 @@ class NeuronBackend(Backend):
         except Exception as err:  # listing files must never cost the measurement
             notes.append(f"could not list the Neuron session files: {type(err).__name__}: {err}")
         if not table_has_device:
+            profile = None if self.cap is None else self.cap.device_profile
+            where = (
+                "the device time per op from Neuron Explorer's system profile (joined by flow ids) is "
+                "in the result's device profile"
+                if profile and profile.get("ops")
+                else "the device timeline is in the Neuron session files (open them in Neuron Explorer, "
+                "command below)"
+            )
             notes.append(
                 f"per-op Neuron device time is None (not 0): this torch-neuronx ({self.api.version}) "
                 "gave torch.profiler no device-execution (privateuse1_driver) events, so only host "
-                "time is known per op; the device timeline is in the Neuron session files (open "
-                "them in Neuron Explorer, command below)"
+                f"time is known per op in the op table; {where}"
             )
         return notes + ([] if self.cap is None else list(self.cap.notes))
 
     def collect_artifacts(self, prof: Any, scratch_dir: Path | None) -> dict[str, Any]:
-        return {"neuron": self._collect_session(prof)}
+        out: dict[str, Any] = {"neuron": self._collect_session(prof)}
+        if self.cap is not None and self.cap.device_profile is not None:
+            out["device_profile"] = self.cap.device_profile
+        return out
 
 
 def privateuse1_event_counts(prof: Any) -> dict[str, int]:

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from neuronscope.analysis.straggler import rank_entry, straggler_hints
+from neuronscope.capture.neuron_explorer import device_profile_for_trace
 from neuronscope.drive.pipeline import build_result
 from neuronscope.events import KIND_OP, EventTable, gc_paused
 from neuronscope.events.trace_files import TracePath, find_trace_files, group_by_rank, resolve_paths
@@ -87,10 +88,16 @@ def _result(
             f"{share:.1f}% of device time ({meta['device_unattributed_events']} device events) "
             f"was launched outside any op (the shares' total includes it)"
         )
+    artifacts: dict[str, Any] = {"trace_files": list(meta["files"])}
+    if meta["backend"] == "neuron" and len(meta["files"]) == 1:  # a Neuron session's trace.json
+        found = device_profile_for_trace(Path(meta["files"][0]))
+        if found is not None:
+            artifacts["device_profile"] = found
+            notes.extend(found.get("notes", ()))
     facts: dict[str, Any] = {
         "device_name": meta.get("device_name"),
         "platform": meta["platform"] if meta["platform"] in ("rocm", "mtia") else None,
-        "artifacts": {"trace_files": list(meta["files"])},
+        "artifacts": artifacts,
         "rank": meta["rank"],
         "world_size": meta["world_size"],
         **(ranks or {}),

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from tabulate import tabulate
 
+from neuronscope.report.device_profile import render_device_profile
 from neuronscope.units import fmt_us
 
 if TYPE_CHECKING:
@@ -171,6 +172,8 @@ def render_result(result: ProfileResult, row_limit: int = 15) -> str:
         parts.append(f"device time launched outside any op: {fmt_us(result.device_unattributed_us)}")
     if result.breakdown:
         parts.append(render_breakdown(result.breakdown))
+    if result.device_profile:
+        parts.append(render_device_profile(result.device_profile))
     nested = {k: v for k, v in result.regions.items() if k != result.name}
     if nested:
         parts.append("Regions:\n" + render_regions(nested))

@@ -193,6 +193,13 @@ class ProfileResult:
 
     # ---- derived -------------------------------------------------------------------------
     @property
+    def device_profile(self) -> dict[str, Any] | None:
+        """Neuron's device-level profile read through neuron-explorer (Summary figures, busy
+        time per NeuronCore, device time per op by flow id), or None; kept in ``artifacts``."""
+        found = self.artifacts.get("device_profile")
+        return found if isinstance(found, dict) else None
+
+    @property
     def has_device_time(self) -> bool:
         return any(o.self_device_us is not None for o in self.ops)
 
@@ -259,6 +266,7 @@ class ProfileResult:
         ``"ops"`` (one row per op), ``"regions"`` (one per region, indexed by name) or
         ``"hints"`` (one per hint, largest estimated saving first) or ``"steps"`` (the device's
         busy and idle time per step, from :attr:`breakdown`)."""
+        from neuronscope.report.device_profile import device_profile_dataframe
         from neuronscope.report.text import breakdown_dataframe, hints_dataframe, ops_dataframe, regions_dataframe
 
         makers = {
@@ -266,6 +274,7 @@ class ProfileResult:
             "regions": lambda: regions_dataframe(self.regions),
             "hints": lambda: hints_dataframe(self.hints),
             "steps": lambda: breakdown_dataframe(self.breakdown),
+            "device_profile": lambda: device_profile_dataframe(self.device_profile),
         }
         if table not in makers:
             raise NeuronscopeError(

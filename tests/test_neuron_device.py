@@ -1,0 +1,141 @@
+"""Neuron's device level: Neuron Explorer's figures in the result, against the stand-in
+``neuron-explorer`` (tests/neuron_standins/bin, built from the profile schema reference) and
+the stand-in TorchNeuron; the eager-vs-compile hint; the capture guards.
+
+No Trainium and no real neuron-explorer here: the stand-in reads the session's framework
+trace where the real tool decodes ntrace.pb and the NTFFs (see its docstring).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from neuronscope import from_trace, load, neuron_region
+from neuronscope.capture.neuron_explorer import read_summary
+from neuronscope.region import NeuronscopeWarning
+from test_neuron import DEVICE_NS, _capture, _neuron_dir, _session, _work, clean_env, standin  # noqa: F401
+
+EXPLORER_BIN = Path(__file__).resolve().parent / "neuron_standins" / "bin"
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:The privateuseone is not a valid device option:UserWarning"),
+    pytest.mark.filterwarnings("ignore:capture .* starts without warm-up"),
+    pytest.mark.filterwarnings("ignore:TorchNeuron is loaded"),
+]
+
+
+@pytest.fixture
+def explorer(monkeypatch):
+    """The stand-in neuron-explorer on PATH; ``explorer(mode)`` sets its behaviour."""
+    pytest.importorskip("pyarrow")
+    monkeypatch.setenv("PATH", f"{EXPLORER_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+
+    def mode(value: str = "ok") -> None:
+        monkeypatch.setenv("NEURON_EXPLORER_STANDIN", value)
+
+    mode()
+    return mode
+
+
+def _step():
+    x = torch.randn(32, 32)
+    with neuron_region("inner"):
+        y = x.relu()
+    return (y + y).sum()
+
+
+def test_the_device_profile_is_in_the_result_its_table_and_result_json(standin, clean_env, explorer):
+    record = standin()
+    record.BEHAVIOUR["device_events"] = False  # the framework trace carries no device time
+    result = _capture(clean_env, work=_step)
+    dp = result.device_profile
+    assert dp is not None and dp["version"].startswith("neuron-explorer") and dp["notes"] == []
+    assert dp["summary"]["mfu_estimated_percent"] == pytest.approx(31.5)
+    assert {"hfu_estimated_percent", "mbu_estimated_percent", "dma_active_time_percent"} <= set(dp["summary"])
+    (core,) = dp["cores"]
+    assert core["nc_idx"] == 0 and core["executions"] == dp["submissions"]["nc_exec_running"] >= 3
+    assert core["busy_us"] > 0 and core["idle_us"] >= 0
+    # device time per op and region from the system profile, joined by flow ids
+    ops = {o["name"]: o for o in dp["ops"]}
+    assert ops["aten::clamp_min"]["device_us"] == pytest.approx(DEVICE_NS / 1e3)
+    assert ops["aten::add"]["device_us"] == pytest.approx(DEVICE_NS / 1e3)
+    assert dp["regions"]["inner"] == pytest.approx(DEVICE_NS / 1e3)
+    # output inside the run, the session's file list untouched by it
+    explorer_dir = _neuron_dir(result) / "explorer"
+    assert (explorer_dir / "summary.json").is_file() and list(explorer_dir.rglob("SystemProfileEvents.parquet"))
+    assert not any("explorer" in f["path"] for f in result.artifacts["neuron"]["files"])
+    text = result.table()
+    assert "Neuron device profile" in text and "MFU 31.5%" in text and "NeuronCore 0" in text
+    loaded = load(result.run_dir)
+    assert loaded.device_profile == dp
+    assert list(loaded.to_dataframe("device_profile")["name"])[:1] == [dp["ops"][0]["name"]]
+
+
+def test_from_trace_on_a_neuron_session_reads_the_same(standin, clean_env, explorer):
+    record = standin()
+    record.BEHAVIOUR["device_events"] = False
+    live = _capture(clean_env, work=_step)
+    trace = _session(live) / "trace.json"
+    read = from_trace(trace)  # the run's explorer output, read again
+    assert read.device_profile["ops"] == live.device_profile["ops"]
+    assert read.device_profile["summary"] == live.device_profile["summary"]
+    # A session directory alone (copied out of the run): the tool is run into a temp dir.
+    import shutil
+
+    copy = clean_env / "copied_session"
+    shutil.copytree(_session(live), copy)
+    again = from_trace(copy)
+    assert again.device_profile["ops"] == live.device_profile["ops"]
+    assert sorted(p.name for p in copy.iterdir()) == sorted(p.name for p in _session(live).iterdir())
+
+
+@pytest.mark.parametrize("mode", ["fail", "no_summary", "no_parquet"])
+def test_a_failing_explorer_is_a_note_and_the_capture_stays(standin, clean_env, explorer, mode):
+    standin()
+    explorer(mode)
+    result = _capture(clean_env)
+    assert result.status == "ok" and result.op("aten::mm") is not None
+    assert result.artifacts["neuron"]["problems"] == []
+    assert any("neuron-explorer" in n for n in result.notes)
+
+
+def test_a_slow_explorer_is_bounded(standin, clean_env, explorer, monkeypatch):
+    standin()
+    explorer("hang")
+    monkeypatch.setenv("NEURONSCOPE_EXPLORER_TIMEOUT_S", "2")
+    result = _capture(clean_env)
+    assert result.status == "ok"
+    assert any("timed out" in n for n in result.notes)
+
+
+def test_no_explorer_is_one_note_and_false_turns_it_off(standin, clean_env, monkeypatch):
+    standin()
+    monkeypatch.setenv("PATH", "/nonexistent")
+    result = _capture(clean_env)
+    assert result.device_profile is None
+    assert any("no neuron-explorer on PATH" in n for n in result.notes)
+    off = _capture(clean_env, name="off", neuron_explorer=False)
+    assert off.device_profile is None and not any("neuron-explorer on PATH" in n for n in off.notes)
+
+
+def test_a_path_option_names_the_tool(standin, clean_env, monkeypatch):
+    pytest.importorskip("pyarrow")
+    standin()
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable))  # python3, no neuron-explorer
+    result = _capture(clean_env, neuron_explorer=str(EXPLORER_BIN / "neuron-explorer"))
+    assert result.device_profile["summary"]["mfu_estimated_percent"] == pytest.approx(31.5)
+    bad = _capture(clean_env, name="bad", neuron_explorer=str(clean_env / "nope"))
+    assert bad.device_profile is None and any("no executable file" in n for n in bad.notes)
+
+
+def test_summary_json_is_read_wherever_its_rows_are():
+    assert read_summary('{"profiles": {"a": {"mfu_estimated_percent": 3.5, "name": "x"}}}') == [
+        {"mfu_estimated_percent": 3.5, "name": "x"}
+    ]
+    assert read_summary('[{"hfu_estimated_percent": 1}, {"hfu_estimated_percent": 2}]')[1] == {"hfu_estimated_percent": 2}
+    assert read_summary("not json") == [] and read_summary('{"other": 1}') == []

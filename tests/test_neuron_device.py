@@ -139,3 +139,65 @@ def test_summary_json_is_read_wherever_its_rows_are():
     ]
     assert read_summary('[{"hfu_estimated_percent": 1}, {"hfu_estimated_percent": 2}]')[1] == {"hfu_estimated_percent": 2}
     assert read_summary("not json") == [] and read_summary('{"other": 1}') == []
+
+
+# ---- the eager-vs-compile hint -----------------------------------------------------------------
+
+
+def _eager_step(n_ops: int = 30):
+    def work():
+        x = torch.randn(8, 8)
+        with neuron_region("block"):
+            for _ in range(n_ops):  # eager: one NEFF per op
+                x = x.relu()
+        return x
+
+    return work
+
+
+@pytest.mark.parametrize("with_explorer", [False, True])
+def test_many_neff_submissions_per_step_suggest_compiling_the_region(standin, clean_env, monkeypatch, with_explorer):
+    """Eager ops each submit a NEFF; the hint names the count, the region and
+    torch.compile(backend="neuron"), from the system profile where there is one, else from the
+    framework trace's dispatches, live and from the trace file alike."""
+    record = standin()
+    if with_explorer:
+        pytest.importorskip("pyarrow")
+        monkeypatch.setenv("PATH", f"{EXPLORER_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    else:
+        monkeypatch.setenv("PATH", os.path.dirname(sys.executable))
+    result = _capture(clean_env, work=_eager_step(30))
+    dispatches = record.RECORD["nrt_begin"] and result.artifacts["neuron"]["privateuse1_events"]["privateuse1_runtime"]
+    (hint,) = [h for h in result.hints if h.pattern == "neff_submissions"]
+    assert hint.kind == "launch" and hint.calls == dispatches >= 30
+    assert hint.details["region"] == "block" and hint.details["in_region"] >= 30
+    assert 'torch.compile(model, backend="neuron"' in hint.suggestion and "'block'" in hint.suggestion
+    source = "nrt_model_submit" if with_explorer else "operator dispatches"
+    assert source in hint.details["source"]
+    if with_explorer:
+        assert hint.details["model_switches"] is not None
+    read = from_trace(_session(result) / "trace.json")
+    (again,) = [h for h in read.hints if h.pattern == "neff_submissions"]
+    assert again.calls == hint.calls and again.details["region"] == "block"
+
+
+def test_few_submissions_per_step_give_no_hint(standin, clean_env, monkeypatch):
+    standin()
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable))
+    result = _capture(clean_env, work=_eager_step(3))
+    assert not [h for h in result.hints if h.pattern == "neff_submissions"]
+
+
+def test_a_cuda_capture_never_gets_the_neuron_hint():
+    from neuronscope.analysis.rules import AnalysisContext
+    from neuronscope.analysis.submissions import submission_hints
+    from neuronscope.events import EventTable
+    from neuronscope.result.summary import summarize
+
+    table = EventTable()
+    table.dispatches = [(0, i) for i in range(100)]
+    ctx = AnalysisContext(table=table, summary=summarize(table), backend="cuda")
+    from neuronscope.analysis.launch import launch_hints
+
+    assert launch_hints(ctx) == []
+    assert submission_hints(AnalysisContext(table=table, summary=summarize(table), backend="neuron"))

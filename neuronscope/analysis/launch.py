@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from neuronscope.analysis.submissions import submission_hints
 from neuronscope.events.timeline import step_breakdown
 from neuronscope.result.types import Hint
 
@@ -30,7 +31,13 @@ MIN_KERNELS = 50
 
 
 def launch_hints(ctx: AnalysisContext) -> list[Hint]:
-    """One ``launch:launch_overhead`` hint where launch overhead dominates, else none."""
+    """One ``launch:launch_overhead`` hint where launch overhead dominates, else none; on
+    Neuron, first the eager-versus-compiled form of the same finding, NEFF submissions per
+    step (:mod:`neuronscope.analysis.submissions`), which gives the same cure."""
+    if ctx.backend == "neuron":
+        found = submission_hints(ctx)
+        if found:
+            return found
     # The pipeline's breakdown, None where it made none on purpose (a counter-mode trace's
     # kernels are replays: their timeline says nothing of launches).
     bd: dict[str, Any] | None = ctx.extra["breakdown"] if "breakdown" in ctx.extra else step_breakdown(ctx.table)

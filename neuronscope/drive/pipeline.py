@@ -137,7 +137,11 @@ def result_from_record(record: CaptureRecord, facts: CaptureFacts) -> ProfileRes
         wall_time_us=record.wall_time_us,
         profiler=record.prof,
         hints=facts.options.hints,
-        extra={"compile": record.compile_facts, "observed": facts.observation},
+        extra={
+            "compile": record.compile_facts,
+            "observed": facts.observation,
+            "device_profile": record.artifacts.get("device_profile"),
+        },
         notes=notes,
         facts={
             "target": facts.target,

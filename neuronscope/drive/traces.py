@@ -116,6 +116,7 @@ def _result(
         extra={
             "locations": meta.get("locations"),
             "trace": {k: v for k, v in meta.items() if k != "locations"},
+            "device_profile": artifacts.get("device_profile"),
         },
         facts=facts,
         notes=notes,

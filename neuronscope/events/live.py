@@ -301,10 +301,13 @@ def _table_from_events(raw: list[Any], record_shapes: bool, legacy_device: bool)
 def _drop_dispatches(table: EventTable, ev_type: Any, other_events: list[Any]) -> None:
     """Leave operator dispatches (TorchNeuron's ``privateuse1_runtime``) out of the table once
     they linked device work: each is a step of its op's host work, never an op of its own."""
-    if table.others is not None:
+    others = table.others
+    if others is not None:
         acts = list(map(_activity_getter(ev_type), other_events))
         if not DISPATCH_CATEGORIES.isdisjoint(acts):
-            table.others = drop_others(table.others, [a not in DISPATCH_CATEGORIES for a in acts])
+            keep = [a not in DISPATCH_CATEGORIES for a in acts]
+            table.dispatches = [(others.tids[j], others.starts[j]) for j, k in enumerate(keep) if not k]
+            table.others = drop_others(others, keep)
 
 
 def _false() -> bool:

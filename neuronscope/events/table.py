@@ -253,6 +253,9 @@ class EventTable:
     #: row -> device time launched while that range was open by an op around the range
     #: (``nccl:all_reduce`` inside ``record_param_comms``): the range's, not passed up
     range_device_ns: dict[int, int] = field(default_factory=dict)
+    #: (thread, start) of each operator dispatch to the device (TorchNeuron's
+    #: ``privateuse1_runtime``): no rows of their own (events.flows), counted by the hints
+    dispatches: list[tuple[int, int]] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.names)

@@ -495,6 +495,7 @@ class _Reader:
         if self.frames:
             self._locate(base)
         table.raw_event_count += self.raw_events
+        table.dispatches.extend(self.dispatches)  # (thread, start): counted by the hints
         self._reset_file()
 
     def _launch_by_flow(self, spans: np.ndarray, has_launch: np.ndarray) -> np.ndarray:

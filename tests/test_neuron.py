@@ -753,11 +753,29 @@ def _warnings_of(tmp_path: Path, name: str = "step", **options) -> list[str]:
     return [str(w.message) for w in caught if issubclass(w.category, NeuronscopeWarning)]
 
 
-def test_inspect_env_var_must_be_unset(standin, clean_env, monkeypatch):
-    standin()
+def test_a_capture_that_compiled_neffs_says_so(standin, clean_env):
+    record = standin()
+    assert not any("compiled" in n and "NEFF" in n for n in _capture(clean_env).notes)
+    record.BEHAVIOUR["compiles_neffs"] = 3
+    result = _capture(clean_env, name="cold")
+    assert result.artifacts["neuron"]["neffs_compiled_in_capture"] == 3
+    note = next(n for n in result.notes if "compiled 3 NEFF(s)" in n)
+    assert "warm up before capturing" in note and "neff-cache-unused" in note
+
+
+def test_inspect_env_var_is_refused_clearly(standin, clean_env, monkeypatch):
+    """NEURON_RT_INSPECT_ENABLE=1 conflicts with torch.profiler capture (Neuron docs): refused
+    at decoration time and at a region's start, with the fix; nothing is captured."""
+    record = standin()
     monkeypatch.setenv("NEURON_RT_INSPECT_ENABLE", "1")
-    (msg,) = [m for m in _warnings_of(clean_env) if "NEURON_RT_INSPECT_ENABLE" in m]
-    assert "must be UNSET" in msg
+    with pytest.raises(ConfigError, match=r"NEURON_RT_INSPECT_ENABLE=1 is set.*conflicts.*unset it"):
+        profile_on_neuron(backend="neuron")
+    with pytest.raises(ConfigError, match="NEURON_RT_INSPECT_ENABLE"):
+        with neuron_region("x", backend="neuron", output_dir=str(clean_env / "runs")):
+            _work()
+    assert record.RECORD["nrt_begin"] == []
+    monkeypatch.setenv("NEURON_RT_INSPECT_ENABLE", "0")
+    assert _capture(clean_env).backend == "neuron"
 
 
 def test_with_stack_names_neuron_framework_debug(standin, clean_env, monkeypatch):

@@ -6,6 +6,7 @@ No Trainium and no real neuron-explorer here: the stand-in reads the session's f
 trace where the real tool decodes ntrace.pb and the NTFFs (see its docstring).
 """
 
+# ruff: noqa: F811  (the Neuron fixtures come from test_neuron.py by import; tests take them)
 from __future__ import annotations
 
 import os
@@ -14,11 +15,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_neuron import DEVICE_NS, _capture, _neuron_dir, _session, clean_env, standin  # noqa: F401
 
 from neuronscope import from_trace, load, neuron_region
 from neuronscope.capture.neuron_explorer import read_summary
-from neuronscope.region import NeuronscopeWarning
-from test_neuron import DEVICE_NS, _capture, _neuron_dir, _session, _work, clean_env, standin  # noqa: F401
 
 EXPLORER_BIN = Path(__file__).resolve().parent / "neuron_standins" / "bin"
 

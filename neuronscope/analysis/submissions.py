@@ -56,9 +56,9 @@ def _busiest_range(ctx: AnalysisContext) -> tuple[str | None, int]:
     for i, (name, kind) in enumerate(zip(table.names, table.kinds)):
         if kind != KIND_ANNOTATION or name.startswith(_STEP):
             continue
-        starts = by_thread.get(table.tids[i])
-        if starts:
-            n = bisect.bisect_right(starts, table.ends[i]) - bisect.bisect_left(starts, table.starts[i])
+        inside = by_thread.get(table.tids[i])
+        if inside:
+            n = bisect.bisect_right(inside, table.ends[i]) - bisect.bisect_left(inside, table.starts[i])
             if n:
                 found.append((n, table.ends[i] - table.starts[i], name))
     if not found:

@@ -147,6 +147,8 @@ def ops_by_flow(trace: Path, rows: list[dict[str, Any]]) -> tuple[list[dict[str,
         entry[1] += ns / 1e3
         for name in {s[2] for s in open_here if not s[3]}:
             regions[name] = regions.get(name, 0.0) + ns / 1e3
-    table = [{"name": n, "executions": c, "device_us": round(us, 3)} for n, (c, us) in ops.items()]
-    table.sort(key=lambda r: -r["device_us"])
+    table: list[dict[str, Any]] = [
+        {"name": n, "executions": int(c), "device_us": round(us, 3)} for n, (c, us) in ops.items()
+    ]
+    table.sort(key=lambda r: -float(r["device_us"]))
     return table, {k: round(v, 3) for k, v in regions.items()}, unmatched

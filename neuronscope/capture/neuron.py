@@ -29,6 +29,7 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,7 @@ from neuronscope.capture.neuron_api import (
 )
 from neuronscope.capture.neuron_explorer import OUTPUT_DIR, device_profile, find_explorer
 from neuronscope.capture.neuron_files import (
+    DEFAULT_MAX_EVENTS_PER_NC,
     FRAMEWORK_TRACE_NAME,
     MAX_LISTED_FILES,
     MAX_NEFF_COPY_BYTES,
@@ -55,11 +57,13 @@ from neuronscope.capture.neuron_files import (
     NEFF_CACHE_ENV,
     check_session,
     copy_neffs,
+    dropped_events_note,
     explorer_notes,
     file_kind,
     find_session_files,
     neff_cache_dir,
     neff_cache_size,
+    neffs_written_since,
     own_framework_trace,
     place_framework_trace,
     session_dirs,
@@ -83,34 +87,6 @@ log = logging.getLogger("neuronscope")
 
 #: Device-level capture reserves about this much HBM on Trn2/Trn3 for hardware notifications.
 DEVICE_MODE_HBM_GB = 5
-#: The runtime's default ring buffer per NeuronCore (Neuron docs, troubleshooting).
-DEFAULT_MAX_EVENTS_PER_NC = 1_000_000
-#: System-trace events the runtime records per device execution, at the least: a documented eager
-#: forward (ESM-2 650M, neuron-api-2 fact 28) made 58,707 events for 1,050 executions; a
-#: compiled one 531 events for one.
-EVENTS_PER_EXECUTION = 56
-
-
-def dropped_events_note(executions: int, limit: int) -> str | None:
-    """A note where a capture's device executions (``privateuse1_driver`` events, all cores)
-    make at least ``limit`` system-trace events: the runtime keeps at most
-    ``max_events_per_nc`` events per NeuronCore, of every kind (submissions, DMA, switches),
-    and overwrites the oldest; Neuron Explorer reports the drops only when it processes the
-    files. The executions alone would reach the limit only some 56 times too late."""
-    events = executions * EVENTS_PER_EXECUTION
-    if events < limit:
-        return None
-    return (
-        f"the capture holds {executions:,} Neuron device executions, so about {events:,} or more "
-        f"system-trace events (at least {EVENTS_PER_EXECUTION} per execution in the Neuron docs' "
-        f"eager run), at or past max_events_per_nc ({limit:,}) if they ran on one NeuronCore: the "
-        "runtime may have overwritten the oldest (Neuron Explorer then warns 'trace events were "
-        "dropped'); capture fewer steps or raise max_events_per_nc (costs host memory)"
-    )
-
-
-# ---- warm-up bookkeeping ------------------------------------------------------------------
-
 # ---- the backend --------------------------------------------------------------------------
 
 
@@ -129,6 +105,8 @@ class _Capture:
     #: copy beside the system trace where it was written elsewhere or compressed).
     found_trace: Path | None = None
     device_profile: dict[str, Any] | None = None
+    #: When the capture started (time.time(), the clock file times are on).
+    started: float = 0.0
     session: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -159,12 +137,6 @@ class NeuronBackend(Backend):
     def environment_warnings(self) -> list[str]:
         out: list[str] = []
         opts = self.options
-        if os.environ.get("NEURON_RT_INSPECT_ENABLE", "").strip() not in ("", "0"):
-            out.append(
-                "NEURON_RT_INSPECT_ENABLE is set: it must be UNSET for torch.profiler capture (the "
-                "runtime's environment-variable capture conflicts with it, Neuron docs); unset it "
-                "before the process starts"
-            )
         if opts.with_stack and not env_true("NEURON_FRAMEWORK_DEBUG"):
             out.append(
                 "with_stack=True records Python source in the framework events; mapping device "
@@ -228,6 +200,7 @@ class NeuronBackend(Backend):
 
     def profiler_kwargs(self, scratch_dir: Path | None) -> dict[str, Any]:
         cap = self._prepare(scratch_dir)
+        cap.started = time.time() - 1.0  # file times may be coarse: a second's slack
         out = cap.root.resolve()
         config, cap.config = build_neuron_config(self.api, self.options, out, self._neff_cache_for_config(cap))
         try:
@@ -383,6 +356,15 @@ class NeuronBackend(Backend):
         problems, checked = check_session(files, tuple(self.options.modes))
         info["problems"].extend(problems)
         notes.extend(checked)
+        compiled = self._compiled_in_capture(cap)
+        if compiled:
+            info["neffs_compiled_in_capture"] = compiled
+            notes.append(
+                f"this capture compiled {compiled:,}{'+' if compiled >= MAX_NEFF_COPY_FILES else ''} NEFF(s) "
+                f"(new in the compile cache {neff_cache_dir()}): its times include neuronx-cc compilation, "
+                "not only execution; warm up before capturing (warmup=N on the decorator, or run the "
+                "code once first), with the same input shapes"
+            )
         counts = privateuse1_event_counts(prof)
         if counts:
             info["privateuse1_events"] = counts
@@ -419,6 +401,12 @@ class NeuronBackend(Backend):
             log.warning("neuronscope: Neuron capture: %s", problem)
         cap.notes = notes + [f"Neuron capture problem: {p}" for p in info["problems"]]
         return info
+
+    def _compiled_in_capture(self, cap: _Capture) -> int:
+        """NEFFs the compile cache gained while the capture ran (eager ops and compiled graphs
+        alike are compiled into it on their first run with a shape; Neuron docs)."""
+        cache = neff_cache_dir()
+        return neffs_written_since(cache, cap.started) if cap.started and cache.is_dir() else 0
 
     def _device_profile(self, cap: _Capture, session: Path) -> list[str]:
         """Neuron Explorer's device-level profile of ``session``, into the run (``explorer/``

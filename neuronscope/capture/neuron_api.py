@@ -14,6 +14,7 @@ import importlib
 import importlib.util
 import inspect
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,8 @@ __all__ = [
 
 log = logging.getLogger("neuronscope")
 
+#: The runtime's environment-variable capture switch; must be unset for torch.profiler capture.
+INSPECT_ENV = "NEURON_RT_INSPECT_ENABLE"
 #: The first public TorchNeuron with ``torch_neuronx.profiling.NeuronConfig`` (Neuron 2.33).
 MIN_TORCH_NEURONX = "2.13.3.0"
 
@@ -92,8 +95,17 @@ def require_neuron() -> None:
     """Raise :class:`BackendUnavailableError` with the fix unless Neuron capture can run here.
 
     Called when a decorator or region with ``backend="neuron"`` is built, so the error comes at
-    decoration time, not an hour into training.
+    decoration time, not an hour into training. ``NEURON_RT_INSPECT_ENABLE`` set is refused
+    here too (a :class:`ConfigError`): the runtime's environment-variable capture conflicts
+    with torch.profiler capture (Neuron docs, environment variables: "They conflict").
     """
+    inspect_env = os.environ.get(INSPECT_ENV, "").strip()
+    if inspect_env not in ("", "0"):
+        raise ConfigError(
+            f"{INSPECT_ENV}={inspect_env} is set: the Neuron runtime's environment-variable capture "
+            "conflicts with torch.profiler capture, which backend 'neuron' uses (Neuron docs); unset "
+            f"it before the process starts (or run `neuron-explorer inspect` without neuronscope)"
+        )
     _import_torch_neuronx()
     module = torch_neuron_module()
     if module is None:

@@ -27,12 +27,14 @@ __all__ = [
     "NEFF_CACHE_ENV",
     "StrayRuntimeOutput",
     "check_session",
+    "dropped_events_note",
     "copy_neffs",
     "explorer_notes",
     "file_kind",
     "find_session_files",
     "neff_cache_dir",
     "neff_cache_size",
+    "neffs_written_since",
     "own_framework_trace",
     "place_framework_trace",
     "session_dirs",
@@ -220,6 +222,24 @@ def neff_cache_size(cache: Path) -> tuple[int, int]:
     return files, total
 
 
+def neffs_written_since(cache: Path, since: float, limit: int = MAX_NEFF_COPY_FILES) -> int:
+    """How many NEFFs in the compile cache were written at or after ``since`` (a time.time()),
+    counting up to ``limit``: NEFFs compiled while a capture ran."""
+    count = 0
+    try:
+        for p in cache.rglob("*.neff"):
+            try:
+                if p.stat().st_mtime >= since:
+                    count += 1
+            except OSError:
+                continue
+            if count >= limit:
+                break
+    except OSError:
+        pass
+    return count
+
+
 def within_caps(files: int, total: int) -> bool:
     return files <= MAX_NEFF_COPY_FILES and total <= MAX_NEFF_COPY_BYTES
 
@@ -256,6 +276,32 @@ def copy_neffs(cache: Path, dest: Path) -> tuple[list[str], str | None]:
         copied.append(name)
         total += size
     return copied, None
+
+
+#: The runtime's default ring buffer per NeuronCore (Neuron docs, troubleshooting).
+DEFAULT_MAX_EVENTS_PER_NC = 1_000_000
+#: System-trace events the runtime records per device execution, at the least: a documented eager
+#: forward (ESM-2 650M, neuron-api-2 fact 28) made 58,707 events for 1,050 executions; a
+#: compiled one 531 events for one.
+EVENTS_PER_EXECUTION = 56
+
+
+def dropped_events_note(executions: int, limit: int) -> str | None:
+    """A note where a capture's device executions (``privateuse1_driver`` events, all cores)
+    make at least ``limit`` system-trace events: the runtime keeps at most
+    ``max_events_per_nc`` events per NeuronCore, of every kind (submissions, DMA, switches),
+    and overwrites the oldest; Neuron Explorer reports the drops only when it processes the
+    files. The executions alone would reach the limit only some 56 times too late."""
+    events = executions * EVENTS_PER_EXECUTION
+    if events < limit:
+        return None
+    return (
+        f"the capture holds {executions:,} Neuron device executions, so about {events:,} or more "
+        f"system-trace events (at least {EVENTS_PER_EXECUTION} per execution in the Neuron docs' "
+        f"eager run), at or past max_events_per_nc ({limit:,}) if they ran on one NeuronCore: the "
+        "runtime may have overwritten the oldest (Neuron Explorer then warns 'trace events were "
+        "dropped'); capture fewer steps or raise max_events_per_nc (costs host memory)"
+    )
 
 
 # ---- checks -------------------------------------------------------------------------------

@@ -102,10 +102,8 @@ def flow_launches(
                 found.add((t1, ts1))
             elif ts1 == start and ts0 != start:
                 found.add((t0, ts0))
-            elif (t0, ts0) in dispatch_at:
-                found.add((t0, ts0))
-            elif (t1, ts1) in dispatch_at:
-                found.add((t1, ts1))
+            else:  # both at the start: the one at a dispatch
+                found.update(p for p in ((t0, ts0), (t1, ts1)) if p in dispatch_at)
         hits = [p for p in found if p[0] >= 0 and p[1] <= start]
         if len(hits) == 1:
             thread, ts = hits[0]

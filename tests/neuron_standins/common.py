@@ -78,6 +78,9 @@ BEHAVIOUR: dict[str, Any] = {
     # runs on the op's thread inside the op. The docs describe flow ids as the link
     # (SystemProfileEvents.flow_id); whether a real build also sets the op link is not known.
     "link_ops": True,
+    # NEFFs the capture compiles (written into TORCH_NEURONX_NEFF_CACHE_DIR while it runs, as
+    # TorchNeuron compiles an op's NEFF on its first run with a shape)
+    "compiles_neffs": 0,
     "trace_name": "trace.json",  # what export_trace writes; a neuron_framework_trace_rank_*
     # name goes to the top of the output directory, as the troubleshooting page describes
 }
@@ -240,6 +243,11 @@ def _plugin_start(custom: str, runtime: bool, driver: bool) -> None:
 
 
 def _plugin_stop() -> None:
+    cache = os.environ.get("TORCH_NEURONX_NEFF_CACHE_DIR") or "/tmp/neff_cache"
+    for i in range(int(BEHAVIOUR["compiles_neffs"])):
+        target = Path(cache) / f"MODULE_{time.time_ns()}_{i}" / "model.neff"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(b"stand-in NEFF compiled during the capture\n")
     nrt_stop()
 
 

@@ -27,6 +27,7 @@ from neuronscope.events.table import FLAG_ASYNC, KIND_OP, EventTable
 __all__ = [
     "DISPATCH_CATEGORIES",
     "FLOW_CATEGORIES",
+    "drop_dispatches",
     "drop_others",
     "flow_launches",
     "flow_ns",
@@ -142,3 +143,15 @@ def drop_others(others: EventTable, keep: list[bool]) -> EventTable | None:
     for attr in ("names", "kinds", "tids", "starts", "ends", "device_ns"):
         setattr(others, attr, list(itertools.compress(getattr(others, attr), keep)))
     return others
+
+
+def drop_dispatches(table: EventTable, acts: list[str]) -> None:
+    """Leave operator dispatches (``acts``: the activity of each of ``table.others``) out of
+    the table once they linked device work, each a step of its op's host work, never an op
+    of its own; their (thread, start) stay in ``table.dispatches`` for the hints."""
+    others = table.others
+    if others is None or DISPATCH_CATEGORIES.isdisjoint(acts):
+        return
+    keep = [a not in DISPATCH_CATEGORIES for a in acts]
+    table.dispatches = [(others.tids[j], others.starts[j]) for j, k in enumerate(keep) if not k]
+    table.others = drop_others(others, keep)

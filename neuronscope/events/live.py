@@ -9,7 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from neuronscope.events.flows import DISPATCH_CATEGORIES, drop_others, launches_by_flow_id, ops_at_launches
+from neuronscope.events.clocks import drop_off_clock_live
+from neuronscope.events.flows import DISPATCH_CATEGORIES, drop_dispatches, launches_by_flow_id, ops_at_launches
 from neuronscope.events.nesting import add_inner_range_device_time
 from neuronscope.events.table import (
     DEVICE_WAIT,
@@ -291,23 +292,12 @@ def _table_from_events(raw: list[Any], record_shapes: bool, legacy_device: bool)
             others.device_ns = [0] * len(o_names)
             table.others = others
 
+    device_events = drop_off_clock_live(table, ev_type, device_events, other_events)
     if device_events or (others is not None and KIND_RUNTIME in set(others.kinds)):
         _link_device(table, ev_type, main_events, device_events, other_events)
-    if others is not None and other_events:
-        _drop_dispatches(table, ev_type, other_events)
+    if others is not None and other_events:  # dispatches linked device work: no ops themselves
+        drop_dispatches(table, list(map(_activity_getter(ev_type), other_events)))
     return table
-
-
-def _drop_dispatches(table: EventTable, ev_type: Any, other_events: list[Any]) -> None:
-    """Leave operator dispatches (TorchNeuron's ``privateuse1_runtime``) out of the table once
-    they linked device work: each is a step of its op's host work, never an op of its own."""
-    others = table.others
-    if others is not None:
-        acts = list(map(_activity_getter(ev_type), other_events))
-        if not DISPATCH_CATEGORIES.isdisjoint(acts):
-            keep = [a not in DISPATCH_CATEGORIES for a in acts]
-            table.dispatches = [(others.tids[j], others.starts[j]) for j, k in enumerate(keep) if not k]
-            table.others = drop_others(others, keep)
 
 
 def _false() -> bool:

@@ -256,6 +256,9 @@ class EventTable:
     #: (thread, start) of each operator dispatch to the device (TorchNeuron's
     #: ``privateuse1_runtime``): no rows of their own (events.flows), counted by the hints
     dispatches: list[tuple[int, int]] = field(default_factory=list)
+    #: device records left out as on another clock (events.clocks): how many, their duration
+    off_clock_device: int = 0
+    off_clock_device_ns: int = 0
 
     def __len__(self) -> int:
         return len(self.names)

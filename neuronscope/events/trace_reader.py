@@ -15,6 +15,7 @@ from msgspec import UNSET
 
 from neuronscope.errors import TraceFormatError
 from neuronscope.events import IGNORED_NAMES, KIND_ANNOTATION, KIND_OP, KIND_PYTHON, KIND_RUNTIME, EventTable, gc_paused
+from neuronscope.events.clocks import host_window, off_clock
 from neuronscope.events.flows import DISPATCH_CATEGORIES, FLOW_CATEGORIES, flow_launches
 from neuronscope.events.jsontext import EventArgs, Fallback, TraceEvent, stream, whole
 from neuronscope.events.locations import user_location
@@ -382,6 +383,8 @@ class _Reader:
 
     # ---- linking, once per file ------------------------------------------------------------
     def _finish_file(self, base: int, base_others: int) -> None:
+        if self.dev_start:
+            self._drop_off_clock(base, base_others)
         table = self.table
         n = len(table)
         starts, ends, device = table.starts, table.ends, table.device_ns
@@ -497,6 +500,20 @@ class _Reader:
         table.raw_event_count += self.raw_events
         table.dispatches.extend(self.dispatches)  # (thread, start): counted by the hints
         self._reset_file()
+
+    def _drop_off_clock(self, base: int, base_others: int) -> None:
+        """Leave out this file's device records on another clock (events.clocks), counted."""
+        t, o = self.table, self.others
+        ends = list(map(operator.add, self.dev_start, self.dev_dur))
+        get = self.runtime.get
+        launch = [(get(c) or _NO_LAUNCH)[1] if c.__class__ in (int, str) else -1 for c in self.dev_corr]
+        window = host_window((t.starts[base:], t.ends[base:]), (o.starts[base_others:], o.ends[base_others:]))
+        bad = off_clock(self.dev_start, ends, launch, window).tolist()
+        if any(bad):
+            t.off_clock_device += sum(bad)
+            t.off_clock_device_ns += sum(d for d, b in zip(self.dev_dur, bad) if b)
+            for name in ("dev_corr", "dev_ext", "dev_dur", "dev_start", "dev_stream", "dev_class", "dev_device"):
+                setattr(self, name, [v for v, b in zip(getattr(self, name), bad) if not b])
 
     def _launch_by_flow(self, spans: np.ndarray, has_launch: np.ndarray) -> np.ndarray:
         """Fill the launches of device events no correlation names from the file's flows."""

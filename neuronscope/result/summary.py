@@ -197,6 +197,13 @@ def summarize(table: EventTable) -> Summary:
     # ---- regions: each range name, its inclusive time and the ops inside it ----
     regions: dict[str, RegionStat] = {}
     notes: list[str] = []
+    if table.off_clock_device:  # events.clocks: never device time, nor the breakdown's
+        notes.append(
+            f"{table.off_clock_device:,} device record(s) ({table.off_clock_device_ns / 1e3:,.1f} us) were left "
+            "out: they start before their own launch call or far outside the capture, a clock other "
+            "than the profiler's (pytorch/pytorch#192021: profiler sessions after the first in a "
+            "process); their ops' device time is short by them"
+        )
     ann_all = np.flatnonzero(kinds == KIND_ANNOTATION)
     if ann_all.size:
         r_calls = np.bincount(codes[ann_all], minlength=n_codes)

@@ -13,6 +13,7 @@ It holds:
   ``NeuronProfiler.export_trace``: the activity types torch.profiler received, the files
   written, ``key_averages().table()``, and a slice of the framework trace (privateuse1 events,
   their flows and the ops around them) that is itself a Chrome trace ``from_trace`` reads;
+- ``neuron-explorer``'s version and one ``summary-json`` output (the capture's session);
 - what a ``[CPU]``-only capture writes into a fresh working directory's ``./output``.
 
 On a host without torch-neuronx it prints what it would do and writes nothing.
@@ -60,7 +61,8 @@ On a Trainium host (Trn2/Trn3, TorchNeuron 2.13.3.0 or later) it would write one
      an unknown keyword fails;
   3. one [CPU, PrivateUse1] torch.profiler capture of a small matmul on the neuron device:
      activity types received, files written, key_averages() table, a slice of trace.json;
-  4. what a [CPU]-only capture writes into ./output of a fresh directory.
+  4. neuron-explorer's version and its summary-json output for that capture's session;
+  5. what a [CPU]-only capture writes into ./output of a fresh directory.
 Run it there in a fresh directory, and attach the file to your report:
   env -u NEURON_RT_INSPECT_ENABLE python -m neuronscope doctor"""
 
@@ -263,6 +265,36 @@ def _cpu_only(torch: Any, tmp: Path) -> dict[str, Any]:
     }
 
 
+#: Characters of the summary-json output kept in a report.
+SUMMARY_JSON_CHARS = 20_000
+
+
+def _explorer(root: Path, tmp: Path) -> dict[str, Any]:
+    """neuron-explorer's version and its summary-json output for the capture's session (the
+    Summary figures a result carries): what a user's report gives the tests as a fixture."""
+    import time
+
+    from neuronscope.capture.neuron_explorer import explorer_version, find_explorer, read_summary, summary_json
+
+    exe = find_explorer()
+    if exe is None:
+        return {"path": None, "note": "no neuron-explorer on PATH or in /opt/aws/neuron/bin"}
+    out: dict[str, Any] = {"path": exe, "version": explorer_version(exe)}
+    sessions = sorted({p.parent for p in root.rglob("ntrace.pb")} | {p.parent for p in root.rglob("trace_info.pb")})
+    if not sessions:
+        out["summary_json_error"] = f"no session directory (ntrace.pb / trace_info.pb) under {root}"
+        return out
+    out["session"] = sessions[-1].relative_to(root).as_posix()
+    text, why = summary_json(exe, sessions[-1], tmp / "summary.json", time.monotonic() + 120)
+    if text is None:
+        out["summary_json_error"] = why
+        return out
+    out["summary_json"] = text[:SUMMARY_JSON_CHARS]
+    out["summary_json_truncated"] = len(text) > SUMMARY_JSON_CHARS
+    out["summary_rows"] = read_summary(text)
+    return out
+
+
 def _section(report: dict[str, Any], key: str, fn: Any, *args: Any) -> Any:
     """Run one part; a failure is recorded in the report instead of ending it."""
     try:
@@ -311,6 +343,7 @@ def run_doctor(out: Path | None = None) -> tuple[dict[str, Any] | None, Path | N
         else:
             _section(report, "keywords", lambda: _keywords(profiling, tmp)[0])
             _section(report, "capture", _capture, torch, profiling, profiling.NeuronConfig, tmp)
+            _section(report, "neuron_explorer", _explorer, tmp / "capture", tmp)
         _section(report, "cpu_only_capture", _cpu_only, torch, tmp)
     return report, _write(report, out)
 
@@ -354,6 +387,11 @@ def main(out: str | None = None) -> int:
     print(f"neuronscope doctor: torch-neuronx {report['versions'].get('torch_neuronx')}, torch {report['versions']['torch']}")
     if capture.get("activity_types"):
         print(f"  capture: activity types {capture['activity_types']}")
+    explorer = report.get("neuron_explorer") or {}
+    if explorer.get("path"):
+        rows = len(explorer.get("summary_rows") or [])
+        print(f"  neuron-explorer {explorer.get('version')}: summary-json {rows} row(s)"
+              + (f" ({explorer['summary_json_error']})" if explorer.get("summary_json_error") else ""))
     cpu = report.get("cpu_only_capture") or {}
     if "wrote_output_dir" in cpu:
         print(f"  CPU-only capture wrote ./output: {cpu['wrote_output_dir']}")

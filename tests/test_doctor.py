@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from neuronscope import NeuronscopeError, from_trace
+from neuronscope.capture.neuron_explorer import read_summary
 from neuronscope.cli import main as cli_main
 from neuronscope.doctor import REPORT_KEYS, doctor_trace, load_doctor_report
 
@@ -41,6 +42,7 @@ def standin_report(tmp_path_factory) -> dict:
     where = tmp_path_factory.mktemp("doctor")
     environ = {k: v for k, v in os.environ.items() if not k.startswith("NEURON")}
     environ["PYTHONPATH"] = os.pathsep.join([str(STANDIN_PATH), str(REPO)])
+    environ["PATH"] = os.pathsep.join([str(REPO / "tests" / "neuron_standins" / "bin"), environ.get("PATH", "")])
     proc = subprocess.run(
         [sys.executable, "-m", "neuronscope", "doctor", "--out", str(where / "report.json")],
         capture_output=True, text=True, env=environ, cwd=where, timeout=300, check=False,
@@ -84,6 +86,10 @@ def test_doctor_records_what_the_stand_in_does(standin_report):
     assert capture["activity_types"]["privateuse1_driver"] >= 1
     assert "neuron_standin_neff_exec" in capture["key_averages"]  # a CPU-side row in torch's table
     assert any(f["path"].endswith("ntrace.pb") for f in capture["files"])
+    explorer = standin_report["neuron_explorer"]
+    assert explorer["version"].startswith("neuron-explorer") and explorer["path"].endswith("neuron-explorer")
+    assert explorer["summary_rows"][0]["mfu_estimated_percent"] == 31.5
+    assert json.loads(explorer["summary_json"])  # the tool's own text, kept
     cpu = standin_report["cpu_only_capture"]
     assert cpu["wrote_output_dir"] is True  # Kineto started the plugin with CPU activity only
     assert cpu["activity_types"].get("privateuse1_driver", 0) >= 1
@@ -95,6 +101,9 @@ def test_every_doctor_fixture_loads_and_its_trace_reads(fixture, tmp_path):
     kw = report["keywords"]
     for key in (*OPTIONAL, "unknown_keyword"):
         assert isinstance(kw[key]["accepted"], bool), key
+    explorer = report.get("neuron_explorer") or {}
+    if explorer.get("summary_json"):  # a user's report: its Summary reads as a result's would
+        assert read_summary(explorer["summary_json"]) == explorer["summary_rows"]
     trace = doctor_trace(report, tmp_path / "slice.json")
     assert trace is not None
     result = from_trace(trace)

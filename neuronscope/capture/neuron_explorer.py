@@ -43,6 +43,7 @@ __all__ = [
     "find_explorer",
     "read_output",
     "read_summary",
+    "summary_json",
 ]
 
 EXPLORER = "neuron-explorer"
@@ -151,6 +152,22 @@ def read_summary(text: str) -> list[dict[str, Any]]:
     return rows
 
 
+def summary_json(exe: str, session: Path, out_file: Path, deadline: float) -> tuple[str | None, str | None]:
+    """``neuron-explorer view -d <session> --output-format summary-json --output-file <f>``
+    until ``deadline`` (monotonic): (the JSON text, None) or (None, why it failed). A tool that
+    prints the JSON rather than writing the file has it written there."""
+    proc, why = _run(
+        [exe, "view", "-d", str(session), "--output-format", "summary-json", "--output-file", str(out_file)], deadline
+    )
+    if proc is None:
+        return None, why
+    if not out_file.is_file():
+        if not proc.stdout.strip():
+            return None, "it wrote no summary"
+        out_file.write_text(proc.stdout)
+    return out_file.read_text(), None
+
+
 def device_profile(
     exe: str, session: Path, out_dir: Path, display_name: str, trace: Path | None = None
 ) -> dict[str, Any]:
@@ -160,14 +177,9 @@ def device_profile(
     record: dict[str, Any] = {"tool": exe, "version": explorer_version(exe), "session_dir": str(session), "notes": []}
     notes: list[str] = record["notes"]
     out_dir.mkdir(parents=True, exist_ok=True)
-    summary_file = out_dir / SUMMARY_FILE
-    proc, why = _run(
-        [exe, "view", "-d", str(session), "--output-format", "summary-json", "--output-file", str(summary_file)], deadline
-    )
-    if proc is None:
+    _, why = summary_json(exe, session, out_dir / SUMMARY_FILE, deadline)
+    if why is not None:
         notes.append(f"neuron-explorer summary-json failed: {why}")
-    elif not summary_file.is_file() and proc.stdout.strip():
-        summary_file.write_text(proc.stdout)  # a tool that prints it rather than writing the file
     proc, why = _run(
         [exe, "view", "-d", str(session), "--ingest-only", "--data-path", str(out_dir / DATA_DIR), "--display-name", display_name],
         deadline,

@@ -47,7 +47,7 @@ from neuronscope.capture.neuron_api import (
     require_neuron,
     torch_neuron_module,
 )
-from neuronscope.capture.neuron_explorer import OUTPUT_DIR, device_profile, find_explorer
+from neuronscope.capture.neuron_explorer import device_profile, explorer_dir_name, find_explorer
 from neuronscope.capture.neuron_files import (
     DEFAULT_MAX_EVENTS_PER_NC,
     FRAMEWORK_TRACE_NAME,
@@ -418,14 +418,17 @@ class NeuronBackend(Backend):
                 return [f"neuron_explorer={setting!r} is no executable file: no device-level profile"]
             if setting is None and first_time(("neuron-explorer-missing",)):
                 return [
-                    "no neuron-explorer on PATH or in /opt/aws/neuron/bin (aws-neuronx-tools): the result "
-                    "has no device-level profile (MFU, engine activity, device time per NeuronCore); "
-                    "install it or pass neuron_explorer='/path/to/neuron-explorer'"
+                    (
+                        "no neuron-explorer on PATH or in /opt/aws/neuron/bin (aws-neuronx-tools): the "
+                        "result has no device-level profile (MFU, engine activity, device time per "
+                        "NeuronCore); install it or pass neuron_explorer='/path/to/neuron-explorer'"
+                    )
                 ]
             return []
         try:
             cap.device_profile = device_profile(
-                exe, session, cap.root / OUTPUT_DIR, self.options.name or "neuronscope", cap.saved_trace
+                exe, session, cap.root / explorer_dir_name(os.getpid() if cap.shared else None),
+                self.options.name or "neuronscope", cap.saved_trace,
             )
         except Exception as err:  # the device profile is extra: never the capture's loss
             return [f"neuron-explorer could not be read: {type(err).__name__}: {err}"]

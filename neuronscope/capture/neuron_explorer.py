@@ -39,6 +39,7 @@ __all__ = [
     "KEY_FIGURES",
     "device_profile",
     "device_profile_for_trace",
+    "explorer_dir_name",
     "explorer_version",
     "find_explorer",
     "read_output",
@@ -74,6 +75,12 @@ KEY_FIGURES = (
     "spill_reload_bytes",
     "cc_op_time",
 )
+
+
+def explorer_dir_name(pid: int | None = None) -> str:
+    """The explorer output's directory in a run's Neuron root: one per process where ranks
+    share the root (``explorer_pid_<pid>``), else ``explorer``."""
+    return OUTPUT_DIR if pid is None else f"{OUTPUT_DIR}_pid_{pid}"
 
 
 def find_explorer(setting: str | bool | None = None) -> str | None:
@@ -250,10 +257,13 @@ def device_profile_for_trace(trace: Path, setting: str | bool | None = None) -> 
     session = trace.parent
     if not any((session / m).is_file() for m in ("ntrace.pb", "trace_info.pb")):
         return None
+    pid = session.parent.name.rpartition("_pid_")[2]
+    names = [OUTPUT_DIR] + ([explorer_dir_name(int(pid))] if pid.isdigit() else [])
     for up in list(session.parents)[:2]:
-        earlier = up / OUTPUT_DIR
-        if (earlier / SUMMARY_FILE).is_file() or (earlier / DATA_DIR).is_dir():
-            return read_output(earlier, trace, {"session_dir": str(session), "read_from": str(earlier), "notes": []})
+        for name in names:
+            earlier = up / name
+            if (earlier / SUMMARY_FILE).is_file() or (earlier / DATA_DIR).is_dir():
+                return read_output(earlier, trace, {"session_dir": str(session), "read_from": str(earlier), "notes": []})
     exe = find_explorer(setting)
     if exe is None:
         return None

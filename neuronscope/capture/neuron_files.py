@@ -27,8 +27,8 @@ __all__ = [
     "NEFF_CACHE_ENV",
     "StrayRuntimeOutput",
     "check_session",
-    "dropped_events_note",
     "copy_neffs",
+    "dropped_events_note",
     "explorer_notes",
     "file_kind",
     "find_session_files",
@@ -119,13 +119,10 @@ def without_placed_copies(found: list[Path]) -> list[Path]:
     placed = [s / FRAMEWORK_TRACE_NAME for s in sessions]
     out: list[Path] = []
     for p in found:
-        if p.parent in sessions and p.name == FRAMEWORK_TRACE_NAME:
-            out.append(p)
-        elif any(s in p.parents for s in sessions):
-            continue
-        elif _RANK_TRACE.match(p.name) and not p.name.endswith(".gz") and any(_same_bytes(p, q) for q in placed):
-            continue
-        else:
+        own = p.parent in sessions and p.name == FRAMEWORK_TRACE_NAME
+        inside = any(s in p.parents for s in sessions)  # plugins/*/trace.json.gz of a session
+        copied = bool(_RANK_TRACE.match(p.name)) and not p.name.endswith(".gz") and any(_same_bytes(p, q) for q in placed)
+        if own or not (inside or copied):
             out.append(p)
     return out
 

@@ -201,3 +201,20 @@ def test_a_cuda_capture_never_gets_the_neuron_hint():
 
     assert launch_hints(ctx) == []
     assert submission_hints(AnalysisContext(table=table, summary=summarize(table), backend="neuron"))
+
+
+def test_from_trace_finds_a_ranks_explorer_output_in_a_shared_root(tmp_path, monkeypatch):
+    """Ranks share one Neuron root; each rank's explorer output is explorer_pid_<pid>/."""
+    from neuronscope.capture.neuron_explorer import device_profile_for_trace, explorer_dir_name
+
+    monkeypatch.setenv("PATH", "/nonexistent")  # no tool: only what is on disk is read
+    session = tmp_path / "neuron_x" / "i-0abc_pid_4242" / "1796613364354504544"
+    session.mkdir(parents=True)
+    (session / "ntrace.pb").write_bytes(b"x")
+    (session / "trace.json").write_text('{"traceEvents": []}')
+    out = tmp_path / "neuron_x" / explorer_dir_name(4242)
+    out.mkdir()
+    (out / "summary.json").write_text('[{"mfu_estimated_percent": 12.5}]')
+    found = device_profile_for_trace(session / "trace.json")
+    assert found["summary"] == {"mfu_estimated_percent": 12.5} and found["read_from"] == str(out)
+    assert device_profile_for_trace(tmp_path / "elsewhere.json") is None

@@ -506,8 +506,13 @@ class _Reader:
         t, o = self.table, self.others
         ends = list(map(operator.add, self.dev_start, self.dev_dur))
         get = self.runtime.get
-        launch = [(get(c) or _NO_LAUNCH)[1] if c.__class__ in (int, str) else -1 for c in self.dev_corr]
+        found = [get(c) if c.__class__ in (int, str) else None for c in self.dev_corr]
+        launched = [f[1] for f in found if f is not None]
         window = host_window((t.starts[base:], t.ends[base:]), (o.starts[base_others:], o.ends[base_others:]))
+        # Out of range or spanning too long is refused first, as the linking below refuses it.
+        edges = [*(window or ()), min(self.dev_start), max(ends), *([min(launched), max(launched)] if launched else [])]
+        self._check_span(min(edges), max(edges))
+        launch = [-1 if f is None else f[1] for f in found]
         bad = off_clock(self.dev_start, ends, launch, window).tolist()
         if any(bad):
             t.off_clock_device += sum(bad)

@@ -126,7 +126,9 @@ def test_ctrl_c_half_way_through_torchs_stop_resets_its_profiler_flag() -> None:
 # ---- 9. a generator finished on another thread ----------------------------------------------
 
 
-def test_a_capture_held_by_a_generator_finished_on_another_thread_stops() -> None:
+def test_a_capture_held_by_a_generator_finished_on_another_thread_is_dropped_and_stopped() -> None:
+    """torch's session lives in the starting thread's state: the other thread must not stop it
+    (that crashed in the export); the capture is dropped and counted, and stopped here."""
     regions: list[neuron_region] = []
 
     def batches() -> Iterator[int]:
@@ -139,10 +141,11 @@ def test_a_capture_held_by_a_generator_finished_on_another_thread_stops() -> Non
     gen = batches()
     assert next(gen) == 1 and _profiling()  # the capture started here ...
     worker = threading.Thread(target=lambda: list(gen))
-    worker.start()
-    worker.join()  # ... and its region ended there
-    assert not _profiling()
-    assert regions[0].result is not None and regions[0].result.status == "ok"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NeuronscopeWarning)
+        worker.start()
+        worker.join()  # ... and its region ended there
+    assert regions[0].result is None and regions[0].skipped_calls == 1
     _captures_again()
 
 

@@ -7,7 +7,16 @@ chosen or detected.
 
 from __future__ import annotations
 
-from neuronscope.capture.base import Backend, Capture, force_profiler_off, profiler_running
+from neuronscope.capture.base import (
+    Backend,
+    Capture,
+    WrongThreadError,
+    claim_profiler,
+    force_profiler_off,
+    profiler_claimed,
+    profiler_running,
+    release_profiler,
+)
 from neuronscope.capture.cpu import CpuBackend
 from neuronscope.capture.cuda import CudaBackend, cuda_available
 from neuronscope.capture.record import CaptureRecord, CaptureSession
@@ -19,9 +28,13 @@ __all__ = [
     "Capture",
     "CaptureRecord",
     "CaptureSession",
+    "WrongThreadError",
+    "claim_profiler",
     "check_backend_available",
     "force_profiler_off",
+    "profiler_claimed",
     "profiler_running",
+    "release_profiler",
     "resolve_backend",
 ]
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from neuronscope.announce import ensure_log_handler, log, warn_user
 from neuronscope.capture import Backend, profiler_running, resolve_backend
-from neuronscope.capture.observe import observe_warmup
+from neuronscope.capture.observe import Observation, observe_warmup
 from neuronscope.capture.timing import (
     DEFAULT_TIME_BUDGET_S,
     MAX_ROUNDS,
@@ -188,19 +188,22 @@ def _warm_up(
     sync: Callable[[], None],
     where: str,
     observe: bool,
-) -> tuple[Any, float]:
-    """Run ``calls`` unprofiled calls; return the last output and the seconds taken. With
-    ``observe``, the last one is observed for the hints' exact data flow (capture.observe)."""
+) -> tuple[Any, float, Observation | None]:
+    """Run ``calls`` unprofiled calls; return the last output, the seconds taken and, with
+    ``observe``, what the last one observed for the hints' exact data flow (capture.observe)."""
     log.info("neuronscope compare: %s %s: warming up (%d calls)...", where, label, calls)
     t0 = time.perf_counter()
     output: Any = None
+    observed: Observation | None = None
     for i in range(calls):
-        with observe_warmup(label, observe and i == calls - 1):
+        with observe_warmup(observe and i == calls - 1) as obs:
             output = fn(*args, **kwargs)
+        if obs is not None and obs.profiler is not None:
+            observed = obs
     sync()
     seconds = time.perf_counter() - t0
     log.info("neuronscope compare: %s %s: warm-up took %.2f s", where, label, seconds)
-    return output, seconds
+    return output, seconds, observed
 
 
 def _time_variants(
@@ -240,7 +243,13 @@ def _time_variants(
 
 
 def _profile_variant(
-    label: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], options: Options, where: str
+    label: str,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    options: Options,
+    where: str,
+    observed: Observation | None = None,
 ) -> _Profiled:
     """``options.active`` calls of ``fn`` in one capture, each its own range ``label#i``.
     The user's exception passes through unchanged (the capture is stopped first)."""
@@ -248,7 +257,9 @@ def _profile_variant(
 
     calls = options.active or COMPARE_PROFILED
     log.info("neuronscope compare: %s %s: profiling %d call%s for the op table and hints...", where, label, calls, "" if calls == 1 else "s")
-    entry = enter(_VariantOwner(options.with_name(label), label, getattr(fn, "__qualname__", label), None))
+    owner = _VariantOwner(options.with_name(label), label, getattr(fn, "__qualname__", label), None)
+    owner.observed = observed
+    entry = enter(owner)
     if entry.kind != CAPTURE:
         leave(entry, None)
         raise NeuronscopeError(
@@ -396,8 +407,9 @@ def compare(variants: Mapping[str, Callable[..., Any]], *args: Any, **options: A
     where = {label: f"[{i}/{total}]" for i, label in enumerate(variants, 1)}
     outputs: dict[str, Any] = {}
     warm_s: dict[str, float] = {}
+    observed: dict[str, Observation | None] = {}
     for label, fn in variants.items():
-        outputs[label], warm_s[label] = _warm_up(
+        outputs[label], warm_s[label], observed[label] = _warm_up(
             label, fn, args, call_kwargs, opts.warmup, backend.synchronize, where[label], opts.enabled and opts.hints
         )
     rounds = _time_variants(variants, args, call_kwargs, backend.synchronize, settings)
@@ -406,7 +418,7 @@ def compare(variants: Mapping[str, Callable[..., Any]], *args: Any, **options: A
     profiled: dict[str, _Profiled] = {}
     for label, fn in variants.items():
         if opts.enabled:
-            profiled[label] = _profile_variant(label, fn, args, call_kwargs, capture_opts, where[label])
+            profiled[label] = _profile_variant(label, fn, args, call_kwargs, capture_opts, where[label], observed[label])
         else:
             profiled[label] = _Profiled(_unprofiled_result(label, fn, backend, rounds.per_call_us[label]))
         cmp.results[label] = profiled[label].result

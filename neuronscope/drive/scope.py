@@ -21,6 +21,7 @@ own unprofiled pass, where recursion and a skipped ``__exit__`` look alike (:fun
 
 from __future__ import annotations
 
+import atexit
 import contextvars
 import threading
 from collections.abc import Callable, Sequence
@@ -28,8 +29,11 @@ from types import FrameType
 from typing import Any
 
 from neuronscope.announce import announce_window, ensure_log_handler, log, on_skipped, warn_once, warn_user
-from neuronscope.capture import profiler_running
-from neuronscope.capture.observe import begin_observation, end_observation
+from neuronscope.capture import claim_profiler, profiler_claimed, profiler_running
+from neuronscope.capture import release_profiler as _release_claim
+from neuronscope.capture.base import defer_to_thread, has_deferred, run_deferred
+from neuronscope.capture.base import force_profiler_off
+from neuronscope.capture.observe import Observation, begin_observation, end_observation, forget_observer
 from neuronscope.config import Options, disabled_by_env
 from neuronscope.drive.forking import check_forked_child
 from neuronscope.drive.session import Session
@@ -81,6 +85,9 @@ class Owner:
     announce = True
     # Guards the owners' counts of skipped calls (taken only when a call had to skip).
     _count_lock = threading.Lock()
+    #: What was observed before a capture of this owner when it has no call window (a
+    #: compare() variant's warm-up); a windowed owner's is its window's.
+    observed: Observation | None = None
 
     def __init__(self, options: Options, name: str, target: str | None, window: CallWindow | None) -> None:
         self.options = options
@@ -88,6 +95,10 @@ class Owner:
         self.target = target
         self.window = window
         self.skipped = 0
+
+    def observation(self) -> Observation | None:
+        """The observation its next capture takes: the one its call window made, if any."""
+        return self.window.observation if self.window is not None else self.observed
 
     def skipped_so_far(self) -> int:
         """Calls that ran uncaptured until now; each result records this count."""
@@ -128,6 +139,9 @@ class Entry:
     frame: FrameType | None = None  # where a region's quiet pass was entered ...
     line = 0  # ... and from which line
     observing: Any = None  # the observation pass over a last warm-up call (capture.observe)
+    #: The thread that opened the entry's profiler session or range: the only one that may
+    #: stop or close it (torch keeps both in that thread's state; see capture.base).
+    thread: threading.Thread | None = None
 
     def __init__(self, kind: str, owner: Owner | None, parent: Entry | None) -> None:
         self.kind = kind
@@ -149,20 +163,16 @@ _chain: contextvars.ContextVar[Entry | None] = contextvars.ContextVar("neuronsco
 
 
 class _Profiler:
-    """torch's profiler: process-wide and not re-entrant, so one capture at a time in any
-    thread; and how many captures the process completed (the decorator's note at exit about
-    functions that ran only inside torch.compile'd code is said only when none was)."""
+    """How many captures the process completed (the decorator's note at exit about functions
+    that ran only inside torch.compile'd code is said only when none was). The profiler
+    itself is claimed in capture.base, by captures and observations alike."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
         self.captures_done = 0
 
 
 # The process's one profiler: global by nature.
 _profiler = _Profiler()
-_profiler_lock = _profiler.lock
-
-
 
 
 def _open_head() -> Entry | None:
@@ -188,24 +198,30 @@ def capturing() -> bool:
 
 def idle() -> bool:
     """True when this context is in no capture or quiet pass and no capture holds the
-    profiler (used by tests and by ``compare()`` before it starts)."""
-    return current() is None and not _profiler_lock.locked()
+    profiler (used by tests and by ``compare()`` before it starts). Work other threads left
+    for this one (a session of its own to stop) is done first."""
+    if has_deferred():
+        run_deferred()
+    return current() is None and not profiler_claimed()
 
 
 def acquire_profiler() -> bool:
     """Take the process's one profiler for a capture of the caller's own (``compare()``);
     False when another capture or the user's own torch.profiler holds it."""
-    if profiler_running() or not _profiler_lock.acquire(blocking=False):
-        return False
-    if profiler_running():  # the user's own started meanwhile
-        _profiler_lock.release()
-        return False
-    return True
+    return claim_profiler()
 
 
 def release_profiler() -> None:
     """Give back what :func:`acquire_profiler` took."""
-    _profiler_lock.release()
+    _release_claim()
+
+
+@atexit.register
+def _finish_deferred() -> None:
+    """At exit, the main thread does what other threads left for it (a capture its generator
+    began and another thread ended): its profiler session is stopped, not left running."""
+    if has_deferred():
+        run_deferred()
 
 
 def _push(kind: str, owner: Owner | None) -> Entry:
@@ -277,6 +293,8 @@ def enter(owner: Owner, frame: FrameType | None = None) -> Entry:
     becomes). ``frame`` is the caller's, for a region object (see :func:`_abandoned`)."""
     if not owner.options.enabled:
         return OFF
+    if has_deferred():
+        run_deferred()  # sessions and ranges of this thread's that another thread ended
     scope = current()
     if scope is not None and scope.kind is QUIET:
         if owner.reentry_check and scope.owner is owner and _abandoned(scope, frame):
@@ -297,20 +315,25 @@ def enter(owner: Owner, frame: FrameType | None = None) -> Entry:
         if scope.inner is None:
             scope.inner = []
         scope.inner.append(entry)
-        entry.range = _open_range(owner.name)
+        entry.thread = threading.current_thread()
+        if entry.thread is scope.thread:  # elsewhere (a context copied into a worker): no range
+            entry.range = _open_range(owner.name)
         return entry
     if window is not None and (window.closed or not window.next_call_captured()):
         if window.calls == 1 and window.warmup:
             owner.on_first_warmup()
         entry = _quiet(owner, frame)
         if not window.closed and window.calls == window.warmup and owner.options.hints:
-            # The last warm-up call: observed once, for the capture's exact data flow.
-            entry.observing = begin_observation(owner.name)
+            # The last warm-up call: observed once, for the capture's exact data flow (not
+            # when another thread's session holds the profiler: then the capture records
+            # allocations itself).
+            entry.observing = begin_observation()
         return entry
-    if profiler_running() and not _profiler_lock.locked():
+    if profiler_running() and not profiler_claimed():
         # The user's own torch.profiler is running: no capture of ours (torch's profiler is
         # process-wide and not re-entrant), but the block shows in theirs as a labelled range.
         entry = _push(FOREIGN, owner)
+        entry.thread = threading.current_thread()
         entry.range = _open_range(owner.name)
         owner.on_skip()
         return entry
@@ -328,9 +351,17 @@ def _quiet(owner: Owner, frame: FrameType | None) -> Entry:
 
 
 def _start_capture(owner: Owner) -> Entry:
-    session = Session(owner.options, owner.name, owner.target, skipped=owner.skipped_so_far, announce=owner.announce)
+    session = Session(
+        owner.options,
+        owner.name,
+        owner.target,
+        skipped=owner.skipped_so_far,
+        announce=owner.announce,
+        observation=owner.observation(),
+    )
     entry = _push(CAPTURE, owner)
     entry.session = session
+    entry.thread = threading.current_thread()
     try:
         session.start()
         entry.range = _open_range(owner.name)
@@ -384,29 +415,44 @@ def leave(entry: Entry, exc: BaseException | None) -> ProfileResult | None:
     """
     if entry is OFF:
         return None
+    if has_deferred():
+        run_deferred()
     kind = entry.kind
     was_open = entry.open
     _close(entry)
+    here = threading.current_thread()
     if kind is QUIET or kind is OFF_KIND:
-        if entry.observing is not None and was_open:
-            end_observation(entry.observing)
+        observing, entry.observing = entry.observing, None
+        if observing is not None and was_open:
+            if observing.thread is not here:  # its session is that thread's to stop; nothing observed
+                defer_to_thread(observing.thread, lambda: end_observation(observing), orphaned=forget_observer)
+            else:
+                _keep_observation(entry.owner, end_observation(observing))
         return None
     if kind == LABEL:
         holder = entry.holder
         if entry.cut or holder is None:
             _said_cut(entry)
             return None
+        if entry.range is not None and entry.thread is not here:
+            return None  # its range is closed by its own thread, at the capture's end (cut)
         if holder.inner and entry in holder.inner:
             holder.inner.remove(entry)
         _close_range(entry)
         return None
     if kind == FOREIGN:
-        _close_range(entry)
+        if entry.thread is not here:
+            defer_to_thread(entry.thread, lambda: _close_range(entry))
+        else:
+            _close_range(entry)
         return None
     if kind != CAPTURE or not was_open:
         return None
     session = entry.session
     assert session is not None
+    if entry.thread is not here:
+        _strand(entry)
+        return None
     try:
         for label in reversed(entry.inner or ()):  # ranges still open: cut at the capture's end
             label.cut = True
@@ -418,6 +464,52 @@ def leave(entry: Entry, exc: BaseException | None) -> ProfileResult | None:
     finally:
         release_profiler()
         _profiler.captures_done += 1
+
+
+def _keep_observation(owner: Owner | None, observation: Observation | None) -> None:
+    """A finished observation goes to the call window that made it (its next capture's)."""
+    if observation is not None and owner is not None and owner.window is not None:
+        owner.window.observation = observation
+
+
+def _strand(entry: Entry) -> None:
+    """A capture ended on a thread that did not start it (a generator holding a region across
+    its yields, finished on another thread). torch's session lives in the starting thread's
+    state: stopping or exporting it here would find no session and crash in the export. So
+    nothing is touched here: the capture is dropped, counted as a call that ran uncaptured,
+    and its own thread stops it the next time it enters neuronscope (the main thread at exit
+    at the latest); the profiler stays claimed until then, so no other capture races it."""
+    owner = entry.owner
+    name = getattr(owner, "name", "?")
+    warn_once(
+        ("moved", name),
+        f"neuronscope: region {name!r} ended on another thread than the one it began on (a "
+        "generator resumed on another thread?); torch's profiler can be stopped only by the "
+        "thread that started it, so this capture is dropped (counted in skipped_calls) and "
+        "stopped when its thread next enters neuronscope",
+    )
+    for label in entry.inner or ():
+        label.cut = True
+        label.open = False
+
+    def finish() -> None:
+        try:
+            for label in reversed(entry.inner or ()):
+                _close_range(label)
+            entry.inner = None
+            _close_range(entry)
+            if entry.session is not None:
+                entry.session.abandon()
+        finally:
+            release_profiler()
+
+    def orphaned() -> None:  # its thread ended: torch's session went with the thread's state
+        force_profiler_off()
+        release_profiler()
+
+    defer_to_thread(entry.thread, finish, orphaned)
+    if owner is not None:
+        owner.on_skip()
 
 
 def _said_cut(entry: Entry) -> None:

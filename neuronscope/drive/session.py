@@ -16,7 +16,7 @@ from typing import Any
 
 from neuronscope.announce import announce_result, backend_ignores, log, warn_once, warn_user
 from neuronscope.capture import Backend, CaptureRecord, CaptureSession, resolve_backend
-from neuronscope.capture.observe import capture_options, observation_for
+from neuronscope.capture.observe import Observation, capture_options
 from neuronscope.config import Options
 from neuronscope.drive import distributed as _distributed
 from neuronscope.drive.pipeline import CaptureFacts, result_from_record
@@ -32,7 +32,8 @@ class Session:
     """The outermost capture of a region or decorated call.
 
     ``skipped`` says how many calls of the caller ran uncaptured so far (read before the
-    export, so that the result on disk and in memory say the same).
+    export, so that the result on disk and in memory say the same); ``observation`` is what
+    the caller's last warm-up call observed (capture.observe), if anything.
     """
 
     def __init__(
@@ -42,8 +43,10 @@ class Session:
         target: str | None,
         skipped: Callable[[], int] | None = None,
         announce: bool = True,
+        observation: Observation | None = None,
     ) -> None:
         self.options = options
+        self.observation = observation
         self.name = name
         self.target = target
         self.skipped = skipped
@@ -67,7 +70,7 @@ class Session:
         # The name goes with the options: a backend may warn once per capture name (Neuron: the
         # first capture of a name without warm-up holds NEFF compilation).
         # With nothing observed before it, the capture records allocations for exact links.
-        self.options = capture_options(self.options, self.name)
+        self.options = capture_options(self.options, self.observation)
         backend = self.backend = resolve_backend(self.options.with_name(self.name))
         for message in backend.environment_warnings():
             warn_user(message)
@@ -120,7 +123,7 @@ class Session:
             error=None if exc is None else f"{type(exc).__name__}: {exc}",
             skipped_calls=0 if self.skipped is None else self.skipped(),
             backend_notes=self.backend.extra_notes,
-            observation=observation_for(self.name),
+            observation=self.observation,
         )
         result = self.result = result_from_record(record, facts)
         save = self._save if self.options.export else None

@@ -39,6 +39,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from neuronscope.export.run_dir import atomic_write_text
+
 __all__ = ["DOCTOR_SCHEMA", "REPORT_KEYS", "doctor_trace", "load_doctor_report", "run_doctor"]
 
 DOCTOR_SCHEMA = 1
@@ -351,7 +353,9 @@ def run_doctor(out: Path | None = None) -> tuple[dict[str, Any] | None, Path | N
 def _write(report: dict[str, Any], out: Path | None) -> Path:
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     path = out or Path(f"neuronscope-doctor-{socket.gethostname()}-{stamp}.json")
-    path.write_text(json.dumps(report, indent=1, default=str) + "\n")
+    # Through the directory's descriptor, to an exclusive temporary name renamed into place: a
+    # link planted at this predictable name is replaced, never followed.
+    atomic_write_text(path, json.dumps(report, indent=1, default=str) + "\n")
     return path
 
 
@@ -373,7 +377,7 @@ def doctor_trace(report: dict[str, Any], dest: Path) -> Path | None:
     trace = (report.get("capture") or {}).get("trace_slice")
     if not trace:
         return None
-    dest.write_text(json.dumps(trace))
+    atomic_write_text(dest, json.dumps(trace))
     return dest
 
 

@@ -57,6 +57,7 @@ from neuronscope.decorator import MAX_KEPT_RESULTS
 from neuronscope.drive import scope
 from neuronscope.errors import ConfigError, RunLoadError
 from neuronscope.export import run_dir as export
+from neuronscope.export.safe_io import WORK_PREFIX
 from neuronscope.region import NeuronscopeWarning, ensure_no_capture_running
 from neuronscope.result.types import SCHEMA_VERSION, OpStat, ProfileResult
 
@@ -687,19 +688,15 @@ def test_ctrl_c_during_the_export_keeps_the_result(patch: pytest.MonkeyPatch, ru
     result measured before it stays in memory, and what was written before it (result.json and
     summary.txt come first) stays on disk in a run marked incomplete, with no temporary file."""
     interrupt = KeyboardInterrupt()
-    real = export.atomic_write_with
+    from neuronscope.export import trace_out
 
-    def interrupted(path: Path, write: Callable[[Path], None]) -> None:
-        if path.name == "trace.json":
+    real = trace_out.save_chrome_trace
 
-            def half(tmp: Path) -> None:
-                write(tmp)
-                raise interrupt
+    def interrupted(prof: Any, path: Path) -> None:  # torch's write done, then Ctrl-C
+        real(prof, path)
+        raise interrupt
 
-            return real(path, half)
-        return real(path, write)
-
-    patch.setattr(export, "atomic_write_with", interrupted)
+    patch.setattr(trace_out, "save_chrome_trace", interrupted)
 
     @profile_on_neuron(warmup=0, backend="cpu", trace_format="json")
     def step() -> None:
@@ -1124,7 +1121,7 @@ def test_sigkill_while_a_real_trace_is_being_written(real_workers: _RealWorkers,
     names = {p.name for p in run.iterdir()}
     # The measurement was written before the trace: it is kept, in a run marked incomplete.
     assert export.INCOMPLETE_MARKER in names and {"result.json", "summary.txt"} <= names
-    assert any(n.startswith(".trace.json.tmp") for n in names), names
+    assert any(n.startswith(WORK_PREFIX) for n in names), names  # torch's half-written trace
     complete, incomplete = audit_runs(real_workers.root, capsys)
     assert run in incomplete
     assert load(run).ops
@@ -1202,9 +1199,12 @@ def test_stale_raw_traces_of_dead_processes_are_removed(tmp_path: Path) -> None:
     for d in (old, mine, other_host, hidden):
         d.mkdir(parents=True)
         (d / export.RAW_TRACE).write_bytes(b"x" * 1000)
+    work = old / f"{WORK_PREFIX}{dead_pid}.abcd"  # torch's private directory, mid-write
+    work.mkdir()
+    (work / "trace.json.tmp").write_bytes(b"x" * 1000)
     for d in (old, mine, other_host):
         (d / export.INCOMPLETE_MARKER).write_text("")
     export.export_result(ProfileResult(name="stale", backend="cpu"), tmp_path / "runs", summary="s")
-    assert not (old / export.RAW_TRACE).exists() and not hidden.exists()
+    assert not (old / export.RAW_TRACE).exists() and not hidden.exists() and not work.exists()
     assert (mine / export.RAW_TRACE).exists()  # a live process (this one) may still be writing it
     assert (other_host / export.RAW_TRACE).exists()  # another host's pids say nothing here

@@ -31,8 +31,7 @@ from typing import Any
 from neuronscope.announce import announce_window, ensure_log_handler, log, on_skipped, warn_once, warn_user
 from neuronscope.capture import claim_profiler, profiler_claimed, profiler_running
 from neuronscope.capture import release_profiler as _release_claim
-from neuronscope.capture.base import defer_to_thread, has_deferred, run_deferred
-from neuronscope.capture.base import force_profiler_off
+from neuronscope.capture.base import defer_to_thread, force_profiler_off, has_deferred, run_deferred
 from neuronscope.capture.observe import Observation, begin_observation, end_observation, forget_observer
 from neuronscope.config import Options, disabled_by_env
 from neuronscope.drive.forking import check_forked_child

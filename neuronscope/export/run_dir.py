@@ -25,12 +25,10 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import errno
-import gzip
 import hashlib
 import logging
 import os
 import re
-import shutil
 import socket
 import unicodedata
 from collections.abc import Callable
@@ -50,6 +48,15 @@ from neuronscope.export.runs import (
     load,
     load_json,
 )
+from neuronscope.export.safe_io import atomic_write_text, atomic_write_with, held_dir, write_text_at
+from neuronscope.export.trace_out import (
+    GZIP_TRACE_ABOVE_EVENTS,
+    RAW_TRACE,
+    TraceWriter,
+    gzip_file,
+    make_trace_writer,
+    save_chrome_trace,
+)
 from neuronscope.result.types import Comparison, ProfileResult
 
 __all__ = [
@@ -66,6 +73,8 @@ __all__ = [
     "fill_run",
     "find_runs",
     "finish_run",
+    "gzip_file",
+    "held_dir",
     "incomplete_trace_text",
     "is_incomplete",
     "is_run_dir",
@@ -74,18 +83,13 @@ __all__ = [
     "make_trace_writer",
     "new_run_dir",
     "safe_name",
+    "save_chrome_trace",
     "save_result",
     "write_run",
+    "write_text_at",
 ]
 
 log = logging.getLogger("neuronscope")
-
-#: The uncompressed trace torch writes before it is gzipped; a process killed meanwhile leaves
-#: it behind, and the next export of the same name on this host removes it.
-RAW_TRACE = ".trace.json.raw"
-#: Above this many events a trace is gzipped (``trace_format="auto"``): ~10x smaller, and
-#: level 1 costs a fraction of the time of writing it.
-GZIP_TRACE_ABOVE_EVENTS = 20_000
 
 #: Characters kept in a directory name: letters and digits of any script (``\w``), '.', '-'.
 _UNSAFE_CHARS = re.compile(r"[^\w.\-]+")
@@ -96,8 +100,6 @@ _RESERVED = frozenset({"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(1,
 MAX_NAME_CHARS = 96
 _MAX_NAME_BYTES = 180
 
-#: Writes a trace into the run directory it is given and returns its path, or None.
-TraceWriter = Callable[[Path], "Path | None"]
 _R = TypeVar("_R", ProfileResult, Comparison)
 
 
@@ -209,6 +211,9 @@ def _remove_stale_raw_traces(parent_fd: int) -> None:
         try:
             if os.fstat(fd).st_uid == os.geteuid():
                 safe_io.unlink_quietly(fd, RAW_TRACE)
+                for left in os.listdir(fd):  # private directories torch was writing in
+                    if left.startswith(safe_io.WORK_PREFIX):
+                        _remove_empty_run(fd, left)
         finally:
             os.close(fd)
 
@@ -242,114 +247,10 @@ def new_run_dir(
     return path
 
 
-def atomic_write_with(path: Path, write: Callable[[Path], object]) -> None:
-    """Call ``write(tmp_path)`` on a new, exclusively created temporary file beside ``path``,
-    fsync it, then rename it onto ``path``.
-
-    For directories neuronscope made (``path`` under :func:`safe_io.fd_path`): ``write`` opens
-    the temporary file by name. A reader sees either no file or the whole file; the temporary
-    file is removed on failure.
-    """
-    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        tmp_name = safe_io.temp_name(path.name)
-        os.close(safe_io.create_exclusive(dir_fd, tmp_name))
-        try:
-            write(path.parent / tmp_name)
-            fd = os.open(tmp_name, os.O_RDWR | os.O_NOFOLLOW, dir_fd=dir_fd)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            safe_io.replace_at(dir_fd, tmp_name, path.name)
-        except BaseException:
-            safe_io.unlink_quietly(dir_fd, tmp_name)
-            raise
-    finally:
-        os.close(dir_fd)
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``path`` atomically through its directory's descriptor, in any directory (one
-    received from someone else too): planted links or temporary names are never followed."""
-    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        safe_io.write_bytes_at(dir_fd, path.name, text.encode("utf-8", "backslashreplace"))
-    finally:
-        os.close(dir_fd)
-
-
 # Text is encoded with "backslashreplace": a lone surrogate (a name from os.fsdecode of a
 # non-UTF-8 file name) is written as '\\udc..' instead of failing the export.
 def _write_text(path: Path, text: str) -> None:
     atomic_write_with(path, lambda tmp: tmp.write_bytes(text.encode("utf-8", "backslashreplace")))
-
-
-def save_chrome_trace(prof: Any, path: Path) -> None:
-    """``prof.export_chrome_trace(path)``, raising when no trace came out.
-
-    On a write error (a full disk) torch's trace writer only logs "Failed to write to log
-    file!" on stderr and returns: no file at ``path``, a partial ``<path>.tmp`` of its own
-    beside it. Without this check the export failed later with a misleading "No such file".
-    """
-    prof.export_chrome_trace(str(path))
-    if path.is_file() and path.stat().st_size > 0:
-        return
-    leftover = path.with_name(path.name + ".tmp")
-    leftover.unlink(missing_ok=True)
-    try:
-        full = os.statvfs(path.parent).f_bavail == 0
-    except OSError:
-        full = False
-    if full:
-        raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} (torch.profiler could not write {path.name})")
-    raise OSError(f"torch.profiler wrote no trace to {path} (it reports write errors only on stderr)")
-
-
-def gzip_file(src: Path, dest: Path) -> None:
-    """Compress ``src`` into ``dest`` (level 1: traces shrink ~10x at a fraction of level 9's time)."""
-
-    def write(tmp: Path) -> None:
-        with open(src, "rb") as fin, gzip.open(tmp, "wb", compresslevel=1) as fout:
-            shutil.copyfileobj(fin, fout, 1 << 20)
-
-    atomic_write_with(dest, write)
-
-
-def make_trace_writer(prof: Any, trace_format: str, event_count: int, saved: Path | None = None) -> TraceWriter | None:
-    """The trace-format policy: how a capture's trace goes into its run directory.
-
-    ``trace_format`` is ``"json"``, ``"gz"``, ``"none"`` or ``"auto"`` (gzip above
-    :data:`GZIP_TRACE_ABOVE_EVENTS` events). ``saved`` is a trace the profiler already wrote
-    (torch refuses a second save); else ``prof.export_chrome_trace`` writes it.
-    """
-    fmt = trace_format
-    if fmt == "auto":
-        fmt = "gz" if event_count > GZIP_TRACE_ABOVE_EVENTS else "json"
-    if fmt == "none":
-        return None
-
-    def write(run_dir: Path) -> Path:
-        plain, packed = run_dir / "trace.json", run_dir / "trace.json.gz"
-        if saved is not None:
-            if fmt == "gz":
-                gzip_file(saved, packed)
-                return packed
-            atomic_write_with(plain, lambda tmp: shutil.copyfile(saved, tmp))
-            return plain
-        if fmt == "gz":
-            raw = run_dir / RAW_TRACE
-            try:
-                save_chrome_trace(prof, raw)
-                gzip_file(raw, packed)
-            finally:
-                raw.unlink(missing_ok=True)
-            return packed
-        atomic_write_with(plain, lambda tmp: save_chrome_trace(prof, tmp))
-        return plain
-
-    write.filename = "trace.json.gz" if fmt == "gz" else "trace.json"  # type: ignore[attr-defined]
-    return write
 
 
 def _summary_text(summary: str | Callable[[Any], str], result: Any, added: list[str] | None = None) -> str:
@@ -394,9 +295,16 @@ def _fill(
     if trace_path is not None and isinstance(out, ProfileResult) and "trace" not in out.artifacts:
         out = dataclasses.replace(out, artifacts={**out.artifacts, "trace": trace_path.name})
     if out is not first:  # name the trace, or say why there is none
-        _write_text(base / RESULT_FILE, out.to_json())
-        if out.notes != first.notes:  # the summary shows notes, not the trace's name
-            _write_text(base / SUMMARY_FILE, _summary_text(summary, out, out.notes[len(first.notes) :]))
+        try:
+            _write_text(base / RESULT_FILE, out.to_json())
+            if out.notes != first.notes:  # the summary shows notes, not the trace's name
+                _write_text(base / SUMMARY_FILE, _summary_text(summary, out, out.notes[len(first.notes) :]))
+        except OSError as err:
+            # Still a full disk: the files written first stay, whole (each write is a rename),
+            # in a run still marked incomplete, so that show and ls say the trace is missing.
+            log.warning("neuronscope: %s could not be rewritten to say why the trace is missing (%s); "
+                        "the run stays marked incomplete", run_dir, err)
+            return out
     safe_io.unlink_quietly(fd, INCOMPLETE_MARKER)
     return out
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from neuronscope.errors import NeuronscopeError
-from neuronscope.export.run_dir import atomic_write_text, load
+from neuronscope.export.run_dir import held_dir, load, write_text_at
 from neuronscope.report.charts import TOP_OPS_IN_CHART, Charts, device_label
 from neuronscope.report.text import MAX_NAME_CHARS, shorten
 from neuronscope.result.types import NO_FASTER_TEXT, Comparison, Hint, OpStat, ProfileResult, RegionStat
@@ -436,10 +436,12 @@ def write_report(run_dir: str | Path | ProfileResult | Comparison) -> Path:
         obj = load(run_dir)
         assert obj.run_dir is not None
         target = Path(obj.run_dir)
-    page = render_report(obj)
     path = target / REPORT_FILE
+    # The directory is held open from before the drawing to the rename: one swapped for
+    # another (or for a link) meanwhile does not get the page.
     try:
-        atomic_write_text(path, page)
+        with held_dir(target) as fd:
+            write_text_at(fd, REPORT_FILE, render_report(obj))
     except OSError as exc:
         raise NeuronscopeError(f"{path}: cannot write the report ({exc.strerror or exc})") from exc
     return path

@@ -86,6 +86,22 @@ def install_block(point: str, ready: Path) -> None:
         original(path, half_written)
 
     export.atomic_write_with = hooked  # type: ignore[assignment]
+    if target == "trace.json":  # a real capture's trace: torch writes it in a private directory
+        from neuronscope.export import trace_out
+
+        saving = trace_out.save_chrome_trace
+
+        def half_saved(prof: Any, path: Path) -> None:
+            saving(prof, path)
+            size = path.stat().st_size
+            with open(path, "r+b") as fh:
+                fh.truncate(size // 2)
+                fh.flush()
+                os.fsync(fh.fileno())
+            _signal_ready(ready, Path(os.path.realpath(path.parent)).parent)  # the run, above the private one
+            _hang()
+
+        trace_out.save_chrome_trace = half_saved  # type: ignore[assignment]
 
 
 def synthetic_result(i: int, n_ops: int = 300) -> ProfileResult:

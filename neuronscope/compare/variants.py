@@ -494,8 +494,12 @@ def _fill_rows(
             speedup = math.inf if median <= 0 < base_median else 1.0
         match: bool | None = None
         if settings.check_outputs:
-            match, why = (True, "") if label == first else outputs_agree(outputs[first], outputs[label], settings.rtol, settings.atol)
-            if not match:
+            match, why = (True, "") if label == first else _check_outputs(outputs[first], outputs[label], settings)
+            if match is None:  # the check itself failed: said, and the measurement kept
+                message = f"outputs of {label!r} were not checked against {first!r}: {why}"
+                cmp.notes.append(message)
+                warn_user(f"neuronscope compare: {message}")
+            elif not match:
                 message = f"outputs of {label!r} differ from {first!r}: {why}"
                 cmp.notes.append(message)
                 warn_user(f"neuronscope compare: {message}")
@@ -521,6 +525,15 @@ def _fill_rows(
                 profiled_calls=calls if p.prof is not None else 0,
             )
         )
+
+
+def _check_outputs(a: Any, b: Any, settings: _Settings) -> tuple[bool | None, str]:
+    """:func:`outputs_agree`, which never raises for the outputs' sake; anything else it meets
+    (a RecursionError, a MemoryError on a huge tensor) costs the check, never the comparison."""
+    try:
+        return outputs_agree(a, b, settings.rtol, settings.atol)
+    except Exception as err:
+        return None, f"the check failed ({type(err).__name__}: {err})"
 
 
 def _export(cmp: Comparison, profs: dict[str, Any], opts: Options) -> None:

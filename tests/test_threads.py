@@ -55,6 +55,11 @@ def test_a_region_held_by_a_generator_across_threads_does_not_crash(scenario: st
     _run_scenario(scenario, processes=2, rounds=2)
 
 
+def _start_and_join(thread: threading.Thread) -> None:
+    thread.start()
+    thread.join()
+
+
 def test_a_capture_ended_on_another_thread_is_dropped_counted_and_stopped_by_its_own_thread() -> None:
     """In process: the other thread touches nothing; the capture is counted as a call that ran
     uncaptured, and this thread stops its own session when it next enters neuronscope."""
@@ -68,10 +73,9 @@ def test_a_capture_ended_on_another_thread_is_dropped_counted_and_stopped_by_its
 
     gen = batches()
     next(gen)
+    worker = threading.Thread(target=lambda: list(gen))
     with pytest.warns(NeuronscopeWarning, match="ended on another thread"):
-        worker = threading.Thread(target=lambda: list(gen))
-        worker.start()
-        worker.join()
+        _start_and_join(worker)
     assert torch.autograd.profiler._is_profiler_enabled  # nothing was touched over there
     assert regions[0].result is None and regions[0].skipped_calls == 1
     assert ensure_no_capture_running()  # ... and this thread stopped it on its way in

@@ -96,7 +96,7 @@ def test_rows_read_like_the_study(study: tuple[Comparison, list[str]]) -> None:
     assert fused.speedup == pytest.approx(statistics.median(ratios))
     assert fused.speedup_low is not None and fused.speedup_high is not None
     assert fused.speedup_low <= fused.speedup <= fused.speedup_high
-    assert fused.verdict in {"faster", "slower", "noise"}
+    assert fused.verdict in {"faster", "slower", "noise", "unsure"}  # unsure: a busy machine
     for row in cmp.rows:
         result = cmp.results[row.label]
         assert row.repeats == ROUNDS == len(per_call[row.label])

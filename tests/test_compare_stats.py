@@ -79,7 +79,7 @@ def test_verdicts() -> None:
     assert stats.verdict(1.1, 1.3) == "faster"
     assert stats.verdict(0.5, 0.9) == "slower"
     assert stats.verdict(0.9, 1.1) == stats.verdict(1.0, 1.0) == "noise"
-    assert set(stats.VERDICTS) == {"baseline", "faster", "slower", "noise"}
+    assert set(stats.VERDICTS) == {"baseline", "faster", "slower", "noise", "unsure"}
     # Within 2 % of 1.0 is noise whatever the interval; past it the interval decides.
     assert stats.verdict(0.97, 0.9999, 0.99) == "noise"
     assert stats.verdict(1.001, 1.03, 1.015) == "noise"

@@ -437,6 +437,7 @@ def compare(variants: Mapping[str, Callable[..., Any]], *args: Any, **options: A
         "timing_s": round(rounds.seconds, 3),
         "time_budget_s": settings.time_budget,
         "confidence": settings.confidence,
+        "unsure_width": stats.UNSURE_WIDTH,
         "resamples": stats.DEFAULT_RESAMPLES,
         "seed": settings.seed,
         "profiled_calls": opts.active if opts.enabled else 0,
@@ -482,7 +483,9 @@ def _fill_rows(
             speedup, low, high = stats.paired_speedup(base, times, settings.confidence, seed=settings.seed)
             paired = stats.verdict(low, high, speedup)
             verdict = stats.verdict(low, high, speedup, medians=(base_median, median))
-            if verdict != paired:
+            if verdict == "unsure":
+                cmp.notes.append(_unsure_note(label, speedup, low, high, base + times))
+            elif verdict != paired:
                 won = sum((t < b) == (paired == "faster") for b, t in zip(base, times))
                 cmp.notes.append(
                     f"{label!r} is not called {paired}: {speedup:.2f}x over the rounds paired, but its median "
@@ -525,6 +528,15 @@ def _fill_rows(
                 profiled_calls=calls if p.prof is not None else 0,
             )
         )
+
+
+def _unsure_note(label: str, speedup: float, low: float, high: float, times: list[float]) -> str:
+    """Why a row's verdict is ``unsure``, with the figures."""
+    return (
+        f"{label!r}: unsure, the machine was too busy: {speedup:.2f}x with an interval of [{low:.2f}-{high:.2f}], "
+        f"ends {high / low:.1f}x apart (over {stats.UNSURE_WIDTH:g}x says nothing, whatever side of 1.0 it sits); "
+        f"the timed samples ranged from {fmt_us(min(times))} to {fmt_us(max(times))}: measure again on a quieter machine"
+    )
 
 
 def _check_outputs(a: Any, b: Any, settings: _Settings) -> tuple[bool | None, str]:

@@ -215,11 +215,13 @@ def comparison_legend(cmp: Comparison) -> list[str]:
     conf = cmp.timing.get("confidence")
     level = f"{conf * 100:g}% " if isinstance(conf, (int, float)) else ""
     samples = cmp.timing.get("samples_per_round")
+    width = cmp.timing.get("unsure_width", 2.0)
     quickest = f", each round's quickest of {samples} samples" if isinstance(samples, int) and samples > 1 else ""
     timing = (
         f"Time: median per call over {first.repeats} interleaved rounds of unprofiled calls{quickest} (Spread: half the IQR). "
         f"Speedup: median over the rounds of {first.label}'s time over the variant's in the same round, "
-        f"[{level}interval]; (noise): the interval holds 1.0, the speedup is within 2% of it, or the median times point the other way."
+        f"[{level}interval]; (noise): the interval holds 1.0, the speedup is within 2% of it, or the median times point the other way; "
+        f"(unsure): the interval's ends are over {width:g}x apart, the machine too busy to tell anything."
     )
     ops = (
         "Ops/call: ops the variant's own code dispatched per profiled call (all: with the ops they ran inside); "

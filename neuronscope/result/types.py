@@ -389,7 +389,8 @@ class ComparisonRow:
     #: rounds); None for the first variant and for runs saved before intervals existed.
     speedup_low: float | None = None
     speedup_high: float | None = None
-    #: ``"baseline"``, ``"faster"``, ``"slower"`` or ``"noise"`` (the interval holds 1.0).
+    #: ``"baseline"``, ``"faster"``, ``"slower"``, ``"noise"`` (the interval holds 1.0) or
+    #: ``"unsure"`` (the interval is too wide to act on: the machine was too busy).
     verdict: str | None = None
     #: Calls per timed sample, despite its name (each of the ``repeats`` rounds times several
     #: samples and keeps its quickest; ``Comparison.timing['samples_per_round']`` says how many).
@@ -410,7 +411,7 @@ class ComparisonRow:
         ``"noise"``) or, for a row saved without an interval, the two times differ by less
         than their spreads together."""
         if self.verdict is not None:
-            return self.verdict == "noise"
+            return self.verdict in ("noise", "unsure")
         if base is None or base is self or self.spread_us is None or base.spread_us is None:
             return False
         return abs(self.time_us - base.time_us) <= self.spread_us + base.spread_us
@@ -420,6 +421,8 @@ class ComparisonRow:
         text = f"{self.speedup:.2f}x"
         if self.speedup_low is not None and self.speedup_high is not None:
             text += f" [{self.speedup_low:.2f}-{self.speedup_high:.2f}]"
+        if self.verdict == "unsure":
+            return text + " (unsure: the machine was too busy)"
         return text + (" (noise)" if self.within_noise(base) else "")
 
     def to_dict(self) -> dict[str, Any]:

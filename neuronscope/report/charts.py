@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from neuronscope.errors import NeuronscopeError
 from neuronscope.report.text import MAX_NAME_CHARS, shorten
-from neuronscope.units import fmt_us
+from neuronscope.units import fmt_us, safe_text
 
 if TYPE_CHECKING:
     from neuronscope.result.types import Comparison, ProfileResult
@@ -43,9 +43,10 @@ def device_label(backend: str | None) -> str:
     return {"neuron": "NEURON", "cuda": "CUDA", "rocm": "HIP", "mtia": "MTIA"}.get(backend or "", "device")
 
 
-def _plain(text: str) -> str:
-    """Text that matplotlib draws as it is: a pair of '$' would start its mathtext."""
-    return text.replace("$", r"\$")
+def _plain(text: str, limit: int = MAX_NAME_CHARS) -> str:
+    """Text that matplotlib draws as it is: through the one sanitising step (a lone surrogate
+    failed in its font code), then '$' escaped (a pair would start its mathtext)."""
+    return safe_text(text, limit).replace("$", r"\$")
 
 
 def _chart_label(text: str) -> str:

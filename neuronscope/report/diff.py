@@ -14,6 +14,7 @@ from typing import Any
 from tabulate import tabulate
 
 from neuronscope.report.text import fmt_us
+from neuronscope.units import safe_text
 from neuronscope.result.types import ProfileResult
 
 __all__ = ["diff_results", "render_diff"]
@@ -118,7 +119,7 @@ def render_diff(d: dict[str, Any], row_limit: int = 25) -> str:
     """The diff as text: the two totals and the change, then the op table."""
     table = [
         [
-            r["op"],
+            safe_text(r["op"]),
             r["status"],
             fmt_us(r["time_a_us"]) if r["status"] != "added" else "-",
             fmt_us(r["time_b_us"]) if r["status"] != "removed" else "-",
@@ -129,8 +130,8 @@ def render_diff(d: dict[str, Any], row_limit: int = 25) -> str:
     ]
     ratio = d["total_ratio"]
     head = "\n".join(
-        f"{key.upper()}: {side['name']} ({side['backend']}) total {fmt_us(side['total_us'])}"
-        f" (wall {fmt_us(side['wall_time_us'])})" + (f"  {side['run_dir']}" if side.get("run_dir") else "")
+        f"{key.upper()}: {safe_text(side['name'])} ({safe_text(side['backend'])}) total {fmt_us(side['total_us'])}"
+        f" (wall {fmt_us(side['wall_time_us'])})" + (f"  {safe_text(side['run_dir'], 4096)}" if side.get("run_dir") else "")
         for key, side in (("a", d["a"]), ("b", d["b"]))
     )
     told = d.get("told_apart")
@@ -145,9 +146,9 @@ def render_diff(d: dict[str, Any], row_limit: int = 25) -> str:
         extra += f"\n... {hidden} more ops"
     for label, names in (("appeared in B", d["added"]), ("gone in B", d["removed"])):
         if names:
-            shown = ", ".join(names[:NAMES_LISTED])
+            shown = ", ".join(safe_text(n) for n in names[:NAMES_LISTED])
             more = f", and {len(names) - NAMES_LISTED} more (--json lists them all)" if len(names) > NAMES_LISTED else ""
             extra += f"\n{label} ({len(names)}): {shown}{more}"
     for note in d.get("notes") or []:
-        extra += f"\nnote: {note}"
+        extra += f"\nnote: {safe_text(note, 2000)}"
     return f"{head}\n\n{body}{extra}\n"

@@ -9,14 +9,13 @@ sanitiser for any name or text that reaches a terminal.
 from __future__ import annotations
 
 import html
-import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tabulate import tabulate
 
 from neuronscope.report.device_profile import render_device_profile
-from neuronscope.units import fmt_us
+from neuronscope.units import MAX_NAME_CHARS, fmt_us, printable, safe_text, shorten
 
 if TYPE_CHECKING:
     from neuronscope.result.types import Comparison, Hint, OpStat, ProfileResult, RegionStat
@@ -41,44 +40,12 @@ __all__ = [
     "shorten",
 ]
 
-#: Longest name shown in a table or a report (the whole name stays in result.json): a 50,000-
-#: character op or region name would otherwise make every table, chart and page that wide.
-MAX_NAME_CHARS = 200
 
-#: Unicode categories never printed as they are: controls (escape sequences that retitle, clear
-#: or write the clipboard of a terminal), format characters (bidi overrides that reorder a line),
-#: lone surrogates, private-use and unassigned code points, and line/paragraph separators.
-_UNPRINTABLE = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
-
-
-def printable(text: object, keep: str = "") -> str:
-    """``text`` with every character a terminal would act on written as an escape (``\\x1b``,
-    ``\\u202e``, ``\\ud800``), so that names from a trace or a run directory print as text and
-    nothing else. Characters in ``keep`` (``"\\n"`` for a whole table) stay as they are."""
-    value = str(text)
-    if value.isprintable():
-        return value
-    out = []
-    for ch in value:
-        if ch in keep or unicodedata.category(ch) not in _UNPRINTABLE:
-            out.append(ch)
-        else:
-            code = ord(ch)
-            out.append(f"\\x{code:02x}" if code < 0x100 else (f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"))
-    return "".join(out)
-
-
-def shorten(text: object, limit: int = MAX_NAME_CHARS) -> str:
-    """``text`` cut to ``limit`` characters, the cut marked with '…' and the length left out."""
-    value = str(text)
-    if len(value) <= limit:
-        return value
-    return f"{value[: limit - 1]}… (+{len(value) - limit + 1} chars)"
 
 
 def _name(text: object) -> str:
     """A name as a table shows it: printable and bounded."""
-    return printable(shorten(text))
+    return safe_text(text)
 
 
 def _pct(part: float, whole: float) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 from neuronscope.errors import NeuronscopeError, RunLoadError
 from neuronscope.result.serial import (
     SCHEMA_VERSION,
+    breakdown_from,
     check_schema,
     dumps_json,
     known_fields,
@@ -363,7 +364,7 @@ class ProfileResult:
                 skipped_calls=int(d.get("skipped_calls") or 0),
                 artifacts=dict(d.get("artifacts") or {}),
                 notes=[str(n) for n in d.get("notes") or []],
-                breakdown=dict(d["breakdown"]) if isinstance(d.get("breakdown"), Mapping) else None,
+                breakdown=breakdown_from(d.get("breakdown")),
                 platform=opt_str(d.get("platform")),
             )
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:

@@ -28,6 +28,7 @@ __all__ = [
     "defer_to_thread",
     "force_profiler_off",
     "has_deferred",
+    "pending_work",
     "profiler_claimed",
     "profiler_running",
     "quiet_native_stderr",
@@ -207,6 +208,9 @@ def profiler_claimed() -> bool:
 # are reused by later threads, which must not stop a session they never started.
 _deferred: dict[threading.Thread, list[tuple[Callable[[], None], Callable[[], None] | None]]] = {}
 _deferred_lock = threading.Lock()
+#: The same dict, read as a truth value on the hot path (a call past its window) instead of
+#: calling :func:`has_deferred`: one name lookup, no call.
+pending_work = _deferred
 
 
 def defer_to_thread(
@@ -232,11 +236,15 @@ def run_deferred() -> None:
         work = [w for w, _ in _deferred.pop(me, [])]
         for thread in [t for t in _deferred if not t.is_alive()]:
             work.extend(o for _, o in _deferred.pop(thread) if o is not None)
-    for piece in work:
+    for i, piece in enumerate(work):
         try:
             piece()
         except Exception:  # pragma: no cover - torch refusing a late stop: nothing to lose
             pass
+        except BaseException:  # Ctrl-C meanwhile: what is left is done at the next entry
+            with _deferred_lock:
+                _deferred.setdefault(me, [])[:0] = [(w, None) for w in work[i + 1 :]]
+            raise
 
 
 def force_profiler_off() -> None:

@@ -47,10 +47,13 @@ FAR_FACTOR = 3.0
 #: shared machine.
 NOISE_BAND = 0.02
 #: An interval whose ends are further apart than this factor (high over low) says nothing
-#: about the speedup, whatever side of 1.0 it sits: the verdict is ``unsure`` (the machine was
-#: too busy). Set from benchmarks/bench_compare.py under outside load (benchmarks/README.md,
-#: "compare verdicts"): the widest interval of a true 2x or 1.5x pair found there was WIDEST_FOUND
-#: apart; the demo's busy run called ``1.07x [1.02-15.81]`` faster.
+#: about the speedup, whatever side of 1.0 it sits: it cannot tell a 2x difference from none,
+#: and the verdict is ``unsure`` (the machine was too busy). The demo's busy run called
+#: ``1.07x [1.02-15.81]`` faster. benchmarks/bench_compare.py at load average 7.7-13 (40 runs,
+#: benchmarks/README.md, "compare verdicts"): intervals of a median width of 85x to 160x, and
+#: the old rule called identical variants different in 2 of 40 runs and found the true 2x
+#: pair in 16 of 40, with intervals such as [0.00-0.90]; with this rule 1 of 40 identical
+#: pairs is still called different ([0.65-1.00]) and the rest say unsure.
 UNSURE_WIDTH = 2.0
 #: A row's verdict: the first variant is the ``baseline``; the others are ``faster``,
 #: ``slower``, ``noise`` (the interval holds 1.0: no difference told apart) or ``unsure``

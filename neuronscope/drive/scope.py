@@ -31,7 +31,7 @@ from typing import Any
 from neuronscope.announce import announce_window, ensure_log_handler, log, on_skipped, warn_once, warn_user
 from neuronscope.capture import claim_profiler, profiler_claimed, profiler_running
 from neuronscope.capture import release_profiler as _release_claim
-from neuronscope.capture.base import defer_to_thread, force_profiler_off, has_deferred, run_deferred
+from neuronscope.capture.base import defer_to_thread, force_profiler_off, has_deferred, pending_work, run_deferred
 from neuronscope.capture.observe import Observation, begin_observation, end_observation, forget_observer
 from neuronscope.config import Options, disabled_by_env
 from neuronscope.drive.forking import check_forked_child
@@ -292,7 +292,7 @@ def enter(owner: Owner, frame: FrameType | None = None) -> Entry:
     becomes). ``frame`` is the caller's, for a region object (see :func:`_abandoned`)."""
     if not owner.options.enabled:
         return OFF
-    if has_deferred():
+    if pending_work:
         run_deferred()  # sessions and ranges of this thread's that another thread ended
     scope = current()
     if scope is not None and scope.kind is QUIET:
@@ -414,7 +414,7 @@ def leave(entry: Entry, exc: BaseException | None) -> ProfileResult | None:
     """
     if entry is OFF:
         return None
-    if has_deferred():
+    if pending_work:
         run_deferred()
     kind = entry.kind
     was_open = entry.open

@@ -105,7 +105,7 @@ def open_dir(path: Path | str, *, create: bool = False, private_tail: int = 0) -
                 except FileExistsError:
                     made = False
                 st = os.stat(part, dir_fd=fd, follow_symlinks=False)
-                if made:
+                if made and private:  # the root and above: the user's, made with their umask
                     st = _owner_writes_only(fd, part, st)
             new = _open_component(fd, part, st, private, _shown(parts, i))
             os.close(fd)

@@ -80,3 +80,35 @@ def test_a_capture_ended_on_another_thread_is_dropped_counted_and_stopped_by_its
     assert regions[0].result is None and regions[0].skipped_calls == 1
     assert ensure_no_capture_running()  # ... and this thread stopped it on its way in
     assert not torch.autograd.profiler._is_profiler_enabled
+
+
+def test_work_left_for_a_thread_survives_a_ctrl_c_while_it_runs() -> None:
+    """A Ctrl-C while one piece runs leaves the rest for the thread's next entry (a stranded
+    session's stop among them: it holds the process's profiler claim)."""
+    from neuronscope.capture.base import defer_to_thread, has_deferred, run_deferred
+
+    done: list[str] = []
+
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    me = threading.current_thread()
+    defer_to_thread(me, interrupted)
+    defer_to_thread(me, lambda: done.append("rest"))
+    with pytest.raises(KeyboardInterrupt):
+        run_deferred()
+    assert done == [] and has_deferred()
+    run_deferred()
+    assert done == ["rest"] and not has_deferred()
+
+
+def test_work_left_for_a_thread_that_ended_runs_its_orphaned_part_elsewhere() -> None:
+    from neuronscope.capture.base import defer_to_thread, has_deferred, run_deferred
+
+    done: list[str] = []
+    gone = threading.Thread(target=lambda: None)
+    gone.start()
+    gone.join()
+    defer_to_thread(gone, lambda: done.append("never here"), orphaned=lambda: done.append("released"))
+    run_deferred()
+    assert done == ["released"] and not has_deferred()

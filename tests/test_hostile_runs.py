@@ -68,3 +68,23 @@ def test_a_fifo_named_result_json_does_not_hang(tmp_path: Path, capsys: pytest.C
     for args in (["show", str(tmp_path)], ["show", str(tmp_path / "result.json")], ["diff", str(tmp_path), str(tmp_path)], ["report", str(tmp_path)]):
         assert cli_main(args) == 2
         assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_one_device_per_kernel_is_broken_down_in_linear_time(tmp_path: Path) -> None:
+    """20,000 kernels, each on a device of its own, once took over 100 s (each device's
+    breakdown read every event): the busiest MAX_DEVICES are broken down, the rest counted."""
+    from neuronscope import from_trace
+    from neuronscope.events.timeline import MAX_DEVICES
+
+    n = 20_000
+    events: list[dict[str, Any]] = [{"ph": "X", "cat": "cpu_op", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": n * 10}]
+    events += [
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": i * 10, "dur": 5, "args": {"device": i, "stream": 7}}
+        for i in range(n)
+    ]
+    path = tmp_path / "many_devices.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    started = time.perf_counter()
+    bd = from_trace(path).breakdown
+    assert time.perf_counter() - started < 60  # about 1 s here
+    assert bd is not None and len(bd["devices"]) == MAX_DEVICES and bd["devices_left_out"] == n - MAX_DEVICES

@@ -88,3 +88,18 @@ def test_one_device_per_kernel_is_broken_down_in_linear_time(tmp_path: Path) -> 
     bd = from_trace(path).breakdown
     assert time.perf_counter() - started < 60  # about 1 s here
     assert bd is not None and len(bd["devices"]) == MAX_DEVICES and bd["devices_left_out"] == n - MAX_DEVICES
+
+
+def test_ids_past_int64_are_read_not_an_overflow_error(tmp_path: Path) -> None:
+    from neuronscope import from_trace
+
+    big = 2**70
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": big, "ts": 0, "dur": 100},
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": big, "ts": 10, "dur": 5, "args": {"device": 0, "stream": big}},
+        {"ph": "X", "cat": "kernel", "name": "k2", "pid": big, "tid": 3, "ts": 20, "dur": 5, "args": {"device": big, "stream": -big}},
+    ]
+    path = tmp_path / "big_ids.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    result = from_trace(path)
+    assert [o.name for o in result.ops] == ["aten::mm"] and result.breakdown is not None

@@ -122,6 +122,17 @@ def _per_stream(stream: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tup
     return ids, np.bincount(which, minlength=ids.size), np.bincount(g[first], weights=length, minlength=ids.size)
 
 
+def _ids(values: list[int]) -> np.ndarray:
+    """Stream or device ids as int64 codes: the ids themselves where they fit, else each
+    distinct id numbered in order of its value (a trace's ids past int64 raised OverflowError;
+    only their identity matters here)."""
+    try:
+        return np.array(values, dtype=np.int64)
+    except (OverflowError, TypeError, ValueError):
+        order = {v: k for k, v in enumerate(sorted(set(values)))}
+        return np.array([order[v] for v in values], dtype=np.int64)
+
+
 def _us(ns: float) -> float:
     return round(float(ns)) / 1e3
 
@@ -159,12 +170,13 @@ def step_breakdown(table: EventTable) -> dict[str, Any] | None:
     # broken down: a trace naming one device per kernel (20,000 of them) took over 100 s.
     left_out = 0
     if len(ids) > MAX_DEVICES:
-        uniq, which = np.unique(np.asarray(dev.devices, dtype=np.int64), return_inverse=True)
+        uniq, which = np.unique(_ids(dev.devices), return_inverse=True)
         length = np.asarray(dev.ends, dtype=np.float64) - np.asarray(dev.starts, dtype=np.float64)
         total = np.bincount(which, weights=length, minlength=uniq.size)
         keep = np.argsort(-total, kind="stable")[:MAX_DEVICES]
         left_out = len(ids) - MAX_DEVICES
-        ids = sorted(int(d) for d in uniq[keep])
+        kept = set(keep.tolist())
+        ids = sorted({d for d, k in zip(dev.devices, which.tolist()) if k in kept})
     each = {d: _device_breakdown(dev.of_device(d), step_ranges, syncs) for d in ids}
     found = {d: bd for d, bd in each.items() if bd is not None}
     if not found:
@@ -231,7 +243,7 @@ def _breakdown(dev: DeviceEvents, step_ranges: tuple[list[str], np.ndarray, np.n
     s = np.array(dev.starts, dtype=np.int64)
     e = np.array(dev.ends, dtype=np.int64)
     cls = np.array(dev.classes, dtype=np.int8)
-    stream = np.array(dev.streams, dtype=np.int64)
+    stream = _ids(dev.streams)
     ls = np.array(dev.launch_starts, dtype=np.int64)
     le = np.array(dev.launch_ends, dtype=np.int64)
     work = (cls != DEVICE_WAIT) & (e > s)

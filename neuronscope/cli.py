@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 
 from neuronscope.errors import NeuronscopeError
 from neuronscope.report.text import printable
-from neuronscope.result.types import dumps_json
+from neuronscope.result.serial import dumps_json
 
 __all__ = ["build_parser", "main"]
 
@@ -88,7 +88,7 @@ def _read_trace(path: Path | list[Path]) -> Any:
 def _open(path_text: str) -> Any:
     """A run directory, a result.json, a trace file, or ``RUN_DIR#LABEL`` (one variant of a
     comparison), as a result object."""
-    from neuronscope.export.run_dir import load
+    from neuronscope.export.runs import load
     from neuronscope.result.types import Comparison
 
     path = Path(path_text)
@@ -108,7 +108,7 @@ def _open(path_text: str) -> Any:
     # neuronscope run directory (its own trace.json beside a missing result.json: load says so).
     own = ("result.json", "trace.json", "trace.json.gz", ".incomplete")
     if path.is_dir() and not any((path / n).exists() for n in own):
-        from neuronscope.drive.traces import find_trace_files
+        from neuronscope.events.trace_files import find_trace_files
 
         if find_trace_files(path):
             return _read_trace(path)
@@ -132,7 +132,7 @@ def _top_hint_text(obj: Any) -> str | None:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from neuronscope.export.run_dir import incomplete_trace_text, is_incomplete
+    from neuronscope.export.runs import incomplete_trace_text, is_incomplete
     from neuronscope.result.types import Comparison
 
     runs = args.run if isinstance(args.run, list) else [args.run]
@@ -157,7 +157,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def _run_rows(root: Path) -> list[dict[str, Any]]:
-    from neuronscope.export.run_dir import INCOMPLETE_MARKER, RESULT_FILE, find_runs, load
+    from neuronscope.export.runs import INCOMPLETE_MARKER, RESULT_FILE, find_runs, load
     from neuronscope.result.types import Comparison
 
     rows = []
@@ -233,7 +233,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
     from tabulate import tabulate
 
     from neuronscope.config import default_output_root
-    from neuronscope.report.text import fmt_us, shorten
+    from neuronscope.report.text import shorten
+    from neuronscope.units import fmt_us
 
     root = Path(args.root) if args.root else default_output_root()
     if not root.exists() and not args.root:  # nothing captured here yet: not an error

@@ -14,14 +14,12 @@ from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from neuronscope import decorator as _decorator
-from neuronscope.announce import NeuronscopeWarning, ensure_log_handler, log
+from neuronscope.announce import ensure_log_handler, log
 from neuronscope.capture import check_backend_available
 from neuronscope.config import Options, build_options, disabled_by_env, options_key, remember
 from neuronscope.drive.scope import (
     LABEL,
-    MAX_KEPT_RESULTS,
     OFF,
-    CallWindow,
     Entry,
     Owner,
     deliver,
@@ -30,16 +28,15 @@ from neuronscope.drive.scope import (
     leave,
     own_entry,
     placeholder,
-    windows,
 )
 from neuronscope.drive.session import Session
-from neuronscope.errors import NeuronscopeError
+from neuronscope.drive.window import CallWindow, windows
 from neuronscope.result.types import ProfileResult
 
 if TYPE_CHECKING:
     from typing_extensions import Self  # typing.Self is 3.11+; torch requires typing_extensions
 
-__all__ = ["MAX_KEPT_RESULTS", "NeuronscopeError", "NeuronscopeWarning", "ensure_no_capture_running", "neuron_region", "reset"]
+__all__ = ["ensure_no_capture_running", "neuron_region", "reset"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 

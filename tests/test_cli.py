@@ -470,7 +470,7 @@ def test_ls_where_nothing_was_captured_yet(tmp_path: Path, capsys: pytest.Captur
 
 
 def test_show_an_incomplete_run_points_at_its_complete_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from neuronscope.export.run_dir import INCOMPLETE_MARKER
+    from neuronscope.export.runs import INCOMPLETE_MARKER
 
     run_dir = tmp_path / "n" / "20260101-000000-000000_h_pid1"
     run_dir.mkdir(parents=True)

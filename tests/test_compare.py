@@ -24,18 +24,15 @@ from neuronscope import (
     load,
     neuron_region,
 )
-from neuronscope.compare.variants import (
-    COMPARE_PROFILED,
-    NOT_WORK_OPS,
-    adopt_session_files,
-    dispatched_ops,
-    outputs_agree,
-    top_level_ops,
-)
+from neuronscope.announce import NeuronscopeWarning
+from neuronscope.compare.outputs import outputs_agree
+from neuronscope.compare.range_ops import NOT_WORK_OPS, dispatched_ops, top_level_ops
+from neuronscope.compare.variants import COMPARE_PROFILED
 from neuronscope.demo import rms_norm_fused, rms_norm_naive
 from neuronscope.errors import ConfigError
 from neuronscope.events import KIND_ANNOTATION, KIND_OP, EventTable
-from neuronscope.region import NeuronscopeWarning, ensure_no_capture_running
+from neuronscope.export.comparison import adopt_session_files
+from neuronscope.region import ensure_no_capture_running
 from neuronscope.result.types import ComparisonRow
 
 SHAPE = (2, 16, 64)  # small: the suite measures behaviour, not speed

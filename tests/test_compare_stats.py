@@ -26,7 +26,7 @@ from neuronscope.capture.timing import (
     run_rounds,
 )
 from neuronscope.compare import intervals as stats
-from neuronscope.report.text import fmt_us
+from neuronscope.units import fmt_us
 
 
 # ---- stats -------------------------------------------------------------------------------------

@@ -11,7 +11,9 @@ import pytest
 
 from neuronscope import load
 from neuronscope.export import run_dir as export
-from neuronscope.result.types import Comparison, ComparisonRow, Hint, OpStat, ProfileResult, RegionStat
+from neuronscope.export import runs
+from neuronscope.result.stats import OpStat, RegionStat
+from neuronscope.result.types import Comparison, ComparisonRow, Hint, ProfileResult
 
 
 def _result(**fields: object) -> ProfileResult:
@@ -59,8 +61,8 @@ def test_ctrl_c_during_the_trace_keeps_what_was_written(tmp_path: Path) -> None:
 
     with pytest.raises(KeyboardInterrupt):
         export.export_result(_result(), tmp_path, summary="s", trace_writer=trace)
-    (run,) = export.find_runs(tmp_path)
-    assert export.is_incomplete(run) and load(run).ops  # the measurement is on disk
+    (run,) = runs.find_runs(tmp_path)
+    assert runs.is_incomplete(run) and load(run).ops  # the measurement is on disk
 
 
 def test_save_result_rewrites_an_exported_run_in_place(tmp_path: Path) -> None:
@@ -69,7 +71,7 @@ def test_save_result_rewrites_an_exported_run_in_place(tmp_path: Path) -> None:
     second = export.save_result(
         ProfileResult(**{**first.__dict__, "ranks": [{"rank": 0, "wall_time_us": 1.0}]}), tmp_path, summary=lambda r: f"ranks: {r.ranks}\n"
     )
-    assert second.run_dir == first.run_dir and len(export.find_runs(tmp_path)) == 1
+    assert second.run_dir == first.run_dir and len(runs.find_runs(tmp_path)) == 1
     loaded = load(first.run_dir)
     assert isinstance(loaded, ProfileResult) and loaded.ranks == [{"rank": 0, "wall_time_us": 1.0}]
     assert "rank': 0" in (Path(first.run_dir) / "summary.txt").read_text()

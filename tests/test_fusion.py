@@ -20,9 +20,10 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 import neuronscope.analysis.fusion as fusion_mod
+from neuronscope.analysis.cost import estimate_saving_ns
 from neuronscope.analysis.dataflow import graph_from_profiler, graph_from_table
-from neuronscope.analysis.fusion import PATTERNS, estimate_saving_ns, find_sequence_matches, fusion_hints
-from neuronscope.analysis.patterns import REGISTRY, pattern_named
+from neuronscope.analysis.fusion import find_sequence_matches, fusion_hints
+from neuronscope.analysis.patterns import PATTERNS, REGISTRY, pattern_named
 from neuronscope.analysis.rules import AnalysisContext
 from neuronscope.analysis.verify import verify_hint
 from neuronscope.capture.observe import observe_dataflow
@@ -287,8 +288,8 @@ def test_a_chain_through_a_view_keeps_its_link() -> None:
 def test_an_inferred_link_must_carry_the_shape_to_join_a_chain() -> None:
     """Inferred links (pointer guesses, such as an activation linked to an optimizer state of
     as many elements) make no chain at all; the same links made exactly do."""
-    from neuronscope.analysis.dataflow import OpGraph, OpNode, TensorArg
     from neuronscope.analysis.fusion import find_matches
+    from neuronscope.analysis.opgraph import OpGraph, OpNode, TensorArg
 
     act, state = TensorArg(1, (8, 64, 128), "float32", 1, 65536), TensorArg(2, (512, 128), "float32", 2, 65536)
 
@@ -611,7 +612,7 @@ def test_estimate_model() -> None:
     assert sizes == sorted(sizes) and all(bw > 0 for _, bw in costs.bandwidth)
     assert device_costs("cuda") is None
     assert "measured per-op cost" in model_text("rms_norm", "cpu", bound="measured")
-    from neuronscope.analysis.dataflow import OpGraph, OpNode, TensorArg
+    from neuronscope.analysis.opgraph import OpGraph, OpNode, TensorArg
 
     t = TensorArg(1, (256, 1024), "float32", 1, 256 * 1024)
     nodes = [OpNode(0, "aten::exp", "exp", 1, 0, 1, [t], [-1]), OpNode(1, "aten::sin", "sin", 1, 1, 2, [t], [0])]

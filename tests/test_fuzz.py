@@ -36,14 +36,8 @@ from neuronscope.cli import main as cli_main
 from neuronscope.config import BACKENDS, NEURON_MODES, Options, build_options
 from neuronscope.errors import ConfigError, RunLoadError
 from neuronscope.report.text import render_comparison, render_result
-from neuronscope.result.types import (
-    Comparison,
-    ComparisonRow,
-    Hint,
-    OpStat,
-    ProfileResult,
-    RegionStat,
-)
+from neuronscope.result.stats import OpStat, RegionStat
+from neuronscope.result.types import Comparison, ComparisonRow, Hint, ProfileResult
 
 
 def fuzz(examples: int) -> settings:

@@ -42,7 +42,6 @@ def test_events_frames_use_the_one_answer() -> None:
     from neuronscope.capture import frames as cf
     from neuronscope.events import locations as ef
 
-    assert ef.is_user_file is cf.is_user_file and ef.LIBRARY_ROOTS is cf.LIBRARY_ROOTS
     # a helper of a model library is not the user's line, in a trace as live
     assert ef.user_location("transformers/activations.py(40): forward") is None
     assert cf.is_user_file.cache_info().maxsize == cf.CACHE_SIZE  # bounded
@@ -263,7 +262,7 @@ def test_compare_top_hint_reads_as_the_hint_does() -> None:
 
 
 def _rms_nodes() -> tuple[list[Any], Any]:
-    from neuronscope.analysis.dataflow import OpGraph, OpNode, TensorArg
+    from neuronscope.analysis.opgraph import OpGraph, OpNode, TensorArg
 
     x, row = TensorArg(1, (64, 256), "float32", 1, 64 * 256), TensorArg(2, (64, 1), "float32", 2, 64)
     ops = ["pow", "mean", "add", "rsqrt", "mul", "mul"]
@@ -442,7 +441,7 @@ def test_an_op_on_the_weight_alone_is_no_launch_the_eager_call_removes(monkeypat
     """Gemma's ``1 + weight`` stays in the suggested call (``rms_norm(x, ..., 1 + weight)``):
     the eager form's estimate is that of the same norm with a plain weight."""
     from neuronscope.analysis import cost
-    from neuronscope.analysis.dataflow import OpGraph, OpNode, TensorArg
+    from neuronscope.analysis.opgraph import OpGraph, OpNode, TensorArg
 
     nodes, _ = _rms_nodes()
     w = TensorArg(9, (256,), "float32", 9, 256)

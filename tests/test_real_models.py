@@ -133,7 +133,7 @@ def test_one_norm_class_over_two_sizes_gets_a_call_for_each() -> None:
 
 
 def test_a_scale_the_observation_could_not_read_is_not_taken_for_the_default() -> None:
-    from neuronscope.analysis.dataflow import OpGraph, OpNode, TensorArg
+    from neuronscope.analysis.opgraph import OpGraph, OpNode, TensorArg
     from neuronscope.analysis.patterns import REGISTRY
 
     attention = REGISTRY[0]

@@ -277,7 +277,7 @@ def test_chromium_dom_has_the_charts_and_no_console_errors(
 
 def _synthetic_run(tmp_path: Path, **fields: object) -> Path:
     from neuronscope.export.run_dir import export_result
-    from neuronscope.result.types import OpStat
+    from neuronscope.result.stats import OpStat
 
     result = ProfileResult(
         name=str(fields.pop("name", "odd")),
@@ -322,7 +322,7 @@ def test_chromium_sees_only_file_links(tmp_path: Path) -> None:
 
 
 def test_non_finite_numbers_do_not_break_the_report(tmp_path: Path) -> None:
-    from neuronscope.result.types import OpStat
+    from neuronscope.result.stats import OpStat
 
     nan, inf = float("nan"), float("inf")
     run = _synthetic_run(
@@ -354,7 +354,7 @@ def _axes_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
 
 def test_a_share_axis_ends_at_100_percent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A compiled variant is one op at 100%: its axis ran to 128% (ticks to 120%)."""
-    from neuronscope.result.types import OpStat
+    from neuronscope.result.stats import OpStat
 
     seen = _axes_calls(monkeypatch)
     run = _synthetic_run(tmp_path, ops=[OpStat("CompiledFunction", 1, 50.0, 50.0)])
@@ -384,7 +384,7 @@ def test_a_slowdown_within_the_noise_is_not_red(tmp_path: Path, monkeypatch: pyt
 def test_a_huge_name_keeps_the_report_small(tmp_path: Path) -> None:
     name = "n" * 50_000
     run = _synthetic_run(tmp_path, name=name, ops=[])
-    from neuronscope.result.types import OpStat
+    from neuronscope.result.stats import OpStat
 
     result = load(run)
     assert isinstance(result, ProfileResult)

@@ -30,7 +30,8 @@ from neuronscope import load, neuron_region
 from neuronscope.cli import main as cli_main
 from neuronscope.export import run_dir as export
 from neuronscope.export.safe_io import UnsafePathError
-from neuronscope.result.types import OpStat, ProfileResult
+from neuronscope.result.stats import OpStat
+from neuronscope.result.types import ProfileResult
 
 ATTACKER = "nsattacker"
 #: What the attacks here did, for the reliability report (printed with NEURONSCOPE_TALLY=1).

@@ -3,7 +3,7 @@
 Three parts, in pipeline order:
 
 1. Gathering (called by the capture engine, :class:`neuronscope.region._Session`):
-   :func:`snapshot` before the profiler starts and :func:`facts` after it stops read Dynamo's
+   :func:`~neuronscope.capture.dynamo.snapshot` before the profiler starts and :func:`facts` after it stops read Dynamo's
    own records and return plain data for ``AnalysisContext.extra["compile"]``. Nothing is
    imported: when the program has not imported ``torch._dynamo``, nothing was compiled.
 2. Rules: :func:`compile_hints` turns the facts and the captured events into ``recompile``,
@@ -34,16 +34,16 @@ import dataclasses
 import re
 from typing import TYPE_CHECKING, Any
 
-from neuronscope.capture.dynamo import facts, snapshot  # in __all__: gathering is the capture stage's
 from neuronscope.events.table import COMPILED_CODE_PREFIXES
-from neuronscope.result.types import Hint, OpStat, RegionStat
+from neuronscope.result.stats import OpStat, RegionStat
+from neuronscope.result.types import Hint
 
 if TYPE_CHECKING:
     from neuronscope.analysis.rules import AnalysisContext
     from neuronscope.events import EventTable
     from neuronscope.result.summary import Summary
 
-__all__ = ["compile_hints", "compiled_label", "facts", "labelled_compiled_ops", "snapshot"]
+__all__ = ["compile_hints", "compiled_label", "labelled_compiled_ops"]
 
 REGION_PREFIX = "Torch-Compiled Region: "
 _REGION = re.compile(r"^Torch-Compiled Region: (\d+/\d+)")

@@ -34,7 +34,7 @@ from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from neuronscope.analysis.dataflow import OpGraph, OpNode
+from neuronscope.analysis.opgraph import OpGraph, OpNode
 from neuronscope.analysis.patterns import pattern_named
 from neuronscope.analysis.patterns.base import ROOTS
 from neuronscope.capture.timing import block_timer, calibrate

@@ -41,18 +41,15 @@ from typing import TYPE_CHECKING, Any
 
 from neuronscope.analysis.cost import MIN_SAVING_NS, estimate_saving_ns, full_size, fused_forms_ns, measured_here, model_text
 from neuronscope.analysis.dataflow import (
-    VIEW_OPS,
-    OpGraph,
-    OpNode,
     graph_from_observation,
     graph_from_profiler,
     graph_from_table,
     graph_with_observation,
     observed_graph,
 )
-from neuronscope.analysis.opgraph import short_name
+from neuronscope.analysis.opgraph import VIEW_OPS, OpGraph, OpNode, short_name
 from neuronscope.analysis.optimizer import has_optimizer_steps, optimizer_hints, optimizer_steps
-from neuronscope.analysis.patterns import PATTERNS, REGISTRY, Match, Pattern, pattern_named
+from neuronscope.analysis.patterns import REGISTRY, Match, Pattern, pattern_named
 from neuronscope.analysis.patterns.base import line_of, match_location
 from neuronscope.result.types import Hint
 
@@ -61,14 +58,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "NOT_FROM_OP_ORDER",
-    "PATTERNS",
-    "Match",
-    "estimate_saving_ns",
     "find_matches",
     "find_sequence_matches",
     "fusion_hints",
     "hints_from_matches",
-    "optimizer_hints",
 ]
 
 

@@ -8,11 +8,9 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from neuronscope.events.table import COMPILED_CODE_PREFIXES, COMPILED_EVENT_PREFIXES
+from neuronscope.events.table import COMPILED_EVENT_PREFIXES
 
 __all__ = [
-    "COMPILED_CODE_PREFIXES",
-    "COMPILED_REGION_PREFIXES",
     "COPY_MARKERS",
     "ELEMENTWISE_OPS",
     "MAYBE_ALIAS_OPS",

@@ -19,7 +19,7 @@ from neuronscope.analysis.cost import (
     fused_optimizer_saving_ns,
     model_text,
 )
-from neuronscope.analysis.dataflow import OpGraph, OpNode
+from neuronscope.analysis.opgraph import OpGraph, OpNode
 from neuronscope.analysis.patterns.base import MATMULS, Match, match_location
 from neuronscope.analysis.patterns.elementwise_chain import ELEMENTWISE_CHAIN, elementwise_chains
 from neuronscope.events import KIND_ANNOTATION, EventTable

@@ -27,7 +27,7 @@ __all__ = [
 
 
 def _neuron_available() -> bool:
-    from neuronscope.capture.neuron import neuron_available
+    from neuronscope.capture.neuron_api import neuron_available
 
     return neuron_available()
 
@@ -40,7 +40,7 @@ def check_backend_available(backend: str | type) -> None:
             "here; pass backend='cpu' or backend='auto'"
         )
     if backend == "neuron":
-        from neuronscope.capture.neuron import require_neuron
+        from neuronscope.capture.neuron_api import require_neuron
 
         require_neuron()
 

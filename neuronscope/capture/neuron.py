@@ -37,14 +37,8 @@ from typing import Any
 from neuronscope.announce import first_time
 from neuronscope.capture.base import Backend
 from neuronscope.capture.neuron_api import (
-    INSTALL_HINT,
-    MIN_TORCH_NEURONX,
-    NeuronApi,
     build_neuron_config,
-    cores_spec,
     detect_api,
-    neuron_available,
-    require_neuron,
     torch_neuron_module,
 )
 from neuronscope.capture.neuron_explorer import device_profile, explorer_dir_name, find_explorer
@@ -72,15 +66,7 @@ from neuronscope.capture.neuron_files import (
 from neuronscope.config import Options, env_true, rank_info
 
 __all__ = [
-    "INSTALL_HINT",
-    "MIN_TORCH_NEURONX",
-    "NeuronApi",
     "NeuronBackend",
-    "build_neuron_config",
-    "cores_spec",
-    "detect_api",
-    "neuron_available",
-    "require_neuron",
 ]
 
 log = logging.getLogger("neuronscope")

@@ -44,28 +44,23 @@ from neuronscope.capture.timing import (
 )
 from neuronscope.compare import intervals as stats
 from neuronscope.compare.outputs import DEFAULT_ATOL, DEFAULT_RTOL, outputs_agree
-from neuronscope.compare.range_ops import NOT_WORK_OPS, RangeOps, dispatched_ops, top_level_ops
+from neuronscope.compare.range_ops import dispatched_ops
 from neuronscope.config import Options, build_options, disabled_by_env
 from neuronscope.drive.pipeline import now_iso
 from neuronscope.drive.scope import CAPTURE, Owner, enter, leave
 from neuronscope.errors import ConfigError, NeuronscopeError
 from neuronscope.events import table_from_profiler
-from neuronscope.export.comparison import adopt_session_files, export_comparison
-from neuronscope.report.text import fmt_us, render_result
+from neuronscope.export.comparison import export_comparison
+from neuronscope.report.text import render_result
 from neuronscope.result.types import Comparison, ComparisonRow, Hint, ProfileResult
+from neuronscope.units import fmt_us
 
 __all__ = [
     "COMPARE_PROFILED",
     "COMPARE_WARMUP",
-    "NOT_WORK_OPS",
     "OPTION_NAMES",
-    "RangeOps",
-    "adopt_session_files",
     "compare",
-    "dispatched_ops",
-    "outputs_agree",
     "split_options",
-    "top_level_ops",
 ]
 
 

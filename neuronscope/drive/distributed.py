@@ -38,23 +38,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from neuronscope.analysis.straggler import STRAGGLER_MIN_US, STRAGGLER_THRESHOLD, rank_entry, straggler_hints
+from neuronscope.analysis.straggler import rank_entry, straggler_hints
 from neuronscope.config import rank_info
 from neuronscope.result.types import ProfileResult
 
 __all__ = [
     "DEFAULT_GATHER_TIMEOUT_S",
     "JOIN_WINDOW_S",
-    "STRAGGLER_MIN_US",
-    "STRAGGLER_THRESHOLD",
     "TIMEOUT_ENV",
     "DistCapture",
     "begin",
     "gather",
     "gather_timeout_s",
     "mark_stopped",
-    "rank_entry",
-    "straggler_hints",
 ]
 
 log = logging.getLogger("neuronscope")

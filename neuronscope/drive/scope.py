@@ -33,12 +33,11 @@ from neuronscope.capture.observe import begin_observation, end_observation
 from neuronscope.config import Options, disabled_by_env
 from neuronscope.drive.forking import check_forked_child
 from neuronscope.drive.session import Session
-from neuronscope.drive.window import CallWindow, windows
+from neuronscope.drive.window import CallWindow
 from neuronscope.result.types import ProfileResult
 
 __all__ = [
     "OFF",
-    "CallWindow",
     "Entry",
     "Owner",
     "acquire_profiler",
@@ -52,7 +51,6 @@ __all__ = [
     "placeholder",
     "release_profiler",
     "run",
-    "windows",
 ]
 
 #: Results a decorated callable or a region name keeps in ``.results`` (the newest): with

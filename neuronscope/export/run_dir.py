@@ -40,37 +40,20 @@ from typing import Any, TypeVar, cast
 from neuronscope.export import safe_io
 from neuronscope.export.runs import (
     INCOMPLETE_MARKER,
-    MAX_RESULT_BYTES,
     RESULT_FILE,
     SUMMARY_FILE,
-    find_runs,
-    incomplete_trace_text,
-    is_incomplete,
-    is_run_dir,
-    load,
-    load_json,
 )
 from neuronscope.result.types import Comparison, ProfileResult
 
 __all__ = [
     "GZIP_TRACE_ABOVE_EVENTS",
-    "INCOMPLETE_MARKER",
-    "MAX_RESULT_BYTES",
     "RAW_TRACE",
-    "RESULT_FILE",
-    "SUMMARY_FILE",
     "TraceWriter",
     "atomic_write_text",
     "atomic_write_with",
     "export_result",
     "fill_run",
-    "find_runs",
     "finish_run",
-    "incomplete_trace_text",
-    "is_incomplete",
-    "is_run_dir",
-    "load",
-    "load_json",
     "make_trace_writer",
     "new_run_dir",
     "safe_name",

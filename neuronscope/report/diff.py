@@ -11,8 +11,8 @@ from typing import Any
 
 from tabulate import tabulate
 
-from neuronscope.report.text import fmt_us
 from neuronscope.result.types import ProfileResult
+from neuronscope.units import fmt_us
 
 __all__ = ["diff_results", "render_diff"]
 

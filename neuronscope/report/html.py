@@ -21,13 +21,15 @@ from pathlib import Path
 from typing import Any
 
 from neuronscope.errors import NeuronscopeError
-from neuronscope.export.run_dir import atomic_write_text, load
-from neuronscope.report.charts import TOP_OPS_IN_CHART, Charts, device_label
+from neuronscope.export.run_dir import atomic_write_text
+from neuronscope.export.runs import load
+from neuronscope.report.charts import Charts, device_label
 from neuronscope.report.text import MAX_NAME_CHARS, shorten
-from neuronscope.result.types import NO_FASTER_TEXT, Comparison, Hint, OpStat, ProfileResult, RegionStat
+from neuronscope.result.stats import OpStat, RegionStat
+from neuronscope.result.types import NO_FASTER_TEXT, Comparison, Hint, ProfileResult
 from neuronscope.units import fmt_us
 
-__all__ = ["OPS_IN_TABLE", "REPORT_FILE", "TOP_OPS_IN_CHART", "render_report", "write_report"]
+__all__ = ["OPS_IN_TABLE", "REPORT_FILE", "render_report", "write_report"]
 
 REPORT_FILE = "report.html"
 #: Rows of the op table under the chart (the full table is in result.json and summary.txt).

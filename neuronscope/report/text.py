@@ -19,7 +19,8 @@ from neuronscope.report.device_profile import render_device_profile
 from neuronscope.units import fmt_us
 
 if TYPE_CHECKING:
-    from neuronscope.result.types import Comparison, Hint, OpStat, ProfileResult, RegionStat
+    from neuronscope.result.stats import OpStat, RegionStat
+    from neuronscope.result.types import Comparison, Hint, ProfileResult
 
 __all__ = [
     "MAX_NAME_CHARS",
@@ -27,7 +28,6 @@ __all__ = [
     "comparison_dataframe",
     "comparison_html_table",
     "comparison_legend",
-    "fmt_us",
     "ops_dataframe",
     "printable",
     "render_breakdown",

@@ -27,22 +27,15 @@ from neuronscope.result.stats import OpStat, RegionStat
 from neuronscope.units import fmt_us
 
 __all__ = [
-    "SCHEMA_VERSION",
     "Comparison",
     "ComparisonRow",
     "Hint",
-    "OpStat",
     "ProfileResult",
-    "RegionStat",
 ]
 
 #: The note of a result built with ``hints=False``: its empty hint list says nothing.
 HINTS_OFF_NOTE = "hint rules off (hints=False)"
 
-
-
-#: Kept under its old private name for modules not yet moved to :func:`neuronscope.units.fmt_us`.
-_fmt_us = fmt_us
 
 
 #: A fusion hint's text once ``hint.verify()`` measured the fused form slower, beyond noise.

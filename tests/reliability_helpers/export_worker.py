@@ -38,7 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from neuronscope.export import run_dir as export
-from neuronscope.result.types import OpStat, ProfileResult
+from neuronscope.result.stats import OpStat
+from neuronscope.result.types import ProfileResult
 
 POINT_FILES = {
     "trace-mid": "trace.json",

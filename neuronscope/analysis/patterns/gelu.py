@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from neuronscope.analysis.dataflow import OpGraph, OpNode
+from neuronscope.analysis.opgraph import OpGraph, OpNode
 from neuronscope.analysis.patterns.base import Builders, Match, Pattern, input_from, only_big, root_value, single_consumer
 
 if TYPE_CHECKING:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from neuronscope.analysis.dataflow import OpGraph, OpNode
+from neuronscope.analysis.opgraph import OpGraph, OpNode
 from neuronscope.analysis.patterns.base import Builders, Match, Pattern, affine, dims
 from neuronscope.analysis.patterns.norm import UNKNOWN_BIAS, UNKNOWN_EPS, UNKNOWN_WEIGHT, match_norm, param_text
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from neuronscope.analysis.dataflow import OpGraph, OpNode
+from neuronscope.analysis.opgraph import OpGraph, OpNode
 from neuronscope.analysis.patterns.base import Builders, Match, Pattern
 
 if TYPE_CHECKING:

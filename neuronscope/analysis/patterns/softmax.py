@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from neuronscope.analysis.dataflow import OpGraph, OpNode, TensorArg
-from neuronscope.analysis.opgraph import VIEW_OPS
+from neuronscope.analysis.opgraph import VIEW_OPS, OpGraph, OpNode, TensorArg
 from neuronscope.analysis.patterns.base import Builders, Match, Pattern, input_from, same_value
 
 if TYPE_CHECKING:

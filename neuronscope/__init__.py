@@ -20,8 +20,10 @@ from neuronscope.drive.traces import from_trace
 from neuronscope.errors import NeuronscopeError
 from neuronscope.export.runs import load
 from neuronscope.region import neuron_region, reset
+from neuronscope.result.comparison import Comparison
+from neuronscope.result.hint import Hint
 from neuronscope.result.stats import OpStat
-from neuronscope.result.types import Comparison, Hint, ProfileResult
+from neuronscope.result.types import ProfileResult
 
 __version__ = "0.1.0"
 

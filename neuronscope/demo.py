@@ -14,7 +14,7 @@ from typing import Any
 
 from neuronscope.announce import ensure_log_handler
 from neuronscope.compare.variants import compare
-from neuronscope.result.types import Comparison
+from neuronscope.result.comparison import Comparison
 
 __all__ = ["DEMO_SHAPE", "STUDY", "answer", "render_demo", "rms_norm_fused", "rms_norm_naive", "run_demo"]
 

@@ -33,7 +33,7 @@ from neuronscope.errors import ConfigError
 from neuronscope.events import KIND_ANNOTATION, KIND_OP, EventTable
 from neuronscope.export.comparison import adopt_session_files
 from neuronscope.region import ensure_no_capture_running
-from neuronscope.result.types import ComparisonRow
+from neuronscope.result.comparison import ComparisonRow
 
 SHAPE = (2, 16, 64)  # small: the suite measures behaviour, not speed
 ROUNDS = 6  # timing rounds where a test looks at anything but the timing

@@ -13,7 +13,7 @@ import torch
 from neuronscope import Comparison, compare
 from neuronscope.cli import main
 from neuronscope.demo import CPU_DIFFERS, STUDY, answer, render_demo
-from neuronscope.result.types import ComparisonRow
+from neuronscope.result.comparison import ComparisonRow
 
 SHAPE = (2, 16, 64)
 

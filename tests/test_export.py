@@ -12,8 +12,10 @@ import pytest
 from neuronscope import load
 from neuronscope.export import run_dir as export
 from neuronscope.export import runs
+from neuronscope.result.comparison import Comparison, ComparisonRow
+from neuronscope.result.hint import Hint
 from neuronscope.result.stats import OpStat, RegionStat
-from neuronscope.result.types import Comparison, ComparisonRow, Hint, ProfileResult
+from neuronscope.result.types import ProfileResult
 
 
 def _result(**fields: object) -> ProfileResult:

@@ -30,8 +30,9 @@ from neuronscope.capture.observe import observe_dataflow
 from neuronscope.drive.pipeline import build_result, from_profiler
 from neuronscope.errors import NeuronscopeError
 from neuronscope.events import KIND_OP, EventTable, table_from_profiler
+from neuronscope.result.hint import Hint
 from neuronscope.result.summary import summarize
-from neuronscope.result.types import Hint, ProfileResult
+from neuronscope.result.types import ProfileResult
 
 CASES = {c.name: c for c in fc.cases()}
 HERE = Path(__file__).resolve().parent

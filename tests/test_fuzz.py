@@ -35,9 +35,10 @@ from neuronscope import NeuronscopeError, load, neuron_region, profile_on_neuron
 from neuronscope.cli import main as cli_main
 from neuronscope.config import BACKENDS, NEURON_MODES, Options, build_options
 from neuronscope.errors import ConfigError, RunLoadError
-from neuronscope.report.text import render_comparison, render_result
+from neuronscope.result.comparison import Comparison, ComparisonRow
+from neuronscope.result.hint import Hint
 from neuronscope.result.stats import OpStat, RegionStat
-from neuronscope.result.types import Comparison, ComparisonRow, Hint, ProfileResult
+from neuronscope.result.types import ProfileResult
 
 
 def fuzz(examples: int) -> settings:
@@ -182,7 +183,7 @@ def _good_result() -> ProfileResult:
 
 def _usable(result: ProfileResult | Comparison) -> None:
     """What a loaded result must allow: render, serialise, and load again."""
-    text = render_comparison(result) if isinstance(result, Comparison) else render_result(result)
+    text = result.table()
     assert isinstance(text, str)
     again = json.loads(result.to_json())
     reloaded = type(result).from_dict(again)

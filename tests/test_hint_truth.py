@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import neuronscope
-from neuronscope.result.types import Hint
+from neuronscope.result.hint import Hint
 
 
 def _rms(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -220,7 +220,7 @@ def test_a_hint_whose_fused_forms_are_no_faster_here_recommends_nothing(monkeypa
 
     from neuronscope.analysis import cost
     from neuronscope.drive.pipeline import from_profiler
-    from neuronscope.result.types import NO_FASTER_TEXT
+    from neuronscope.result.hint import NO_FASTER_TEXT
 
     monkeypatch.setattr(cost, "device_costs", lambda device="cpu": cost.DeviceCosts(1.0, ((1, 1e9),)))
     monkeypatch.setattr(cost, "compiled_call_ns", lambda device="cpu": 1e6)

@@ -21,7 +21,8 @@ pytest.importorskip("transformers")
 import real_models as rm
 
 from neuronscope import from_trace, neuron_region, profile_on_neuron
-from neuronscope.result.types import Hint, ProfileResult
+from neuronscope.result.hint import Hint
+from neuronscope.result.types import ProfileResult
 
 
 @pytest.fixture(autouse=True)

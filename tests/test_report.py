@@ -171,7 +171,7 @@ def test_write_report_takes_result_json_or_a_result(single: ProfileResult, compa
 def test_hint_savings_read_as_the_hint_line_does() -> None:
     """The page's saving column says what the hint's message says: "up to" an upper bound, and
     no replacement where the fused forms are estimated no faster here."""
-    from neuronscope.result.types import NO_FASTER_TEXT, Hint
+    from neuronscope.result.hint import NO_FASTER_TEXT, Hint
 
     upper = Hint("fusion", "gelu", ["aten::mul"], time_us=900.0, est_saving_us=600.0, suggestion="use F.gelu", details={"saving_upper_bound": True})
     none = Hint("fusion", "silu_mul", ["aten::silu"], time_us=50.0, est_saving_us=0.0, suggestion="torch.compile the MLP", details={"fused_no_faster": True})
@@ -365,7 +365,7 @@ def test_a_share_axis_ends_at_100_percent(tmp_path: Path, monkeypatch: pytest.Mo
 
 def test_a_slowdown_within_the_noise_is_not_red(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from neuronscope.report.charts import Charts
-    from neuronscope.result.types import ComparisonRow
+    from neuronscope.result.comparison import ComparisonRow
 
     seen = _axes_calls(monkeypatch)
     cmp = Comparison(

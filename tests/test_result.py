@@ -16,9 +16,9 @@ import neuronscope
 from neuronscope import Comparison, Hint, NeuronscopeError, OpStat, ProfileResult, from_profiler
 from neuronscope.export.run_dir import atomic_write_text, new_run_dir
 from neuronscope.export.runs import INCOMPLETE_MARKER, find_runs
+from neuronscope.result.comparison import ComparisonRow
 from neuronscope.result.serial import SCHEMA_VERSION, dumps_json
 from neuronscope.result.stats import RegionStat
-from neuronscope.result.types import ComparisonRow
 
 
 def _sample_result() -> ProfileResult:

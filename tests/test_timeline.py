@@ -25,8 +25,8 @@ from neuronscope.drive.traces import from_trace
 from neuronscope.events import KIND_ANNOTATION, KIND_OP, EventTable
 from neuronscope.events.table import DEVICE_COMM, DEVICE_COMPUTE, DEVICE_MEMCPY, DeviceEvents
 from neuronscope.events.timeline import MAX_STEPS, step_breakdown
-from neuronscope.report.text import render_breakdown, render_ops
 from neuronscope.result.stats import OpStat
+from neuronscope.result.text import render_breakdown, render_ops
 from neuronscope.result.types import ProfileResult
 
 TRACES = Path(__file__).resolve().parent / "data" / "traces"

@@ -35,8 +35,8 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from neuronscope.events.table import COMPILED_CODE_PREFIXES
+from neuronscope.result.hint import Hint
 from neuronscope.result.stats import OpStat, RegionStat
-from neuronscope.result.types import Hint
 
 if TYPE_CHECKING:
     from neuronscope.analysis.rules import AnalysisContext

@@ -302,7 +302,7 @@ def eager_costs(pattern: str, device: str = "cpu") -> tuple[float, float] | None
         import torch
 
         from neuronscope.analysis.verify import paired_saving_ns
-        from neuronscope.result.types import Hint
+        from neuronscope.result.hint import Hint
 
         rows = []
         with torch.no_grad(), _private_random_stream():
@@ -400,7 +400,7 @@ def _timed_eager_ns(key: str) -> float | None:
         import torch
 
         from neuronscope.analysis.verify import floating_dtype, paired_saving_ns
-        from neuronscope.result.types import Hint
+        from neuronscope.result.hint import Hint
 
         probe = Hint("fusion", pattern, details.pop("ops"), details=details)
         with torch.no_grad(), _private_random_stream():

@@ -51,7 +51,7 @@ from neuronscope.analysis.opgraph import VIEW_OPS, OpGraph, OpNode, short_name
 from neuronscope.analysis.optimizer import has_optimizer_steps, optimizer_hints, optimizer_steps
 from neuronscope.analysis.patterns import REGISTRY, Match, Pattern, pattern_named
 from neuronscope.analysis.patterns.base import line_of, match_location
-from neuronscope.result.types import Hint
+from neuronscope.result.hint import Hint
 
 if TYPE_CHECKING:
     from neuronscope.analysis.rules import AnalysisContext

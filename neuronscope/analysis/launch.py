@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from neuronscope.analysis.submissions import submission_hints
 from neuronscope.events.timeline import step_breakdown
-from neuronscope.result.types import Hint
+from neuronscope.result.hint import Hint
 
 if TYPE_CHECKING:
     from neuronscope.analysis.rules import AnalysisContext

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from neuronscope.events import EventTable, gc_paused
+from neuronscope.result.hint import Hint
 from neuronscope.result.summary import Summary
-from neuronscope.result.types import Hint
 
 __all__ = ["RULES", "AnalysisContext", "Rule", "analyze"]
 

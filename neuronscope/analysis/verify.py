@@ -36,7 +36,7 @@ from neuronscope.capture.timing import block_timer, calibrate, run_rounds
 from neuronscope.errors import NeuronscopeError
 
 if TYPE_CHECKING:
-    from neuronscope.result.types import Hint
+    from neuronscope.result.hint import Hint
 
 __all__ = [
     "VERIFIABLE_PATTERNS",

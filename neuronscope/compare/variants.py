@@ -51,8 +51,9 @@ from neuronscope.drive.scope import CAPTURE, Owner, enter, leave
 from neuronscope.errors import ConfigError, NeuronscopeError
 from neuronscope.events import table_from_profiler
 from neuronscope.export.comparison import export_comparison
-from neuronscope.report.text import render_result
-from neuronscope.result.types import Comparison, ComparisonRow, Hint, ProfileResult
+from neuronscope.result.comparison import Comparison, ComparisonRow
+from neuronscope.result.hint import Hint
+from neuronscope.result.types import ProfileResult
 from neuronscope.units import fmt_us
 
 __all__ = [
@@ -507,7 +508,7 @@ def _fill_rows(
 
 
 def _export(cmp: Comparison, profs: dict[str, Any], opts: Options) -> None:
-    summary = cmp.table() + "\n" + "\n".join(render_result(r) for r in cmp.results.values())
+    summary = cmp.table() + "\n" + "\n".join(r.table() for r in cmp.results.values())
     try:
         export_comparison(cmp, profs, opts, summary)
     except Exception as err:

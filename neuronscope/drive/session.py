@@ -21,7 +21,6 @@ from neuronscope.config import Options
 from neuronscope.drive import distributed as _distributed
 from neuronscope.drive.pipeline import CaptureFacts, result_from_record
 from neuronscope.export import run_dir as _export
-from neuronscope.report.text import render_result
 from neuronscope.result.types import ProfileResult
 
 __all__ = ["Session"]
@@ -151,7 +150,7 @@ class Session:
             if self._run_dir_error is not None:
                 raise self._run_dir_error
             if result.run_dir is not None:  # rank 0, the per-rank table in: rewrite in place
-                return _export.save_result(result, self.options.output_root, summary=render_result)
+                return _export.save_result(result, self.options.output_root, summary=ProfileResult.table)
             writer = _export.make_trace_writer(
                 self.prof,
                 self.options.trace_format if _has_events(self.prof) else "none",
@@ -159,11 +158,11 @@ class Session:
                 None if self.backend is None else self.backend.saved_trace(),
             )
             if run_dir is not None:  # made at the start for the backend's own session files
-                return _export.fill_run(run_dir, result, summary=render_result, trace_writer=writer)
+                return _export.fill_run(run_dir, result, summary=ProfileResult.table, trace_writer=writer)
             return _export.export_result(
                 result,
                 self.options.output_root,
-                summary=render_result,
+                summary=ProfileResult.table,
                 trace_writer=writer,
                 name=self.name,
                 rank=None if self.dist is None else self.dist.rank,

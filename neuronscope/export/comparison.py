@@ -17,7 +17,8 @@ from typing import Any
 
 from neuronscope.config import Options
 from neuronscope.export import run_dir as _export
-from neuronscope.result.types import Comparison, ProfileResult
+from neuronscope.result.comparison import Comparison
+from neuronscope.result.types import ProfileResult
 
 __all__ = ["adopt_session_files", "export_comparison", "file_stems", "merged_trace"]
 

@@ -43,7 +43,8 @@ from neuronscope.export.runs import (
     RESULT_FILE,
     SUMMARY_FILE,
 )
-from neuronscope.result.types import Comparison, ProfileResult
+from neuronscope.result.comparison import Comparison
+from neuronscope.result.types import ProfileResult
 
 __all__ = [
     "GZIP_TRACE_ABOVE_EVENTS",

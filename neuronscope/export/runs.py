@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from neuronscope.errors import RunLoadError
-from neuronscope.result.types import Comparison, ProfileResult
+from neuronscope.result.comparison import Comparison
+from neuronscope.result.types import ProfileResult
 
 __all__ = [
     "INCOMPLETE_MARKER",

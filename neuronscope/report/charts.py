@@ -15,11 +15,12 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from neuronscope.errors import NeuronscopeError
-from neuronscope.report.text import MAX_NAME_CHARS, shorten
+from neuronscope.result.text import MAX_NAME_CHARS, shorten
 from neuronscope.units import fmt_us
 
 if TYPE_CHECKING:
-    from neuronscope.result.types import Comparison, ProfileResult
+    from neuronscope.result.comparison import Comparison
+    from neuronscope.result.types import ProfileResult
 
 __all__ = ["CHART_LABEL_CHARS", "TOP_OPS_IN_CHART", "Charts", "device_label"]
 

@@ -24,9 +24,11 @@ from neuronscope.errors import NeuronscopeError
 from neuronscope.export.run_dir import atomic_write_text
 from neuronscope.export.runs import load
 from neuronscope.report.charts import Charts, device_label
-from neuronscope.report.text import MAX_NAME_CHARS, shorten
+from neuronscope.result.comparison import Comparison
+from neuronscope.result.hint import NO_FASTER_TEXT, Hint
 from neuronscope.result.stats import OpStat, RegionStat
-from neuronscope.result.types import NO_FASTER_TEXT, Comparison, Hint, ProfileResult
+from neuronscope.result.text import MAX_NAME_CHARS, render_breakdown, shorten
+from neuronscope.result.types import ProfileResult
 from neuronscope.units import fmt_us
 
 __all__ = ["OPS_IN_TABLE", "REPORT_FILE", "render_report", "write_report"]
@@ -124,8 +126,6 @@ def _timeline_section(result: ProfileResult, charts: Charts, heading: str, sfx: 
     bd = result.breakdown
     if not bd:
         return ""
-    from neuronscope.report.text import render_breakdown
-
     text = render_breakdown(bd)
     return (
         f'<section id="timeline{sfx}"><{heading}>Device busy and idle</{heading}>'

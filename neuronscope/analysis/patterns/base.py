@@ -12,7 +12,7 @@ from neuronscope.analysis.dataflow import UserLine, user_line
 from neuronscope.analysis.opgraph import OpGraph, OpNode, TensorArg
 
 if TYPE_CHECKING:
-    from neuronscope.result.types import Hint
+    from neuronscope.result.hint import Hint
 
 __all__ = [
     "CASTS",

@@ -10,7 +10,7 @@ from neuronscope.analysis.opgraph import OpGraph, OpNode
 from neuronscope.analysis.patterns.base import Builders, Match, Pattern, input_from, only_big, root_value, single_consumer
 
 if TYPE_CHECKING:
-    from neuronscope.result.types import Hint
+    from neuronscope.result.hint import Hint
 
 __all__ = ["GELU"]
 

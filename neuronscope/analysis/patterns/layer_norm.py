@@ -11,7 +11,7 @@ from neuronscope.analysis.patterns.base import Builders, Match, Pattern, affine,
 from neuronscope.analysis.patterns.norm import UNKNOWN_BIAS, UNKNOWN_EPS, UNKNOWN_WEIGHT, match_norm, param_text
 
 if TYPE_CHECKING:
-    from neuronscope.result.types import Hint
+    from neuronscope.result.hint import Hint
 
 __all__ = ["LAYER_NORM"]
 

@@ -9,7 +9,7 @@ from neuronscope.analysis.opgraph import OpGraph, OpNode
 from neuronscope.analysis.patterns.base import Builders, Match, Pattern
 
 if TYPE_CHECKING:
-    from neuronscope.result.types import Hint
+    from neuronscope.result.hint import Hint
 
 __all__ = ["SILU_MUL"]
 

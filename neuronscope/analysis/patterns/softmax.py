@@ -9,7 +9,7 @@ from neuronscope.analysis.opgraph import VIEW_OPS, OpGraph, OpNode, TensorArg
 from neuronscope.analysis.patterns.base import Builders, Match, Pattern, input_from, same_value
 
 if TYPE_CHECKING:
-    from neuronscope.result.types import Hint
+    from neuronscope.result.hint import Hint
 
 __all__ = ["SOFTMAX", "match_softmax"]
 

@@ -492,19 +492,24 @@ def test_neuron_session_files_move_into_the_comparison_run(tmp_path: Path) -> No
     temp = tmp_path / "neuronscope-neuron-abc"
     (temp / "session").mkdir(parents=True)
     (temp / "session" / "ntrace.pb").write_bytes(b"x")
-    result = ProfileResult(name="fused", backend="neuron")
-    result.artifacts["neuron"] = {"output_dir": str(temp), "view_command": f"neuron-explorer view {temp}/session"}
-    result.notes = [f"export=False: the Neuron session files stay in {temp}", f"see {temp}/session"]
+    given = ProfileResult(
+        name="fused",
+        backend="neuron",
+        artifacts={"neuron": {"output_dir": str(temp), "view_command": f"neuron-explorer view {temp}/session"}},
+        notes=[f"export=False: the Neuron session files stay in {temp}", f"see {temp}/session"],
+    )
+    before = given.to_dict()
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    adopt_session_files(result, run_dir, "fused")
+    result = adopt_session_files(given, run_dir, "fused")
     dest = run_dir / "neuron" / "fused"
     assert (dest / "session" / "ntrace.pb").is_file() and not temp.exists()
     info = result.artifacts["neuron"]
     assert info["output_dir"] == "neuron/fused" and info["view_command"] == f"neuron-explorer view {dest}/session"
     assert result.notes == [f"see {dest}/session"]
+    assert given.to_dict() == before  # a new result: the one given is unchanged
     cpu = ProfileResult(name="naive", backend="cpu")
-    adopt_session_files(cpu, run_dir, "naive")  # nothing to move
+    assert adopt_session_files(cpu, run_dir, "naive") is cpu  # nothing to move
     assert cpu.artifacts == {} and sorted(p.name for p in (run_dir / "neuron").iterdir()) == ["fused"]
 
 

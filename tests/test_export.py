@@ -171,3 +171,34 @@ def test_lone_surrogates_in_names_do_not_fail_the_export(tmp_path: Path) -> None
     loaded = load(run)
     assert loaded.name == odd and loaded.ops[0].name == f"aten::{odd}"
     assert "\\udcff" in (run / "summary.txt").read_text()
+
+
+def test_export_comparison_leaves_the_comparison_it_was_given_unchanged(tmp_path: Path) -> None:
+    """Results are values: a comparison's export returns it as written (its run_dir, and its
+    variants') and sets no field on the one it was given, nor on its variants."""
+    from neuronscope.config import build_options
+    from neuronscope.export.comparison import export_comparison
+
+    row = ComparisonRow(label="a", time_us=1.0, op_count=1, top_op=None, speedup=1.0)
+    cmp = Comparison(name="c", rows=[row], results={"a": _result()})
+    cmp_before = cmp.to_dict()
+    written = export_comparison(cmp, {}, build_options(None, output_dir=str(tmp_path)), "summary")
+    assert written.run_dir is not None and written.results["a"].run_dir == written.run_dir
+    assert cmp.to_dict() == cmp_before and cmp.run_dir is None and cmp.results["a"].run_dir is None
+    assert load(written.run_dir).to_dict() == {**written.to_dict(), "run_dir": written.run_dir}
+
+
+def test_results_cannot_be_changed_in_place() -> None:
+    import dataclasses
+
+    values = [
+        _result(),
+        OpStat("aten::mul", 1, 1.0, 1.0),
+        RegionStat("r", 1, 1.0),
+        Hint("fusion", "rms_norm"),
+        ComparisonRow(label="a", time_us=1.0, op_count=1, top_op=None, speedup=1.0),
+        Comparison(name="c"),
+    ]
+    for value in values:
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            value.run_dir = "elsewhere"  # type: ignore[misc]

@@ -25,7 +25,6 @@ from neuronscope.analysis.dataflow import graph_from_profiler, graph_from_table
 from neuronscope.analysis.fusion import find_sequence_matches, fusion_hints
 from neuronscope.analysis.patterns import PATTERNS, REGISTRY, pattern_named
 from neuronscope.analysis.rules import AnalysisContext
-from neuronscope.analysis.verify import verify_hint
 from neuronscope.capture.observe import observe_dataflow
 from neuronscope.drive.pipeline import build_result, from_profiler
 from neuronscope.errors import NeuronscopeError
@@ -627,15 +626,18 @@ def test_verify_measures_and_stores(name: str) -> None:
     case = CASES[name]
     (hint,) = fusion(from_profiler(capture(case.run))).values()
     # torch has no eager SwiGLU: torch.compile is its only replacement (a few seconds).
-    v = verify_hint(hint, compile=hint.pattern == "silu_mul", repeats=3)
-    assert v.pattern == hint.pattern and v.shape == hint.details["shape"]
-    assert v.chain_us > 0
+    before = hint.to_dict()
+    verified = hint.verify(compile=hint.pattern == "silu_mul", repeats=3)
+    v = verified.details["verification"]
+    assert v["pattern"] == hint.pattern and v["shape"] == hint.details["shape"]
+    assert v["chain_us"] > 0
     if hint.pattern == "silu_mul":
-        assert v.replacement is None  # torch.compile is the only replacement
+        assert v["replacement"] is None  # torch.compile is the only replacement
     else:
-        assert v.replacement_us is not None and v.replacement_us > 0
-    assert hint.verified_saving_us == pytest.approx(v.verified_saving_us)
-    assert Hint.from_dict(json.loads(json.dumps(hint.to_dict()))) == hint
+        assert v["replacement_us"] is not None and v["replacement_us"] > 0
+    assert verified.verified_saving_us == pytest.approx(v["verified_saving_us"])
+    assert hint.to_dict() == before and hint.verified_saving_us is None  # a new hint; this one unchanged
+    assert Hint.from_dict(json.loads(json.dumps(verified.to_dict()))) == verified
 
 
 def test_verify_refuses_what_it_cannot_rebuild() -> None:

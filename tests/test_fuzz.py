@@ -23,6 +23,7 @@ import random
 import sys
 import tempfile
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -367,8 +368,7 @@ def test_load_survives_mutated_result_files(seed_files: list[str], tmp_path: Pat
 
 def test_nan_and_infinity_survive_a_round_trip() -> None:
     result = _good_result()
-    result.wall_time_us = math.inf
-    result.ops[0].self_device_us = math.nan
+    result = replace(result, wall_time_us=math.inf, ops=[replace(result.ops[0], self_device_us=math.nan), *result.ops[1:]])
     loaded = ProfileResult.from_dict(json.loads(result.to_json()))
     assert loaded.wall_time_us == math.inf and loaded.ops[0].self_device_us is None
     _usable(loaded)

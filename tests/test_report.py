@@ -11,6 +11,7 @@ import html
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,7 @@ def single(tmp_path_factory: pytest.TempPathFactory) -> ProfileResult:
     result = r.result
     assert result is not None and result.run_dir is not None
     naive_ops = ["aten::pow", "aten::mean", "aten::add", "aten::rsqrt", "aten::mul", "aten::mul"]
-    result.hints.append(
+    hint = (
         Hint(
             kind="fusion",
             pattern="rms_norm",
@@ -64,11 +65,11 @@ def single(tmp_path_factory: pytest.TempPathFactory) -> ProfileResult:
             location="model.py:17",
         )
     )
-    result.rank, result.world_size = 0, 2
-    result.ranks = [
+    ranks = [
         {"rank": 0, "wall_time_us": result.wall_time_us, "total_op_us": result.total_op_us, "top_op": "aten::mul"},
         {"rank": 1, "wall_time_us": result.wall_time_us * 1.5, "total_op_us": result.total_op_us, "top_op": "aten::pow"},
     ]
+    result = replace(result, hints=[*result.hints, hint], rank=0, world_size=2, ranks=ranks)
     finish_run(Path(result.run_dir), result)
     loaded = load(result.run_dir)
     assert isinstance(loaded, ProfileResult)
@@ -388,7 +389,7 @@ def test_a_huge_name_keeps_the_report_small(tmp_path: Path) -> None:
 
     result = load(run)
     assert isinstance(result, ProfileResult)
-    result.ops = [OpStat("o" * 50_000, 1, 5.0, 5.0)]
+    result = replace(result, ops=[OpStat("o" * 50_000, 1, 5.0, 5.0)])
     page = render_report(result)
     assert len(page) < 200_000, len(page)
     assert len(run.parent.name) <= 100 and len(run.name) < 120

@@ -421,14 +421,20 @@ def _graph_owners(table: EventTable) -> dict[str, str]:
     return owners
 
 
-def _merge_into(a: OpStat, b: OpStat) -> None:
-    a.calls += b.calls
-    a.self_cpu_us += b.self_cpu_us
-    a.cpu_total_us += b.cpu_total_us
-    if a.self_device_us is not None and b.self_device_us is not None:
-        a.self_device_us += b.self_device_us
-    if a.device_total_us is not None and b.device_total_us is not None:
-        a.device_total_us += b.device_total_us
+def _merged(a: OpStat, b: OpStat) -> OpStat:
+    """``a`` with ``b``'s calls and times added (device times where both have one)."""
+    return dataclasses.replace(
+        a,
+        calls=a.calls + b.calls,
+        self_cpu_us=a.self_cpu_us + b.self_cpu_us,
+        cpu_total_us=a.cpu_total_us + b.cpu_total_us,
+        self_device_us=a.self_device_us + b.self_device_us
+        if a.self_device_us is not None and b.self_device_us is not None
+        else a.self_device_us,
+        device_total_us=a.device_total_us + b.device_total_us
+        if a.device_total_us is not None and b.device_total_us is not None
+        else a.device_total_us,
+    )
 
 
 def labelled_compiled_ops(
@@ -483,7 +489,7 @@ def labelled_compiled_ops(
         return label
 
     def relabel(ops: list[OpStat]) -> list[OpStat]:
-        merged: dict[str, OpStat] = {}
+        merged: dict[str, int] = {}  # label -> its row's index in out
         out: list[OpStat] = []
         for op in ops:
             label = new_name(op.name)
@@ -492,9 +498,9 @@ def labelled_compiled_ops(
                 continue
             op = dataclasses.replace(op, name=label)
             if label in merged:  # two graphs under one label (a compile id reused after a reset)
-                _merge_into(merged[label], op)
+                out[merged[label]] = _merged(out[merged[label]], op)
             else:
-                merged[label] = op
+                merged[label] = len(out)
                 out.append(op)
         return out
 

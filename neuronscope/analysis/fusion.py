@@ -35,7 +35,7 @@ import re
 import statistics
 from collections.abc import Iterable
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -434,6 +434,5 @@ def fusion_hints(ctx: AnalysisContext) -> list[Hint]:
     reserved = {i for updates in steps.values() for update in updates for i in update}
     matches = [m for m in find_sequence_matches(graph) if not any(n.index in reserved for n in m.nodes)]
     hints = hints_from_matches(matches, graph, ctx.backend, "sequence", from_trace=ctx.source == "trace")
-    for h in hints:
-        h.details["not_from_op_order"] = list(NOT_FROM_OP_ORDER)
+    hints = [replace(h, details={**h.details, "not_from_op_order": list(NOT_FROM_OP_ORDER)}) for h in hints]
     return hints + optimizer_hints(graph, steps, ctx.backend, "sequence")

@@ -14,10 +14,15 @@ variant of a round alike; within a round each variant's time is the fastest of a
 blocks (a block that another process interrupted is not the variant's cost), and rounds that
 still disagree widely are followed by as many again. Each reported time is the median over
 rounds; the saving per call is the median over rounds of (chain - replacement) in the same
-round, for the better of the two replacements, times the hint's ``calls``. It is stored in ``hint.verified_saving_us``
-(negative when no replacement is faster). Where the fused forms were slower in most rounds
-(a loss beyond the noise), the hint says so instead of its suggestion, and its
-``est_saving_us`` drops to 0 (the estimate is kept in ``details``). Rounds that disagree
+round, for the better of the two replacements, times the hint's ``calls``.
+
+:func:`measure` returns those measurements (a :class:`Verification`) and changes nothing;
+:func:`verify_hint` (``hint.verify()``) returns a new hint carrying them: the saving in
+``verified_saving_us`` (negative when no replacement is faster) and the whole
+:class:`Verification` in ``details["verification"]``. Where the fused forms were slower in
+most rounds (a loss beyond the noise), the new hint says so instead of its suggestion, and its
+``est_saving_us`` is 0 (the estimate is kept in ``details``). The hint given, and the result
+it came from, are never changed. Rounds that disagree
 widely get a note in :attr:`Verification.notes`. Verification runs at the thread count
 torch has now, like the capture did.
 """
@@ -28,7 +33,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from neuronscope.analysis.patterns import REGISTRY, pattern_named
@@ -42,6 +47,7 @@ __all__ = [
     "VERIFIABLE_PATTERNS",
     "Verification",
     "floating_dtype",
+    "measure",
     "paired_difference",
     "paired_saving_ns",
     "time_variants",
@@ -203,7 +209,25 @@ def floating_dtype(name: Any) -> Any:
     return dtype if isinstance(dtype, torch.dtype) and dtype.is_floating_point else torch.float32
 
 
-def verify_hint(
+def verify_hint(hint: Hint, **options: Any) -> Hint:
+    """``hint`` with what :func:`measure` measured for it (``hint.verify()``): a new hint, with
+    ``verified_saving_us`` and ``details["verification"]`` (:meth:`Verification.to_dict`); where
+    the fused form was measured slower beyond the noise, ``est_saving_us`` is 0 and
+    ``details`` keeps the estimate (``est_saving_before_verify_us``) and ``verified_slower``.
+    ``hint`` itself is not changed. ``options`` are :func:`measure`'s."""
+    v = measure(hint, **options)
+    details = {k: val for k, val in hint.details.items() if k != "verified_slower"}
+    details["verification"] = v.to_dict()
+    est = hint.est_saving_us
+    if v.slower:
+        # The estimate was wrong here: what is printed must not still promise a saving.
+        details["est_saving_before_verify_us"] = hint.est_saving_us
+        details["verified_slower"] = True
+        est = 0.0
+    return replace(hint, verified_saving_us=v.verified_saving_us, est_saving_us=est, details=details)
+
+
+def measure(
     hint: Hint,
     *,
     device: str | None = None,
@@ -217,7 +241,7 @@ def verify_hint(
     ``device`` overrides the capture's device (``"cpu"`` to check a CUDA hint on a laptop);
     ``compile=False`` skips ``torch.compile`` (which costs seconds the first time);
     ``repeats`` rounds of interleaved timing, each block at least ``min_block_s`` long.
-    Stores the saving in ``hint.verified_saving_us`` and returns the measurements.
+    Returns the measurements; ``hint`` is not changed (:func:`verify_hint` applies them).
     Raises :class:`~neuronscope.errors.NeuronscopeError` for patterns it cannot rebuild
     (see :data:`VERIFIABLE_PATTERNS`) and for a hint without a recorded shape.
     """
@@ -285,14 +309,6 @@ def verify_hint(
         slower=slower,
         notes=_spread_notes(samples, dev),
     )
-    hint.verified_saving_us = result.verified_saving_us
-    if slower:
-        # The estimate was wrong here: what is printed must not still promise a saving.
-        hint.details["est_saving_before_verify_us"] = hint.est_saving_us
-        hint.details["verified_slower"] = True
-        hint.est_saving_us = 0.0
-    else:
-        hint.details.pop("verified_slower", None)
     return result
 
 

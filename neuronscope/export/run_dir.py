@@ -35,7 +35,7 @@ import socket
 import unicodedata
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from neuronscope.export import safe_io
 from neuronscope.export.runs import (
@@ -59,7 +59,6 @@ __all__ = [
     "new_run_dir",
     "safe_name",
     "save_result",
-    "write_run",
 ]
 
 log = logging.getLogger("neuronscope")
@@ -352,14 +351,13 @@ def _fill(
 ) -> Any:
     """Write a run into the directory held open as ``fd``; return the result as written."""
     base = safe_io.fd_path(fd, run_dir)
-    out: Any = dataclasses.replace(result, run_dir=str(run_dir), notes=list(result.notes))
     # The trace's name, where the writer says it in advance (make_trace_writer's do): then
     # result.json names it from its first write and is written once when the trace comes out.
     expected = getattr(trace_writer, "filename", None)
-    if isinstance(out, ProfileResult):
-        out.artifacts = dict(out.artifacts)
-        if expected is not None:
-            out.artifacts.setdefault("trace", expected)
+    changes: dict[str, Any] = {"run_dir": str(run_dir), "notes": list(result.notes)}
+    if isinstance(result, ProfileResult):
+        changes["artifacts"] = {"trace": expected, **result.artifacts} if expected is not None else dict(result.artifacts)
+    out: Any = dataclasses.replace(result, **changes)
     _write_text(base / RESULT_FILE, out.to_json())  # the measurement first: it is small
     _write_text(base / SUMMARY_FILE, _summary_text(summary, out))
     if trace_writer is None:
@@ -451,21 +449,6 @@ def fill_run(
         return written
     finally:
         os.close(fd)
-
-
-def write_run(
-    run_dir: Path,
-    result: ProfileResult | Comparison,
-    summary: str,
-    trace_writer: TraceWriter | None = None,
-) -> None:
-    """:func:`fill_run` that sets ``run_dir`` (and the trace artifact, and notes) on ``result``
-    itself, for a comparison, which its caller fills in as it goes."""
-    written: Any = fill_run(run_dir, cast(Any, result), summary=summary, trace_writer=trace_writer)
-    result.run_dir = written.run_dir
-    result.notes[:] = written.notes
-    if isinstance(result, ProfileResult) and isinstance(written, ProfileResult):
-        result.artifacts.update(written.artifacts)
 
 
 def save_result(

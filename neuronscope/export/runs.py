@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -131,11 +132,11 @@ def load(run_dir: str | os.PathLike[str]) -> ProfileResult | Comparison:
             loaded = ProfileResult.from_dict(data)
     except RunLoadError as exc:
         raise RunLoadError(f"{result_file}: {exc}") from exc
-    loaded.run_dir = str(result_file.parent)
+    where = str(result_file.parent)
     if isinstance(loaded, Comparison):  # the variants live in the comparison's directory
-        for variant in loaded.results.values():
-            variant.run_dir = loaded.run_dir
-    return loaded
+        results = {label: replace(variant, run_dir=where) for label, variant in loaded.results.items()}
+        return replace(loaded, run_dir=where, results=results)
+    return replace(loaded, run_dir=where)
 
 
 def is_incomplete(run_dir: Path | str) -> bool:

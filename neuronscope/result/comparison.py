@@ -30,7 +30,7 @@ from neuronscope.units import fmt_us
 __all__ = ["Comparison", "ComparisonRow"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class ComparisonRow:
     """One variant of a comparison: its time, op count, top op and speedup over the first."""
 
@@ -109,7 +109,7 @@ class ComparisonRow:
         )
 
 
-@dataclass
+@dataclass(frozen=True)
 class Comparison:
     """Variants run on the same arguments, side by side. ``rows`` keep the order given;
     ``speedup`` is against the first variant."""

@@ -56,7 +56,7 @@ HINTS_OFF_NOTE = "hint rules off (hints=False)"
 
 
 
-@dataclass
+@dataclass(frozen=True)
 class ProfileResult:
     """Everything one capture measured, plus a pointer back to what was asked.
 

@@ -16,7 +16,7 @@ The analysis aligns the capture's ops with the observed ones by name and takes t
 lines from there (:func:`neuronscope.analysis.dataflow.graph_with_observation`); the capture
 itself runs with the user's options, so its timings are not disturbed. A capture with nothing
 observed before it (a region that runs once) turns on ``profile_memory`` instead
-(:func:`capture_options`).
+(:func:`options_added`), and says so in its record and in the result (``options_added``).
 
 API: ``with observe_dataflow() as obs: f(x)`` and then ``obs.profiler``; the decorator and the
 region call :func:`observe_warmup` around their last warm-up call, and the session passes
@@ -41,14 +41,21 @@ from neuronscope.capture.neuron_files import StrayRuntimeOutput
 __all__ = [
     "CONSTS_SEP",
     "LOCATION_PREFIX",
+    "PROFILE_MEMORY_WHY",
     "Observation",
     "begin_observation",
-    "capture_options",
     "end_observation",
     "observation_for",
     "observe_dataflow",
     "observe_warmup",
+    "options_added",
 ]
+
+#: Why a capture turns ``profile_memory`` on by itself, as its record and result.json say.
+PROFILE_MEMORY_WHY = (
+    "no warm-up call was observed before this capture, and hints are on with record_shapes: "
+    "allocation records link each op's inputs to the op that made them exactly"
+)
 
 #: Name prefix of the ranges the observation pass wraps torch calls in: ``ns@file:line``.
 LOCATION_PREFIX = "ns@"
@@ -239,14 +246,16 @@ def observation_for(name: str) -> Observation | None:
         return _observed.get(name)
 
 
-def capture_options(options: Any, name: str) -> Any:
-    """The options a capture runs with: with nothing observed before it, hints on and shapes
-    recorded, ``profile_memory=True`` gives the capture its own exact links."""
-    if observation_for(name) is not None or options.profile_memory:
-        return options
+def options_added(options: Any, observed: bool) -> dict[str, dict[str, Any]]:
+    """The options a capture turns on by itself, beyond the user's ``options``: ``{option:
+    {"value": ..., "why": ...}}``. With nothing ``observed`` before it, hints on and shapes
+    recorded, ``profile_memory=True`` gives the capture its own exact links. The caller runs
+    the capture with these on and records them (the user's options stay as given)."""
+    if observed or options.profile_memory:
+        return {}
     if not getattr(options, "hints", True) or not options.record_shapes:
-        return options
-    return dataclasses.replace(options, profile_memory=True)
+        return {}
+    return {"profile_memory": {"value": True, "why": PROFILE_MEMORY_WHY}}
 
 
 def begin_observation(name: str) -> Any:

@@ -146,6 +146,7 @@ def result_from_record(record: CaptureRecord, facts: CaptureFacts) -> ProfileRes
         facts={
             "target": facts.target,
             "options": facts.options.to_dict(),
+            "options_added": dict(record.options_added),
             "device_name": record.device_name,
             "rank": None if ranks is None else ranks[0],
             "world_size": None if ranks is None else ranks[1],

@@ -16,7 +16,7 @@ from typing import Any
 
 from neuronscope.announce import announce_result, backend_ignores, log, warn_once, warn_user
 from neuronscope.capture import Backend, CaptureRecord, CaptureSession, resolve_backend
-from neuronscope.capture.observe import capture_options, observation_for
+from neuronscope.capture.observe import observation_for, options_added
 from neuronscope.config import Options
 from neuronscope.drive import distributed as _distributed
 from neuronscope.drive.pipeline import CaptureFacts, result_from_record
@@ -65,9 +65,12 @@ class Session:
         """Resolve the backend, warn about the environment, start the profiler."""
         # The name goes with the options: a backend may warn once per capture name (Neuron: the
         # first capture of a name without warm-up holds NEFF compilation).
-        # With nothing observed before it, the capture records allocations for exact links.
-        self.options = capture_options(self.options, self.name)
-        backend = self.backend = resolve_backend(self.options.with_name(self.name))
+        # With nothing observed before it, the capture records allocations for exact links:
+        # the backend runs with that option on; self.options stay the user's, and the record
+        # and the result say what was added and why.
+        added = options_added(self.options, observed=observation_for(self.name) is not None)
+        run_options = replace(self.options, **{k: v["value"] for k, v in added.items()})
+        backend = self.backend = resolve_backend(run_options.with_name(self.name))
         for message in backend.environment_warnings():
             warn_user(message)
         backend_ignores(backend.name, self.options)
@@ -83,7 +86,7 @@ class Session:
                 scratch = self.run_dir / "neuron"
             except Exception as err:  # OSError, or ValueError for a path the OS cannot name
                 self._run_dir_error = err
-        self.capture = CaptureSession(backend, scratch_dir=scratch)
+        self.capture = CaptureSession(backend, scratch_dir=scratch, options_added=added)
         try:
             self.capture.start()
         except BaseException:

@@ -95,6 +95,9 @@ class ProfileResult:
     breakdown: dict[str, Any] | None = None
     #: the device's software stack where ``backend`` does not tell it: "rocm", "mtia"
     platform: str | None = None
+    #: options the capture turned on by itself beyond ``options`` (the user's, as given):
+    #: ``{option: {"value": ..., "why": ...}}``; empty where it ran the options as given
+    options_added: dict[str, Any] = field(default_factory=dict)
 
     # ---- derived -------------------------------------------------------------------------
     @property
@@ -274,6 +277,7 @@ class ProfileResult:
             "notes": self.notes,
             "breakdown": self.breakdown,
             "platform": self.platform,
+            "options_added": self.options_added,
         }
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -313,6 +317,7 @@ class ProfileResult:
                 notes=[str(n) for n in d.get("notes") or []],
                 breakdown=dict(d["breakdown"]) if isinstance(d.get("breakdown"), Mapping) else None,
                 platform=opt_str(d.get("platform")),
+                options_added=dict(d.get("options_added") or {}),
             )
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
             raise RunLoadError(malformed("result", exc)) from exc

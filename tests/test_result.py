@@ -229,3 +229,13 @@ def test_table_says_when_the_hint_rules_found_nothing() -> None:
         torch.ones(8).add_(1)
     assert r2.result is not None and "Hints: none found" not in r2.result.table()
     assert "hint rules off (hints=False)" in r2.result.table()
+
+
+def test_a_breakdown_that_cannot_be_read_is_left_out_with_a_note() -> None:
+    """An older or edited result.json whose step breakdown lacks a number the table reads still
+    loads (the measurement is kept) and prints, with a note; it never loads and then breaks."""
+    data = _sample_result().to_dict()
+    data["breakdown"] = {"window_us": 10.0, "device": 0}  # no busy_us, idle_us, ...
+    loaded = ProfileResult.from_dict(data)
+    assert loaded.breakdown is None and any("breakdown" in n and "busy_us" in n for n in loaded.notes)
+    assert "step breakdown" in loaded.table()

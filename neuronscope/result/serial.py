@@ -17,6 +17,7 @@ from neuronscope.errors import RunLoadError
 
 __all__ = [
     "SCHEMA_VERSION",
+    "breakdown_of",
     "check_schema",
     "dumps_json",
     "known_fields",
@@ -114,6 +115,52 @@ def ranks_list(value: Any) -> list[dict[str, Any]] | None:
                 entry[key] = opt_float(entry[key])
         out.append(entry)
     return out
+
+
+#: The numbers a step breakdown holds (:mod:`neuronscope.events.timeline`), at its top level and
+#: in each entry of its lists, that its text and charts read.
+_BREAKDOWN_NUMBERS = (
+    "window_us", "busy_us", "idle_us", "idle_host_us", "idle_sync_us", "idle_other_us",
+    "compute_us", "communication_us", "memory_us", "overlap_compute_communication_us",
+    "overlap_compute_memory_us",
+)
+_BREAKDOWN_LISTS = {
+    "devices": ("device", "busy_us", "window_us"),
+    "steps": ("busy_us", "window_us"),
+    "streams": ("busy_us",),
+}
+_LAUNCH_NUMBERS = ("linked", "shorter_than_launch", "median_kernel_us", "median_launch_us", "median_delay_us", "p90_delay_us")
+
+
+def _numbers(entry: Any, keys: tuple[str, ...], what: str) -> None:
+    if not isinstance(entry, Mapping):
+        raise TypeError(f"{what} must be an object, got {entry!r:.60}")
+    for key in keys:
+        value = entry[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"{what}[{key!r}] must be a number, got {value!r:.60}")
+
+
+def breakdown_of(value: Any) -> dict[str, Any] | None:
+    """``breakdown`` as its renderers expect it: None, or an object whose numbers are numbers
+    (a file edited by hand loads or is refused; it never loads and then breaks ``show``)."""
+    if value is None:
+        return None
+    _numbers(value, _BREAKDOWN_NUMBERS, "breakdown")
+    for name, keys in _BREAKDOWN_LISTS.items():
+        items = value.get(name) or []
+        if not isinstance(items, list):
+            raise TypeError(f"breakdown[{name!r}] must be a list, got {items!r:.60}")
+        for item in items:
+            _numbers(item, keys, f"breakdown[{name!r}]")
+    if value.get("devices"):  # several devices: the busiest is named by its number
+        _numbers(value, ("device",), "breakdown")
+    launch = value.get("launch") or {}
+    if not isinstance(launch, Mapping):
+        raise TypeError(f"breakdown['launch'] must be an object, got {launch!r:.60}")
+    if launch.get("linked"):
+        _numbers(launch, _LAUNCH_NUMBERS, "breakdown['launch']")
+    return dict(value)
 
 
 def malformed(what: str, exc: Exception) -> str:

@@ -20,6 +20,7 @@ from neuronscope.result.device_profile import device_profile_dataframe, render_d
 from neuronscope.result.hint import Hint
 from neuronscope.result.serial import (
     SCHEMA_VERSION,
+    breakdown_of,
     check_schema,
     dumps_json,
     known_fields,
@@ -290,6 +291,11 @@ class ProfileResult:
         try:
             d = known_fields(cls, data)
             regions_raw = d.get("regions") or {}
+            try:
+                breakdown, left_out = breakdown_of(d.get("breakdown")), []
+            except (KeyError, TypeError) as exc:
+                # An older file's breakdown, or an edited one: the measurement still loads.
+                breakdown, left_out = None, [f"the step breakdown in this file is left out: {malformed('breakdown', exc)}"]
             return cls(
                 name=str(d["name"]),
                 backend=str(d.get("backend", "unknown")),
@@ -314,8 +320,8 @@ class ProfileResult:
                 device_unattributed_us=opt_float(d.get("device_unattributed_us")),
                 skipped_calls=int(d.get("skipped_calls") or 0),
                 artifacts=dict(d.get("artifacts") or {}),
-                notes=[str(n) for n in d.get("notes") or []],
-                breakdown=dict(d["breakdown"]) if isinstance(d.get("breakdown"), Mapping) else None,
+                notes=[str(n) for n in d.get("notes") or []] + left_out,
+                breakdown=breakdown,
                 platform=opt_str(d.get("platform")),
                 options_added=dict(d.get("options_added") or {}),
             )

@@ -124,11 +124,11 @@ _BREAKDOWN_NUMBERS = (
     "compute_us", "communication_us", "memory_us", "overlap_compute_communication_us",
     "overlap_compute_memory_us",
 )
-_BREAKDOWN_LISTS = {
-    "devices": ("device", "busy_us", "window_us"),
-    "steps": ("busy_us", "window_us"),
-    "streams": ("busy_us",),
-}
+_BREAKDOWN_LISTS = (
+    ("devices", ("device", "busy_us", "window_us")),
+    ("steps", ("busy_us", "window_us")),
+    ("streams", ("busy_us",)),
+)
 _LAUNCH_NUMBERS = ("linked", "shorter_than_launch", "median_kernel_us", "median_launch_us", "median_delay_us", "p90_delay_us")
 
 
@@ -147,7 +147,7 @@ def breakdown_of(value: Any) -> dict[str, Any] | None:
     if value is None:
         return None
     _numbers(value, _BREAKDOWN_NUMBERS, "breakdown")
-    for name, keys in _BREAKDOWN_LISTS.items():
+    for name, keys in _BREAKDOWN_LISTS:
         items = value.get(name) or []
         if not isinstance(items, list):
             raise TypeError(f"breakdown[{name!r}] must be a list, got {items!r:.60}")

@@ -37,6 +37,7 @@ from typing import Any, NamedTuple
 from neuronscope.analysis.opgraph import OpGraph, OpNode
 from neuronscope.analysis.patterns import pattern_named
 from neuronscope.analysis.patterns.base import ROOTS
+from neuronscope.capture import torch_private
 from neuronscope.capture.timing import block_timer, calibrate
 
 __all__ = [
@@ -464,8 +465,9 @@ def _chain_traffic(fn: Any) -> tuple[int, list[int]]:
     """Run ``fn`` once and count its ops and its intermediates (bytes, one entry per read of a
     tensor an earlier op of it made), as the cost model counts a captured chain's."""
     import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils._pytree import tree_leaves
+
+    TorchDispatchMode = torch_private.dispatch_mode_class()
+    tree_leaves = torch_private.tree_leaves
 
     made: set[int] = set()
     tensors: list[int] = []
@@ -524,9 +526,7 @@ def compiled_call_ns(device: str = "cpu") -> float | None:
 
 def _backend_registry() -> dict[int, Any]:
     """torch.compile's registry of the backends asked for in this process."""
-    from torch._dynamo import eval_frame
-
-    registry = getattr(eval_frame, "cached_backends", None)
+    registry = getattr(torch_private.dynamo_eval_frame(import_it=True), "cached_backends", None)
     return registry if isinstance(registry, dict) else {}
 
 

@@ -50,6 +50,7 @@ from neuronscope.analysis.opgraph import (
     numel,
     short_name,
 )
+from neuronscope.capture import torch_private
 from neuronscope.capture.frames import def_line, is_user_file
 from neuronscope.capture.observe import CONSTS_SEP, LOCATION_PREFIX
 from neuronscope.events import KIND_OP, EventTable, gc_paused
@@ -300,7 +301,7 @@ def graph_from_profiler(prof: Any, table: EventTable | None = None, infer: bool 
 
 
 def _graph_from_profiler(prof: Any, table: EventTable | None, infer: bool = True) -> OpGraph | None:
-    kineto = getattr(getattr(prof, "profiler", None), "kineto_results", None)
+    kineto = torch_private.kineto_results(prof)
     if kineto is None or not hasattr(kineto, "experimental_event_tree"):
         return None
     roots = kineto.experimental_event_tree()

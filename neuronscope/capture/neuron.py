@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from neuronscope.announce import first_time
+from neuronscope.capture import torch_private
 from neuronscope.capture.base import Backend
 from neuronscope.capture.neuron_api import (
     build_neuron_config,
@@ -455,7 +456,7 @@ class NeuronBackend(Backend):
 
 def privateuse1_event_counts(prof: Any) -> dict[str, int]:
     """How many PrivateUse1 framework events of each activity type the capture holds."""
-    kineto = getattr(getattr(prof, "profiler", None), "kineto_results", None)
+    kineto = torch_private.kineto_results(prof)
     if kineto is None:
         return {}
     counts: dict[str, int] = {}

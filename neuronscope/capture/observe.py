@@ -34,6 +34,7 @@ from collections.abc import Iterator
 from types import FrameType
 from typing import Any
 
+from neuronscope.capture import torch_private
 from neuronscope.capture.base import quiet_native_stderr
 from neuronscope.capture.frames import is_user_file
 from neuronscope.capture.neuron_files import StrayRuntimeOutput
@@ -92,10 +93,9 @@ def _user_line() -> str | None:
 
 
 def _function_mode() -> Any:
-    import torch
     from torch.overrides import TorchFunctionMode
 
-    fast = torch._C._profiler._RecordFunctionFast
+    fast = torch_private.record_function_fast()
 
     class _Lines(TorchFunctionMode):
         """Names each top-level torch call's range after the user's line that made it."""
@@ -120,7 +120,7 @@ def _compile_in_use() -> bool:
     """Has torch.compile been asked for in this process? Dynamo guards compiled code on the
     torch function mode stack: code compiled under the observation's mode would recompile at
     the next call without it (a false ``recompile`` hint, and a second compile)."""
-    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    eval_frame = torch_private.dynamo_eval_frame()
     backends = getattr(eval_frame, "cached_backends", None) or {}
     return any(b is not None for b in list(backends.values()))
 
@@ -134,9 +134,7 @@ def _line_ranges() -> Iterator[None]:
     if sys.gettrace() is not None:
         yield
         return
-    import torch
-
-    fast = torch._C._profiler._RecordFunctionFast
+    fast = torch_private.record_function_fast()
     open_ranges: dict[int, Any] = {}
 
     def local(frame: FrameType, event: str, arg: Any) -> Any:
@@ -165,9 +163,7 @@ def _line_ranges() -> Iterator[None]:
 
 
 def _profiler_busy() -> bool:
-    import torch
-
-    return bool(torch.autograd.profiler._is_profiler_enabled)
+    return torch_private.profiler_flag_on()
 
 
 @contextlib.contextmanager

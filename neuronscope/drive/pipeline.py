@@ -17,7 +17,7 @@ from typing import Any
 
 from neuronscope.analysis.compile import labelled_compiled_ops
 from neuronscope.analysis.rules import AnalysisContext, analyze
-from neuronscope.capture import CaptureRecord
+from neuronscope.capture import CaptureRecord, torch_private
 from neuronscope.config import Options, rank_info
 from neuronscope.errors import NeuronscopeError
 from neuronscope.events import EventTable, table_from_profiler
@@ -175,7 +175,7 @@ def from_profiler(prof: Any, name: str | None = None) -> ProfileResult:
     Reads the profiler's raw events (not ``key_averages()``), so it is fast on large captures.
     Raises :class:`NeuronscopeError` when ``prof`` is not a finished profiler.
     """
-    kineto = getattr(getattr(prof, "profiler", None), "kineto_results", None)
+    kineto = torch_private.kineto_results(prof)
     if kineto is None:
         raise NeuronscopeError(
             f"from_profiler needs a finished torch.profiler.profile object (leave its 'with' "

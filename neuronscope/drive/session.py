@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from neuronscope.announce import announce_result, backend_ignores, log, warn_once, warn_user
-from neuronscope.capture import Backend, CaptureRecord, CaptureSession, resolve_backend
+from neuronscope.capture import Backend, CaptureRecord, CaptureSession, resolve_backend, torch_private
 from neuronscope.capture.observe import observation_for, options_added
 from neuronscope.config import Options
 from neuronscope.drive import distributed as _distributed
@@ -199,7 +199,7 @@ class Session:
 def _has_events(prof: Any) -> bool:
     """Whether ``prof`` is a torch profile that stopped and holds events to save (one whose
     stop was interrupted holds none)."""
-    return getattr(getattr(prof, "profiler", None), "kineto_results", None) is not None
+    return torch_private.kineto_results(prof) is not None
 
 
 def _discard_partial_run(run_dir: Path) -> None:

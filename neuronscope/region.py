@@ -70,15 +70,11 @@ def _options(name: Any, options: dict[str, Any]) -> Options:
 
 def _inert(name: Any, options: dict[str, Any]) -> neuron_region:
     """The region ``neuron_region(name, enabled=False, ...)``: it holds nothing, so one object
-    serves every ``with`` of the same name and options."""
+    serves every ``with`` of the same name and options (kept by :class:`_InertRegion` when it
+    is first set up); a new one where none is kept yet."""
     key = _key(name, options)
     region = None if key is None else _made.get(("inert", key))
-    if region is None:
-        region = object.__new__(_InertRegion)
-        neuron_region.__init__(region, name, **options)  # validated, named
-        if key is not None and region.name == name:  # a name from the caller's line is not kept
-            remember(_made, ("inert", key), region)
-    return region
+    return region if region is not None else _InertRegion.__new__(_InertRegion)
 
 
 def reset(name: str | None = None) -> None:
@@ -249,10 +245,20 @@ class neuron_region(Owner):
 
 
 class _InertRegion(neuron_region):
-    """What ``neuron_region(..., enabled=False)`` gives (see :func:`_inert`)."""
+    """What ``neuron_region(..., enabled=False)`` gives (see :func:`_inert`). Python calls
+    ``__init__`` at each ``neuron_region(...)`` that returns the shared object: it is set up
+    (validated, named) the first time only."""
+
+    _ready = False
 
     def __init__(self, name: Any = None, **options: Any) -> None:
-        pass  # set up once, by _inert; Python calls this again at each neuron_region(...)
+        if self._ready:
+            return
+        super().__init__(name, **options)
+        self._ready = True
+        key = _key(name, options)
+        if key is not None and self.name == name:  # a name from the caller's line is not kept
+            remember(_made, ("inert", key), self)
 
     def __enter__(self) -> Self:
         return self

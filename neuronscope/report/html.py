@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import html
+import importlib.metadata
 import os
 import re
 import stat
@@ -322,9 +323,16 @@ def _files_section(run_dir: str | None, artifacts: dict[str, Any]) -> str:
     )
 
 
-def _page(title: str, header: str, body: list[str]) -> str:
-    from neuronscope import __version__
+def _version() -> str:
+    """neuronscope's version from the installed package's metadata (the package root, which
+    defines ``__version__``, is the last stage and imports this one)."""
+    try:
+        return importlib.metadata.version("neuronscope")
+    except importlib.metadata.PackageNotFoundError:
+        return "(version unknown: not installed)"
 
+
+def _page(title: str, header: str, body: list[str]) -> str:
     now = _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
     return (
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
@@ -332,7 +340,7 @@ def _page(title: str, header: str, body: list[str]) -> str:
         f"<title>{_e(title)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n<main>\n"
         + header
         + "\n".join(p for p in body if p)
-        + f"\n<footer>Written by neuronscope {_e(__version__)} on {_e(now)}. This page is self-contained and opens offline.</footer>\n"
+        + f"\n<footer>Written by neuronscope {_e(_version())} on {_e(now)}. This page is self-contained and opens offline.</footer>\n"
         + "</main>\n</body>\n</html>\n"
     )
 

@@ -70,7 +70,8 @@ def _read_raw(prof: Any, fields: bool = True) -> int:
 
 
 def _analysis_only(prof: Any, table: Any, summary: Any) -> Any:
-    from neuronscope.analysis.rules import AnalysisContext, analyze
+    from neuronscope.analysis.context import AnalysisContext
+    from neuronscope.analysis.rules import analyze
 
     return analyze(AnalysisContext(table=table, summary=summary, backend="cpu", profiler=prof))
 

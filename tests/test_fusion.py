@@ -20,11 +20,11 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 import neuronscope.analysis.fusion as fusion_mod
+from neuronscope.analysis.context import AnalysisContext
 from neuronscope.analysis.cost import estimate_saving_ns
 from neuronscope.analysis.dataflow import graph_from_profiler, graph_from_table
 from neuronscope.analysis.fusion import find_sequence_matches, fusion_hints
 from neuronscope.analysis.patterns import PATTERNS, REGISTRY, pattern_named
-from neuronscope.analysis.rules import AnalysisContext
 from neuronscope.capture.observe import observe_dataflow
 from neuronscope.drive.pipeline import build_result, from_profiler
 from neuronscope.errors import NeuronscopeError

@@ -389,7 +389,7 @@ def test_share_counts_device_time_launched_outside_any_op() -> None:
 
 # ---- the launch-overhead hint ------------------------------------------------------------------
 def _ctx(table: EventTable) -> Any:
-    from neuronscope.analysis.rules import AnalysisContext
+    from neuronscope.analysis.context import AnalysisContext
     from neuronscope.result.summary import summarize
 
     return AnalysisContext(table=table, summary=summarize(table), backend="cuda", source="trace")

@@ -39,7 +39,7 @@ from neuronscope.result.hint import Hint
 from neuronscope.result.stats import OpStat, RegionStat
 
 if TYPE_CHECKING:
-    from neuronscope.analysis.rules import AnalysisContext
+    from neuronscope.analysis.context import AnalysisContext
     from neuronscope.events import EventTable
     from neuronscope.result.summary import Summary
 

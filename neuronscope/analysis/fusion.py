@@ -54,7 +54,7 @@ from neuronscope.analysis.patterns.base import line_of, match_location
 from neuronscope.result.hint import Hint
 
 if TYPE_CHECKING:
-    from neuronscope.analysis.rules import AnalysisContext
+    from neuronscope.analysis.context import AnalysisContext
 
 __all__ = [
     "NOT_FROM_OP_ORDER",

@@ -16,7 +16,7 @@ from neuronscope.events.timeline import step_breakdown
 from neuronscope.result.hint import Hint
 
 if TYPE_CHECKING:
-    from neuronscope.analysis.rules import AnalysisContext
+    from neuronscope.analysis.context import AnalysisContext
 
 __all__ = ["MIN_HOST_IDLE_SHARE", "MIN_SHORT_SHARE", "launch_hints"]
 

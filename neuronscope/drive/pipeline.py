@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from neuronscope.analysis.compile import labelled_compiled_ops
-from neuronscope.analysis.rules import AnalysisContext, analyze
+from neuronscope.analysis.context import AnalysisContext
+from neuronscope.analysis.rules import analyze
 from neuronscope.capture import CaptureRecord, torch_private
 from neuronscope.config import Options, rank_info
 from neuronscope.errors import NeuronscopeError

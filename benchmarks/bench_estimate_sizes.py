@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from neuronscope import profile_on_neuron
-from neuronscope.analysis.verify import measure
+from neuronscope.capture.verify import measure
 
 
 def rms(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:

@@ -45,8 +45,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from neuronscope import from_trace, profile_on_neuron
-from neuronscope.analysis.verify import measure
 from neuronscope.capture.observe import observe_dataflow
+from neuronscope.capture.verify import measure
 from neuronscope.drive.pipeline import build_result
 from neuronscope.errors import NeuronscopeError
 from neuronscope.events import table_from_profiler

@@ -58,7 +58,7 @@ def _rms_hint() -> Hint:
 
 def _fake_rounds(monkeypatch: Any, chain: list[float], fused: list[float]) -> None:
     """The rounds verify() timed, fixed: the decision it makes from them is what is tested."""
-    from neuronscope.analysis import verify
+    from neuronscope.capture import verify
 
     monkeypatch.setattr(verify, "time_variants", lambda variants, *a: {name: list(chain if name == "chain" else fused) for name in variants})
 
@@ -337,7 +337,7 @@ def test_the_eager_probe_counts_the_chains_ops_and_intermediates() -> None:
 def test_verify_keeps_each_rounds_fastest_block_and_times_more_rounds_when_they_disagree() -> None:
     """A block another process interrupted is not the variant's cost; rounds that still
     disagree get as many again."""
-    from neuronscope.analysis import verify
+    from neuronscope.capture import verify
 
     clock = [0.0]
     calls = {"steady": 0, "busy": 0}

@@ -302,7 +302,7 @@ def eager_costs(pattern: str, device: str = "cpu") -> tuple[float, float] | None
     try:
         import torch
 
-        from neuronscope.analysis.verify import paired_saving_ns
+        from neuronscope.capture.verify import paired_saving_ns
         from neuronscope.result.hint import Hint
 
         rows = []
@@ -400,7 +400,7 @@ def _timed_eager_ns(key: str) -> float | None:
     try:
         import torch
 
-        from neuronscope.analysis.verify import floating_dtype, paired_saving_ns
+        from neuronscope.capture.verify import floating_dtype, paired_saving_ns
         from neuronscope.result.hint import Hint
 
         probe = Hint("fusion", pattern, details.pop("ops"), details=details)
@@ -443,7 +443,7 @@ def fused_optimizer_saving_ns(cls: str, shapes: tuple[tuple[int, ...], ...], dty
     try:
         import torch
 
-        from neuronscope.analysis.verify import floating_dtype, paired_saving_ns
+        from neuronscope.capture.verify import floating_dtype, paired_saving_ns
 
         dt = floating_dtype(dtype)
         optim = getattr(torch.optim, cls)
@@ -507,7 +507,7 @@ def compiled_call_ns(device: str = "cpu") -> float | None:
         registry = _backend_registry()
         before = set(registry)
         compiled = torch.compile(one, backend="eager", dynamic=False)
-        from neuronscope.analysis.verify import paired_difference, time_variants
+        from neuronscope.capture.verify import paired_difference, time_variants
 
         with torch.no_grad():
             compiled(x)

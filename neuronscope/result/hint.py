@@ -7,9 +7,10 @@ suggestion; :attr:`Hint.message` words them for people.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from neuronscope.capture.verify import measure
 from neuronscope.result.serial import known_fields, opt_float, opt_str
 from neuronscope.units import fmt_us
 
@@ -91,15 +92,25 @@ class Hint:
     def verify(self, **options: Any) -> Hint:
         """Measure the saving: time the hand-written chain against the suggested replacement.
 
-        Builds inputs of the recorded shapes and dtypes, times both forms, and returns a new
-        hint with the measured saving in ``verified_saving_us`` and the measurements in
-        ``details["verification"]``; this hint, and the result it came from, are unchanged.
-        Options: ``device``, ``compile``, ``repeats``, ``min_block_s``, ``seed`` (see
-        :func:`neuronscope.analysis.verify.measure`).
+        Builds inputs of the recorded shapes and dtypes, times both forms
+        (:func:`neuronscope.capture.verify.measure`; options: ``device``, ``compile``,
+        ``repeats``, ``min_block_s``, ``seed``), and returns a new hint with the measured
+        saving in ``verified_saving_us`` and the measurements in ``details["verification"]``.
+        Where the fused form was measured slower beyond the noise, the new hint's
+        ``est_saving_us`` is 0 (the estimate kept in ``details["est_saving_before_verify_us"]``)
+        and its message says to keep the code. This hint, and the result it came from, are
+        unchanged.
         """
-        from neuronscope.analysis.verify import verify_hint
-
-        return verify_hint(self, **options)
+        v = measure(self, **options)
+        details = {k: val for k, val in self.details.items() if k != "verified_slower"}
+        details["verification"] = v.to_dict()
+        est = self.est_saving_us
+        if v.slower:
+            # The estimate was wrong here: what is printed must not still promise a saving.
+            details["est_saving_before_verify_us"] = self.est_saving_us
+            details["verified_slower"] = True
+            est = 0.0
+        return replace(self, verified_saving_us=v.verified_saving_us, est_saving_us=est, details=details)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

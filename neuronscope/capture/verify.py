@@ -1,6 +1,6 @@
-"""Measure what a fusion hint promises: ``hint.verify()``.
+"""Measure what a fusion hint promises: what ``hint.verify()`` times.
 
-:func:`verify_hint` rebuilds the idiom of a ``fusion`` hint at the recorded shape and dtype, on
+:func:`measure` rebuilds the idiom of a ``fusion`` hint (:mod:`neuronscope.capture.idioms`) at the recorded shape and dtype, on
 the capture's device, and times three forms of it outside any profiler:
 
 - the hand-written chain, in a canonical spelling of the same family as the one captured
@@ -17,12 +17,9 @@ rounds; the saving per call is the median over rounds of (chain - replacement) i
 round, for the better of the two replacements, times the hint's ``calls``.
 
 :func:`measure` returns those measurements (a :class:`Verification`) and changes nothing;
-:func:`verify_hint` (``hint.verify()``) returns a new hint carrying them: the saving in
-``verified_saving_us`` (negative when no replacement is faster) and the whole
-:class:`Verification` in ``details["verification"]``. Where the fused forms were slower in
-most rounds (a loss beyond the noise), the new hint says so instead of its suggestion, and its
-``est_saving_us`` is 0 (the estimate is kept in ``details``). The hint given, and the result
-it came from, are never changed. Rounds that disagree
+``hint.verify()`` (:meth:`neuronscope.result.hint.Hint.verify`) returns a new hint carrying
+them. It reads the hint through :class:`~neuronscope.capture.idioms.Evidence`, so this module
+never imports the result stage that calls it. Rounds that disagree
 widely get a note in :attr:`Verification.notes`. Verification runs at the thread count
 torch has now, like the capture did.
 """
@@ -33,15 +30,12 @@ import math
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
-from neuronscope.analysis.patterns import REGISTRY, pattern_named
+from neuronscope.capture.idioms import BUILDERS, Evidence
 from neuronscope.capture.timing import block_timer, calibrate, run_rounds
 from neuronscope.errors import NeuronscopeError
-
-if TYPE_CHECKING:
-    from neuronscope.result.hint import Hint
 
 __all__ = [
     "VERIFIABLE_PATTERNS",
@@ -51,12 +45,11 @@ __all__ = [
     "paired_difference",
     "paired_saving_ns",
     "time_variants",
-    "verify_hint",
 ]
 
-#: Patterns :func:`verify_hint` can rebuild. Attention, rotary and elementwise chains have too
+#: Patterns :func:`measure` can rebuild. Attention, rotary and elementwise chains have too
 #: many shapes and spellings to rebuild from a hint's evidence.
-VERIFIABLE_PATTERNS = tuple(p.name for p in REGISTRY if p.verify is not None)
+VERIFIABLE_PATTERNS = tuple(BUILDERS)
 
 #: Rounds of the interleaved timing; the median of an odd count is one real measurement.
 DEFAULT_REPEATS = 9
@@ -83,7 +76,7 @@ WIDE_SPREAD = 3.0
 
 @dataclass
 class Verification:
-    """What :func:`verify_hint` measured, per call unless named otherwise (microseconds)."""
+    """What :func:`measure` measured, per call unless named otherwise (microseconds)."""
 
     pattern: str
     device: str
@@ -127,7 +120,7 @@ def _torch() -> Any:
     return torch
 
 
-def _device(hint: Hint, device: str | None) -> Any:
+def _device(hint: Evidence, device: str | None) -> Any:
     torch = _torch()
     name = device or str(hint.details.get("device") or "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
@@ -209,26 +202,8 @@ def floating_dtype(name: Any) -> Any:
     return dtype if isinstance(dtype, torch.dtype) and dtype.is_floating_point else torch.float32
 
 
-def verify_hint(hint: Hint, **options: Any) -> Hint:
-    """``hint`` with what :func:`measure` measured for it (``hint.verify()``): a new hint, with
-    ``verified_saving_us`` and ``details["verification"]`` (:meth:`Verification.to_dict`); where
-    the fused form was measured slower beyond the noise, ``est_saving_us`` is 0 and
-    ``details`` keeps the estimate (``est_saving_before_verify_us``) and ``verified_slower``.
-    ``hint`` itself is not changed. ``options`` are :func:`measure`'s."""
-    v = measure(hint, **options)
-    details = {k: val for k, val in hint.details.items() if k != "verified_slower"}
-    details["verification"] = v.to_dict()
-    est = hint.est_saving_us
-    if v.slower:
-        # The estimate was wrong here: what is printed must not still promise a saving.
-        details["est_saving_before_verify_us"] = hint.est_saving_us
-        details["verified_slower"] = True
-        est = 0.0
-    return replace(hint, verified_saving_us=v.verified_saving_us, est_saving_us=est, details=details)
-
-
 def measure(
-    hint: Hint,
+    hint: Evidence,
     *,
     device: str | None = None,
     compile: bool = True,
@@ -241,7 +216,7 @@ def measure(
     ``device`` overrides the capture's device (``"cpu"`` to check a CUDA hint on a laptop);
     ``compile=False`` skips ``torch.compile`` (which costs seconds the first time);
     ``repeats`` rounds of interleaved timing, each block at least ``min_block_s`` long.
-    Returns the measurements; ``hint`` is not changed (:func:`verify_hint` applies them).
+    Returns the measurements; ``hint`` is not changed (``hint.verify()`` applies them).
     Raises :class:`~neuronscope.errors.NeuronscopeError` for patterns it cannot rebuild
     (see :data:`VERIFIABLE_PATTERNS`) and for a hint without a recorded shape.
     """
@@ -266,9 +241,7 @@ def measure(
 
     # The user's random stream is theirs: the builders' weights draw from a forked one.
     with torch.no_grad(), torch.random.fork_rng(devices=[dev.index or 0] if dev.type == "cuda" else []):
-        builder = pattern_named(hint.pattern).verify  # type: ignore[union-attr]
-        assert builder is not None  # VERIFIABLE_PATTERNS
-        chain, replacement, replacement_name = builder(hint, x, dev)
+        chain, replacement, replacement_name = BUILDERS[hint.pattern](hint, x, dev)
         variants: dict[str, Callable[[], Any]] = {"chain": chain}
         if replacement is not None:
             variants["replacement"] = replacement

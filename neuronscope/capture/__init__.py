@@ -3,6 +3,12 @@
 ``resolve_backend`` turns the ``backend`` option into a :class:`~.base.Backend`: ``"auto"``
 prefers Neuron, then CUDA, then CPU. torch-neuronx is imported only when the Neuron backend is
 chosen or detected.
+
+The capture stage takes the options and the user's code and gives a
+:class:`~.record.CaptureRecord` (the finished profiler, wall time, what the capture turned on by
+itself). It also holds what runs torch under measurement outside the profiler: :mod:`.timing`
+(compare()'s rounds), :mod:`.idioms` and :mod:`.verify` (``hint.verify()``), and
+:mod:`.torch_private`, the one home of torch's private names.
 """
 
 from __future__ import annotations

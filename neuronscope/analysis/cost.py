@@ -473,7 +473,7 @@ def _chain_traffic(fn: Any) -> tuple[int, list[int]]:
     tensors: list[int] = []
     ops = 0
 
-    class _Count(TorchDispatchMode):
+    class _Count(TorchDispatchMode):  # type: ignore[misc, valid-type]  # a class from torch_private
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             nonlocal ops
             out = func(*args, **(kwargs or {}))

@@ -25,14 +25,21 @@ Builders = tuple[Callable[[], Any], "Callable[[], Any] | None", "str | None"]
 
 
 class Evidence(Protocol):
-    """What a builder reads of a hint (a :class:`~neuronscope.result.hint.Hint` is one)."""
+    """What a builder reads of a hint (a :class:`~neuronscope.result.hint.Hint` is one),
+    read-only."""
 
-    kind: str
-    pattern: str
-    ops: Sequence[str]
-    calls: int
-    est_saving_us: float
-    details: Mapping[str, Any]
+    @property
+    def kind(self) -> str: ...
+    @property
+    def pattern(self) -> str: ...
+    @property
+    def ops(self) -> Sequence[str]: ...
+    @property
+    def calls(self) -> int: ...
+    @property
+    def est_saving_us(self) -> float: ...
+    @property
+    def details(self) -> Mapping[str, Any]: ...
 
 
 def _affine(y: Any, w: Any, b: Any) -> Any:

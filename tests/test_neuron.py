@@ -39,9 +39,8 @@ from neuronscope import (
 from neuronscope.announce import NeuronscopeWarning
 from neuronscope.capture import neuron as neuron_backend
 from neuronscope.capture import neuron_files, resolve_backend
-from neuronscope.capture.neuron import dropped_events_note
 from neuronscope.capture.neuron_api import cores_spec
-from neuronscope.capture.neuron_files import own_framework_trace
+from neuronscope.capture.neuron_files import dropped_events_note, own_framework_trace
 from neuronscope.config import build_options
 from neuronscope.errors import BackendUnavailableError, ConfigError
 from neuronscope.region import ensure_no_capture_running

@@ -12,8 +12,8 @@ import pytest
 from neuronscope.cli import main as cli_main
 from neuronscope.export import run_dir as export
 from neuronscope.report.diff import diff_results, render_diff
-from neuronscope.report.text import render_result
-from neuronscope.result.types import OpStat, ProfileResult
+from neuronscope.result.stats import OpStat
+from neuronscope.result.types import ProfileResult
 from neuronscope.units import MAX_NAME_CHARS, safe_text
 
 HOSTILE = [
@@ -47,7 +47,7 @@ def test_safe_text_escapes_and_bounds_every_hostile_string() -> None:
 
 
 def test_terminal_table_and_diff_are_clean() -> None:
-    text = render_result(_result(HOSTILE[0]))
+    text = _result(HOSTILE[0]).table()
     _clean(text)
     assert "bad\\ud800name" in text
     d = render_diff(diff_results(_result(), _result()))
@@ -55,7 +55,7 @@ def test_terminal_table_and_diff_are_clean() -> None:
 
 
 def test_json_and_the_command_line_are_clean(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    out = export.export_result(_result(HOSTILE[1]), tmp_path / "runs", summary=render_result)
+    out = export.export_result(_result(HOSTILE[1]), tmp_path / "runs", summary=ProfileResult.table)
     assert out.run_dir is not None
     loaded = json.loads(Path(out.run_dir, "result.json").read_text(encoding="utf-8"))
     assert [o["name"] for o in loaded["ops"]][:3] == [o.name for o in out.ops][:3] or loaded["ops"]
@@ -70,7 +70,7 @@ def test_the_html_page_and_its_charts_are_drawn_and_clean(tmp_path: Path) -> Non
     pytest.importorskip("matplotlib")
     from neuronscope.report.html import write_report
 
-    out = export.export_result(_result(HOSTILE[0]), tmp_path / "runs", summary=render_result)
+    out = export.export_result(_result(HOSTILE[0]), tmp_path / "runs", summary=ProfileResult.table)
     page = write_report(out).read_text(encoding="utf-8")
     assert "\ud800" not in page  # it failed in matplotlib's font code
     assert "<script>alert(1)</script>" not in page

@@ -14,7 +14,9 @@ import pytest
 
 from neuronscope.cli import main as cli_main
 from neuronscope.export import run_dir as export
-from neuronscope.result.types import OpStat, ProfileResult
+from neuronscope.export import runs
+from neuronscope.result.stats import OpStat
+from neuronscope.result.types import ProfileResult
 
 FIGURES = dict.fromkeys((
     "window_us", "busy_us", "idle_us", "busy_pct", "idle_host_us", "idle_sync_us", "idle_other_us",
@@ -57,7 +59,7 @@ def test_twenty_thousand_step_starts_are_cut_on_load(tmp_path: Path) -> None:
     started = time.perf_counter()
     assert cli_main(["report", run]) == 0
     assert time.perf_counter() - started < 20  # 33 s before; about 1 s here
-    loaded = export.load(run)
+    loaded = runs.load(run)
     assert loaded.breakdown is not None and len(loaded.breakdown["steps"]) == 64
     assert loaded.breakdown["steps_left_out"] == 20_000 - 64
 

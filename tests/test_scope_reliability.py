@@ -17,9 +17,10 @@ from fake_backends import ExactClock, faulty_backend
 
 import neuronscope
 from neuronscope import load, neuron_region, profile_on_neuron
+from neuronscope.announce import NeuronscopeWarning
 from neuronscope.capture import CaptureSession
 from neuronscope.config import build_options
-from neuronscope.region import NeuronscopeWarning, ensure_no_capture_running
+from neuronscope.region import ensure_no_capture_running
 
 
 def _profiling() -> bool:

@@ -24,8 +24,10 @@ import torch
 
 from neuronscope import doctor, neuron_region
 from neuronscope.export import run_dir as export
+from neuronscope.export import trace_out
 from neuronscope.export.safe_io import WORK_PREFIX
-from neuronscope.result.types import OpStat, ProfileResult
+from neuronscope.result.stats import OpStat
+from neuronscope.result.types import ProfileResult
 
 
 def _synthetic(name: str = "victim") -> ProfileResult:
@@ -74,7 +76,7 @@ def test_torchs_own_temporary_names_are_never_opened_in_the_run_directory(tmp_pa
     run = export.new_run_dir(tmp_path / "runs", "planted")
     for name in ("trace.json.tmp", ".trace.json.raw", ".trace.json.raw.tmp", "trace.json.gz.tmp", "trace.json", "trace.json.gz"):
         (run / name).symlink_to(victim)
-    writer = export.make_trace_writer(_profile(), fmt, 10)
+    writer = trace_out.make_trace_writer(_profile(), fmt, 10)
     out = export.fill_run(run, _synthetic(), summary="s", trace_writer=writer)
     assert victim.read_text() == "precious\n"
     final = run / ("trace.json.gz" if fmt == "gz" else "trace.json")

@@ -19,7 +19,8 @@ import pytest
 import torch
 
 from neuronscope import neuron_region
-from neuronscope.region import NeuronscopeWarning, ensure_no_capture_running
+from neuronscope.announce import NeuronscopeWarning
+from neuronscope.region import ensure_no_capture_running
 
 SCRIPT = Path(__file__).parent / "reliability_helpers" / "thread_scenarios.py"
 REPO = Path(__file__).resolve().parents[1]

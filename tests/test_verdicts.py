@@ -11,7 +11,9 @@ import torch
 from neuronscope import compare
 from neuronscope.compare import intervals as stats
 from neuronscope.report.diff import diff_results, render_diff
-from neuronscope.result.types import ComparisonRow, OpStat, ProfileResult
+from neuronscope.result.comparison import ComparisonRow
+from neuronscope.result.stats import OpStat
+from neuronscope.result.types import ProfileResult
 
 
 class BusyMachine:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from neuronscope.capture import torch_private
 from neuronscope.config import Options
 
 __all__ = [
@@ -152,13 +153,7 @@ def quiet_native_stderr(drop: tuple[bytes, ...] = (_USDT_MARKER, _KINETO_THREAD_
 
 def profiler_running() -> bool:
     """True when a torch profiler (ours, or the user's own) is running in this process."""
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return False
-    try:
-        return bool(torch.autograd.profiler._is_profiler_enabled)
-    except AttributeError:  # pragma: no cover - another torch
-        return False
+    return torch_private.profiler_flag_on()
 
 
 # torch's profiler is one per process and its state is per thread. ``_enable_profiler`` keeps
@@ -256,13 +251,8 @@ def force_profiler_off() -> None:
     skipped. Both are checked and put right here; torch names no public call for either.
     """
     try:
-        import torch.autograd.profiler as autograd_profiler
-        from torch._C._autograd import _profiler_enabled
-
-        if _profiler_enabled():
-            with quiet_native_stderr():
-                autograd_profiler._disable_profiler()
-        autograd_profiler._set_is_profiler_enabled(False)
+        with quiet_native_stderr():
+            torch_private.disable_native_profiler()
     except Exception:  # pragma: no cover - another torch: nothing more can be done
         pass
 

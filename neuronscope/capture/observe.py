@@ -16,7 +16,7 @@ The analysis aligns the capture's ops with the observed ones by name and takes t
 lines from there (:func:`neuronscope.analysis.dataflow.graph_with_observation`); the capture
 itself runs with the user's options, so its timings are not disturbed. A capture with nothing
 observed before it (a region that runs once) turns on ``profile_memory`` instead
-(:func:`capture_options`).
+(:func:`options_added`), and says so in its record and in the result (``options_added``).
 
 API: ``with observe_dataflow() as obs: f(x)`` and then ``obs.profiler``; the scope model calls
 :func:`begin_observation` / :func:`end_observation` around a call window's last warm-up call and
@@ -35,6 +35,7 @@ from collections.abc import Iterator
 from types import FrameType
 from typing import Any
 
+from neuronscope.capture import torch_private
 from neuronscope.capture.base import (
     claim_profiler,
     defer_to_thread,
@@ -48,15 +49,22 @@ from neuronscope.capture.neuron_files import StrayRuntimeOutput
 __all__ = [
     "CONSTS_SEP",
     "LOCATION_PREFIX",
+    "PROFILE_MEMORY_WHY",
     "Observation",
     "Observing",
     "begin_observation",
-    "capture_options",
     "end_observation",
     "forget_observer",
     "observe_dataflow",
     "observe_warmup",
+    "options_added",
 ]
+
+#: Why a capture turns ``profile_memory`` on by itself, as its record and result.json say.
+PROFILE_MEMORY_WHY = (
+    "no warm-up call was observed before this capture, and hints are on with record_shapes: "
+    "allocation records link each op's inputs to the op that made them exactly"
+)
 
 #: Name prefix of the ranges the observation pass wraps torch calls in: ``ns@file:line``.
 LOCATION_PREFIX = "ns@"
@@ -97,10 +105,9 @@ def _user_line() -> str | None:
 
 
 def _function_mode() -> Any:
-    import torch
     from torch.overrides import TorchFunctionMode
 
-    fast = torch._C._profiler._RecordFunctionFast
+    fast = torch_private.record_function_fast()
 
     class _Lines(TorchFunctionMode):
         """Names each top-level torch call's range after the user's line that made it."""
@@ -125,7 +132,7 @@ def _compile_in_use() -> bool:
     """Has torch.compile been asked for in this process? Dynamo guards compiled code on the
     torch function mode stack: code compiled under the observation's mode would recompile at
     the next call without it (a false ``recompile`` hint, and a second compile)."""
-    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    eval_frame = torch_private.dynamo_eval_frame()
     backends = getattr(eval_frame, "cached_backends", None) or {}
     return any(b is not None for b in list(backends.values()))
 
@@ -139,9 +146,7 @@ def _line_ranges() -> Iterator[None]:
     if sys.gettrace() is not None:
         yield
         return
-    import torch
-
-    fast = torch._C._profiler._RecordFunctionFast
+    fast = torch_private.record_function_fast()
     open_ranges: dict[int, Any] = {}
 
     def local(frame: FrameType, event: str, arg: Any) -> Any:
@@ -267,14 +272,16 @@ def observe_warmup(last: bool = True) -> Iterator[Observation | None]:
         yield obs
 
 
-def capture_options(options: Any, observation: Observation | None) -> Any:
-    """The options a capture runs with: with nothing observed before it, hints on and shapes
-    recorded, ``profile_memory=True`` gives the capture its own exact links."""
-    if (observation is not None and observation.profiler is not None) or options.profile_memory:
-        return options
+def options_added(options: Any, observed: bool) -> dict[str, dict[str, Any]]:
+    """The options a capture turns on by itself, beyond the user's ``options``: ``{option:
+    {"value": ..., "why": ...}}``. With nothing ``observed`` before it, hints on and shapes
+    recorded, ``profile_memory=True`` gives the capture its own exact links. The caller runs
+    the capture with these on and records them (the user's options stay as given)."""
+    if observed or options.profile_memory:
+        return {}
     if not getattr(options, "hints", True) or not options.record_shapes:
-        return options
-    return dataclasses.replace(options, profile_memory=True)
+        return {}
+    return {"profile_memory": {"value": True, "why": PROFILE_MEMORY_WHY}}
 
 
 class Observing:

@@ -38,6 +38,9 @@ class CaptureRecord:
     interrupted: BaseException | None = None
     artifacts: dict[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    #: Options the capture turned on by itself beyond the user's, ``{option: {"value", "why"}}``
+    #: (:func:`neuronscope.capture.observe.options_added`).
+    options_added: dict[str, Any] = field(default_factory=dict)
 
 
 class CaptureSession:
@@ -49,8 +52,10 @@ class CaptureSession:
         *,
         clock: Callable[[], int] | None = None,
         scratch_dir: Path | None = None,
+        options_added: dict[str, Any] | None = None,
     ) -> None:
         self.backend = backend
+        self.options_added = dict(options_added or {})
         self.clock = clock or backend.now_ns
         self.capture = Capture(backend, scratch_dir=scratch_dir)
         self._compile_before: dict[str, Any] = {}
@@ -132,4 +137,5 @@ class CaptureSession:
             interrupted=interrupted,
             artifacts=artifacts,
             notes=tuple(notes),
+            options_added=self.options_added,
         )

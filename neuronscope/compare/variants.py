@@ -44,28 +44,24 @@ from neuronscope.capture.timing import (
 )
 from neuronscope.compare import intervals as stats
 from neuronscope.compare.outputs import DEFAULT_ATOL, DEFAULT_RTOL, outputs_agree
-from neuronscope.compare.range_ops import NOT_WORK_OPS, RangeOps, dispatched_ops, top_level_ops
+from neuronscope.compare.range_ops import dispatched_ops
 from neuronscope.config import Options, build_options, disabled_by_env
 from neuronscope.drive.pipeline import now_iso
 from neuronscope.drive.scope import CAPTURE, Owner, enter, leave
 from neuronscope.errors import ConfigError, NeuronscopeError
 from neuronscope.events import table_from_profiler
-from neuronscope.export.comparison import adopt_session_files, export_comparison
-from neuronscope.report.text import fmt_us, render_result
-from neuronscope.result.types import Comparison, ComparisonRow, Hint, ProfileResult
+from neuronscope.export.comparison import export_comparison
+from neuronscope.result.comparison import Comparison, ComparisonRow
+from neuronscope.result.hint import Hint
+from neuronscope.result.types import ProfileResult
+from neuronscope.units import fmt_us
 
 __all__ = [
     "COMPARE_PROFILED",
     "COMPARE_WARMUP",
-    "NOT_WORK_OPS",
     "OPTION_NAMES",
-    "RangeOps",
-    "adopt_session_files",
     "compare",
-    "dispatched_ops",
-    "outputs_agree",
     "split_options",
-    "top_level_ops",
 ]
 
 
@@ -304,10 +300,14 @@ def _profile_variant(
 
 
 def _unprofiled_result(label: str, fn: Callable[..., Any], backend: Backend, times_us: list[float]) -> ProfileResult:
-    result = ProfileResult(name=label, backend=backend.name, wall_time_us=sum(times_us), started_at=now_iso())
-    result.target = getattr(fn, "__qualname__", None)
-    result.notes.append("profiler disabled: time per call only, no op table")
-    return result
+    return ProfileResult(
+        name=label,
+        backend=backend.name,
+        wall_time_us=sum(times_us),
+        started_at=now_iso(),
+        target=getattr(fn, "__qualname__", None),
+        notes=["profiler disabled: time per call only, no op table"],
+    )
 
 
 def _hint_text(hint: Hint, calls_us: float) -> str:
@@ -402,7 +402,7 @@ def compare(variants: Mapping[str, Callable[..., Any]], *args: Any, **options: A
         )
     backend = resolve_backend(opts)
     ensure_log_handler()
-    cmp = Comparison(name=opts.name or "compare", backend=backend.name, started_at=now_iso())
+    started_at = now_iso()
     total = len(variants)
     where = {label: f"[{i}/{total}]" for i, label in enumerate(variants, 1)}
     outputs: dict[str, Any] = {}
@@ -416,21 +416,20 @@ def compare(variants: Mapping[str, Callable[..., Any]], *args: Any, **options: A
     rounds_note = None if settings.rounds is not None else budget_note(rounds.count, rounds.seconds, settings.time_budget)
     capture_opts = build_options(None, **{**opts.to_dict(), "export": False, "print_summary": False})
     profiled: dict[str, _Profiled] = {}
+    results: dict[str, ProfileResult] = {}
     for label, fn in variants.items():
         if opts.enabled:
             profiled[label] = _profile_variant(label, fn, args, call_kwargs, capture_opts, where[label], observed[label])
         else:
             profiled[label] = _Profiled(_unprofiled_result(label, fn, backend, rounds.per_call_us[label]))
-        cmp.results[label] = profiled[label].result
+        results[label] = profiled[label].result
         if opts.warmup == 0 and settings.check_outputs:
             outputs[label] = fn(*args, **call_kwargs)  # no warm-up output to check
-    _fill_rows(cmp, variants, rounds, profiled, outputs, settings, opts)
-    for note in (rounds_note, _busy_rounds_note(rounds, backend.name)):
-        if note:
-            cmp.notes.append(note)
+    rows, notes = _fill_rows(variants, rounds, profiled, outputs, settings, opts, warm_s)
+    notes += [note for note in (rounds_note, _busy_rounds_note(rounds, backend.name)) if note]
     if not opts.enabled:
-        cmp.notes.append("profiler disabled (enabled=False or NEURONSCOPE_DISABLE=1): times only, no op tables")
-    cmp.timing = {
+        notes.append("profiler disabled (enabled=False or NEURONSCOPE_DISABLE=1): times only, no op tables")
+    timing = {
         "rounds": rounds.count,
         "calls_per_round": rounds.calls,
         "samples_per_round": SAMPLES_PER_ROUND,
@@ -444,11 +443,18 @@ def compare(variants: Mapping[str, Callable[..., Any]], *args: Any, **options: A
         "warmup_calls": opts.warmup,
         "per_call_us": rounds.per_call_us,
     }
-    for row in cmp.rows:
-        row.warmup_s = warm_s[row.label]
-    cmp.wall_time_us = (time.perf_counter() - started) * 1e6
+    cmp = Comparison(
+        name=opts.name or "compare",
+        rows=rows,
+        results=results,
+        backend=backend.name,
+        notes=notes,
+        started_at=started_at,
+        wall_time_us=(time.perf_counter() - started) * 1e6,
+        timing=timing,
+    )
     if opts.export:
-        _export(cmp, {label: p.prof for label, p in profiled.items()}, opts)
+        cmp = _export(cmp, {label: p.prof for label, p in profiled.items()}, opts)
     if cmp.run_dir:
         log.info(
             "neuronscope compare: %s done -> %s  (neuronscope show %s; neuronscope report %s)",
@@ -460,16 +466,20 @@ def compare(variants: Mapping[str, Callable[..., Any]], *args: Any, **options: A
 
 
 def _fill_rows(
-    cmp: Comparison,
     variants: Mapping[str, Callable[..., Any]],
     rounds: Rounds,
     profiled: dict[str, _Profiled],
     outputs: dict[str, Any],
     settings: _Settings,
     opts: Options,
-) -> None:
+    warm_s: dict[str, float],
+) -> tuple[list[ComparisonRow], list[str]]:
     """One row per variant: the median of its rounds, the speedup with its interval and
-    verdict, the op counts from its profiled calls, and whether its output agrees."""
+    verdict, the op counts from its profiled calls, whether its output agrees and how long
+    its warm-up took; and the notes the rows need (a verdict that the medians contradict,
+    outputs that differ)."""
+    rows: list[ComparisonRow] = []
+    notes: list[str] = []
     first = next(iter(variants))
     base = rounds.per_call_us[first]
     base_median = statistics.median(base)
@@ -484,10 +494,10 @@ def _fill_rows(
             paired = stats.verdict(low, high, speedup)
             verdict = stats.verdict(low, high, speedup, medians=(base_median, median))
             if verdict == "unsure":
-                cmp.notes.append(_unsure_note(label, speedup, low, high, base + times))
+                notes.append(_unsure_note(label, speedup, low, high, base + times))
             elif verdict != paired:
                 won = sum((t < b) == (paired == "faster") for b, t in zip(base, times))
-                cmp.notes.append(
+                notes.append(
                     f"{label!r} is not called {paired}: {speedup:.2f}x over the rounds paired, but its median "
                     f"time ({fmt_us(median)}) is not {'below' if paired == 'faster' else 'above'} that of {first!r} "
                     f"({fmt_us(base_median)}); it was {paired} in {won} of {len(times)} rounds, its "
@@ -500,15 +510,15 @@ def _fill_rows(
             match, why = (True, "") if label == first else _check_outputs(outputs[first], outputs[label], settings)
             if match is None:  # the check itself failed: said, and the measurement kept
                 message = f"outputs of {label!r} were not checked against {first!r}: {why}"
-                cmp.notes.append(message)
+                notes.append(message)
                 warn_user(f"neuronscope compare: {message}")
             elif not match:
                 message = f"outputs of {label!r} differ from {first!r}: {why}"
-                cmp.notes.append(message)
+                notes.append(message)
                 warn_user(f"neuronscope compare: {message}")
         p = profiled[label]
         top_hint = p.result.hints[0] if p.result.hints else None
-        cmp.rows.append(
+        rows.append(
             ComparisonRow(
                 label=label,
                 time_us=median,
@@ -526,8 +536,10 @@ def _fill_rows(
                 all_op_count=p.all_op_count,
                 device_time_us=p.device_us,
                 profiled_calls=calls if p.prof is not None else 0,
+                warmup_s=warm_s[label],
             )
         )
+    return rows, notes
 
 
 def _unsure_note(label: str, speedup: float, low: float, high: float, times: list[float]) -> str:
@@ -548,15 +560,15 @@ def _check_outputs(a: Any, b: Any, settings: _Settings) -> tuple[bool | None, st
         return None, f"the check failed ({type(err).__name__}: {err})"
 
 
-def _export(cmp: Comparison, profs: dict[str, Any], opts: Options) -> None:
-    summary = cmp.table() + "\n" + "\n".join(render_result(r) for r in cmp.results.values())
+def _export(cmp: Comparison, profs: dict[str, Any], opts: Options) -> Comparison:
+    """``cmp`` as exported (its ``run_dir`` set), or ``cmp`` itself, in memory only, where the
+    export failed (a warning says why)."""
+    summary = cmp.table() + "\n" + "\n".join(r.table() for r in cmp.results.values())
     try:
-        export_comparison(cmp, profs, opts, summary)
+        return export_comparison(cmp, profs, opts, summary)
     except Exception as err:
-        cmp.run_dir = None
-        for result in cmp.results.values():
-            result.run_dir = None
         warn_user(
             f"neuronscope: could not export comparison {cmp.name!r} ({type(err).__name__}: {err}); "
             "the comparison stays in memory (run_dir=None)"
         )
+        return cmp

@@ -21,7 +21,6 @@ own unprofiled pass, where recursion and a skipped ``__exit__`` look alike (:fun
 
 from __future__ import annotations
 
-import atexit
 import contextvars
 import threading
 from collections.abc import Callable, Sequence
@@ -31,17 +30,18 @@ from typing import Any
 from neuronscope.announce import announce_window, ensure_log_handler, log, on_skipped, warn_once, warn_user
 from neuronscope.capture import claim_profiler, profiler_claimed, profiler_running
 from neuronscope.capture import release_profiler as _release_claim
-from neuronscope.capture.base import defer_to_thread, force_profiler_off, has_deferred, pending_work, run_deferred
-from neuronscope.capture.observe import Observation, begin_observation, end_observation, forget_observer
+from neuronscope.capture.base import defer_to_thread, has_deferred, pending_work, run_deferred
+from neuronscope.capture.observe import Observation, Observing, begin_observation, end_observation, forget_observer
 from neuronscope.config import Options, disabled_by_env
 from neuronscope.drive.forking import check_forked_child
+from neuronscope.drive.labels import close_range, open_range
 from neuronscope.drive.session import Session
-from neuronscope.drive.window import CallWindow, windows
+from neuronscope.drive.threads import strand
+from neuronscope.drive.window import CallWindow
 from neuronscope.result.types import ProfileResult
 
 __all__ = [
     "OFF",
-    "CallWindow",
     "Entry",
     "Owner",
     "acquire_profiler",
@@ -55,7 +55,6 @@ __all__ = [
     "placeholder",
     "release_profiler",
     "run",
-    "windows",
 ]
 
 #: Results a decorated callable or a region name keeps in ``.results`` (the newest): with
@@ -215,14 +214,6 @@ def release_profiler() -> None:
     _release_claim()
 
 
-@atexit.register
-def _finish_deferred() -> None:
-    """At exit, the main thread does what other threads left for it (a capture its generator
-    began and another thread ended): its profiler session is stopped, not left running."""
-    if has_deferred():
-        run_deferred()
-
-
 def _push(kind: str, owner: Owner | None) -> Entry:
     entry = Entry(kind, owner, _open_head())
     _chain.set(entry)
@@ -255,36 +246,9 @@ def _close(entry: Entry) -> None:
         _chain.set(_open_head())
 
 
-def _printable(name: str) -> str:
-    """``name`` as text that torch's record_function accepts (no lone surrogates, as
-    ``os.fsdecode`` gives for a file name that is not UTF-8)."""
-    try:
-        name.encode("utf-8")
-        return name
-    except UnicodeEncodeError:
-        return name.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-def _open_range(name: str) -> Any:
-    """A ``record_function`` range named ``name``, entered; None when torch refuses it."""
-    import torch.autograd.profiler as autograd_profiler
-
-    rf = autograd_profiler.record_function(_printable(name))
-    try:
-        rf.__enter__()
-    except Exception as err:
-        warn_once(("range", name), f"neuronscope: region {name!r} is not labelled in the capture ({type(err).__name__}: {err})")
-        return None
-    return rf
-
-
 def _close_range(entry: Entry) -> None:
     rf, entry.range = entry.range, None
-    if rf is not None:
-        try:
-            rf.__exit__(None, None, None)
-        except Exception:  # the profiler it belonged to already stopped
-            pass
+    close_range(rf)
 
 
 def enter(owner: Owner, frame: FrameType | None = None) -> Entry:
@@ -316,7 +280,7 @@ def enter(owner: Owner, frame: FrameType | None = None) -> Entry:
         scope.inner.append(entry)
         entry.thread = threading.current_thread()
         if entry.thread is scope.thread:  # elsewhere (a context copied into a worker): no range
-            entry.range = _open_range(owner.name)
+            entry.range = open_range(owner.name)
         return entry
     if window is not None and (window.closed or not window.next_call_captured()):
         if window.calls == 1 and window.warmup:
@@ -333,7 +297,7 @@ def enter(owner: Owner, frame: FrameType | None = None) -> Entry:
         # process-wide and not re-entrant), but the block shows in theirs as a labelled range.
         entry = _push(FOREIGN, owner)
         entry.thread = threading.current_thread()
-        entry.range = _open_range(owner.name)
+        entry.range = open_range(owner.name)
         owner.on_skip()
         return entry
     if not acquire_profiler():
@@ -363,7 +327,7 @@ def _start_capture(owner: Owner) -> Entry:
     entry.thread = threading.current_thread()
     try:
         session.start()
-        entry.range = _open_range(owner.name)
+        entry.range = open_range(owner.name)
     except BaseException as err:
         _close(entry)
         try:
@@ -424,7 +388,10 @@ def leave(entry: Entry, exc: BaseException | None) -> ProfileResult | None:
         observing, entry.observing = entry.observing, None
         if observing is not None and was_open:
             if observing.thread is not here:  # its session is that thread's to stop; nothing observed
-                defer_to_thread(observing.thread, lambda: end_observation(observing), orphaned=forget_observer)
+                def end_there(observing: Observing = observing) -> None:
+                    end_observation(observing)  # what it observed is dropped: another thread's call
+
+                defer_to_thread(observing.thread, end_there, orphaned=forget_observer)
             else:
                 _keep_observation(entry.owner, end_observation(observing))
         return None
@@ -440,7 +407,7 @@ def leave(entry: Entry, exc: BaseException | None) -> ProfileResult | None:
         _close_range(entry)
         return None
     if kind == FOREIGN:
-        if entry.thread is not here:
+        if entry.thread is not None and entry.thread is not here:
             defer_to_thread(entry.thread, lambda: _close_range(entry))
         else:
             _close_range(entry)
@@ -450,7 +417,7 @@ def leave(entry: Entry, exc: BaseException | None) -> ProfileResult | None:
     session = entry.session
     assert session is not None
     if entry.thread is not here:
-        _strand(entry)
+        strand(entry, release_profiler)
         return None
     try:
         for label in reversed(entry.inner or ()):  # ranges still open: cut at the capture's end
@@ -469,46 +436,6 @@ def _keep_observation(owner: Owner | None, observation: Observation | None) -> N
     """A finished observation goes to the call window that made it (its next capture's)."""
     if observation is not None and owner is not None and owner.window is not None:
         owner.window.observation = observation
-
-
-def _strand(entry: Entry) -> None:
-    """A capture ended on a thread that did not start it (a generator holding a region across
-    its yields, finished on another thread). torch's session lives in the starting thread's
-    state: stopping or exporting it here would find no session and crash in the export. So
-    nothing is touched here: the capture is dropped, counted as a call that ran uncaptured,
-    and its own thread stops it the next time it enters neuronscope (the main thread at exit
-    at the latest); the profiler stays claimed until then, so no other capture races it."""
-    owner = entry.owner
-    name = getattr(owner, "name", "?")
-    warn_once(
-        ("moved", name),
-        f"neuronscope: region {name!r} ended on another thread than the one it began on (a "
-        "generator resumed on another thread?); torch's profiler can be stopped only by the "
-        "thread that started it, so this capture is dropped (counted in skipped_calls) and "
-        "stopped when its thread next enters neuronscope",
-    )
-    for label in entry.inner or ():
-        label.cut = True
-        label.open = False
-
-    def finish() -> None:
-        try:
-            for label in reversed(entry.inner or ()):
-                _close_range(label)
-            entry.inner = None
-            _close_range(entry)
-            if entry.session is not None:
-                entry.session.abandon()
-        finally:
-            release_profiler()
-
-    def orphaned() -> None:  # its thread ended: torch's session went with the thread's state
-        force_profiler_off()
-        release_profiler()
-
-    defer_to_thread(entry.thread, finish, orphaned)
-    if owner is not None:
-        owner.on_skip()
 
 
 def _said_cut(entry: Entry) -> None:

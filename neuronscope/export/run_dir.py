@@ -33,60 +33,29 @@ import socket
 import unicodedata
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from neuronscope.export import safe_io
 from neuronscope.export.runs import (
     INCOMPLETE_MARKER,
-    MAX_RESULT_BYTES,
     RESULT_FILE,
     SUMMARY_FILE,
-    find_runs,
-    incomplete_trace_text,
-    is_incomplete,
-    is_run_dir,
-    load,
-    load_json,
 )
-from neuronscope.export.safe_io import atomic_write_text, atomic_write_with, held_dir, write_text_at
+from neuronscope.export.safe_io import atomic_write_with
 from neuronscope.export.trace_out import (
-    GZIP_TRACE_ABOVE_EVENTS,
     RAW_TRACE,
     TraceWriter,
-    gzip_file,
-    make_trace_writer,
-    save_chrome_trace,
 )
-from neuronscope.result.types import Comparison, ProfileResult
+from neuronscope.result.comparison import Comparison
+from neuronscope.result.types import ProfileResult
 
 __all__ = [
-    "GZIP_TRACE_ABOVE_EVENTS",
-    "INCOMPLETE_MARKER",
-    "MAX_RESULT_BYTES",
-    "RAW_TRACE",
-    "RESULT_FILE",
-    "SUMMARY_FILE",
-    "TraceWriter",
-    "atomic_write_text",
-    "atomic_write_with",
     "export_result",
     "fill_run",
-    "find_runs",
     "finish_run",
-    "gzip_file",
-    "held_dir",
-    "incomplete_trace_text",
-    "is_incomplete",
-    "is_run_dir",
-    "load",
-    "load_json",
-    "make_trace_writer",
     "new_run_dir",
     "safe_name",
-    "save_chrome_trace",
     "save_result",
-    "write_run",
-    "write_text_at",
 ]
 
 log = logging.getLogger("neuronscope")
@@ -269,14 +238,13 @@ def _fill(
 ) -> Any:
     """Write a run into the directory held open as ``fd``; return the result as written."""
     base = safe_io.fd_path(fd, run_dir)
-    out: Any = dataclasses.replace(result, run_dir=str(run_dir), notes=list(result.notes))
     # The trace's name, where the writer says it in advance (make_trace_writer's do): then
     # result.json names it from its first write and is written once when the trace comes out.
     expected = getattr(trace_writer, "filename", None)
-    if isinstance(out, ProfileResult):
-        out.artifacts = dict(out.artifacts)
-        if expected is not None:
-            out.artifacts.setdefault("trace", expected)
+    changes: dict[str, Any] = {"run_dir": str(run_dir), "notes": list(result.notes)}
+    if isinstance(result, ProfileResult):
+        changes["artifacts"] = {"trace": expected, **result.artifacts} if expected is not None else dict(result.artifacts)
+    out: Any = dataclasses.replace(result, **changes)
     _write_text(base / RESULT_FILE, out.to_json())  # the measurement first: it is small
     _write_text(base / SUMMARY_FILE, _summary_text(summary, out))
     if trace_writer is None:
@@ -375,21 +343,6 @@ def fill_run(
         return written
     finally:
         os.close(fd)
-
-
-def write_run(
-    run_dir: Path,
-    result: ProfileResult | Comparison,
-    summary: str,
-    trace_writer: TraceWriter | None = None,
-) -> None:
-    """:func:`fill_run` that sets ``run_dir`` (and the trace artifact, and notes) on ``result``
-    itself, for a comparison, which its caller fills in as it goes."""
-    written: Any = fill_run(run_dir, cast(Any, result), summary=summary, trace_writer=trace_writer)
-    result.run_dir = written.run_dir
-    result.notes[:] = written.notes
-    if isinstance(result, ProfileResult) and isinstance(written, ProfileResult):
-        result.artifacts.update(written.artifacts)
 
 
 def save_result(

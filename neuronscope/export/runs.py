@@ -8,11 +8,13 @@ from __future__ import annotations
 import json
 import os
 import stat
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from neuronscope.errors import RunLoadError
-from neuronscope.result.types import Comparison, ProfileResult
+from neuronscope.result.comparison import Comparison
+from neuronscope.result.types import ProfileResult
 
 __all__ = [
     "INCOMPLETE_MARKER",
@@ -137,11 +139,11 @@ def load(run_dir: str | os.PathLike[str]) -> ProfileResult | Comparison:
             loaded = ProfileResult.from_dict(data)
     except RunLoadError as exc:
         raise RunLoadError(f"{result_file}: {exc}") from exc
-    loaded.run_dir = str(result_file.parent)
+    where = str(result_file.parent)
     if isinstance(loaded, Comparison):  # the variants live in the comparison's directory
-        for variant in loaded.results.values():
-            variant.run_dir = loaded.run_dir
-    return loaded
+        results = {label: replace(variant, run_dir=where) for label, variant in loaded.results.items()}
+        return replace(loaded, run_dir=where, results=results)
+    return replace(loaded, run_dir=where)
 
 
 def is_incomplete(run_dir: Path | str) -> bool:

@@ -15,11 +15,11 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from neuronscope.errors import NeuronscopeError
-from neuronscope.report.text import MAX_NAME_CHARS, shorten
-from neuronscope.units import fmt_us, safe_text
+from neuronscope.units import MAX_NAME_CHARS, fmt_us, safe_text, shorten
 
 if TYPE_CHECKING:
-    from neuronscope.result.types import Comparison, ProfileResult
+    from neuronscope.result.comparison import Comparison
+    from neuronscope.result.types import ProfileResult
 
 __all__ = ["CHART_LABEL_CHARS", "TOP_OPS_IN_CHART", "Charts", "device_label"]
 

@@ -13,9 +13,8 @@ from typing import Any
 
 from tabulate import tabulate
 
-from neuronscope.report.text import fmt_us
 from neuronscope.result.types import ProfileResult
-from neuronscope.units import safe_text
+from neuronscope.units import fmt_us, safe_text
 
 __all__ = ["diff_results", "render_diff"]
 

@@ -117,6 +117,8 @@ def ranks_list(value: Any) -> list[dict[str, Any]] | None:
     return out
 
 
+
+
 def malformed(what: str, exc: Exception) -> str:
     """Why a result.json could not be read back, and what to do."""
     if isinstance(exc, KeyError):

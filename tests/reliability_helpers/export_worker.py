@@ -38,7 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from neuronscope.export import run_dir as export
-from neuronscope.result.types import OpStat, ProfileResult
+from neuronscope.result.stats import OpStat
+from neuronscope.result.types import ProfileResult
 
 POINT_FILES = {
     "trace-mid": "trace.json",
@@ -131,7 +132,7 @@ def synthetic_trace_writer(n_events: int) -> Callable[[Path], Path]:
 def synthetic_export(root: Path, i: int, n_events: int) -> Path:
     run_dir = export.new_run_dir(root, "killed")
     result = synthetic_result(i)
-    export.write_run(run_dir, result, f"summary of export {i}\n" * 50, trace_writer=synthetic_trace_writer(n_events))
+    export.fill_run(run_dir, result, summary=f"summary of export {i}\n" * 50, trace_writer=synthetic_trace_writer(n_events))
     return run_dir
 
 

@@ -22,6 +22,7 @@ from typing import Any
 import msgspec
 
 from neuronscope.errors import TraceFormatError
+from neuronscope.events.trace_records import EventArgs, FastTraceEvent, TraceEvent
 
 __all__ = [
     "CHUNK_BYTES",
@@ -38,41 +39,11 @@ __all__ = [
 ]
 
 
-class EventArgs(msgspec.Struct, gc=False):
-    """The arguments of a trace event that the reader reads; any others are skipped unparsed.
-    ``stream`` is UNSET where absent (the reader then takes the event's ``tid``)."""
-
-    correlation: Any = None
-    external_id: Any = msgspec.field(default=None, name="External id")
-    input_dims: Any = msgspec.field(default=None, name="Input Dims")
-    stream: Any = msgspec.UNSET
-    device: Any = None
-
-
-class TraceEvent(msgspec.Struct, gc=False):
-    """A trace event's fields that the reader reads, any JSON type (the reader checks each
-    before use); every other field is skipped unparsed, never made into Python objects: the
-    objects of a parsed document cost more to make and to free than the parsing itself.
-    Untracked by the cyclic collector (``gc=False``): JSON makes no reference cycles."""
-
-    cat: Any = None
-    name: Any = None
-    pid: Any = None
-    tid: Any = None
-    ts: Any = None
-    dur: Any = None
-    #: A flow event's id (``ac2g`` arrows: launch to device work); other events have none.
-    id: Any = None
-    #: Any JSON value: ``args`` that are no object are the reader's to judge (read as none
-    #: where falsy, malformed where the reader needs them), and of events it skips, never read.
-    args: EventArgs | list | str | int | float | bool | None = None
-
-
 Ingest = Callable[[list[TraceEvent], str], None]
 #: Called with the number of bytes of the file (compressed, where it is) read since its last call.
 OnRead = Callable[[int], None]
 
-_EVENT_LIST = msgspec.json.Decoder(list[TraceEvent])
+_EVENT_LIST: msgspec.json.Decoder[list[Any]] = msgspec.json.Decoder(list[FastTraceEvent])
 _TOP_LEVEL = msgspec.json.Decoder(dict[str, msgspec.Raw])
 
 

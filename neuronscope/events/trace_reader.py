@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from msgspec import UNSET
+from msgspec import UNSET, Raw
 
 from neuronscope.errors import TraceFormatError
 from neuronscope.events import IGNORED_NAMES, KIND_ANNOTATION, KIND_OP, KIND_PYTHON, KIND_RUNTIME, EventTable, gc_paused
 from neuronscope.events.flows import DISPATCH_CATEGORIES, FLOW_CATEGORIES
-from neuronscope.events.jsontext import EventArgs, Fallback, OnRead, TraceEvent, stream, whole
+from neuronscope.events.jsontext import Fallback, OnRead, stream, whole
 from neuronscope.events.locations import user_location
 from neuronscope.events.table import (
     KIND_DEVICE,
@@ -31,6 +31,7 @@ from neuronscope.events.table import (
 )
 from neuronscope.events.trace_link import link_file
 from neuronscope.events.trace_meta import trace_metadata
+from neuronscope.events.trace_records import EventArgs, RawDimsArgs, TraceEvent, dims_value
 
 _UNSET = object()
 _SYNC = 7  # a category of host intervals blocked in a synchronisation (read, not a row)
@@ -63,6 +64,7 @@ class _Reader:
         self.location_cache: dict[str, str | None] = {}  # python_function name -> location
         self.name_cache: dict[str, str] = {}
         self.last_dims: dict[str, Any] = {}  # op name -> "Input Dims" of its last call
+        self.dims_cache: dict[bytes, Any] = {}  # "Input Dims" text -> its list (None: no list)
         self.files: list[str] = []
         self.metas: list[dict[str, Any]] = []
         self.wall_ns = 0
@@ -175,6 +177,7 @@ class _Reader:
         ignored = IGNORED_NAMES
         locations = self.location_cache
         last_dims = self.last_dims
+        dims_cache = self.dims_cache
         name_cache = self.name_cache
         class_cache = self.class_cache
         sync_calls = self.sync_calls
@@ -231,7 +234,7 @@ class _Reader:
                     dur_ns = 0
                 if code == KIND_DEVICE:
                     args = e.args
-                    if args.__class__ is not EventArgs:
+                    if args.__class__ is not RawDimsArgs and args.__class__ is not EventArgs:
                         _no_args_or_malformed(args)
                         args = _NO_ARGS
                     dev_corr.append(args.correlation)
@@ -281,13 +284,18 @@ class _Reader:
                     device_append(0)
                     kinds_append(code)
                     args = e.args
-                    if args.__class__ is not EventArgs:
+                    if args.__class__ is not RawDimsArgs and args.__class__ is not EventArgs:
                         _no_args_or_malformed(args)
                         args = None
                     if args is not None:
                         exts_append(args.external_id if code == KIND_OP else None)
                         dims = args.input_dims
-                        if dims.__class__ is not list:
+                        if dims.__class__ is Raw:  # its text: one list per distinct text
+                            text = bytes(dims)
+                            dims = dims_cache.get(text, _UNSET)
+                            if dims is _UNSET:
+                                dims = dims_cache[text] = dims_value(text)
+                        elif dims.__class__ is not list:
                             dims = None  # none recorded, or no list of inputs' dims: no shapes
                         else:
                             # Share one list between calls of an op with the shapes of its last
@@ -307,7 +315,7 @@ class _Reader:
                         continue
                     if code == KIND_RUNTIME:
                         args = e.args
-                        if args.__class__ is not EventArgs:
+                        if args.__class__ is not RawDimsArgs and args.__class__ is not EventArgs:
                             _no_args_or_malformed(args)
                             args = None
                         if args is not None:
@@ -349,7 +357,7 @@ class _Reader:
     def _dispatch(self, e: Any, thread: int, start: int, end: int) -> None:
         self.dispatches[(thread, start)] = end
         args = e.args
-        corr = args.correlation if args.__class__ is EventArgs else None
+        corr = args.correlation if args.__class__ is RawDimsArgs or args.__class__ is EventArgs else None
         if corr is not None:
             self.runtime[corr] = (thread, start, end)
 

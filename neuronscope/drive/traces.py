@@ -32,8 +32,11 @@ a larger one a megabyte of events at a time, so memory follows the events kept, 
 text; one event over 16 MiB is refused. msgspec decodes only the fields the reader reads
 (:class:`~neuronscope.trace.jsontext.TraceEvent`), the rest is skipped unparsed; a document
 msgspec refuses (NaN, lone surrogates, an odd layout) is read with the standard library's
-``json``, which also names what is wrong. Modules: ``jsontext`` (bytes to events), ``reader``
-(events to the table: the hot loop, linking), ``files`` (which files, which rank).
+``json``, which also names what is wrong. Modules (in :mod:`neuronscope.events`): ``jsontext``
+(bytes to events), ``trace_records`` (the records events become), ``trace_reader`` (events to
+the table: the hot loop), ``trace_link`` (device events to their ops, once per file),
+``trace_meta`` (what a file says besides its events), ``trace_files`` (which files, which rank).
+A job's ranks are read in parallel, each reduced to a :class:`RankSummary`, then merged here.
 """
 
 

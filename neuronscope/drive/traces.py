@@ -45,6 +45,7 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 import os
+import sys
 from collections.abc import Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from pathlib import Path
@@ -153,9 +154,10 @@ def from_trace(
     The ranks other than the main one are read in parallel, each reduced to its row of
     ``ranks``: ``executor`` is any :class:`concurrent.futures.Executor` whose workers can open
     the files (a Dask ``distributed.Client``'s ``get_executor()`` where the traces live on a
-    cluster); None (the default) uses local processes, one per core, where the files are big
-    enough to gain from it; False reads them one after another in this process. A rank whose
-    file is damaged or truncated is named in a note and left out; the others are still read.
+    cluster); None (the default) uses local processes (forked, on Linux), one per core, where
+    the files are big enough to gain from it; False reads them one after another in this
+    process. A rank whose file is damaged or truncated is named in a note and left out; the
+    others are still read.
     ``progress``: a bar on standard error for reads longer than a couple of seconds; None
     (the default) draws it where standard error is a terminal.
 
@@ -201,19 +203,18 @@ def rank_summary(rank: int, files: list[Path], label: str) -> RankSummary:
 
 def _local_pool(groups: list[tuple[int, list[Path]]]) -> Executor | None:
     """Worker processes for reading ``groups``, one per core, or None where this process
-    should read them itself (one core, a single rank, or files too small to gain)."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
+    should read them itself (one core, a single rank, files too small to gain, no Linux)."""
+    # fork, on Linux only: workers start at once and do not import the user's __main__ again
+    # (spawn and forkserver would run a script without a `__main__` guard a second time), and
+    # fork is unsafe on macOS. Elsewhere the caller's own executor= is the way to parallel reads.
+    if not sys.platform.startswith("linux") or "fork" not in multiprocessing.get_all_start_methods():
+        return None
+    cores = len(os.sched_getaffinity(0))
     if cores < 2 or len(groups) < 2:
         return None
     if sum(p.stat().st_size for _, g in groups for p in g) < PARALLEL_MIN_BYTES:
         return None
-    # fork where there is one: workers start at once, and do not import the user's __main__
-    # again (spawn would run a script without a `__main__` guard a second time).
-    methods = multiprocessing.get_all_start_methods()
-    context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    context = multiprocessing.get_context("fork")
     return ProcessPoolExecutor(max_workers=min(cores, len(groups)), mp_context=context)
 
 

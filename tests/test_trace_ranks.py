@@ -131,3 +131,17 @@ def test_progress_bar_on_stderr_when_asked(job: Path, capsys: pytest.CaptureFixt
     assert "4 ranks" in err and "/4 [" in err
     from_trace(SOURCE, progress=True)  # one file: the bytes read
     assert "training_mm_record_shapes" in capsys.readouterr().err
+
+
+def _read_in_pool_worker(job: str) -> list[int]:
+    return [r["rank"] for r in from_trace(job).ranks]
+
+
+def test_a_pool_worker_reads_the_ranks_itself(job: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A daemonic process (a multiprocessing Pool's worker) may start no processes of its own:
+    from_trace there reads the ranks one after another rather than fail."""
+    import multiprocessing
+
+    monkeypatch.setattr(traces_mod, "PARALLEL_MIN_BYTES", 0)
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        assert pool.apply(_read_in_pool_worker, (str(job),)) == [0, 1, 2, 3]

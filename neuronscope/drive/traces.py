@@ -203,11 +203,14 @@ def rank_summary(rank: int, files: list[Path], label: str) -> RankSummary:
 
 def _local_pool(groups: list[tuple[int, list[Path]]]) -> Executor | None:
     """Worker processes for reading ``groups``, one per core, or None where this process
-    should read them itself (one core, a single rank, files too small to gain, no Linux)."""
+    should read them itself (one core, a single rank, files too small to gain, no Linux, a
+    daemonic process)."""
     # fork, on Linux only: workers start at once and do not import the user's __main__ again
     # (spawn and forkserver would run a script without a `__main__` guard a second time), and
     # fork is unsafe on macOS. Elsewhere the caller's own executor= is the way to parallel reads.
     if not sys.platform.startswith("linux") or "fork" not in multiprocessing.get_all_start_methods():
+        return None
+    if multiprocessing.current_process().daemon:  # a Pool's worker may start no processes
         return None
     cores = len(os.sched_getaffinity(0))
     if cores < 2 or len(groups) < 2:

@@ -217,8 +217,10 @@ def _local_pool(groups: list[tuple[int, list[Path]]]) -> Executor | None:
         return None
     if sum(p.stat().st_size for _, g in groups for p in g) < PARALLEL_MIN_BYTES:
         return None
-    context = multiprocessing.get_context("fork")
-    return ProcessPoolExecutor(max_workers=min(cores, len(groups)), mp_context=context)
+    try:
+        return ProcessPoolExecutor(max_workers=min(cores, len(groups)), mp_context=multiprocessing.get_context("fork"))
+    except OSError:  # no semaphores here (a sandbox without /dev/shm): read them in this process
+        return None
 
 
 def _from_files(files: list[Path], label: str, executor: Executor | Literal[False] | None, progress: bool | None) -> ProfileResult:

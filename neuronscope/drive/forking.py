@@ -11,6 +11,7 @@ DataLoader workers fork inside captured steps all the time and never enter a reg
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 
 from neuronscope.capture import torch_private
@@ -19,6 +20,10 @@ __all__ = ["check_forked_child", "forked_during_capture"]
 
 
 def _profiler_running() -> bool:
+    # Only where the parent imported the profiler: importing it here, in every forked child
+    # (a DataLoader worker, a trace-reading process), took 2-4 s each where nothing was captured.
+    if "torch.autograd.profiler" not in sys.modules:
+        return False
     try:
         return torch_private.profiler_flag_on()
     except Exception:  # torch half-imported: no capture either

@@ -1,14 +1,12 @@
 """The JSON layer of trace reading: a Chrome-trace file's bytes, decompressed and decoded into
-:class:`TraceEvent` records by :func:`stream`: at once for a document of at most
-:data:`WHOLE_AT_ONCE_BYTES` that msgspec takes whole (nearly all), else a chunk at a time; and
-by :func:`whole` for layouts the streaming path does not take. Work per byte and memory are
-bounded: one event (or a run of whitespace) is at most :data:`MAX_EVENT_BYTES`, a document read
-whole at most :data:`MAX_WHOLE_BYTES`.
-
-msgspec skips the fields the reader does not read without making Python objects of them, and
-without checking their text: invalid UTF-8 there is read past (the standard library's json
-refuses the whole document). What msgspec refuses (NaN, Infinity, out-of-range numbers, lone
-surrogates) is read with the standard library.
+:class:`TraceEvent` records by :func:`stream` (at once for a document of at most
+:data:`WHOLE_AT_ONCE_BYTES` that msgspec takes whole, else a chunk at a time) and by
+:func:`whole` (layouts the streaming path does not take). Work per byte and memory are bounded:
+one event (or a run of whitespace) is at most :data:`MAX_EVENT_BYTES`, a document read whole at
+most :data:`MAX_WHOLE_BYTES`. msgspec skips the fields the reader does not read without making
+objects of them or checking their text (invalid UTF-8 there is read past, where the standard
+library's json refuses the document); what msgspec refuses (NaN, Infinity, out-of-range
+numbers, lone surrogates) is read with the standard library.
 """
 
 from __future__ import annotations
@@ -24,15 +22,14 @@ from typing import Any
 import msgspec
 
 from neuronscope.errors import TraceFormatError
+from neuronscope.events.trace_records import EventArgs, FastTraceEvent, TraceEvent
 
 __all__ = [
     "CHUNK_BYTES",
     "MAX_EVENT_BYTES",
     "MAX_WHOLE_BYTES",
     "WHOLE_AT_ONCE_BYTES",
-    "EventArgs",
     "Fallback",
-    "TraceEvent",
     "blocks",
     "guard_io",
     "stream",
@@ -40,40 +37,11 @@ __all__ = [
 ]
 
 
-
-class EventArgs(msgspec.Struct, gc=False):
-    """The arguments of a trace event that the reader reads; any others are skipped unparsed.
-    ``stream`` is UNSET where absent (the reader then takes the event's ``tid``)."""
-
-    correlation: Any = None
-    external_id: Any = msgspec.field(default=None, name="External id")
-    input_dims: Any = msgspec.field(default=None, name="Input Dims")
-    stream: Any = msgspec.UNSET
-    device: Any = None
-
-
-class TraceEvent(msgspec.Struct, gc=False):
-    """A trace event's fields that the reader reads, any JSON type (the reader checks each
-    before use); every other field is skipped unparsed, never made into Python objects: the
-    objects of a parsed document cost more to make and to free than the parsing itself.
-    Untracked by the cyclic collector (``gc=False``): JSON makes no reference cycles."""
-
-    cat: Any = None
-    name: Any = None
-    pid: Any = None
-    tid: Any = None
-    ts: Any = None
-    dur: Any = None
-    #: A flow event's id (``ac2g`` arrows: launch to device work); other events have none.
-    id: Any = None
-    #: Any JSON value: ``args`` that are no object are the reader's to judge (read as none
-    #: where falsy, malformed where the reader needs them), and of events it skips, never read.
-    args: EventArgs | list | str | int | float | bool | None = None
-
-
 Ingest = Callable[[list[TraceEvent], str], None]
+#: Called with the number of bytes of the file (compressed, where it is) read since its last call.
+OnRead = Callable[[int], None]
 
-_EVENT_LIST = msgspec.json.Decoder(list[TraceEvent])
+_EVENT_LIST: msgspec.json.Decoder[list[Any]] = msgspec.json.Decoder(list[FastTraceEvent])
 _TOP_LEVEL = msgspec.json.Decoder(dict[str, msgspec.Raw])
 
 
@@ -116,16 +84,17 @@ class Fallback(Exception):
     """The streaming reader met a layout it does not handle; parse the whole file instead."""
 
 
-def blocks(path: Path, first: int = 0) -> Iterator[bytes]:
-    """The decompressed bytes of ``path`` (gzip or plain), in blocks of about CHUNK_BYTES; the
-    first block up to ``first`` bytes where that is more (a small file: one block)."""
+def blocks(path: Path, first: int = 0, on_read: OnRead | None = None) -> Iterator[bytes]:
+    """The decompressed bytes of ``path`` (gzip or plain), in blocks of about CHUNK_BYTES, the
+    first up to ``first`` bytes; ``on_read`` is told each read's size (a progress bar's steps)."""
     limit = max(first, CHUNK_BYTES)
     with open(path, "rb") as fh:
-        data = fh.read(limit)
+        read = fh.read if on_read is None else lambda size: _told(fh.read(size), on_read)
+        data = read(limit)
         if data[:2] != b"\x1f\x8b":
             while data:
                 yield data
-                data = fh.read(CHUNK_BYTES)
+                data = read(CHUNK_BYTES)
             return
         dec = zlib.decompressobj(wbits=31)
         fed = done = False
@@ -147,7 +116,7 @@ def blocks(path: Path, first: int = 0) -> Iterator[bytes]:
                     yield out
             if done:
                 break
-            data = fh.read(CHUNK_BYTES)
+            data = read(CHUNK_BYTES)
         if fed:
             tail = dec.flush()
             if tail:
@@ -156,12 +125,16 @@ def blocks(path: Path, first: int = 0) -> Iterator[bytes]:
                 raise EOFError("the compressed data ends before its end-of-stream marker")
 
 
-def stream(path: Path, name: str, ingest: Ingest) -> dict[str, Any]:
-    """Feed the events of ``path`` to ``ingest`` a chunk at a time; return the top-level keys.
-    A document of at most WHOLE_AT_ONCE_BYTES is decoded at once where msgspec takes it whole
-    (nearly always); else, and for larger ones, chunk by chunk. Raises :class:`Fallback` on a
-    layout it does not take (nothing then is to be kept)."""
-    chunks = guard_io(path, name, first=WHOLE_AT_ONCE_BYTES)
+def _told(data: bytes, on_read: OnRead) -> bytes:
+    on_read(len(data))
+    return data
+
+
+def stream(path: Path, name: str, ingest: Ingest, on_read: OnRead | None = None) -> dict[str, Any]:
+    """Feed the events of ``path`` to ``ingest`` (at once up to WHOLE_AT_ONCE_BYTES where msgspec
+    takes the document whole, else chunk by chunk); return the top-level keys. Raises
+    :class:`Fallback` on a layout it does not take (nothing read is then kept)."""
+    chunks = guard_io(path, name, first=WHOLE_AT_ONCE_BYTES, on_read=on_read)
     first = next(chunks, b"")
     second = next(chunks, None)
     if second is None:  # the whole document in one block
@@ -472,10 +445,10 @@ def _decode_checked(data: bytes, name: str) -> tuple[list[Any], dict[str, Any]]:
     return events, meta
 
 
-def guard_io(path: Path, name: str, first: int = 0) -> Iterator[bytes]:
+def guard_io(path: Path, name: str, first: int = 0, on_read: OnRead | None = None) -> Iterator[bytes]:
     """:func:`blocks` with I/O and decompression errors turned into TraceFormatError."""
     try:
-        yield from blocks(path, first)
+        yield from blocks(path, first, on_read)
     except FileNotFoundError:
         raise TraceFormatError(f"{name}: no such file") from None
     except IsADirectoryError:

@@ -305,6 +305,16 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return doctor_main(args.out)
 
 
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from neuronscope.analysis.calibration import cache_path, calibrate, describe
+
+    if args.dtype not in ("float32", "float64", "float16", "bfloat16"):
+        raise NeuronscopeError(f"calibrate --dtype takes float32, float64, float16 or bfloat16, not {args.dtype!r}")
+    _print(describe(calibrate("cpu", args.dtype)))
+    _print(f"kept in {cache_path()}")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from neuronscope.demo import render_demo, run_demo
 
@@ -414,6 +424,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--out", default=None, help="where to write the JSON (default: ./neuronscope-doctor-<host>-<time>.json)")
     p.set_defaults(func=cmd_doctor)
+    p = sub.add_parser(
+        "calibrate",
+        help="measure this machine's op costs once and keep them for the fusion estimates",
+        description="Time a small op, the bandwidth, torch.compile's entry and each idiom's eager "
+        "replacement on this CPU (some 10 s) and keep them in the user's cache directory "
+        "($NEURONSCOPE_CACHE_DIR, else $XDG_CACHE_HOME/neuronscope): captures then bound their "
+        "estimated savings by them, and never time anything themselves.",
+    )
+    p.add_argument("--dtype", default="float32", help="dtype of the probes (default float32)")
+    p.set_defaults(func=cmd_calibrate)
     return parser
 
 

@@ -824,3 +824,23 @@ def test_a_traces_gelu_needs_a_cubic_term_under_tanh(tmp_path: Path, fn: Any, is
     prof.export_chrome_trace(str(path))
     assert ("gelu" in {h.pattern for h in from_trace(path).hints}) is is_gelu
 
+
+@pytest.mark.parametrize(
+    ("act", "spelling"),
+    [("silu", lambda g, u: torch.nn.functional.silu(g) * u), ("silu", lambda g, u: g * torch.sigmoid(g) * u), ("gelu", lambda g, u: torch.nn.functional.gelu(g, approximate="tanh") * u)],
+)
+def test_the_glu_family_says_which_activation(act: str, spelling: Any, tmp_path: Any) -> None:
+    """silu_mul covers SwiGLU and GeGLU: details["activation"] and the text name it, live and from
+    the trace."""
+    from torch.profiler import ProfilerActivity, profile
+
+    g, u = torch.randn(8, 64), torch.randn(8, 64)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True, profile_memory=True) as prof:
+        spelling(g, u)
+    prof.export_chrome_trace(str(tmp_path / "t.json"))
+    from neuronscope import from_trace
+
+    for result in (from_profiler(prof), from_trace(tmp_path / "t.json")):
+        (h,) = [h for h in result.hints if h.pattern == "silu_mul"]
+        assert h.details["activation"] == act and f"{act}(gate) * up" in h.suggestion
+        assert ("GeGLU" if act == "gelu" else "SwiGLU") in h.suggestion

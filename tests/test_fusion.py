@@ -844,3 +844,38 @@ def test_the_glu_family_says_which_activation(act: str, spelling: Any, tmp_path:
         (h,) = [h for h in result.hints if h.pattern == "silu_mul"]
         assert h.details["activation"] == act and f"{act}(gate) * up" in h.suggestion
         assert ("GeGLU" if act == "gelu" else "SwiGLU") in h.suggestion
+
+
+def test_multihead_attention_with_weights_is_told_need_weights_false() -> None:
+    """nn.MultiheadAttention's default need_weights=True writes attention out inside
+    F.multi_head_attention_forward: the advice is its switch, and no number of that enclosing
+    call (embed_dim=128) is read as the scale of an op inside it."""
+    from neuronscope import profile_on_neuron
+
+    torch.manual_seed(0)
+    mha = torch.nn.MultiheadAttention(128, 4, batch_first=True).eval()
+    q, x = torch.randn(2, 1, 128), torch.randn(2, 16, 128)
+    f = profile_on_neuron(lambda: mha(q, x, x)[0], export=False, print_summary=False, backend="cpu")
+    with torch.no_grad():
+        f()
+        f()
+    (h,) = [h for h in f.last_result.hints if h.pattern == "attention"]
+    assert h.details.get("scale") != 128.0 and "attn_implementation" not in h.suggestion
+    from neuronscope.capture.observe import _compile_in_use
+
+    if not _compile_in_use():  # after a torch.compile the observation names lines only
+        assert "need_weights=False" in h.suggestion
+
+
+def test_the_sdpa_switch_is_named_only_where_the_model_class_declares_it() -> None:
+    """attn_implementation="sdpa" is the advice only for a model module whose classes declare
+    they take it (DeBERTa-v2's raise ValueError for it); a module that says nothing: None."""
+    import importlib
+
+    from neuronscope.analysis.patterns.attention import supports_sdpa_switch
+
+    llama = importlib.import_module("transformers.models.llama.modeling_llama")
+    deberta = importlib.import_module("transformers.models.deberta_v2.modeling_deberta_v2")
+    assert supports_sdpa_switch(llama.__file__) is True
+    assert supports_sdpa_switch(deberta.__file__) is False
+    assert supports_sdpa_switch(__file__) is None

@@ -368,9 +368,15 @@ def _graph_from_profiler(prof: Any, table: EventTable | None, infer: bool = True
         node = OpNode(len(nodes), name, short_name(name), tid, start, end, event=ev)
         parent = ev.parent
         if parent is not None and parent.name.startswith(LOCATION_PREFIX):  # the observation pass's line
-            loc, _, nums = parent.name[len(LOCATION_PREFIX) :].partition(CONSTS_SEP)
+            loc, _, rest = parent.name[len(LOCATION_PREFIX) :].partition(CONSTS_SEP)
+            nums, _, called = rest.partition(CONSTS_SEP)
             node.location = loc
-            node.consts = tuple(float(v) for v in nums.split(",") if v) if nums else ()
+            # The call's numbers are this op's only where the call ran this op alone: those of
+            # a composite (nn.MultiheadAttention's embed_dim) are no scale of its mul.
+            if sum(1 for c in parent.children if "::" in c.name) == 1:
+                node.consts = tuple(float(v) for v in nums.split(",") if v) if nums else ()
+            else:
+                node.within = called or None
         if hit is not None:
             node.cpu_ns, node.device_ns = hit.cpu_ns, hit.device_ns
         else:
@@ -493,7 +499,7 @@ def graph_with_observation(graph: OpGraph, observed: OpGraph) -> OpGraph:
         base = oi - oi % period  # producers within the same repetition
         n.producers = [to_capture.get(base + p, -1) if p >= 0 else -1 for p in o.producers]
         n.writes = o.writes
-        n.consts = o.consts
+        n.consts, n.within = o.consts, o.within
         if o.location is not None:
             n.location = o.location
     for n in graph.nodes:
@@ -543,7 +549,7 @@ def graph_from_observation(observed: OpGraph, table: EventTable) -> OpGraph | No
                 j, o.name, o.op, table.tids[i], table.starts[i], table.ends[i],
                 inputs=list(o.inputs), producers=[base + p if p >= 0 else -1 for p in o.producers],
                 scalars=list(o.scalars), cpu_ns=t.cpu_ns, device_ns=t.device_ns, location=o.location,
-                event=o.event, consts=o.consts, writes=o.writes,
+                event=o.event, consts=o.consts, within=o.within, writes=o.writes,
             )
         )
     for n in nodes:

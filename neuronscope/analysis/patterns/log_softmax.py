@@ -81,7 +81,7 @@ LOG_SOFTMAX = Pattern(
     sequence=(
         r"(?:(?:(?:max|amax) sub )?exp sum log sub "
         r"|(?:_?softmax |(?:(?:max|amax) sub )?exp (?:exp )?sum (?:div |reciprocal mul ))log )"
-        r"(?:gather |nll_loss(?:_nd|2d)? )?"
+        r"(?:gather |nll_loss_nd |nll_loss2d |nll_loss )?"
     ),
     sequence_shapes="row",
     fused_passes=2,

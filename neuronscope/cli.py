@@ -310,6 +310,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
     if args.dtype not in ("float32", "float64", "float16", "bfloat16"):
         raise NeuronscopeError(f"calibrate --dtype takes float32, float64, float16 or bfloat16, not {args.dtype!r}")
+    if args.threads is not None:
+        if args.threads < 1:
+            raise NeuronscopeError(f"calibrate --threads takes a count of at least 1, not {args.threads}")
+        import torch
+
+        torch.set_num_threads(args.threads)  # the costs are kept per thread count
     _print(describe(calibrate("cpu", args.dtype)))
     _print(f"kept in {cache_path()}")
     return 0
@@ -433,6 +439,7 @@ def build_parser() -> argparse.ArgumentParser:
         "estimated savings by them, and never time anything themselves.",
     )
     p.add_argument("--dtype", default="float32", help="dtype of the probes (default float32)")
+    p.add_argument("--threads", type=int, default=None, help="torch threads to measure with, as your program sets them (default: torch's)")
     p.set_defaults(func=cmd_calibrate)
     return parser
 

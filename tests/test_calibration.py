@@ -83,3 +83,4 @@ def test_calibrate_refuses_another_device_and_the_cli_a_bad_dtype(capsys) -> Non
         calibration.calibrate("cuda")
     assert main(["calibrate", "--dtype", "int8"]) == 2
     assert "float32" in capsys.readouterr().err
+    assert main(["calibrate", "--threads", "0"]) == 2

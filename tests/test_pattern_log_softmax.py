@@ -25,6 +25,7 @@ def _of_softmax(x: torch.Tensor) -> torch.Tensor:
 
 SPELLINGS = {
     "shifted": (lambda x, t: _shifted(x), ["amax", "sub", "exp", "sum", "log", "sub"], None),
+    "logsumexp": (lambda x, t: x - torch.logsumexp(x, -1, keepdim=True), ["logsumexp", "sub"], None),
     "log_of_softmax_op": (lambda x, t: torch.log(torch.softmax(x, -1)), ["softmax", "log"], None),
     "log_of_written_softmax": (lambda x, t: _of_softmax(x), ["max", "sub", "exp", "sum", "div", "log"], None),
     "gather_loss": (lambda x, t: -_shifted(x).gather(-1, t.unsqueeze(-1)).mean(), ["amax", "sub", "exp", "sum", "log", "sub", "gather"], "gather"),

@@ -1,5 +1,6 @@
 """Log-softmax written out, alone or as a hand-written cross-entropy:
-``x - max - log(sum(exp(x - max)))`` or ``log(softmax(x))``, then ``gather`` / ``nll_loss``.
+``x - max - log(sum(exp(x - max)))``, ``x - logsumexp(x)`` or ``log(softmax(x))``, then
+``gather`` / ``nll_loss``.
 """
 
 from __future__ import annotations
@@ -38,10 +39,21 @@ def _written_out(g: OpGraph, n: OpNode) -> tuple[list[OpNode], Any, int | None] 
     return nodes, x, dims[0] if dims else None
 
 
+def _via_logsumexp(g: OpGraph, n: OpNode) -> tuple[list[OpNode], Any, int | None] | None:
+    """``x - logsumexp(x, dim, keepdim=True)``."""
+    lse = g.producer(n, 1) if n.op == "sub" and len(n.inputs) == 2 else None
+    if lse is None or lse.op != "logsumexp" or not lse.inputs or not same_value(g, lse, 0, n, 0):
+        return None
+    dims = reduced_dims(lse, n.inputs[1])
+    if dims is not None and len(dims) != 1:
+        return None
+    return [n, lse], n.inputs[0], dims[0] if dims else None
+
+
 def match_log_softmax(g: OpGraph, n: OpNode) -> Match | None:
     """Log-softmax ending at ``n`` (the ``sub`` of the written-out form, or ``log`` of a
     softmax), with the ``gather`` / ``nll_loss`` that reads it where there is one."""
-    found = _written_out(g, n)
+    found = _written_out(g, n) or _via_logsumexp(g, n)
     if found is None and n.op == "log" and n.inputs:
         p = g.producer(n, 0)
         if p is not None and p.op in SOFTMAXES and p.inputs:
@@ -79,7 +91,7 @@ LOG_SOFTMAX = Pattern(
     name="log_softmax",
     match=match_log_softmax,
     sequence=(
-        r"(?:(?:(?:max|amax) sub )?exp sum log sub "
+        r"(?:(?:(?:max|amax) sub )?exp sum log sub |logsumexp sub "
         r"|(?:_?softmax |(?:(?:max|amax) sub )?exp (?:exp )?sum (?:div |reciprocal mul ))log )"
         r"(?:gather |nll_loss_nd |nll_loss2d |nll_loss )?"
     ),

@@ -630,4 +630,8 @@ if __name__ == "__main__":
     import sys
 
     torch.set_num_threads(1)
+    from neuronscope.analysis import calibration as kept
+
+    if kept.load("cpu") is None:  # the cost model's constants, measured once here (neuronscope calibrate)
+        kept.calibrate("cpu")
     json.dump(calibration(), sys.stdout)

@@ -879,3 +879,33 @@ def test_the_sdpa_switch_is_named_only_where_the_model_class_declares_it() -> No
     assert supports_sdpa_switch(llama.__file__) is True
     assert supports_sdpa_switch(deberta.__file__) is False
     assert supports_sdpa_switch(__file__) is None
+
+
+class _GeluFunction(torch.autograd.Function):
+    """GELU written out inside a custom autograd.Function's forward, as Bloom's GeLUFunction."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x)
+        return x * 0.5 * (1.0 + torch.tanh(0.79788456 * x * (1 + 0.044715 * x * x)))
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad
+
+
+def test_an_idiom_inside_an_autograd_functions_forward_is_found() -> None:
+    """The profiler records an autograd.Function's forward as one op named after its class:
+    the ops it ran are the user's, matched as any others (decorated, and with profile_memory)."""
+    from torch.profiler import profile
+
+    from neuronscope import profile_on_neuron
+
+    x = torch.randn(8, 64, requires_grad=True)
+    f = profile_on_neuron(lambda: _GeluFunction.apply(x).sum().backward(), export=False, print_summary=False, backend="cpu")
+    f()
+    f()
+    assert [h.pattern for h in f.last_result.hints if h.kind == "fusion"] == ["gelu"]
+    with profile(record_shapes=True, profile_memory=True) as prof:
+        _GeluFunction.apply(x).sum().backward()
+    assert [h.pattern for h in from_profiler(prof).hints if h.kind == "fusion"] == ["gelu"]

@@ -306,6 +306,9 @@ def _graph_from_profiler(prof: Any, table: EventTable | None, infer: bool = True
         return None
     roots = kineto.experimental_event_tree()
     torch_op, _py_call, _py_ccall, _allocation, user_scope = event_types()
+    from torch._C._profiler import RecordScope
+
+    function_scope = RecordScope.FUNCTION
 
     times: dict[tuple[int, int], _TableOp] = {}
     annotations: set[tuple[int, int]] = set()
@@ -328,12 +331,24 @@ def _graph_from_profiler(prof: Any, table: EventTable | None, infer: bool = True
     # table (when there is one) says which is which faster than the node's record scope.
     found: list[tuple[Any, _TableOp | None]] = []
     stack = list(reversed(roots))
+    in_function: set[int] = set()  # the ops a torch.autograd.Function's forward ran
     while stack:
         ev = stack.pop()
         name = ev.name  # cheaper to read than the tag: tells allocations and line ranges apart first
         if name == ALLOCATION_NAME:
             continue
         if name.startswith(LOCATION_PREFIX):
+            if id(ev) in in_function:
+                in_function.update(id(c) for c in ev.children)
+            stack.extend(reversed(ev.children))
+            continue
+        if ev.tag == torch_op and id(ev) in in_function:
+            found.append((ev, None))
+            continue
+        if ev.tag == torch_op and "::" not in name and ev.extra_fields.scope == function_scope:
+            # A torch.autograd.Function's forward (Bloom's GeLUFunction): an op to the table,
+            # named after the class; the user's idioms are the ops it ran.
+            in_function.update(id(c) for c in ev.children)
             stack.extend(reversed(ev.children))
             continue
         if ev.tag == torch_op:

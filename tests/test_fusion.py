@@ -909,3 +909,28 @@ def test_an_idiom_inside_an_autograd_functions_forward_is_found() -> None:
     with profile(record_shapes=True, profile_memory=True) as prof:
         _GeluFunction.apply(x).sum().backward()
     assert [h.pattern for h in from_profiler(prof).hints if h.kind == "fusion"] == ["gelu"]
+
+
+def _drop_path(x: torch.Tensor, p: float = 0.1) -> torch.Tensor:
+    """timm / DINOv2's DropPath, in a training step."""
+    keep = 1 - p
+    mask = keep + torch.rand((x.shape[0],) + (1,) * (x.ndim - 1), dtype=x.dtype)
+    mask.floor_()
+    return x.div(keep) * mask
+
+
+def test_droppath_in_a_training_step_is_an_elementwise_chain() -> None:
+    """A layer scale, then DropPath's div and mask multiply: dependent elementwise ops on the
+    activation, found in a training step (the backward's reads of what the forward saved do
+    not end the chain, and the random mask, made after the chain started but not from it, is
+    one more input)."""
+    from neuronscope import profile_on_neuron
+
+    torch.manual_seed(0)
+    fc, gamma = torch.nn.Linear(64, 64), torch.nn.Parameter(torch.full((64,), 1e-5))
+    x = torch.randn(8, 16, 64)
+    f = profile_on_neuron(lambda: (x + _drop_path(fc(x) * gamma)).pow(2).mean().backward(), export=False, print_summary=False, backend="cpu")
+    f()
+    f()
+    (chain,) = [h for h in f.last_result.hints if h.pattern == "elementwise_chain"]
+    assert {"aten::div", "aten::floor_"} <= set(chain.ops) and chain.ops.count("aten::mul") >= 2

@@ -934,3 +934,25 @@ def test_droppath_in_a_training_step_is_an_elementwise_chain() -> None:
     f()
     (chain,) = [h for h in f.last_result.hints if h.pattern == "elementwise_chain"]
     assert {"aten::div", "aten::floor_"} <= set(chain.ops) and chain.ops.count("aten::mul") >= 2
+
+
+def _grn(x: torch.Tensor) -> torch.Tensor:
+    """ConvNeXtV2's global response norm: a chain whose first op is on a per-channel statistic."""
+    gx = torch.norm(x, p=2, dim=(1, 2), keepdim=True)
+    nx = gx / (gx.mean(dim=-1, keepdim=True) + 1e-6)
+    return 0.5 * (x * nx) + 0.1 + x
+
+
+def test_one_chain_line_on_two_channel_counts_is_two_hints() -> None:
+    """The chain's shape is its largest input's, not its first op's (GRN's ``mean + eps`` on a
+    per-channel statistic): two GRNs of other channel counts are two hints, each costed at its
+    own shape."""
+    from neuronscope import profile_on_neuron
+
+    small, large = torch.randn(2, 8, 8, 16), torch.randn(2, 4, 4, 32)
+    f = profile_on_neuron(lambda: (_grn(small), _grn(large)), export=False, print_summary=False, backend="cpu")
+    with torch.no_grad():
+        f()
+        f()
+    chains = sorted((h for h in f.last_result.hints if h.pattern == "elementwise_chain"), key=lambda h: h.details["shape"][-1])
+    assert [(h.details["shape"], h.calls) for h in chains] == [([2, 8, 8, 16], 1), ([2, 4, 4, 32], 1)]

@@ -100,8 +100,10 @@ def elementwise_chains(g: OpGraph, claimed: set[int], within: Sequence[int] | No
         if len(members) < MIN_CHAIN_OPS or _makes_indices(g, members):
             continue
         members.sort(key=lambda m: m.index)
-        first = members[0]
-        x = max(first.inputs, key=lambda t: t.numel) if first.inputs else None
+        # The tensor the chain works on: its largest input anywhere (the first op may work on
+        # a per-row statistic: GRN's ``mean + eps``), whose shape tells one chain's line run
+        # on two channel counts apart.
+        x = max((t for m in members for t in m.inputs), key=lambda t: t.numel, default=None)
         yield Match("elementwise_chain", members, x, {})
 
 

@@ -956,3 +956,26 @@ def test_one_chain_line_on_two_channel_counts_is_two_hints() -> None:
         f()
     chains = sorted((h for h in f.last_result.hints if h.pattern == "elementwise_chain"), key=lambda h: h.details["shape"][-1])
     assert [(h.details["shape"], h.calls) for h in chains] == [([2, 8, 8, 16], 1), ([2, 4, 4, 32], 1)]
+
+
+def _gemma_norm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+    return h * (1.0 + w.float())
+
+
+def test_a_gemma_norm_from_its_trace_is_the_live_hint(tmp_path: Any) -> None:
+    """Gemma's ``x * (1 + weight)``: the trace's op order holds the add on the weight, so its
+    hint has the live one's ops and suggestion (before, it stopped before the add)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from neuronscope import from_trace
+
+    x, w = torch.randn(4, 16, 64), torch.randn(64)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True, profile_memory=True) as prof:
+        _gemma_norm(x, w)
+    prof.export_chrome_trace(str(tmp_path / "t.json"))
+    (live,) = [h for h in from_profiler(prof).hints if h.pattern == "rms_norm"]
+    (traced,) = [h for h in from_trace(tmp_path / "t.json").hints if h.pattern == "rms_norm"]
+    assert traced.ops == live.ops and traced.details.get("weight_plus_one") is True
+    assert "1 + weight" in traced.suggestion and "1 + weight" in live.suggestion

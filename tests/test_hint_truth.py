@@ -96,7 +96,7 @@ def test_a_traces_rms_norm_saving_counts_its_intermediates(monkeypatch: Any, tmp
     intermediates the chain passes on, as on a live capture: it was 0 there before."""
     from torch.profiler import profile
 
-    from neuronscope.analysis import cost
+    from neuronscope.analysis import calibration, cost
     from neuronscope.analysis.dataflow import graph_from_profiler, graph_from_table
     from neuronscope.analysis.fusion import find_matches, find_sequence_matches
     from neuronscope.events.trace_reader import read_files
@@ -110,7 +110,7 @@ def test_a_traces_rms_norm_saving_counts_its_intermediates(monkeypatch: Any, tmp
     trace = graph_from_table(table)
     (lm,) = [m for m in find_matches(live) if m.pattern == "rms_norm"]
     (tm,) = [m for m in find_sequence_matches(trace) if m.pattern == "rms_norm"]
-    free_launches = cost.DeviceCosts(0.0, ((1, 1.0),))  # 1 byte per ns at every size
+    free_launches = calibration.DeviceCosts(0.0, ((1, 1.0),))  # 1 byte per ns at every size
     monkeypatch.setattr(cost, "device_costs", lambda *a, **k: free_launches)
     monkeypatch.setattr(cost, "compiled_call_ns", lambda *a, **k: 0.0)
     on_trace = cost.grounded_saving_ns("rms_norm", tm.nodes, trace, "cpu")
@@ -222,11 +222,11 @@ def test_a_hint_whose_fused_forms_are_no_faster_here_recommends_nothing(monkeypa
     a gain verify() measures later brings the suggestion back."""
     from torch.profiler import ProfilerActivity, profile
 
-    from neuronscope.analysis import cost
+    from neuronscope.analysis import calibration, cost
     from neuronscope.drive.pipeline import from_profiler
     from neuronscope.result.hint import NO_FASTER_TEXT
 
-    monkeypatch.setattr(cost, "device_costs", lambda *a, **k: cost.DeviceCosts(1.0, ((1, 1e9),)))
+    monkeypatch.setattr(cost, "device_costs", lambda *a, **k: calibration.DeviceCosts(1.0, ((1, 1e9),)))
     monkeypatch.setattr(cost, "compiled_call_ns", lambda *a, **k: 1e6)
     monkeypatch.setattr(cost, "eager_costs", lambda *a, **k: None)
     x, w = torch.randn(64, 256), torch.randn(256)
@@ -276,9 +276,9 @@ def _rms_nodes() -> tuple[list[Any], Any]:
 
 
 def _inject(monkeypatch: Any, *, per_op: float, entry: float, eager: tuple[float, float] | None) -> None:
-    from neuronscope.analysis import cost
+    from neuronscope.analysis import calibration, cost
 
-    monkeypatch.setattr(cost, "device_costs", lambda *a, **k: cost.DeviceCosts(per_op, ((1, 1.0),)))
+    monkeypatch.setattr(cost, "device_costs", lambda *a, **k: calibration.DeviceCosts(per_op, ((1, 1.0),)))
     monkeypatch.setattr(cost, "compiled_call_ns", lambda *a, **k: entry)
     monkeypatch.setattr(cost, "eager_costs", lambda *a, **k: eager)
 
@@ -287,7 +287,7 @@ def test_the_estimate_takes_the_better_fused_form(monkeypatch: Any) -> None:
     """As verify() keeps the faster of the eager replacement and torch.compile, the estimate
     keeps the larger of their savings: compiled pays its entry cost per call, the eager form
     removes its measured share of the launches and its cost per intermediate byte."""
-    from neuronscope.analysis import cost
+    from neuronscope.analysis import calibration, cost
 
     nodes, g = _rms_nodes()
     # written and read again, at 1 byte per ns: x**2 and y (read by mean and by the weight's
@@ -313,7 +313,7 @@ def test_the_estimate_takes_the_better_fused_form(monkeypatch: Any) -> None:
 
 
 def test_a_cached_intermediate_moves_at_the_caches_bandwidth() -> None:
-    from neuronscope.analysis.cost import DeviceCosts
+    from neuronscope.analysis.calibration import DeviceCosts
 
     costs = DeviceCosts(1.0, ((1 << 10, 100.0), (1 << 20, 10.0)))
     assert costs.bytes_per_ns(100) == 100.0 and costs.bytes_per_ns(1 << 30) == 10.0
@@ -444,7 +444,7 @@ def test_a_capture_with_a_scalar_where_the_observation_saw_a_tensor_is_not_given
 def test_an_op_on_the_weight_alone_is_no_launch_the_eager_call_removes(monkeypatch: Any) -> None:
     """Gemma's ``1 + weight`` stays in the suggested call (``rms_norm(x, ..., 1 + weight)``):
     the eager form's estimate is that of the same norm with a plain weight."""
-    from neuronscope.analysis import cost
+    from neuronscope.analysis import calibration, cost
     from neuronscope.analysis.opgraph import OpGraph, OpNode, TensorArg
 
     nodes, _ = _rms_nodes()
@@ -462,7 +462,7 @@ def test_the_analysis_times_nothing_and_leaves_the_users_random_stream_alone(mon
     """A capture's analysis runs no torch benchmark (its costs are the kept calibration's): a
     profiled step sees the same random numbers (dropout masks, shuffles) after it as an
     unprofiled one, and no timing helper is called."""
-    from neuronscope.analysis import verify
+    from neuronscope.capture import verify
 
     def no_timing(*a: Any, **k: Any) -> Any:
         raise AssertionError("the analysis timed something")
@@ -499,7 +499,7 @@ def test_the_fused_optimizers_saving_is_the_kept_rates_on_the_updates_shapes(cal
     the parameters' shapes; nothing where none are kept (another device, an unknown class)."""
     from conftest import CALIBRATION
 
-    from neuronscope.analysis import cost
+    from neuronscope.analysis import calibration, cost
 
     per_param, per_element = CALIBRATION["optimizers"]["AdamW"]
     saving = cost.fused_optimizer_saving_ns("AdamW", ((64, 64), (64,)), "float32", "cpu")

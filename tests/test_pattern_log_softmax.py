@@ -62,7 +62,7 @@ def test_the_fused_calls_get_no_hint(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("loss", [False, True])
 def test_verify_rebuilds_it_against_the_fused_call(loss: bool) -> None:
-    from neuronscope.result.types import Hint
+    from neuronscope.result.hint import Hint
 
     details = {"shape": [16, 64], "dtype": "float32", "device": "cpu", "dim": -1, **({"loss": "gather"} if loss else {})}
     hint = Hint("fusion", "log_softmax", ["aten::amax", "aten::sub", "aten::exp", "aten::sum", "aten::log", "aten::sub"], details=details)

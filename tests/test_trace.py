@@ -440,11 +440,11 @@ def test_cpu_trace_fusion_estimates_are_the_live_captures(tmp_path: Path, calibr
 def test_cpu_trace_fusion_estimates_are_bounded_by_measured_costs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, calibrated: Path) -> None:
     """Where this machine's CPU costs say fusing removes almost nothing (launches of 1 ns, a
     bandwidth of 10^6 bytes per ns), a trace's estimate says so too, whatever its op times."""
-    from neuronscope.analysis import cost
+    from neuronscope.analysis import calibration, cost
 
     _, path = _rms_norm_capture(tmp_path)
     measured_here = [h for h in from_trace(path).fusion_hints if h.pattern == "rms_norm"]
-    cheap = cost.DeviceCosts(1.0, ((1, 1e6),))
+    cheap = calibration.DeviceCosts(1.0, ((1, 1e6),))
     monkeypatch.setattr(cost, "device_costs", lambda device="cpu", *a: cheap if device == "cpu" else None)
     monkeypatch.setattr(cost, "eager_costs", lambda *a, **k: None)
     monkeypatch.setattr(cost, "compiled_call_ns", lambda *a, **k: 0.0)
@@ -460,7 +460,7 @@ def test_a_cpu_trace_without_shapes_runs_no_cost_probe(tmp_path: Path, monkeypat
     torch = pytest.importorskip("torch")
     from torch.profiler import ProfilerActivity, profile
 
-    from neuronscope.analysis import cost
+    from neuronscope.analysis import calibration, cost
 
     x, w = torch.randn(64, 256), torch.randn(256)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -482,7 +482,7 @@ def test_device_trace_estimates_are_not_costed_on_this_cpu(tmp_path: Path, monke
     """A CUDA or MTIA trace's op times are its device's: nothing measured on this CPU bounds
     them (the estimate is the same whatever this CPU costs), its estimate_model claims no
     bound, and its hints name the device."""
-    from neuronscope.analysis import cost
+    from neuronscope.analysis import calibration, cost
 
     x, row = [64, 256], [64, 1]
     chain = [("aten::pow", [x, []]), ("aten::mean", [x, []]), ("aten::add", [row, []]),
@@ -501,7 +501,7 @@ def test_device_trace_estimates_are_not_costed_on_this_cpu(tmp_path: Path, monke
     backend = "cuda" if device_cat == "kernel" else "mtia"
     assert h.details["device"] == h.details["backend"] == backend and h.details["time_source"] == "device"
     assert "at most" not in h.details["estimate_model"] and h.est_saving_us > 0
-    cheap = cost.DeviceCosts(1.0, ((1, 1e6),))  # this CPU: fusing would remove almost nothing
+    cheap = calibration.DeviceCosts(1.0, ((1, 1e6),))  # this CPU: fusing would remove almost nothing
     monkeypatch.setattr(cost, "device_costs", lambda device="cpu", *a: cheap if device == "cpu" else None)
     assert hint().est_saving_us == h.est_saving_us
 

@@ -35,7 +35,6 @@ from neuronscope.analysis.patterns.base import ROOTS
 
 __all__ = [
     "MIN_SAVING_NS",
-    "DeviceCosts",
     "compiled_call_ns",
     "device_costs",
     "eager_costs",

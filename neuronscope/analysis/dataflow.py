@@ -306,9 +306,7 @@ def _graph_from_profiler(prof: Any, table: EventTable | None, infer: bool = True
         return None
     roots = kineto.experimental_event_tree()
     torch_op, _py_call, _py_ccall, _allocation, user_scope = event_types()
-    from torch._C._profiler import RecordScope
-
-    function_scope = RecordScope.FUNCTION
+    function_scope = torch_private.record_scope_and_event_type()[0].FUNCTION
 
     times: dict[tuple[int, int], _TableOp] = {}
     annotations: set[tuple[int, int]] = set()

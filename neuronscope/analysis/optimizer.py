@@ -25,7 +25,7 @@ from neuronscope.analysis.patterns.elementwise_chain import ELEMENTWISE_CHAIN, e
 from neuronscope.events import KIND_ANNOTATION, EventTable
 from neuronscope.result.hint import Hint
 
-__all__ = ["FUSED_OPTIMIZERS", "OPTIMIZER_STEP_PREFIX", "has_optimizer_steps", "optimizer_hints", "optimizer_steps"]
+__all__ = ["OPTIMIZER_STEP_PREFIX", "has_optimizer_steps", "optimizer_hints", "optimizer_steps"]
 
 #: torch.optim records each step as a range named ``Optimizer.step#<class>.step``.
 OPTIMIZER_STEP_PREFIX = "Optimizer.step#"

@@ -4,7 +4,8 @@ Moved here from tests/test_fusion.py (a timing assertion, flaky on a loaded mach
 tests/fusion_cases.py's calibration in a child process with glibc's malloc pinned (no
 dynamic mmap threshold, no heap trimming; otherwise whether each fresh 1 MiB tensor
 page-faults flips during a run) and prints, per pattern and attempt, the estimate, the
-verified saving and their ratio. Usage: ``python3 benchmarks/bench_calibration.py``.
+verified saving and their ratio. The estimates are bounded by the kept calibration
+(``neuronscope calibrate``, one thread; the child measures it first where none is kept). Usage: ``python3 benchmarks/bench_calibration.py``.
 """
 
 from __future__ import annotations

@@ -304,6 +304,22 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return doctor_main(args.out)
 
 
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from neuronscope.analysis.calibration import cache_path, calibrate, describe
+
+    if args.dtype not in ("float32", "float64", "float16", "bfloat16"):
+        raise NeuronscopeError(f"calibrate --dtype takes float32, float64, float16 or bfloat16, not {args.dtype!r}")
+    if args.threads is not None:
+        if args.threads < 1:
+            raise NeuronscopeError(f"calibrate --threads takes a count of at least 1, not {args.threads}")
+        import torch
+
+        torch.set_num_threads(args.threads)  # the costs are kept per thread count
+    _print(describe(calibrate("cpu", args.dtype)))
+    _print(f"kept in {cache_path()}")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from neuronscope.demo import render_demo, run_demo
 
@@ -413,6 +429,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--out", default=None, help="where to write the JSON (default: ./neuronscope-doctor-<host>-<time>.json)")
     p.set_defaults(func=cmd_doctor)
+    p = sub.add_parser(
+        "calibrate",
+        help="measure this machine's op costs once and keep them for the fusion estimates",
+        description="Time a small op, the bandwidth, torch.compile's entry and each idiom's eager "
+        "replacement on this CPU (some 10 s) and keep them in the user's cache directory "
+        "($NEURONSCOPE_CACHE_DIR, else $XDG_CACHE_HOME/neuronscope): captures then bound their "
+        "estimated savings by them, and never time anything themselves.",
+    )
+    p.add_argument("--dtype", default="float32", help="dtype of the probes (default float32)")
+    p.add_argument("--threads", type=int, default=None, help="torch threads to measure with, as your program sets them (default: torch's)")
+    p.set_defaults(func=cmd_calibrate)
     return parser
 
 

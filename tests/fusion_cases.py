@@ -171,6 +171,11 @@ def softmax_max(x: torch.Tensor) -> torch.Tensor:
     return e / e.sum(dim=-1, keepdim=True)
 
 
+def log_softmax_shifted(x: torch.Tensor) -> torch.Tensor:
+    z = x - x.amax(-1, keepdim=True)
+    return z - torch.log(torch.exp(z).sum(-1, keepdim=True))
+
+
 def softmax_amax(x: torch.Tensor) -> torch.Tensor:
     z = x - x.amax(-1, keepdim=True)
     return torch.exp(z) / torch.exp(z).sum(-1, keepdim=True)
@@ -516,6 +521,8 @@ def cases() -> list[Case]:
         # softmax
         Case("softmax_max", _bound(softmax_max, q), {"softmax": 1}, where=softmax_max),
         Case("softmax_amax", _bound(softmax_amax, q), {"softmax": 1}, where=softmax_amax),
+        Case("log_softmax_shifted", _bound(log_softmax_shifted, q), {"log_softmax": 1}, absent=frozenset({"softmax"}), where=log_softmax_shifted),
+        Case("neg_fused_log_softmax", _bound(torch.log_softmax, q, -1), absent=frozenset({"log_softmax"})),
         Case("softmax_naive", _bound(softmax_naive, q), {"softmax": 1}, where=softmax_naive),
         Case("softmax_over_dim1", _bound(softmax_over_dim1, q), {"softmax": 1}, where=softmax_over_dim1),
         Case("neg_exp_over_two_dims", _bound(exp_over_two_dims, q), absent=frozenset({"softmax"})),
@@ -623,4 +630,8 @@ if __name__ == "__main__":
     import sys
 
     torch.set_num_threads(1)
+    from neuronscope.analysis import calibration as kept
+
+    if kept.load("cpu") is None:  # the cost model's constants, measured once here (neuronscope calibrate)
+        kept.calibrate("cpu")
     json.dump(calibration(), sys.stdout)

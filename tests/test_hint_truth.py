@@ -24,7 +24,7 @@ def _two_norms(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return _rms(_rms(x, w).relu(), w)
 
 
-def test_compare_hint_covers_every_profiled_call(tmp_path: Any) -> None:
+def test_compare_hint_covers_every_profiled_call(tmp_path: Any, calibrated: Any) -> None:
     """The observation of one warm-up call links every profiled call, not only the first."""
     x, w = torch.randn(8, 32), torch.randn(32)
     c = neuronscope.compare({"eager": _two_norms}, x, w, output_dir=str(tmp_path), active=3, time_budget=0.5)
@@ -96,7 +96,7 @@ def test_a_traces_rms_norm_saving_counts_its_intermediates(monkeypatch: Any, tmp
     intermediates the chain passes on, as on a live capture: it was 0 there before."""
     from torch.profiler import profile
 
-    from neuronscope.analysis import cost
+    from neuronscope.analysis import calibration, cost
     from neuronscope.analysis.dataflow import graph_from_profiler, graph_from_table
     from neuronscope.analysis.fusion import find_matches, find_sequence_matches
     from neuronscope.events.trace_reader import read_files
@@ -110,9 +110,9 @@ def test_a_traces_rms_norm_saving_counts_its_intermediates(monkeypatch: Any, tmp
     trace = graph_from_table(table)
     (lm,) = [m for m in find_matches(live) if m.pattern == "rms_norm"]
     (tm,) = [m for m in find_sequence_matches(trace) if m.pattern == "rms_norm"]
-    free_launches = cost.DeviceCosts(0.0, ((1, 1.0),))  # 1 byte per ns at every size
-    monkeypatch.setattr(cost, "device_costs", lambda device="cpu": free_launches)
-    monkeypatch.setattr(cost, "compiled_call_ns", lambda device="cpu": 0.0)
+    free_launches = calibration.DeviceCosts(0.0, ((1, 1.0),))  # 1 byte per ns at every size
+    monkeypatch.setattr(cost, "device_costs", lambda *a, **k: free_launches)
+    monkeypatch.setattr(cost, "compiled_call_ns", lambda *a, **k: 0.0)
     on_trace = cost.grounded_saving_ns("rms_norm", tm.nodes, trace, "cpu")
     on_links = cost.grounded_saving_ns("rms_norm", lm.nodes, live, "cpu")
     assert on_trace is not None and on_trace > 0
@@ -191,7 +191,7 @@ def test_a_traced_layer_norm_suggestion_keeps_what_its_shapes_show(tmp_path: Any
             assert m.params == {"weight": False, "bias": False} and "(32,), None, None," in text
 
 
-def test_a_cpu_capture_without_shapes_gives_an_upper_bound_and_says_so() -> None:
+def test_a_cpu_capture_without_shapes_gives_an_upper_bound_and_says_so(calibrated: Any) -> None:
     """Without shapes no measured cost bounds a CPU estimate: the profiled op times alone were
     5-150x what hint.verify() measured. The hint says "up to", and why; with shapes it is
     bounded and says so."""
@@ -222,14 +222,13 @@ def test_a_hint_whose_fused_forms_are_no_faster_here_recommends_nothing(monkeypa
     a gain verify() measures later brings the suggestion back."""
     from torch.profiler import ProfilerActivity, profile
 
-    from neuronscope.analysis import cost
+    from neuronscope.analysis import calibration, cost
     from neuronscope.drive.pipeline import from_profiler
     from neuronscope.result.hint import NO_FASTER_TEXT
 
-    monkeypatch.setattr(cost, "device_costs", lambda device="cpu": cost.DeviceCosts(1.0, ((1, 1e9),)))
-    monkeypatch.setattr(cost, "compiled_call_ns", lambda device="cpu": 1e6)
-    monkeypatch.setattr(cost, "eager_costs", lambda pattern, device="cpu": None)
-    monkeypatch.setattr(cost, "eager_saving_at_ns", lambda pattern, details, device="cpu": None)
+    monkeypatch.setattr(cost, "device_costs", lambda *a, **k: calibration.DeviceCosts(1.0, ((1, 1e9),)))
+    monkeypatch.setattr(cost, "compiled_call_ns", lambda *a, **k: 1e6)
+    monkeypatch.setattr(cost, "eager_costs", lambda *a, **k: None)
     x, w = torch.randn(64, 256), torch.randn(256)
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
         _rms(x, w)
@@ -277,18 +276,18 @@ def _rms_nodes() -> tuple[list[Any], Any]:
 
 
 def _inject(monkeypatch: Any, *, per_op: float, entry: float, eager: tuple[float, float] | None) -> None:
-    from neuronscope.analysis import cost
+    from neuronscope.analysis import calibration, cost
 
-    monkeypatch.setattr(cost, "device_costs", lambda device="cpu": cost.DeviceCosts(per_op, ((1, 1.0),)))
-    monkeypatch.setattr(cost, "compiled_call_ns", lambda device="cpu": entry)
-    monkeypatch.setattr(cost, "eager_costs", lambda pattern, device="cpu": eager)
+    monkeypatch.setattr(cost, "device_costs", lambda *a, **k: calibration.DeviceCosts(per_op, ((1, 1.0),)))
+    monkeypatch.setattr(cost, "compiled_call_ns", lambda *a, **k: entry)
+    monkeypatch.setattr(cost, "eager_costs", lambda *a, **k: eager)
 
 
 def test_the_estimate_takes_the_better_fused_form(monkeypatch: Any) -> None:
     """As verify() keeps the faster of the eager replacement and torch.compile, the estimate
     keeps the larger of their savings: compiled pays its entry cost per call, the eager form
     removes its measured share of the launches and its cost per intermediate byte."""
-    from neuronscope.analysis import cost
+    from neuronscope.analysis import calibration, cost
 
     nodes, g = _rms_nodes()
     # written and read again, at 1 byte per ns: x**2 and y (read by mean and by the weight's
@@ -314,7 +313,7 @@ def test_the_estimate_takes_the_better_fused_form(monkeypatch: Any) -> None:
 
 
 def test_a_cached_intermediate_moves_at_the_caches_bandwidth() -> None:
-    from neuronscope.analysis.cost import DeviceCosts
+    from neuronscope.analysis.calibration import DeviceCosts
 
     costs = DeviceCosts(1.0, ((1 << 10, 100.0), (1 << 20, 10.0)))
     assert costs.bytes_per_ns(100) == 100.0 and costs.bytes_per_ns(1 << 30) == 10.0
@@ -323,15 +322,16 @@ def test_a_cached_intermediate_moves_at_the_caches_bandwidth() -> None:
 
 
 def test_the_eager_probe_counts_the_chains_ops_and_intermediates() -> None:
-    from neuronscope.analysis import cost
+    from neuronscope.analysis import calibration
 
     x = torch.randn(16, 64)
-    ops, tensors = cost._chain_traffic(lambda: (x * 2).exp() + x.sum())
+    ops, tensors = calibration._chain_traffic(lambda: (x * 2).exp() + x.sum())
     # the mul's output read by exp, exp's and the sum's by the add
     assert ops == 4 and sorted(tensors) == [4, 16 * 64 * 4, 16 * 64 * 4]
-    assert cost.eager_costs("silu_mul", "cpu") is None  # no eager SwiGLU in torch
-    shares = cost.eager_costs("softmax", "cpu")
-    assert shares is not None and 0 <= shares[0] <= cost.MAX_SHARE and shares[1] >= 0
+    costs = calibration.DeviceCosts(3000.0, ((1, 10.0),))
+    assert calibration._eager_rates("silu_mul", costs, "float32") is None  # no eager SwiGLU in torch
+    shares = calibration._eager_rates("softmax", costs, "float32")
+    assert shares is not None and 0 <= shares[0] <= calibration.MAX_SHARE and shares[1] >= 0
 
 
 def test_verify_keeps_each_rounds_fastest_block_and_times_more_rounds_when_they_disagree() -> None:
@@ -444,7 +444,7 @@ def test_a_capture_with_a_scalar_where_the_observation_saw_a_tensor_is_not_given
 def test_an_op_on_the_weight_alone_is_no_launch_the_eager_call_removes(monkeypatch: Any) -> None:
     """Gemma's ``1 + weight`` stays in the suggested call (``rms_norm(x, ..., 1 + weight)``):
     the eager form's estimate is that of the same norm with a plain weight."""
-    from neuronscope.analysis import cost
+    from neuronscope.analysis import calibration, cost
     from neuronscope.analysis.opgraph import OpGraph, OpNode, TensorArg
 
     nodes, _ = _rms_nodes()
@@ -458,50 +458,17 @@ def test_an_op_on_the_weight_alone_is_no_launch_the_eager_call_removes(monkeypat
     assert plus_one["eager"] == plain["eager"] == 4000.0  # six ops less the two passes
 
 
-def test_the_eager_replacement_is_timed_at_the_occurrences_shape() -> None:
-    """What a fused kernel removes per byte depends on the cache the tensors fit in: the
-    estimate takes the eager call the suggestion names, timed at the hint's own shape, dtype
-    and parameters, and never promises more than that measurement."""
-    from neuronscope.analysis import cost
+def test_the_analysis_times_nothing_and_leaves_the_users_random_stream_alone(monkeypatch: Any, calibrated: Any) -> None:
+    """A capture's analysis runs no torch benchmark (its costs are the kept calibration's): a
+    profiled step sees the same random numbers (dropout masks, shuffles) after it as an
+    unprofiled one, and no timing helper is called."""
+    from neuronscope.capture import verify
 
-    cost._timed_eager_ns.cache_clear()  # a fresh process' budget of timed shapes (earlier tests spent it)
-    x = torch.randn(2, 32, 512)
-    gelu = lambda t: 0.5 * t * (1.0 + torch.tanh(0.7978845608 * (t + 0.044715 * torch.pow(t, 3.0))))
-    f = neuronscope.profile_on_neuron(gelu, export=False, backend="cpu", print_summary=False)
-    f(x)
-    f(x)
-    (hint,) = [h for h in f.last_result.hints if h.pattern == "gelu"]
-    at = {"shape": hint.details["shape"], "dtype": hint.details["dtype"], "ops": hint.ops, "approximate": hint.details["approximate"]}
-    timed_before = cost._timed_eager_ns.cache_info().currsize
-    timed = cost.eager_saving_at_ns("gelu", at, "cpu")  # the analysis' own measurement, cached
-    assert cost._timed_eager_ns.cache_info().currsize == timed_before  # nothing timed anew
-    assert timed is not None and hint.details["shape"] == [2, 32, 512]
-    assert hint.est_saving_us * 1e3 <= max(timed, 0.0) * hint.calls + 1e-6
-    assert "timed against the hand-written chain at this shape" in hint.details["estimate_model"]
-    assert (timed <= 0) is bool(hint.details.get("fused_no_faster"))
-    # No replacement to time, a shape too large to time at analysis, another device: the
-    # models stand in.
-    assert cost.eager_saving_at_ns("silu_mul", at, "cpu") is None
-    assert cost.eager_saving_at_ns("gelu", {**at, "shape": [4096, 4096]}, "cpu") is None
-    assert cost.eager_saving_at_ns("gelu", at, "cuda") is None
-    # Past the budget of timed shapes, none more is timed in this process; what was timed stays.
-    try:
-        for n in range(cost.MAX_TIMED_SHAPES - cost._timed_eager_ns.cache_info().currsize):
-            cost._timed_eager_ns(json.dumps(["no_such_pattern", {"n": n}]))  # budget entries, no timing
-        assert cost.eager_saving_at_ns("gelu", {**at, "shape": [2, 32, 256]}, "cpu") is None
-        assert cost.eager_saving_at_ns("gelu", at, "cpu") == timed
-    finally:
-        cost._timed_eager_ns.cache_clear()  # later tests get a budget of their own
+    def no_timing(*a: Any, **k: Any) -> Any:
+        raise AssertionError("the analysis timed something")
 
-
-def test_the_analysis_leaves_the_users_random_stream_alone() -> None:
-    """The probes the analysis times (the eager replacement at the hint's shape, the fused
-    optimizer) draw from a forked random stream: a profiled step sees the same random numbers
-    (dropout masks, shuffles) after it as an unprofiled one."""
-    from neuronscope.analysis import cost
-
-    cost._timed_eager_ns.cache_clear()
-    cost.fused_optimizer_saving_ns.cache_clear()
+    monkeypatch.setattr(verify, "time_variants", no_timing)
+    monkeypatch.setattr(verify, "paired_saving_ns", no_timing)
     lin = torch.nn.Linear(64, 64)
     opt = torch.optim.AdamW(lin.parameters())
     x = torch.randn(4, 64)
@@ -520,21 +487,22 @@ def test_the_analysis_leaves_the_users_random_stream_alone() -> None:
     torch.manual_seed(0)
     f()
     f()
-    assert {h.pattern for h in f.last_result.hints} >= {"gelu", "per_parameter_update"}  # both probes ran
+    hints = {h.pattern: h for h in f.last_result.hints}
+    assert set(hints) >= {"gelu", "per_parameter_update"}
+    assert "at most" in hints["gelu"].details["estimate_model"]  # bounded by the kept costs
+    assert "fused_step_saving_us" in hints["per_parameter_update"].details
     assert torch.equal(torch.rand(4), unprofiled)
 
 
-def test_a_large_models_fused_optimizer_is_timed_on_a_sample(monkeypatch: Any) -> None:
-    """Past MAX_TIMED_PARAMETERS elements the parameters in order up to it are timed and the
-    saving scaled by the elements left out (before, such an estimate had no bound at all)."""
-    from neuronscope.analysis import cost
+def test_the_fused_optimizers_saving_is_the_kept_rates_on_the_updates_shapes(calibrated: Any) -> None:
+    """What fused=True saves per step: the calibration's per-parameter and per-element rates on
+    the parameters' shapes; nothing where none are kept (another device, an unknown class)."""
+    from conftest import CALIBRATION
 
-    monkeypatch.setattr(cost, "MAX_TIMED_PARAMETERS", 64 * 64)
-    cost.fused_optimizer_saving_ns.cache_clear()
-    try:
-        scaled = cost.fused_optimizer_saving_ns("AdamW", ((64, 64), (64, 64), (64,)), "float32", "cpu")
-        cut = cost.fused_optimizer_saving_ns("AdamW", ((128, 128),), "float32", "cpu")  # one parameter over it
-    finally:
-        cost.fused_optimizer_saving_ns.cache_clear()
-    assert scaled is not None and scaled > 0 and cut is not None and cut > 0
-    assert cost.fused_optimizer_saving_ns("AdamW", ((64,),), "float32", "cuda") is None  # not a device run here
+    from neuronscope.analysis import calibration, cost
+
+    per_param, per_element = CALIBRATION["optimizers"]["AdamW"]
+    saving = cost.fused_optimizer_saving_ns("AdamW", ((64, 64), (64,)), "float32", "cpu")
+    assert saving == pytest.approx(2 * per_param + (64 * 64 + 64) * per_element)
+    assert cost.fused_optimizer_saving_ns("AdamW", ((64,),), "float32", "cuda") is None
+    assert cost.fused_optimizer_saving_ns("RMSprop", ((64,),), "float32", "cpu") is None

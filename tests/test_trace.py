@@ -422,7 +422,7 @@ def _rms_norm_capture(tmp_path: Path) -> tuple[Any, Path]:
     return from_profiler(prof), path
 
 
-def test_cpu_trace_fusion_estimates_are_the_live_captures(tmp_path: Path) -> None:
+def test_cpu_trace_fusion_estimates_are_the_live_captures(tmp_path: Path, calibrated: Path) -> None:
     """A CPU trace's fusion estimate is bounded by this machine's measured CPU costs, as the
     live capture's is: the profiled op times alone (which carry the profiler's per-op
     overhead) promised 5-10x what hint.verify() measured on real models' traces. The same
@@ -437,18 +437,17 @@ def test_cpu_trace_fusion_estimates_are_the_live_captures(tmp_path: Path) -> Non
     assert "measured on this machine's CPU" not in want.details["estimate_model"]
 
 
-def test_cpu_trace_fusion_estimates_are_bounded_by_measured_costs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cpu_trace_fusion_estimates_are_bounded_by_measured_costs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, calibrated: Path) -> None:
     """Where this machine's CPU costs say fusing removes almost nothing (launches of 1 ns, a
     bandwidth of 10^6 bytes per ns), a trace's estimate says so too, whatever its op times."""
-    from neuronscope.analysis import cost
+    from neuronscope.analysis import calibration, cost
 
     _, path = _rms_norm_capture(tmp_path)
     measured_here = [h for h in from_trace(path).fusion_hints if h.pattern == "rms_norm"]
-    cheap = cost.DeviceCosts(1.0, ((1, 1e6),))
-    monkeypatch.setattr(cost, "device_costs", lambda device="cpu": cheap if device == "cpu" else None)
-    monkeypatch.setattr(cost, "eager_costs", lambda pattern, device="cpu": None)
-    monkeypatch.setattr(cost, "eager_saving_at_ns", lambda pattern, details, device="cpu": None)
-    monkeypatch.setattr(cost, "compiled_call_ns", lambda device="cpu": 0.0)
+    cheap = calibration.DeviceCosts(1.0, ((1, 1e6),))
+    monkeypatch.setattr(cost, "device_costs", lambda device="cpu", *a: cheap if device == "cpu" else None)
+    monkeypatch.setattr(cost, "eager_costs", lambda *a, **k: None)
+    monkeypatch.setattr(cost, "compiled_call_ns", lambda *a, **k: 0.0)
     (h,) = [h for h in from_trace(path).fusion_hints if h.pattern == "rms_norm"]
     # Five calls, each removing 4 launches of 1 ns and a few intermediates at 10^6 bytes per ns.
     assert 0 < h.est_saving_us * 1e3 <= 5 * (4 + 1)
@@ -461,7 +460,7 @@ def test_a_cpu_trace_without_shapes_runs_no_cost_probe(tmp_path: Path, monkeypat
     torch = pytest.importorskip("torch")
     from torch.profiler import ProfilerActivity, profile
 
-    from neuronscope.analysis import cost
+    from neuronscope.analysis import calibration, cost
 
     x, w = torch.randn(64, 256), torch.randn(256)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -483,7 +482,7 @@ def test_device_trace_estimates_are_not_costed_on_this_cpu(tmp_path: Path, monke
     """A CUDA or MTIA trace's op times are its device's: nothing measured on this CPU bounds
     them (the estimate is the same whatever this CPU costs), its estimate_model claims no
     bound, and its hints name the device."""
-    from neuronscope.analysis import cost
+    from neuronscope.analysis import calibration, cost
 
     x, row = [64, 256], [64, 1]
     chain = [("aten::pow", [x, []]), ("aten::mean", [x, []]), ("aten::add", [row, []]),
@@ -502,8 +501,8 @@ def test_device_trace_estimates_are_not_costed_on_this_cpu(tmp_path: Path, monke
     backend = "cuda" if device_cat == "kernel" else "mtia"
     assert h.details["device"] == h.details["backend"] == backend and h.details["time_source"] == "device"
     assert "at most" not in h.details["estimate_model"] and h.est_saving_us > 0
-    cheap = cost.DeviceCosts(1.0, ((1, 1e6),))  # this CPU: fusing would remove almost nothing
-    monkeypatch.setattr(cost, "device_costs", lambda device="cpu": cheap if device == "cpu" else None)
+    cheap = calibration.DeviceCosts(1.0, ((1, 1e6),))  # this CPU: fusing would remove almost nothing
+    monkeypatch.setattr(cost, "device_costs", lambda device="cpu", *a: cheap if device == "cpu" else None)
     assert hint().est_saving_us == h.est_saving_us
 
 

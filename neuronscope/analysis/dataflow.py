@@ -306,6 +306,7 @@ def _graph_from_profiler(prof: Any, table: EventTable | None, infer: bool = True
         return None
     roots = kineto.experimental_event_tree()
     torch_op, _py_call, _py_ccall, _allocation, user_scope = event_types()
+    function_scope = torch_private.record_scope_and_event_type()[0].FUNCTION
 
     times: dict[tuple[int, int], _TableOp] = {}
     annotations: set[tuple[int, int]] = set()
@@ -328,12 +329,24 @@ def _graph_from_profiler(prof: Any, table: EventTable | None, infer: bool = True
     # table (when there is one) says which is which faster than the node's record scope.
     found: list[tuple[Any, _TableOp | None]] = []
     stack = list(reversed(roots))
+    in_function: set[int] = set()  # the ops a torch.autograd.Function's forward ran
     while stack:
         ev = stack.pop()
         name = ev.name  # cheaper to read than the tag: tells allocations and line ranges apart first
         if name == ALLOCATION_NAME:
             continue
         if name.startswith(LOCATION_PREFIX):
+            if id(ev) in in_function:
+                in_function.update(id(c) for c in ev.children)
+            stack.extend(reversed(ev.children))
+            continue
+        if ev.tag == torch_op and id(ev) in in_function:
+            found.append((ev, None))
+            continue
+        if ev.tag == torch_op and "::" not in name and ev.extra_fields.scope == function_scope:
+            # A torch.autograd.Function's forward (Bloom's GeLUFunction): an op to the table,
+            # named after the class; the user's idioms are the ops it ran.
+            in_function.update(id(c) for c in ev.children)
             stack.extend(reversed(ev.children))
             continue
         if ev.tag == torch_op:
@@ -368,9 +381,15 @@ def _graph_from_profiler(prof: Any, table: EventTable | None, infer: bool = True
         node = OpNode(len(nodes), name, short_name(name), tid, start, end, event=ev)
         parent = ev.parent
         if parent is not None and parent.name.startswith(LOCATION_PREFIX):  # the observation pass's line
-            loc, _, nums = parent.name[len(LOCATION_PREFIX) :].partition(CONSTS_SEP)
+            loc, _, rest = parent.name[len(LOCATION_PREFIX) :].partition(CONSTS_SEP)
+            nums, _, called = rest.partition(CONSTS_SEP)
             node.location = loc
-            node.consts = tuple(float(v) for v in nums.split(",") if v) if nums else ()
+            # The call's numbers are this op's only where the call ran this op alone: those of
+            # a composite (nn.MultiheadAttention's embed_dim) are no scale of its mul.
+            if sum(1 for c in parent.children if "::" in c.name) == 1:
+                node.consts = tuple(float(v) for v in nums.split(",") if v) if nums else ()
+            else:
+                node.within = called or None
         if hit is not None:
             node.cpu_ns, node.device_ns = hit.cpu_ns, hit.device_ns
         else:
@@ -493,7 +512,7 @@ def graph_with_observation(graph: OpGraph, observed: OpGraph) -> OpGraph:
         base = oi - oi % period  # producers within the same repetition
         n.producers = [to_capture.get(base + p, -1) if p >= 0 else -1 for p in o.producers]
         n.writes = o.writes
-        n.consts = o.consts
+        n.consts, n.within = o.consts, o.within
         if o.location is not None:
             n.location = o.location
     for n in graph.nodes:
@@ -543,7 +562,7 @@ def graph_from_observation(observed: OpGraph, table: EventTable) -> OpGraph | No
                 j, o.name, o.op, table.tids[i], table.starts[i], table.ends[i],
                 inputs=list(o.inputs), producers=[base + p if p >= 0 else -1 for p in o.producers],
                 scalars=list(o.scalars), cpu_ns=t.cpu_ns, device_ns=t.device_ns, location=o.location,
-                event=o.event, consts=o.consts, writes=o.writes,
+                event=o.event, consts=o.consts, within=o.within, writes=o.writes,
             )
         )
     for n in nodes:

@@ -257,7 +257,7 @@ def _sequence_shapes_ok(pattern: str, members: list[OpNode]) -> bool:
     if not x:
         return False
     if kind == "row":
-        fits = {x, x[:-1] + (1,), x[-1:], ()}
+        fits = {x, x[:-1] + (1,), x[:-1], x[-1:], ()}  # x[:-1]: a reduction's, or a loss's target
         return all({t.sizes for t in m.inputs} <= fits for m in elementwise)
     if kind == "rotary":
         lasts = {x[-1], x[-1] // 2}
@@ -276,28 +276,24 @@ class _Costed:
     time_ns: float
     saving_ns: float
     grounded_ns: float | None  # the measured bound per occurrence, None where none applies
-    eager_timed: bool
 
 
-def _cost_occurrences(record: Pattern, names: tuple[str, ...], ms: list[Match], g: OpGraph, backend: str) -> _Costed:
+def _cost_occurrences(record: Pattern, ms: list[Match], g: OpGraph, backend: str) -> _Costed:
     """The model on the occurrences' op times (per op position, the median over them: one
     occurrence slowed by the machine does not inflate it), bounded by what the better fused form
-    saves on this device at their shape (:func:`~.cost.fused_forms_ns`)."""
-    pattern = record.name
+    saves at their shape on this machine's kept costs (:func:`~.cost.fused_forms_ns`)."""
     first = ms[0]
     kept = [i for i, n in enumerate(first.nodes) if n.op not in record.cost_excludes]
     per_op = [statistics.median(g.time_ns(m.nodes[i]) for m in ms) for i in kept]
-    saving_ns = estimate_saving_ns(pattern, per_op, full_size([first.nodes[i] for i in kept]), backend) * len(ms)
+    saving_ns = estimate_saving_ns(record.name, per_op, full_size([first.nodes[i] for i in kept]), backend) * len(ms)
     time_ns = float(sum(g.time_ns(n) for m in ms for n in m.nodes))
-    # The occurrence as hint.verify() rebuilds it: the eager replacement is timed there.
-    x = first.x
-    at = {"shape": list(x.sizes) if x is not None else None, "dtype": x.dtype if x is not None else None, "ops": list(names), **first.params}
-    forms = fused_forms_ns(pattern, first.nodes, g, backend, at)
+    dtype = (first.x.dtype if first.x is not None else None) or "float32"
+    forms = fused_forms_ns(record.name, first.nodes, g, backend, dtype)
     grounded = None if forms is None else max(0.0, *forms.values())
     if grounded is not None:
         saving_ns = min(saving_ns, grounded * len(ms))
     # Medians can add up to more than the total.
-    return _Costed(ms, time_ns, min(saving_ns, time_ns), grounded, "eager_timed" in (forms or {}))
+    return _Costed(ms, time_ns, min(saving_ns, time_ns), grounded)
 
 
 def hints_from_matches(
@@ -338,7 +334,7 @@ def hints_from_matches(
         by_shape: dict[Any, list[Match]] = {}
         for m in ms:
             by_shape.setdefault(m.x.sizes if m.x is not None else None, []).append(m)
-        costed = [_cost_occurrences(record, names, same, g, backend) for same in by_shape.values()]
+        costed = [_cost_occurrences(record, same, g, backend) for same in by_shape.values()]
         saving_ns = sum(c.saving_ns for c in costed)
         time_ns = sum(c.time_ns for c in costed)
         main = max(costed, key=lambda c: len(c.occurrences))
@@ -346,11 +342,11 @@ def hints_from_matches(
         x = first.x
         sizes, dtype = (x.sizes, x.dtype) if x is not None else (None, None)
         grounded = [c.grounded_ns for c in costed]
-        bound = "measured" if None not in grounded else ("no_shapes" if measured_here(backend) else "none")
+        bound = "measured" if None not in grounded else _unbounded_why(first, backend)
         flags: dict[str, bool] = {}
         if bound == "measured" and all(gr is not None and gr <= 0 for gr in grounded):
             flags["fused_no_faster"] = True  # on this device's costs: the message recommends nothing
-        elif bound == "no_shapes":
+        elif bound in ("no_shapes", "uncalibrated"):
             flags["saving_upper_bound"] = True
         if not record.always_report and saving_ns < MIN_SAVING_NS:
             continue  # a named idiom is always reported; a generic chain only when worth it
@@ -362,9 +358,7 @@ def hints_from_matches(
             "device": backend,
             "backend": backend,
             "time_source": "device" if g.has_device else "cpu",
-            "estimate_model": model_text(
-                pattern, backend, bound=bound, from_trace=from_trace, eager_timed=all(c.eager_timed for c in costed)
-            ),
+            "estimate_model": model_text(pattern, backend, bound=bound, from_trace=from_trace),
             **flags,
             **first.params,
         }
@@ -389,6 +383,15 @@ def hints_from_matches(
         )
     hints.sort(key=lambda h: h.est_saving_us, reverse=True)
     return hints
+
+
+def _unbounded_why(m: Match, backend: str) -> str:
+    """Why an estimate has no bound from this machine's kept costs (see :func:`~.cost.model_text`)."""
+    if not measured_here(backend):
+        return "none"
+    if not any(n.inputs for n in m.nodes):
+        return "no_shapes"
+    return "uncalibrated"
 
 
 def fusion_hints(ctx: AnalysisContext) -> list[Hint]:

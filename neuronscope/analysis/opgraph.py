@@ -119,6 +119,9 @@ class OpNode:
     event: Any = None  # live graphs: the event-tree node, for code locations
     #: The Python numbers the user passed (``x * 0.125``), where an observation pass saw them.
     consts: tuple[float, ...] = ()
+    #: The torch function of the user's line that ran this op inside it with others (a
+    #: library composite: ``multi_head_attention_forward``), where an observation saw it.
+    within: str | None = None
     #: False for ops that made no tensor: views, and ``.to()`` / ``.contiguous()`` calls that
     #: returned their input. They read data but never sit inside a fusable chain.
     writes: bool = True

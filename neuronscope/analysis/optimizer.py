@@ -11,8 +11,8 @@ from __future__ import annotations
 import bisect
 import collections
 
+from neuronscope.analysis.calibration import FUSED_OPTIMIZERS
 from neuronscope.analysis.cost import (
-    MAX_TIMED_PARAMETERS,
     MIN_SAVING_NS,
     estimate_saving_ns,
     full_size,
@@ -25,12 +25,10 @@ from neuronscope.analysis.patterns.elementwise_chain import ELEMENTWISE_CHAIN, e
 from neuronscope.events import KIND_ANNOTATION, EventTable
 from neuronscope.result.hint import Hint
 
-__all__ = ["FUSED_OPTIMIZERS", "OPTIMIZER_STEP_PREFIX", "has_optimizer_steps", "optimizer_hints", "optimizer_steps"]
+__all__ = ["OPTIMIZER_STEP_PREFIX", "has_optimizer_steps", "optimizer_hints", "optimizer_steps"]
 
 #: torch.optim records each step as a range named ``Optimizer.step#<class>.step``.
 OPTIMIZER_STEP_PREFIX = "Optimizer.step#"
-#: Optimizers with a fused implementation (``fused=True``; CPU and CUDA since torch 2.4).
-FUSED_OPTIMIZERS = frozenset({"Adam", "AdamW", "SGD", "Adagrad"})
 #: Fewest per-parameter update chains in one optimizer's steps that make an ``optimizer`` hint.
 MIN_OPTIMIZER_CHAINS = 2
 _MODEL_OPS = MATMULS | {"linear", "addmm", "conv1d", "conv2d", "conv3d", "convolution", "embedding"}
@@ -168,10 +166,9 @@ def optimizer_hints(g: OpGraph, steps: dict[str, list[list[int]]], backend: str,
                     "time_source": "device" if g.has_device else "cpu",
                     **({"fused_step_saving_us": timed / 1e3} if timed is not None else {}),
                     "estimate_model": model_text(ELEMENTWISE_CHAIN.name, backend, bound="none") + (
-                        f"; at most what torch.optim.{cls}(fused=True) saved per step against its default form, timed "
-                        f"here on parameters of these shapes (past {MAX_TIMED_PARAMETERS / 1e6:.1f}M elements, a sample "
-                        "of them, scaled) with default "
-                        "hyperparameters, without the profiler"
+                        f"; at most what torch.optim.{cls}(fused=True) saves per step against its default form on "
+                        "parameters of these shapes, from the per-parameter and per-element savings measured on this "
+                        "machine (neuronscope calibrate)"
                         if timed is not None
                         else ""
                     ),

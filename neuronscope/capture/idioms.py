@@ -14,7 +14,7 @@ import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-__all__ = ["BUILDERS", "VERIFY_EPS", "Builders", "Evidence", "gelu", "layer_norm", "rms_norm", "silu_mul", "softmax"]
+__all__ = ["BUILDERS", "VERIFY_EPS", "Builders", "Evidence", "gelu", "layer_norm", "log_softmax", "rms_norm", "silu_mul", "softmax"]
 
 #: The eps of the rebuilt norms (a recorded one is not needed to time them).
 VERIFY_EPS = 1e-6
@@ -130,6 +130,31 @@ def softmax(hint: Evidence, x: Any, device: Any) -> Builders:
 
     return chain, (lambda: torch.softmax(x, dim)), "torch.softmax"
 
+def log_softmax(hint: Evidence, x: Any, device: Any) -> Builders:
+    """Log-softmax written out (and, for a hand-written cross-entropy, its gather) against
+    ``F.log_softmax`` / ``F.cross_entropy``."""
+    import torch
+
+    F = torch.nn.functional
+    dim = hint.details.get("dim")
+    if not isinstance(dim, int) or not -x.dim() <= dim < x.dim():
+        dim = -1
+
+    def written(t: Any) -> Any:
+        shifted = t - t.amax(dim, keepdim=True)
+        return shifted - torch.log(torch.exp(shifted).sum(dim, keepdim=True))
+
+    if hint.details.get("loss") and x.dim() >= 2:
+        rows = x.reshape(-1, x.shape[-1])
+        target = torch.randint(0, rows.shape[-1], (rows.shape[0],), device=device)
+
+        def chain() -> Any:
+            return -written(rows).gather(-1, target.unsqueeze(-1)).mean()
+
+        return chain, (lambda: F.cross_entropy(rows, target)), "torch.nn.functional.cross_entropy"
+    return (lambda: written(x)), (lambda: F.log_softmax(x, dim)), "torch.nn.functional.log_softmax"
+
+
 def gelu(hint: Evidence, x: Any, device: Any) -> Builders:
     """GELU written out (tanh or erf form) against ``F.gelu``."""
     import torch
@@ -170,5 +195,5 @@ def silu_mul(hint: Evidence, x: Any, device: Any) -> Builders:
 
 #: The builder of each pattern ``hint.verify()`` can rebuild, by pattern name.
 BUILDERS: Mapping[str, Callable[[Evidence, Any, Any], Builders]] = types.MappingProxyType(
-    {"rms_norm": rms_norm, "layer_norm": layer_norm, "softmax": softmax, "gelu": gelu, "silu_mul": silu_mul}
+    {"rms_norm": rms_norm, "layer_norm": layer_norm, "softmax": softmax, "log_softmax": log_softmax, "gelu": gelu, "silu_mul": silu_mul}
 )

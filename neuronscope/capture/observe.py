@@ -121,7 +121,10 @@ def _function_mode() -> Any:
             # records them as 0-dim tensors, without their value.
             # numpy's numbers too (``np.sqrt(2 / np.pi)``), written as plain floats.
             nums = [float(a) for a in (*args, *kwargs.values()) if isinstance(a, numbers.Real) and a.__class__ is not bool]
-            name = LOCATION_PREFIX + line + (CONSTS_SEP + ",".join(map(repr, nums)) if nums else "")
+            # and the torch function called (a library's composite, such as
+            # F.multi_head_attention_forward, holds many ops: their numbers are not its).
+            called = getattr(func, "__name__", "")
+            name = LOCATION_PREFIX + line + CONSTS_SEP + ",".join(map(repr, nums)) + CONSTS_SEP + called
             with fast(name):
                 return func(*args, **kwargs)
 

@@ -12,6 +12,7 @@ from neuronscope.analysis.patterns.base import Match, Pattern
 from neuronscope.analysis.patterns.elementwise_chain import ELEMENTWISE_CHAIN
 from neuronscope.analysis.patterns.gelu import GELU
 from neuronscope.analysis.patterns.layer_norm import LAYER_NORM
+from neuronscope.analysis.patterns.log_softmax import LOG_SOFTMAX
 from neuronscope.analysis.patterns.rms_norm import RMS_NORM
 from neuronscope.analysis.patterns.rotary_embedding import ROTARY_EMBEDDING
 from neuronscope.analysis.patterns.silu_mul import SILU_MUL
@@ -23,6 +24,7 @@ REGISTRY: tuple[Pattern, ...] = (
     ATTENTION,
     LAYER_NORM,
     RMS_NORM,
+    LOG_SOFTMAX,
     SOFTMAX,
     GELU,
     ROTARY_EMBEDDING,

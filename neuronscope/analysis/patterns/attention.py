@@ -4,10 +4,13 @@ mask, softmax (fused or written out), ``@ v``.
 
 from __future__ import annotations
 
+import functools
+import sys
+from types import MappingProxyType
 from typing import Any
 
 from neuronscope.analysis.opgraph import OpGraph, OpNode
-from neuronscope.analysis.patterns.base import MATMULS, SOFTMAXES, Match, Pattern, in_transformers, input_from
+from neuronscope.analysis.patterns.base import MATMULS, SOFTMAXES, Match, Pattern, input_from
 from neuronscope.analysis.patterns.softmax import match_softmax
 
 __all__ = ["ATTENTION"]
@@ -76,7 +79,7 @@ def _match_attention(g: OpGraph, head: OpNode, tail: OpNode, inner: list[OpNode]
         "v": list(mm2.inputs[1].sizes) if len(mm2.inputs) > 1 else None,
         "masked": any(p.op in ("masked_fill", "where", "add") for p in pre),
     }
-    scale = _scale_value(scales, q.sizes[-1] if q is not None and q.sizes else None)
+    scale = _scale_value(scales, q.sizes[-1] if q is not None and q.sizes else None, _alpha(mm1))
     if scale is not None:
         params["scale"] = scale
     return Match("attention", sorted(nodes.values(), key=lambda m: m.index), q, params)
@@ -93,13 +96,22 @@ def _is_scaling(n: OpNode) -> bool:
 UNKNOWN_SCALE = "<the scale your code applies>"
 
 
-def _scale_value(scales: list[OpNode], head_dim: int | None) -> float | str | None:
+def _alpha(mm: OpNode) -> float:
+    """The factor a ``baddbmm`` scales its product by (``alpha``, its last number; Bloom's
+    ``1/sqrt(head_dim)``): 1.0 for another matmul."""
+    if mm.op != "baddbmm":
+        return 1.0
+    nums = [v for v in (*mm.scalars, *mm.consts) if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return float(nums[-1]) if nums else 1.0
+
+
+def _scale_value(scales: list[OpNode], head_dim: int | None, alpha: float = 1.0) -> float | str | None:
     """The ``scale=`` an equivalent ``scaled_dot_product_attention`` call needs: None where
     its default (``1/sqrt(head_dim)``) is right or the value was not observed, 1.0 where the
     code applies no scale at all (T5)."""
-    if not scales:
+    if not scales and alpha == 1.0:
         return 1.0
-    value = 1.0
+    value = alpha
     for n in scales:
         if not n.consts or n.consts[0] == 0:
             return UNKNOWN_SCALE  # scaled by a number the observation could not record
@@ -120,6 +132,29 @@ def match_attention(g: OpGraph, n: OpNode) -> Match | None:
     return _match_attention(g, head, sm.nodes[-1], sm.nodes)
 
 
+#: Library calls that write attention out inside them, and the switch that makes them call
+#: scaled_dot_product_attention instead (what the user can change: not the library's code).
+COMPOSITE_SWITCHES = MappingProxyType({
+    "multi_head_attention_forward": "call the nn.MultiheadAttention with need_weights=False "
+    "(with the default need_weights=True it writes attention out to return the weights; without, it runs {call})",
+})
+
+
+@functools.lru_cache(maxsize=64)
+def supports_sdpa_switch(source: str) -> bool | None:
+    """Whether the model classes defined in the imported module of file ``source`` declare that
+    they take ``attn_implementation="sdpa"`` (Hugging Face's ``_supports_sdpa`` convention):
+    True if one does, False if they declare it and none does, None where nothing says."""
+    declared = None
+    for mod in list(sys.modules.values()):
+        if getattr(mod, "__file__", None) != source:
+            continue
+        for cls in vars(mod).values():
+            if isinstance(cls, type) and cls.__module__ == mod.__name__ and "_supports_sdpa" in dir(cls):
+                declared = declared or bool(getattr(cls, "_supports_sdpa", False))
+    return declared
+
+
 def _suggest(m: Match, backend: str) -> str:
     args = ["q", "k", "v"]
     if m.params.get("masked"):
@@ -130,7 +165,11 @@ def _suggest(m: Match, backend: str) -> str:
     elif scale is not None:
         args.append(f"scale={scale!r}")
     call = f"torch.nn.functional.scaled_dot_product_attention({', '.join(args)})"
-    if in_transformers(m):
+    within = {n.within for n in m.nodes}
+    if len(within) == 1 and (switch := COMPOSITE_SWITCHES.get(next(iter(within)) or "")) is not None:
+        return switch.format(call="torch.nn.functional.scaled_dot_product_attention")
+    sources = {n.location.rsplit(":", 1)[0] for n in m.nodes if n.location is not None}
+    if sources and all(supports_sdpa_switch(src) for src in sources):
         return f'load the model with attn_implementation="sdpa" (its own switch to {call})'
     return f"use {call}"
 

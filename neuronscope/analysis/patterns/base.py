@@ -24,7 +24,6 @@ __all__ = [
     "affine",
     "const_of",
     "dims",
-    "in_transformers",
     "input_from",
     "is_float",
     "is_scalar_pow",
@@ -214,11 +213,6 @@ def const_of(nodes: Iterable[OpNode], op: str) -> float | None:
         if n.op == op and n.consts:
             return n.consts[0]
     return None
-
-
-def in_transformers(m: Match) -> bool:
-    """Is the idiom in a Hugging Face transformers model's source (which has its own switches)?"""
-    return any(n.location is not None and "transformers/models/" in n.location for n in m.nodes)
 
 
 def line_of(loc: str) -> int:

@@ -12,6 +12,10 @@ from neuronscope.analysis.patterns.base import Match, Pattern, is_float
 __all__ = ["ELEMENTWISE_CHAIN", "MIN_CHAIN_OPS", "elementwise_chains"]
 
 
+#: The autograd engine's ops in a training step: they read what the forward saved for them,
+#: which a fused forward (torch.compile's) saves or recomputes too, so such a read leaves an
+#: output an intermediate of the forward's chain (DropPath's ``x.div(keep) * mask``).
+BACKWARD_PREFIX = "autograd::engine::"
 #: Fewest dependent elementwise ops that make an ``elementwise_chain`` (the contract's
 #: "three or more"): two ops fused save one round trip through memory, rarely worth a hint.
 MIN_CHAIN_OPS = 3
@@ -26,9 +30,10 @@ def elementwise_chains(g: OpGraph, claimed: set[int], within: Sequence[int] | No
     never has to write it out. An output read by anything else (a matmul, a norm, a
     reduction, the next residual add's layer) ends a group: so a transformer's residual
     stream, whose every add feeds a whole block, is never a chain, and no group crosses a
-    matmul, convolution or reduction. Each other input of ``n`` must be a constant or exist
-    before the group starts (an input computed from the group through some other op would
-    need that op inside the kernel). Groups on integer or boolean tensors only (mask and
+    matmul, convolution or reduction. Each other input of ``n`` must be a constant or made
+    apart from the group (an input computed from the group through some other op would need
+    that op inside the kernel). In a training step the autograd engine's reads of what the
+    forward saved leave an output an intermediate. Groups on integer or boolean tensors only (mask and
     position-id arithmetic) are left out: small index helpers, rarely worth a kernel.
     """
     parent: dict[int, int] = {}
@@ -51,8 +56,25 @@ def elementwise_chains(g: OpGraph, claimed: set[int], within: Sequence[int] | No
             low[n.index] = n.index
 
     def intermediate(p: OpNode) -> bool:
-        readers = {c for c in p.consumers if nodes[c].writes or nodes[c].op not in VIEW_OPS}
+        readers = {
+            c for c in p.consumers if (nodes[c].writes or nodes[c].op not in VIEW_OPS) and not nodes[c].name.startswith(BACKWARD_PREFIX)
+        }
         return bool(readers) and all(c in parent for c in readers)
+
+    def made_from(q: int, root: int) -> bool:
+        """Was op ``q``'s output computed from the group of ``root`` (then the kernel would need
+        ``q`` inside it)? An input made apart from it (DropPath's random mask, made after the
+        chain started) is one more input of the fused kernel."""
+        start, seen, todo = low[root], set(), [q]
+        while todo:
+            i = todo.pop()
+            if i < start or i in seen:
+                continue  # an op before the group began cannot read it
+            seen.add(i)
+            if i in parent and find(i) == root:
+                return True
+            todo.extend(j for j in nodes[i].producers if j >= 0)
+        return False
 
     for n in pool:
         if n.index not in parent:
@@ -65,9 +87,9 @@ def elementwise_chains(g: OpGraph, claimed: set[int], within: Sequence[int] | No
                 continue  # a new tensor of another shape: only the element count matched
             if not intermediate(nodes[p]):
                 continue
-            start = low[find(p)]
+            root = find(p)
             others = (q for kk, q in enumerate(n.producers) if kk != k and q >= 0 and n.inputs[kk].sizes)
-            if all(q < start or (q in parent and find(q) == find(p)) for q in others):
+            if all(q in parent and find(q) == root or not made_from(q, root) for q in others):
                 a, b = find(p), find(n.index)
                 parent[a] = b
                 low[b] = min(low[a], low[b])
@@ -78,8 +100,10 @@ def elementwise_chains(g: OpGraph, claimed: set[int], within: Sequence[int] | No
         if len(members) < MIN_CHAIN_OPS or _makes_indices(g, members):
             continue
         members.sort(key=lambda m: m.index)
-        first = members[0]
-        x = max(first.inputs, key=lambda t: t.numel) if first.inputs else None
+        # The tensor the chain works on: its largest input anywhere (the first op may work on
+        # a per-row statistic: GRN's ``mean + eps``), whose shape tells one chain's line run
+        # on two channel counts apart.
+        x = max((t for m in members for t in m.inputs), key=lambda t: t.numel, default=None)
         yield Match("elementwise_chain", members, x, {})
 
 

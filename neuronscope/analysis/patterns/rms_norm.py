@@ -40,20 +40,23 @@ def _sequence_params(members: list[OpNode]) -> dict[str, Any]:
     roots = [i for i, n in enumerate(members) if n.op in ("rsqrt", "sqrt")]
     after = members[roots[0] + 1 :] if roots else []
     norming = next((i for i, n in enumerate(after) if n.op in ("mul", "div")), None)
-    trailing = [n for n in after[norming + 1 :] if n.op == "mul"] if norming is not None else []
+    trailing = [n for n in after[norming + 1 :] if n.op in ("mul", "add")] if norming is not None else []
     if not trailing:
         return {"weight": False}
     x = members[0].inputs[0].sizes if members[0].inputs else None
     if not x or not all(n.inputs for n in trailing):
         return {"weight": None}
-    return {"weight": any(len(t.sizes) == 1 and t.sizes[0] == x[-1] for n in trailing for t in n.inputs)}
+    # Gemma's ``x * (1 + weight)``: an add on a 1-D operand of the last dim's size alone.
+    plus_one = any(n.op == "add" and all(len(t.sizes) <= 1 for t in n.inputs) for n in trailing)
+    weight = any(len(t.sizes) == 1 and t.sizes[0] == x[-1] for n in trailing for t in n.inputs)
+    return {"weight": weight, **({"weight_plus_one": True} if plus_one and weight else {})}
 
 
 RMS_NORM = Pattern(
     name="rms_norm",
     match=_match,
     sequence=(
-        r"(?:to )?(?:pow|square|mul) mean add (?:rsqrt |sqrt (?:reciprocal )?(?:mul )?)(?:mul |div )(?:to )?(?:mul )?"
+        r"(?:to )?(?:pow|square|mul) mean add (?:rsqrt |sqrt (?:reciprocal )?(?:mul )?)(?:mul |div )(?:to )?(?:add )?(?:mul )?"
     ),
     sequence_shapes="row",
     fused_passes=2,

@@ -49,6 +49,11 @@ def _suggest(m: Match, backend: str) -> str:
     return f"torch.compile the MLP block ({act}(gate) * up), or {kernel}"
 
 
+def _sequence_params(members: list[OpNode]) -> dict[str, Any]:
+    """A trace's GLU: which activation, from its op names."""
+    return {"activation": "gelu" if members[0].op == "gelu" else "silu"}
+
+
 SILU_MUL = Pattern(
     name="silu_mul",
     match=match_silu_mul,
@@ -57,4 +62,5 @@ SILU_MUL = Pattern(
     verify=idioms.silu_mul,
     sequence_skip=frozenset({"linear", "matmul", "mm", "addmm"}),
     eager_replacement=False,
+    sequence_params=_sequence_params,
 )

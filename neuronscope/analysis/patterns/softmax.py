@@ -9,7 +9,7 @@ from neuronscope.analysis.opgraph import VIEW_OPS, OpGraph, OpNode, TensorArg
 from neuronscope.analysis.patterns.base import Match, Pattern, input_from, same_value
 from neuronscope.capture import idioms
 
-__all__ = ["SOFTMAX", "match_softmax"]
+__all__ = ["SOFTMAX", "UNKNOWN_DIM", "match_softmax", "reduced_dims"]
 
 
 def match_softmax(g: OpGraph, n: OpNode) -> Match | None:
@@ -42,7 +42,7 @@ def match_softmax(g: OpGraph, n: OpNode) -> Match | None:
     k = input_from(consumer, s)
     if k is None or any(m.op in VIEW_OPS and input_from(m, s) is not None for m in g.nodes[s.index + 1 : consumer.index]):
         return None  # on a square x, ``sum(0).unsqueeze(1)`` has ``sum(1, keepdim=True)``'s shape
-    dims = _reduced_dims(s, consumer.inputs[k])
+    dims = reduced_dims(s, consumer.inputs[k])
     if dims is not None and len(dims) != 1:
         return None  # a sum over several dims: no softmax
     nodes = [n, e, s, *extra]
@@ -51,7 +51,7 @@ def match_softmax(g: OpGraph, n: OpNode) -> Match | None:
     if sub is not None and sub.op == "sub" and len(sub.inputs) == 2:
         mx = g.producer(sub, 1)
         if mx is not None and mx.op in ("max", "amax") and mx.inputs and same_value(g, mx, 0, sub, 0):
-            if dims is not None and _reduced_dims(mx, sub.inputs[1]) not in (dims, None):
+            if dims is not None and reduced_dims(mx, sub.inputs[1]) not in (dims, None):
                 return None  # the max of another dim: no softmax
             nodes += [sub, mx]
             x = sub.inputs[0]
@@ -62,7 +62,7 @@ def match_softmax(g: OpGraph, n: OpNode) -> Match | None:
 UNKNOWN_DIM = "<the dim your code sums over>"
 
 
-def _reduced_dims(reduction: OpNode, result: TensorArg) -> tuple[int, ...] | None:
+def reduced_dims(reduction: OpNode, result: TensorArg) -> tuple[int, ...] | None:
     """The dims a keepdim reduction ran over, counted from the end (-1: the last), from its
     input's and its result's shapes (where the result has 1 and the input not); None where the
     shapes do not tell (not recorded, or no dim changed)."""

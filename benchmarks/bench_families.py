@@ -81,7 +81,7 @@ def main() -> int:
         except Exception as err:  # a family this transformers cannot build
             print(f"{name}: not built ({type(err).__name__}: {str(err)[:80]})")
             continue
-        f = profile_on_neuron(lambda: model(**kw), export=False, print_summary=False, backend="cpu", warmup=1, active=args.captures)
+        f = profile_on_neuron(lambda model=model, kw=kw: model(**kw), export=False, print_summary=False, backend="cpu", warmup=1, active=args.captures)
         with torch.no_grad():
             for _ in range(args.captures + 1):
                 f()

@@ -62,8 +62,8 @@ def main() -> int:
     args = parser.parse_args()
     times: dict[str, list[tuple[float, float]]] = {"plain": [], "decorated": [], "decorated_no_export": []}
     for _ in range(args.runs):
-        for mode in times:
-            times[mode].append(_run(args.model, mode))
+        for mode, samples in times.items():
+            samples.append(_run(args.model, mode))
     print(f"model {args.model}, {args.runs} fresh processes each, one torch thread, median ms (wall, and CPU time)")
     for k, what in ((0, "wall"), (1, "CPU")):
         plain = statistics.median(t[k] for t in times["plain"])

@@ -3,6 +3,7 @@ the analysis (which times nothing itself)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -69,7 +70,7 @@ def test_the_measurements_are_of_this_cpu() -> None:
     timings, positive, the bandwidth never slower for a smaller tensor."""
     per_op, bandwidth = calibration._device_costs()
     assert per_op > 0 and [s for s, _ in bandwidth] == list(calibration.BANDWIDTH_SIZES)
-    assert all(a[1] >= b[1] > 0 for a, b in zip(bandwidth, bandwidth[1:]))
+    assert all(a[1] >= b[1] > 0 for a, b in itertools.pairwise(bandwidth))
     rates = calibration._optimizer_rates("SGD", "float32")
     assert rates is not None and min(rates) >= 0
 

@@ -4,7 +4,6 @@ suggests no argument list it cannot know, a measured loss is said plainly, one a
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from typing import Any
 
@@ -287,7 +286,7 @@ def test_the_estimate_takes_the_better_fused_form(monkeypatch: Any) -> None:
     """As verify() keeps the faster of the eager replacement and torch.compile, the estimate
     keeps the larger of their savings: compiled pays its entry cost per call, the eager form
     removes its measured share of the launches and its cost per intermediate byte."""
-    from neuronscope.analysis import calibration, cost
+    from neuronscope.analysis import cost
 
     nodes, g = _rms_nodes()
     # written and read again, at 1 byte per ns: x**2 and y (read by mean and by the weight's
@@ -444,7 +443,7 @@ def test_a_capture_with_a_scalar_where_the_observation_saw_a_tensor_is_not_given
 def test_an_op_on_the_weight_alone_is_no_launch_the_eager_call_removes(monkeypatch: Any) -> None:
     """Gemma's ``1 + weight`` stays in the suggested call (``rms_norm(x, ..., 1 + weight)``):
     the eager form's estimate is that of the same norm with a plain weight."""
-    from neuronscope.analysis import calibration, cost
+    from neuronscope.analysis import cost
     from neuronscope.analysis.opgraph import OpGraph, OpNode, TensorArg
 
     nodes, _ = _rms_nodes()
@@ -499,7 +498,7 @@ def test_the_fused_optimizers_saving_is_the_kept_rates_on_the_updates_shapes(cal
     the parameters' shapes; nothing where none are kept (another device, an unknown class)."""
     from conftest import CALIBRATION
 
-    from neuronscope.analysis import calibration, cost
+    from neuronscope.analysis import cost
 
     per_param, per_element = CALIBRATION["optimizers"]["AdamW"]
     saving = cost.fused_optimizer_saving_ns("AdamW", ((64, 64), (64,)), "float32", "cpu")

@@ -460,7 +460,7 @@ def test_a_cpu_trace_without_shapes_runs_no_cost_probe(tmp_path: Path, monkeypat
     torch = pytest.importorskip("torch")
     from torch.profiler import ProfilerActivity, profile
 
-    from neuronscope.analysis import calibration, cost
+    from neuronscope.analysis import cost
 
     x, w = torch.randn(64, 256), torch.randn(256)
     with profile(activities=[ProfilerActivity.CPU]) as prof:

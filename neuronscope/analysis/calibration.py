@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from neuronscope.analysis.patterns import REGISTRY, pattern_named
-from neuronscope.capture.timing import block_timer, calibrate as quickest_loop
+from neuronscope.capture.timing import block_timer
+from neuronscope.capture.timing import calibrate as quickest_loop
 
 __all__ = ["CACHE_VERSION", "Calibration", "DeviceCosts", "cache_path", "calibrate", "calibration_key", "load", "save"]
 
@@ -297,7 +298,7 @@ def _optimizer_rates(cls: str, dtype: str) -> tuple[float, float] | None:
         rows = []
         for count, numel in OPTIMIZER_PROBES:
 
-            def build(**kind: bool) -> Any:
+            def build(numel: int = numel, count: int = count, **kind: bool) -> Any:
                 params = [torch.randn(numel, dtype=floating_dtype(dtype), requires_grad=True) for _ in range(count)]
                 for p in params:
                     p.grad = torch.randn_like(p)

@@ -23,9 +23,7 @@ from __future__ import annotations
 import itertools
 import math
 import statistics
-from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any
 
 from neuronscope.analysis import calibration
 from neuronscope.analysis.calibration import DeviceCosts

@@ -22,7 +22,7 @@ from typing import Any
 import msgspec
 
 from neuronscope.errors import TraceFormatError
-from neuronscope.events.trace_records import EventArgs, FastTraceEvent, TraceEvent
+from neuronscope.events.trace_records import FastTraceEvent, TraceEvent
 
 __all__ = [
     "CHUNK_BYTES",

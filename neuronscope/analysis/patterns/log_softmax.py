@@ -25,17 +25,17 @@ def _written_out(g: OpGraph, n: OpNode) -> tuple[list[OpNode], Any, int | None] 
     log = g.producer(n, 1)
     s = g.producer(log, 0) if log is not None and log.op == "log" else None
     e = g.producer(s, 0) if s is not None and s.op == "sum" else None
-    if e is None or e.op != "exp" or not e.inputs or not same_value(g, e, 0, n, 0):
+    if log is None or s is None or e is None or e.op != "exp" or not e.inputs or not same_value(g, e, 0, n, 0):
         return None
-    dims = reduced_dims(s, log.inputs[0]) if log.inputs else None  # type: ignore[union-attr]
+    dims = reduced_dims(s, log.inputs[0]) if log.inputs else None
     if dims is not None and len(dims) != 1:
         return None  # a sum over several dims: no log-softmax
-    nodes, x = [n, log, s, e], n.inputs[0]  # type: ignore[list-item]
+    nodes, x = [n, log, s, e], n.inputs[0]
     sub = g.producer(n, 0)
     mx = g.producer(sub, 1) if sub is not None and sub.op == "sub" and len(sub.inputs) == 2 else None
-    if mx is not None and mx.op in ("max", "amax") and mx.inputs and same_value(g, mx, 0, sub, 0):  # type: ignore[arg-type]
-        nodes += [sub, mx]  # type: ignore[list-item]
-        x = sub.inputs[0]  # type: ignore[union-attr]
+    if sub is not None and mx is not None and mx.op in ("max", "amax") and mx.inputs and same_value(g, mx, 0, sub, 0):
+        nodes += [sub, mx]
+        x = sub.inputs[0]
     return nodes, x, dims[0] if dims else None
 
 

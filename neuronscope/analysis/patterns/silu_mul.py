@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from neuronscope.analysis.opgraph import OpGraph, OpNode
 from neuronscope.analysis.patterns.base import Match, Pattern
 from neuronscope.capture import idioms

@@ -18,6 +18,7 @@ from neuronscope.errors import RunLoadError
 __all__ = [
     "SCHEMA_VERSION",
     "breakdown_from",
+    "breakdown_problem",
     "check_schema",
     "dumps_json",
     "known_fields",
@@ -170,6 +171,16 @@ def _rows(value: Any, numbers: tuple[str, ...], text: str | None = None) -> bool
         isinstance(r, Mapping) and all(_finite_number(r.get(k)) for k in numbers) and (text is None or isinstance(r.get(text), str))
         for r in value
     )
+
+
+def breakdown_problem(value: Any) -> str:
+    """Why :func:`breakdown_from` left ``value`` out, in a few words (for the result's note)."""
+    if not isinstance(value, Mapping):
+        return f"not an object ({type(value).__name__})"
+    bad = [k for k in _TOP_NUMBERS if not _finite_number(value.get(k))]
+    if bad:
+        return "missing or not a number: " + ", ".join(bad)
+    return "its steps, devices or chart are not what neuronscope writes"
 
 
 def breakdown_from(value: Any) -> dict[str, Any] | None:

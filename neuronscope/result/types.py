@@ -21,6 +21,7 @@ from neuronscope.result.hint import Hint
 from neuronscope.result.serial import (
     SCHEMA_VERSION,
     breakdown_from,
+    breakdown_problem,
     check_schema,
     dumps_json,
     known_fields,
@@ -52,13 +53,6 @@ __all__ = ["HINTS_OFF_NOTE", "ProfileResult", "hints_and_regions_html"]
 #: The note of a result built with ``hints=False``: its empty hint list says nothing.
 HINTS_OFF_NOTE = "hint rules off (hints=False)"
 
-
-
-#: The note a result loaded from a file with a malformed step breakdown carries.
-MALFORMED_BREAKDOWN_NOTE = (
-    "the step breakdown in this file is left out: its figures are malformed "
-    "(the file was edited or not written by neuronscope)"
-)
 
 
 @dataclass(frozen=True)
@@ -299,7 +293,8 @@ class ProfileResult:
             # still loads, and its notes say what was left out.
             breakdown = breakdown_from(d.get("breakdown"))
             malformed_breakdown = breakdown is None and d.get("breakdown") is not None
-            left_out = [MALFORMED_BREAKDOWN_NOTE] if malformed_breakdown else []
+            why = breakdown_problem(d.get("breakdown")) if malformed_breakdown else ""
+            left_out = [f"the step breakdown in this file is left out ({why}): the file was edited or not written by neuronscope"] if why else []
             return cls(
                 name=str(d["name"]),
                 backend=str(d.get("backend", "unknown")),

@@ -285,7 +285,6 @@ KNOWN_LONG_MODULES = frozenset(
     {
         "neuronscope.analysis.compile",
         "neuronscope.analysis.cost",
-        "neuronscope.analysis.dataflow",
         "neuronscope.analysis.inferred_links",
         "neuronscope.events.trace_reader",
         # issue 36 rewrites compare() (its window ownership lands there)

@@ -287,8 +287,6 @@ KNOWN_LONG_MODULES = frozenset(
         "neuronscope.analysis.cost",
         "neuronscope.analysis.inferred_links",
         "neuronscope.events.trace_reader",
-        # issue 36 rewrites compare() (its window ownership lands there)
-        "neuronscope.compare.variants",
     }
 )
 

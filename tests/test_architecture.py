@@ -283,7 +283,6 @@ MAX_LINES = 500
 #: new is added to it.
 KNOWN_LONG_MODULES = frozenset(
     {
-        "neuronscope.analysis.compile",
         "neuronscope.analysis.cost",
         "neuronscope.analysis.inferred_links",
         "neuronscope.events.trace_reader",

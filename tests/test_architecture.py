@@ -284,7 +284,6 @@ MAX_LINES = 500
 KNOWN_LONG_MODULES = frozenset(
     {
         "neuronscope.analysis.cost",
-        "neuronscope.analysis.inferred_links",
         "neuronscope.events.trace_reader",
     }
 )

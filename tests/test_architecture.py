@@ -278,25 +278,11 @@ def test_the_stage_check_sees_a_function_level_import(tmp_path: Path) -> None:
 
 # ---- size ---------------------------------------------------------------------------------------
 MAX_LINES = 500
-#: Modules over :data:`MAX_LINES` that other issues are rewriting now (issue 35: analysis/;
-#: the trace reader's rewrite): they shrink there, and then the lead empties this list. Nothing
-#: new is added to it.
-KNOWN_LONG_MODULES = frozenset(
-    {
-        "neuronscope.analysis.compile",
-        "neuronscope.analysis.cost",
-        "neuronscope.analysis.dataflow",
-        "neuronscope.analysis.inferred_links",
-        "neuronscope.events.trace_reader",
-        # issue 36 rewrites compare() (its window ownership lands there)
-        "neuronscope.compare.variants",
-    }
-)
 
 
 def test_no_module_over_500_lines() -> None:
     long = {m: len(p.read_text().splitlines()) for m, p in _modules().items()}
-    over = sorted(f"{m} ({n})" for m, n in long.items() if n > MAX_LINES and m not in KNOWN_LONG_MODULES)
+    over = sorted(f"{m} ({n})" for m, n in long.items() if n > MAX_LINES)
     assert over == [], f"modules over {MAX_LINES} lines: " + ", ".join(over)
 
 

@@ -25,9 +25,9 @@ from neuronscope import (
     neuron_region,
 )
 from neuronscope.announce import NeuronscopeWarning
+from neuronscope.compare.options import COMPARE_PROFILED
 from neuronscope.compare.outputs import outputs_agree
 from neuronscope.compare.range_ops import NOT_WORK_OPS, dispatched_ops, top_level_ops
-from neuronscope.compare.variants import COMPARE_PROFILED
 from neuronscope.demo import rms_norm_fused, rms_norm_naive
 from neuronscope.errors import ConfigError
 from neuronscope.events import KIND_ANNOTATION, KIND_OP, EventTable

@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from neuronscope import neuron_region
-from neuronscope.analysis.compile import compiled_label, labelled_compiled_ops
+from neuronscope.analysis.compile import compiled_label
+from neuronscope.analysis.compiled_names import labelled_compiled_ops
 from neuronscope.events import KIND_ANNOTATION, KIND_OP, EventTable
 from neuronscope.events.table import promote_compiled_events
 from neuronscope.result.hint import Hint

@@ -364,7 +364,7 @@ def test_verify_keeps_each_rounds_fastest_block_and_times_more_rounds_when_they_
 def _observed_and_captured(x_obs: torch.Tensor, x_cap: torch.Tensor, calls: int = 1) -> tuple[Any, Any, Any]:
     from torch.profiler import ProfilerActivity, profile
 
-    from neuronscope.analysis.dataflow import observed_graph
+    from neuronscope.analysis.observed_links import observed_graph
     from neuronscope.capture.observe import observe_dataflow
     from neuronscope.events import table_from_profiler
 
@@ -380,7 +380,8 @@ def _observed_and_captured(x_obs: torch.Tensor, x_cap: torch.Tensor, calls: int 
 def test_a_capture_of_the_observed_ops_takes_the_observations_graph_with_its_own_times() -> None:
     """Same ops, same shapes (twice over: a capture of two calls): the graph is the one relinking
     the capture's own event tree gives, without reading that tree."""
-    from neuronscope.analysis.dataflow import graph_from_observation, graph_from_profiler, graph_with_observation
+    from neuronscope.analysis.dataflow import graph_from_profiler
+    from neuronscope.analysis.observed_links import graph_from_observation, graph_with_observation
 
     x = torch.randn(8, 32)
     observed, prof, table = _observed_and_captured(x, x, calls=2)
@@ -400,7 +401,7 @@ def test_a_capture_of_the_observed_ops_takes_the_observations_graph_with_its_own
 def test_a_capture_on_other_shapes_is_relinked_from_its_own_tree() -> None:
     """The warm-up call saw other shapes: the observation's facts are not the capture's, so the
     capture's own event tree is read and relinked, and its hint carries the captured shape."""
-    from neuronscope.analysis.dataflow import graph_from_observation
+    from neuronscope.analysis.observed_links import graph_from_observation
     from neuronscope.drive.pipeline import build_result
 
     observed, prof, table = _observed_and_captured(torch.randn(8, 32), torch.randn(16, 32))
@@ -422,7 +423,7 @@ def test_a_capture_with_a_scalar_where_the_observation_saw_a_tensor_is_not_given
     (``cat``), whose members the capture does not record, may differ that way."""
     from torch.profiler import ProfilerActivity, profile
 
-    from neuronscope.analysis.dataflow import graph_from_observation, observed_graph, takes_tensor_list
+    from neuronscope.analysis.observed_links import graph_from_observation, observed_graph, takes_tensor_list
     from neuronscope.capture.observe import observe_dataflow
     from neuronscope.events import table_from_profiler
 

@@ -1,6 +1,6 @@
-"""The user-level ops of an event table (``dataflow._user_ops``), against a plain reference.
+"""The user-level ops of an event table (``dataflow.user_ops``), against a plain reference.
 
-``_user_ops`` is vectorised with numpy; the reference below is the rule written as a loop: in
+``user_ops`` is vectorised with numpy; the reference below is the rule written as a loop: in
 (thread, start, -end) order, an op is user-level when it starts at or after the end of the last
 user-level op on its thread; the ops until the next one are its inside (their device time and
 copies count for it); ops under a compiled region, and the region itself, are left out.
@@ -11,7 +11,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from neuronscope.analysis.dataflow import _user_ops
+from neuronscope.analysis.dataflow import user_ops
 from neuronscope.analysis.opgraph import COPY_MARKERS
 from neuronscope.events import KIND_ANNOTATION, KIND_OP, EventTable
 from neuronscope.events.table import COMPILED_EVENT_PREFIXES as COMPILED_REGION_PREFIXES
@@ -52,7 +52,7 @@ def reference(table: EventTable) -> list[tuple[int, int, int, bool]]:
 
 
 def ours(table: EventTable) -> list[tuple[int, int, int, bool]]:
-    return [tuple(t) for t in _user_ops(table)]  # type: ignore[misc]
+    return [tuple(t) for t in user_ops(table)]  # type: ignore[misc]
 
 
 def table_of(*events: tuple[str, int, int, int, int]) -> EventTable:
@@ -95,8 +95,8 @@ def test_equal_starts_on_two_threads_keep_the_order_threads_appeared_in() -> Non
 
 
 def test_nothing_to_find() -> None:
-    assert _user_ops(EventTable()) == []
-    assert _user_ops(table_of(("step", KIND_ANNOTATION, 1, 0, 10))) == []
+    assert user_ops(EventTable()) == []
+    assert user_ops(table_of(("step", KIND_ANNOTATION, 1, 0, 10))) == []
 
 
 NAMES = ["aten::add", "aten::to", "aten::_to_copy", "aten::mm", "step", "Torch-Compiled Region: 0/0", "aten::clone"]

@@ -40,13 +40,8 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from neuronscope.analysis.cost import MIN_SAVING_NS, estimate_saving_ns, full_size, fused_forms_ns, measured_here, model_text
-from neuronscope.analysis.dataflow import (
-    graph_from_observation,
-    graph_from_profiler,
-    graph_from_table,
-    graph_with_observation,
-    observed_graph,
-)
+from neuronscope.analysis.dataflow import graph_from_profiler, graph_from_table
+from neuronscope.analysis.observed_links import graph_from_observation, graph_with_observation, observed_graph
 from neuronscope.analysis.opgraph import VIEW_OPS, OpGraph, OpNode, short_name
 from neuronscope.analysis.optimizer import has_optimizer_steps, optimizer_hints, optimizer_steps
 from neuronscope.analysis.patterns import REGISTRY, Match, Pattern, pattern_named

@@ -13,7 +13,7 @@ last warm-up call of a decorated function or a windowed region) is observed once
   ``def`` line for an operator such as ``x * y``, the decorator's line when it has one).
 
 The analysis aligns the capture's ops with the observed ones by name and takes the links and
-lines from there (:func:`neuronscope.analysis.dataflow.graph_with_observation`); the capture
+lines from there (:func:`neuronscope.analysis.observed_links.graph_with_observation`); the capture
 itself runs with the user's options, so its timings are not disturbed. A capture with nothing
 observed before it (a region that runs once) turns on ``profile_memory`` instead
 (:func:`options_added`), and says so in its record and in the result (``options_added``).

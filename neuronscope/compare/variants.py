@@ -16,8 +16,6 @@ Four phases, each announced on the ``neuronscope`` logger before it starts:
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import inspect
 import math
 import statistics
 import time
@@ -29,7 +27,6 @@ from neuronscope.announce import ensure_log_handler, log, warn_user
 from neuronscope.capture import Backend, profiler_running, resolve_backend
 from neuronscope.capture.observe import Observation, observe_warmup
 from neuronscope.capture.timing import (
-    DEFAULT_TIME_BUDGET_S,
     MAX_ROUNDS,
     MIN_ROUNDS,
     MIN_SAMPLE_S,
@@ -43,7 +40,8 @@ from neuronscope.capture.timing import (
     run_rounds,
 )
 from neuronscope.compare import intervals as stats
-from neuronscope.compare.outputs import DEFAULT_ATOL, DEFAULT_RTOL, outputs_agree
+from neuronscope.compare.options import COMPARE_PROFILED, COMPARE_WARMUP, Settings, split_options
+from neuronscope.compare.outputs import outputs_agree
 from neuronscope.compare.range_ops import dispatched_ops
 from neuronscope.config import Options, build_options, disabled_by_env
 from neuronscope.drive.pipeline import now_iso
@@ -57,97 +55,8 @@ from neuronscope.result.types import ProfileResult
 from neuronscope.units import fmt_us
 
 __all__ = [
-    "COMPARE_PROFILED",
-    "COMPARE_WARMUP",
-    "OPTION_NAMES",
     "compare",
-    "split_options",
 ]
-
-
-#: Warm-up calls per variant: enough for torch.compile's first compile and a recompile for
-#: a guard that fails on the second call, and for Neuron's per-op NEFF builds.
-COMPARE_WARMUP = 3
-#: Profiled calls per variant (the ``active`` option): the op counts are their median, so one
-#: call that the scheduler interrupted does not change them.
-COMPARE_PROFILED = 3
-#: Options only compare() takes (the shared ones are :class:`~neuronscope.config.Options`).
-COMPARE_ONLY = frozenset(
-    {"check_outputs", "rtol", "atol", "call_kwargs", "rounds", "time_budget", "confidence", "seed", "timer"}
-)
-#: Every keyword compare() reads itself; any other keyword goes to the variants.
-OPTION_NAMES = frozenset(Options.__dataclass_fields__) | COMPARE_ONLY
-
-
-# ---- options -----------------------------------------------------------------------------------
-def _takes_keyword(fn: Callable[..., Any], key: str) -> bool:
-    """Whether ``fn`` names ``key`` as a parameter (``**kwargs`` does not count: it would take
-    a mistyped option too)."""
-    try:
-        param = inspect.signature(fn).parameters.get(key)
-    except (TypeError, ValueError):  # builtins and C functions without a signature
-        return False
-    return param is not None and param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY)
-
-
-def split_options(
-    variants: Mapping[str, Callable[..., Any]], options: dict[str, Any]
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(compare's options, keyword arguments for the variants).
-
-    The rule: a keyword that is an option name configures the comparison. Any other keyword
-    goes to the variants, unless it looks like an option's name (``check_output=``,
-    ``activ=``) and not every variant names it as a parameter: that is taken for a typo and
-    raises :class:`ConfigError` suggesting the option. ``call_kwargs={...}`` passes keywords
-    to the variants whatever their names (one that clashes with an option, or a near miss).
-    """
-    call_kwargs = options.pop("call_kwargs", None) or {}
-    if not isinstance(call_kwargs, Mapping):
-        raise ConfigError(f"call_kwargs must be a dict of keyword arguments for the variants, got {call_kwargs!r:.60}")
-    passed = dict(call_kwargs)
-    for key in [k for k in options if k not in OPTION_NAMES]:
-        close = difflib.get_close_matches(key, sorted(OPTION_NAMES), n=1, cutoff=0.75)
-        if close and not all(_takes_keyword(fn, key) for fn in variants.values()):
-            raise ConfigError(
-                f"compare() got {key}=, which is not an option: did you mean {close[0]}=? "
-                f"(to pass {key}= to the variants, use call_kwargs={{{key!r}: ...}})"
-            )
-        passed[key] = options.pop(key)
-    return options, passed
-
-
-@dataclass(frozen=True)
-class _Settings:
-    """compare()'s own options, validated."""
-
-    check_outputs: bool = True
-    rtol: float = DEFAULT_RTOL
-    atol: float = DEFAULT_ATOL
-    rounds: int | None = None
-    time_budget: float = DEFAULT_TIME_BUDGET_S
-    confidence: float = stats.DEFAULT_CONFIDENCE
-    seed: int = 0
-    timer: Callable[[], float] = time.perf_counter
-
-    @classmethod
-    def pop_from(cls, options: dict[str, Any]) -> _Settings:
-        given = {k: options.pop(k) for k in list(options) if k in COMPARE_ONLY}
-        s = cls(**given)
-        if not isinstance(s.check_outputs, bool):
-            raise ConfigError(f"check_outputs must be True or False, got {s.check_outputs!r}")
-        for key in ("rtol", "atol", "time_budget", "confidence"):
-            value = getattr(s, key)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-                raise ConfigError(f"{key} must be a non-negative number, got {value!r}")
-        if s.rounds is not None and (isinstance(s.rounds, bool) or not isinstance(s.rounds, int) or s.rounds < 2):
-            raise ConfigError(f"rounds must be an int of at least 2 (or None: as many as fit in time_budget), got {s.rounds!r}")
-        if not 0 < s.confidence < 1:
-            raise ConfigError(f"confidence must be between 0 and 1 (e.g. 0.99), got {s.confidence!r}")
-        if isinstance(s.seed, bool) or not isinstance(s.seed, int):
-            raise ConfigError(f"seed must be an int, got {s.seed!r}")
-        if not callable(s.timer):
-            raise ConfigError(f"timer must be a callable returning seconds (like time.perf_counter), got {s.timer!r:.60}")
-        return s
 
 
 class _VariantOwner(Owner):
@@ -207,7 +116,7 @@ def _time_variants(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     sync: Callable[[], None],
-    settings: _Settings,
+    settings: Settings,
 ) -> Rounds:
     """Calibrate each variant (a few single timed calls), then run the interleaved rounds."""
     timers = {label: block_timer(fn, args, kwargs, sync, settings.timer) for label, fn in variants.items()}
@@ -391,7 +300,7 @@ def compare(variants: Mapping[str, Callable[..., Any]], *args: Any, **options: A
         if not callable(fn):
             raise ConfigError(f"compare() variant {label!r} is not callable: {fn!r:.60}")
     options, call_kwargs = split_options(variants, dict(options))
-    settings = _Settings.pop_from(options)
+    settings = Settings.pop_from(options)
     opts = build_options({"warmup": COMPARE_WARMUP, "active": COMPARE_PROFILED, "name": "compare"}, **options)
     if not opts.enabled or disabled_by_env():  # the kill switch: no profiler, no files
         opts = build_options(None, **{**opts.to_dict(), "enabled": False, "export": False})
@@ -470,7 +379,7 @@ def _fill_rows(
     rounds: Rounds,
     profiled: dict[str, _Profiled],
     outputs: dict[str, Any],
-    settings: _Settings,
+    settings: Settings,
     opts: Options,
     warm_s: dict[str, float],
 ) -> tuple[list[ComparisonRow], list[str]]:
@@ -551,7 +460,7 @@ def _unsure_note(label: str, speedup: float, low: float, high: float, times: lis
     )
 
 
-def _check_outputs(a: Any, b: Any, settings: _Settings) -> tuple[bool | None, str]:
+def _check_outputs(a: Any, b: Any, settings: Settings) -> tuple[bool | None, str]:
     """:func:`outputs_agree`, which never raises for the outputs' sake; anything else it meets
     (a RecursionError, a MemoryError on a huge tensor) costs the check, never the comparison."""
     try:

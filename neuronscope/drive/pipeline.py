@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from neuronscope.analysis.compile import labelled_compiled_ops
+from neuronscope.analysis.compiled_names import labelled_compiled_ops
 from neuronscope.analysis.context import AnalysisContext
 from neuronscope.analysis.rules import analyze
 from neuronscope.capture import CaptureRecord, torch_private

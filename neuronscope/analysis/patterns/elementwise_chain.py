@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from neuronscope.analysis.inferred_links import broadcast_shape
 from neuronscope.analysis.opgraph import VIEW_OPS, OpGraph, OpNode, TensorArg
 from neuronscope.analysis.patterns.base import Match, Pattern, is_float
+from neuronscope.analysis.predicted_outputs import broadcast_shape
 
 __all__ = ["ELEMENTWISE_CHAIN", "MIN_CHAIN_OPS", "elementwise_chains"]
 

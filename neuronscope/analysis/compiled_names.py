@@ -1,0 +1,151 @@
+"""Readable names for torch.compile's rows in the op table: ``Torch-Compiled Region: 0/0`` and
+``## Call CompiledFxGraph <hash> ##`` renamed after the user's function they compiled
+(:func:`labelled_compiled_ops`), and Dynamo's bookkeeping ranges dropped from the regions.
+The hints on the same facts are :mod:`.compile`'s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import TYPE_CHECKING, Any
+
+from neuronscope.analysis.compile import REGION, compiled_label
+from neuronscope.events.table import COMPILED_CODE_PREFIXES
+from neuronscope.result.stats import OpStat, RegionStat
+
+if TYPE_CHECKING:
+    from neuronscope.events import EventTable
+
+__all__ = ["labelled_compiled_ops"]
+
+_GRAPH = re.compile(r"^## Call CompiledFxGraph (\w+) ##$")
+_BACKWARD = "CompiledFunctionBackward"
+_COMPILE_DATA = re.compile(r"^\S+_data: (?:.*, )?compile_id=\S+$")
+
+
+def _graph_owners(table: EventTable) -> dict[str, str]:
+    """Compiled-graph hash -> the compile id of the region it ran in, or ``"backward"``.
+
+    One sweep per thread over the compiled regions and graph calls, parents first.
+    """
+    per_thread: dict[int, list[int]] = {}
+    for i, name in enumerate(table.names):
+        if name.startswith(COMPILED_CODE_PREFIXES) or name == _BACKWARD:
+            per_thread.setdefault(table.tids[i], []).append(i)
+    owners: dict[str, str] = {}
+    starts, ends, names = table.starts, table.ends, table.names
+    for indices in per_thread.values():
+        indices.sort(key=lambda i: (starts[i], -ends[i]))
+        stack: list[int] = []
+        for i in indices:
+            while stack and ends[stack[-1]] <= starts[i]:
+                stack.pop()
+            g = _GRAPH.match(names[i])
+            if g is None:
+                stack.append(i)
+                continue
+            if g.group(1) in owners or not stack:
+                continue
+            parent = names[stack[-1]]
+            if parent == _BACKWARD:
+                owners[g.group(1)] = "backward"
+            else:
+                m = REGION.match(parent)
+                if m:
+                    owners[g.group(1)] = m.group(1)
+    return owners
+
+
+def _merged(a: OpStat, b: OpStat) -> OpStat:
+    """``a`` with ``b``'s calls and times added (device times where both have one)."""
+    return dataclasses.replace(
+        a,
+        calls=a.calls + b.calls,
+        self_cpu_us=a.self_cpu_us + b.self_cpu_us,
+        cpu_total_us=a.cpu_total_us + b.cpu_total_us,
+        self_device_us=a.self_device_us + b.self_device_us
+        if a.self_device_us is not None and b.self_device_us is not None
+        else a.self_device_us,
+        device_total_us=a.device_total_us + b.device_total_us
+        if a.device_total_us is not None and b.device_total_us is not None
+        else a.device_total_us,
+    )
+
+
+def labelled_compiled_ops(
+    ops: list[OpStat], regions: dict[str, RegionStat], table: EventTable, fx: dict[str, Any] | None
+) -> tuple[list[OpStat], dict[str, RegionStat]]:
+    """The op table and regions with the compiled code's rows renamed, for the result to be
+    built with: a new list and dict; a renamed row, and a region holding one, is a new object;
+    nothing given is changed.
+
+    - ``Torch-Compiled Region: 0/0`` becomes ``compiled: f [0/0]``: one call of the compiled
+      function ``f`` (frame 0, attempt 0; ``f (after the graph break at line N)`` for the part
+      after a graph break). Its self time is Dynamo's own runtime around the graph (entering
+      the compiled code, wrappers); its CPU total is the whole compiled call.
+    - ``## Call CompiledFxGraph <hash> ##`` becomes ``compiled graph: f [0/0]`` (or
+      ``compiled graph: backward [<hash>]`` for a backward graph): its self time is the
+      generated code itself (Inductor's fused kernels on CPU, their launches on a GPU); aten
+      ops it calls (a matmul, allocations) keep their own rows.
+
+    So self times still add up to the capture, as for every other row, and the fused work
+    sits under a name that says which function it is. Dynamo's bookkeeping ranges of a
+    compile that ran in the capture (``build_guards_data: compile_id=0/1`` ...) are dropped
+    from ``regions``: they hold no ops, and the compile hints carry the compile time. Where the function is not known (a
+    trace file, or a compile no longer in Dynamo's records) the name keeps the compile id
+    only.
+    """
+    if not any(REGION.match(op.name) or _GRAPH.match(op.name) for op in ops):
+        # No compiled code among the ops, so none in any region either (a region's ops are
+        # among them): nothing to rename, only Dynamo's bookkeeping ranges to drop.
+        return list(ops), {name: region for name, region in regions.items() if not _COMPILE_DATA.match(name)}
+    functions = (fx or {}).get("functions") or {}
+    owners = _graph_owners(table) if any(o.name.startswith("## Call CompiledFxGraph") for o in ops) else {}
+    renames: dict[str, str | None] = {}  # None: the name stays
+
+    def new_name(name: str) -> str | None:
+        if name in renames:
+            return renames[name]
+        label = None
+        m = REGION.match(name)
+        if m:
+            label = compiled_label(m.group(1), functions)
+        else:
+            g = _GRAPH.match(name)
+            if g:
+                owner = owners.get(g.group(1))
+                if owner is None:
+                    label = f"compiled graph: [{g.group(1)[:8]}]"
+                elif owner == "backward":
+                    label = f"compiled graph: backward [{g.group(1)[:8]}]"
+                else:
+                    label = compiled_label(owner, functions, graph=True)
+        renames[name] = label
+        return label
+
+    def relabel(ops: list[OpStat]) -> list[OpStat]:
+        merged: dict[str, int] = {}  # label -> its row's index in out
+        out: list[OpStat] = []
+        for op in ops:
+            label = new_name(op.name)
+            if label is None:
+                out.append(op)
+                continue
+            op = dataclasses.replace(op, name=label)
+            if label in merged:  # two graphs under one label (a compile id reused after a reset)
+                out[merged[label]] = _merged(out[merged[label]], op)
+            else:
+                merged[label] = len(out)
+                out.append(op)
+        return out
+
+    # Dynamo's bookkeeping ranges while it compiles ("build_guards_data: compile_id=0/1"): no
+    # ops inside, dozens per compile; the compile hints report the compile time instead.
+    kept = {
+        name: dataclasses.replace(region, ops=relabel(region.ops))
+        for name, region in regions.items()
+        if not _COMPILE_DATA.match(name)
+    }
+    return relabel(ops), kept
+

@@ -76,6 +76,11 @@ _LIST_END = re.compile(rb"\}" + _WS + rb"\]")
 #: Largest single event the streaming reader holds (a name or args of megabytes is no
 #: profiler's): beyond it the file is refused rather than buffered without bound.
 MAX_EVENT_BYTES = 16 << 20
+#: A top-level value besides the events longer than this (as JSON text) is left out of the
+#: metadata, named by its size: what torch and its plugins write there is a few kilobytes
+#: (``deviceProperties``, ``distributedInfo``), and a hostile one of 21.5 M empty lists (a
+#: 78 KB gzip) took 1.7 GB and 5 s to decode into Python objects nobody reads.
+MAX_METADATA_VALUE_BYTES = 1 << 20
 #: Largest document read whole (layouts the streaming reader does not take): bounds memory.
 MAX_WHOLE_BYTES = 64 << 20
 
@@ -206,7 +211,7 @@ def stream(path: Path, name: str, ingest: Ingest, on_read: OnRead | None = None)
         return {}
     outside = head + b"]" + rest  # the document with "[]" for its events
     try:
-        top = _metadata(_decode_any(outside), outside, len(head) - 1)
+        top = _metadata(_decode_outside(outside), outside, len(head) - 1)
     except (ValueError, RecursionError):
         raise Fallback from None
     if top is None:
@@ -242,7 +247,7 @@ def _top_level(head: bytes) -> bool:
     """Whether ``head`` (the text up to the events' "[") opens the events of the top-level
     object: closed there, it is a whole object (a nested key leaves a bracket open)."""
     try:
-        return isinstance(_decode_any(head + b"]}"), dict)
+        return isinstance(_decode_outside(head + b"]}"), dict)
     except (ValueError, RecursionError):
         return False
 
@@ -286,6 +291,24 @@ def _malformed(name: str, exc: msgspec.ValidationError, done: int) -> TraceForma
     counts from the start of the list it was given, after ``done`` events)."""
     where = re.sub(r"`\$\[(\d+)\]", lambda m: f"`traceEvents[{done + int(m.group(1))}]", str(exc), count=1)
     return TraceFormatError(f"{name}: malformed trace event: {where}")
+
+
+def _decode_outside(data: bytes) -> Any:
+    """The document around the events (with "[]" for them), as :func:`_decode_any` decodes it,
+    but each top-level value over :data:`MAX_METADATA_VALUE_BYTES` of text is left out: the
+    object's values are first taken as raw text (msgspec allocates nothing inside them)."""
+    try:
+        top = _TOP_LEVEL.decode(data)
+    except ValueError:
+        return _decode_any(data)  # not an object, or text only the standard library takes
+    return {key: _bounded_value(value) for key, value in top.items()}
+
+
+def _bounded_value(raw: msgspec.Raw) -> Any:
+    """One top-level value: decoded, or a note of its size where it is too long to keep."""
+    if len(raw) > MAX_METADATA_VALUE_BYTES:
+        return f"left out: {len(raw):,} bytes of JSON"
+    return _decode_any(bytes(raw))
 
 
 def _decode_any(data: bytes) -> Any:
@@ -372,7 +395,7 @@ def _decode(data: bytes) -> tuple[list[TraceEvent], dict[str, Any]]:
     raw = top.pop("traceEvents", None)
     if raw is None:
         raise ValueError("no traceEvents")
-    return _EVENT_LIST.decode(raw), {key: msgspec.json.decode(value) for key, value in top.items()}
+    return _EVENT_LIST.decode(raw), {key: _bounded_value(value) for key, value in top.items()}
 
 
 def _events_span(data: bytes) -> tuple[tuple[int, int], dict[str, Any]] | None:
@@ -399,7 +422,7 @@ def _events_span(data: bytes) -> tuple[tuple[int, int], dict[str, Any]] | None:
     for end in ends[-_BOUNDARY_TRIES:]:  # a few lists of objects at most follow the events
         text = data[: start + 1] + b"]" + data[end + 1 :]
         try:
-            doc = _decode_any(text)
+            doc = _decode_outside(text)
         except (ValueError, RecursionError):
             continue  # not the list's end: the text around it does not close
         meta = _metadata(doc, text, start)

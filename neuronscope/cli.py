@@ -274,15 +274,21 @@ def cmd_diff(args: argparse.Namespace) -> int:
     from neuronscope.report.diff import diff_results, render_diff
     from neuronscope.result.comparison import Comparison
 
-    a, b = _open(args.run_a), _open(args.run_b)
-    for obj, label in ((a, args.run_a), (b, args.run_b)):
-        if isinstance(obj, Comparison):
-            first = next(iter(obj.results), "LABEL")
-            raise NeuronscopeError(
-                f"{label}: is a comparison; diff takes two single runs, or one variant of it "
-                f"as {label}{VARIANT_SEP}{first}"
-            )
-    d = diff_results(a, b)
+    sides: list[list[Any]] = []
+    for paths in ([args.run_a, *(args.also_a or [])], [args.run_b, *(args.also_b or [])]):
+        side = []
+        for label in paths:
+            obj = _open(label)
+            if isinstance(obj, Comparison):
+                first = next(iter(obj.results), "LABEL")
+                raise NeuronscopeError(
+                    f"{label}: is a comparison; diff takes two single runs, or one variant of it "
+                    f"as {label}{VARIANT_SEP}{first}"
+                )
+            side.append(obj)
+        sides.append(side)
+    # Several captures a side: their spread says whether the change stands out from noise.
+    d = diff_results(sides[0], sides[1])
     if args.json:
         print(_json_text(d))
     else:
@@ -397,6 +403,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("run_a", help=f"the baseline run (directory, trace file, or RUN_DIR{VARIANT_SEP}LABEL)")
     p.add_argument("run_b", help="the run to compare with it")
+    p.add_argument("--also-a", action="append", metavar="RUN", help="another capture of the baseline (repeat it): the spread of several tells a change from noise")
+    p.add_argument("--also-b", action="append", metavar="RUN", help="another capture of the run compared (repeat it)")
     p.add_argument("--rows", type=_rows_arg, default=25, help="ops to show (default 25)")
     p.add_argument("--json", action="store_true", help="print the diff as JSON")
     p.set_defaults(func=cmd_diff)

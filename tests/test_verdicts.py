@@ -3,13 +3,18 @@
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Callable
+from pathlib import Path
 
+import pytest
 import torch
 
 from neuronscope import compare
+from neuronscope.cli import main as cli_main
 from neuronscope.compare import intervals as stats
+from neuronscope.export.run_dir import export_result
 from neuronscope.report.diff import diff_results, render_diff
 from neuronscope.result.comparison import ComparisonRow
 from neuronscope.result.stats import OpStat
@@ -74,3 +79,21 @@ def test_diff_of_several_captures_uses_their_spread() -> None:
     apart = diff_results([_result(v) for v in (90, 100, 110)], [_result(v) for v in (40, 45, 50)])
     assert apart["told_apart"] is True and apart["total_ratio"] == 0.45
     assert "not told apart" not in render_diff(apart)
+
+
+def test_the_diff_command_takes_several_captures_a_side(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``neuronscope diff A B --also-a A2 --also-b B2``: the spread of each side's captures
+    decides whether the change in total is told apart from noise."""
+
+    def saved(total: float) -> str:
+        out = export_result(_result(total), tmp_path / "runs", summary="s")
+        assert out.run_dir is not None
+        return out.run_dir
+
+    a, a2, a3 = saved(90.0), saved(100.0), saved(110.0)
+    b, b2, b3 = saved(40.0), saved(45.0), saved(50.0)
+    assert cli_main(["diff", a, b, "--also-a", a2, "--also-a", a3, "--also-b", b2, "--also-b", b3, "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["captures"] == [3, 3] and d["told_apart"] is True
+    assert cli_main(["diff", a, b]) == 0
+    assert "not told apart" in capsys.readouterr().out  # one capture a side cannot tell

@@ -15,6 +15,7 @@ from typing import Any
 
 from neuronscope.capture import dynamo
 from neuronscope.capture.base import Backend, Capture, force_profiler_off, profiler_running
+from neuronscope.capture.modules import ModuleFacts, ModuleHooks
 
 __all__ = ["CaptureRecord", "CaptureSession"]
 
@@ -37,6 +38,8 @@ class CaptureRecord:
     interrupted: BaseException | None = None
     artifacts: dict[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    #: the module calls' classes and sources (the calls themselves are ranges of ``prof``)
+    modules: ModuleFacts | None = None
 
 
 class CaptureSession:
@@ -54,6 +57,7 @@ class CaptureSession:
         self.capture = Capture(backend, scratch_dir=scratch_dir)
         self._compile_before: dict[str, Any] = {}
         self._started_ns = 0
+        self.module_hooks: ModuleHooks | None = None
 
     @property
     def prof(self) -> Any:
@@ -68,11 +72,15 @@ class CaptureSession:
         except BaseException:
             self.abandon()
             raise
+        hooks = ModuleHooks()
+        if hooks.install():  # after the start: a hook that found no profiler would label nothing
+            self.module_hooks = hooks
         self._started_ns = self.clock()
 
     def abandon(self) -> None:
         """Undo a start that failed half-way: torch's profiler is process-wide, and one left
         running would make every later capture in the process skip."""
+        self._remove_hooks()
         if self.capture.runner is not None and profiler_running():
             try:
                 self.capture.stop()
@@ -87,6 +95,7 @@ class CaptureSession:
         error: str | None = None
         interrupted: BaseException | None = None
         work_end: list[int] = []  # when the device finished the work, before the profiler's flush
+        module_facts = self._remove_hooks()
         try:
             prof = self.capture.stop(on_synced=lambda: work_end.append(self.clock()))
         except Exception as err:  # the profiler failing must not break the user's program
@@ -119,4 +128,14 @@ class CaptureSession:
             interrupted=interrupted,
             artifacts=artifacts,
             notes=tuple(notes),
+            modules=module_facts,
         )
+
+    def _remove_hooks(self) -> ModuleFacts | None:
+        hooks, self.module_hooks = self.module_hooks, None
+        if hooks is None:
+            return None
+        try:
+            return hooks.remove()
+        except Exception:  # the module names are a help; losing them must not lose the capture
+            return None

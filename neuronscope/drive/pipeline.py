@@ -21,8 +21,10 @@ from neuronscope.capture import CaptureRecord
 from neuronscope.config import Options, rank_info
 from neuronscope.errors import NeuronscopeError
 from neuronscope.events import EventTable, table_from_profiler
+from neuronscope.events.modules import take_module_ranges
 from neuronscope.events.table import promote_compiled_events
 from neuronscope.events.timeline import step_breakdown
+from neuronscope.result.modules import build_modules, place_hints
 from neuronscope.result.summary import summarize
 from neuronscope.result.types import HINTS_OFF_NOTE, ProfileResult
 
@@ -53,6 +55,7 @@ def build_result(
     facts: dict[str, Any] | None = None,
     notes: list[str] | None = None,
     breakdown: bool = True,
+    modules: Any = None,
 ) -> ProfileResult:
     """Summarise ``table``, run the hint rules, and return the result.
 
@@ -61,8 +64,12 @@ def build_result(
     result's other fields (``target``, ``options``, ``device_name``, ``rank``,
     ``world_size``, ``error``, ``skipped_calls``, ``artifacts``), and ``notes`` are added after
     the summary's own: the result is built with all of them, not patched afterwards.
+    ``modules`` is the capture stage's :class:`~neuronscope.capture.modules.ModuleFacts`
+    (the module calls' classes and sources), where it labelled them.
     """
     promote_compiled_events(table)  # compiled code recorded as a range is an op (torch 2.13)
+    # The module calls' ranges are no regions of the user's: out before the summary.
+    module_ranges = take_module_ranges(table)
     summary = summarize(table)
     # The device's busy and idle time; a CUPTI counter-mode trace replays each kernel, so its
     # timeline is the replays', not the run's (the caller says so with breakdown=False).
@@ -79,11 +86,20 @@ def build_result(
         result_notes.append(HINTS_OFF_NOTE)
     # After the rules, which see torch's own names: compiled code gets readable op names.
     ops, regions = labelled_compiled_ops(summary.ops, summary.regions, table, (extra or {}).get("compile"))
+    wall = summary.span_us if wall_time_us is None else wall_time_us
+    tree = build_modules(
+        module_ranges,
+        types=getattr(modules, "types", None),
+        root=getattr(modules, "root", None),
+        wall_time_us=wall,
+    )
+    if tree and found:
+        tree = place_hints(tree, [h.location for h in found], getattr(modules, "sources", None) or {})
     return ProfileResult(
         name=name,
         backend=backend,
         status=status,
-        wall_time_us=summary.span_us if wall_time_us is None else wall_time_us,
+        wall_time_us=wall,
         ops=ops,
         hints=found,
         regions=regions,
@@ -92,6 +108,7 @@ def build_result(
         event_count=table.raw_event_count or len(table),
         device_unattributed_us=(table.unattributed_device_ns / 1e3) if table.has_device else None,
         breakdown=steps,
+        modules=tree,
         **{"started_at": now_iso(), "host": socket.gethostname(), "pid": os.getpid(), **(facts or {})},
     )
 
@@ -143,6 +160,7 @@ def result_from_record(record: CaptureRecord, facts: CaptureFacts) -> ProfileRes
             "device_profile": record.artifacts.get("device_profile"),
         },
         notes=notes,
+        modules=record.modules,
         facts={
             "target": facts.target,
             "options": facts.options.to_dict(),

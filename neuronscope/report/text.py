@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from tabulate import tabulate
 
 from neuronscope.report.device_profile import render_device_profile
+from neuronscope.report.tree import MODULE_COLUMNS, module_records, modules_html, render_modules
 from neuronscope.units import fmt_us
 
 if TYPE_CHECKING:
@@ -28,6 +29,7 @@ __all__ = [
     "comparison_html_table",
     "comparison_legend",
     "fmt_us",
+    "modules_dataframe",
     "ops_dataframe",
     "printable",
     "render_breakdown",
@@ -170,6 +172,8 @@ def render_result(result: ProfileResult, row_limit: int = 15) -> str:
         parts.append("(no ops recorded)")
     if result.device_unattributed_us:
         parts.append(f"device time launched outside any op: {fmt_us(result.device_unattributed_us)}")
+    if result.modules:
+        parts.append(render_modules(result, name=_name))
     if result.breakdown:
         parts.append(render_breakdown(result.breakdown))
     if result.device_profile:
@@ -283,6 +287,7 @@ def result_html_table(result: ProfileResult, row_limit: int = 15) -> str:
         f"<div><b>{_h(caption)}</b>"
         + _html_table(["Op", "Calls", "Self CPU", "Self device", "Share"], rows)
         + more
+        + modules_html(result)
         + _html_hints_and_regions(result)
         + "</div>"
     )
@@ -335,6 +340,11 @@ def regions_dataframe(regions: dict[str, RegionStat]) -> Any:
     ]
     columns = ["name", "calls", "time_us", "device_time_us", "distinct_ops", "top_op"]
     return _dataframe(records, columns=columns).set_index("name")
+
+
+def modules_dataframe(modules: Sequence[Any]) -> Any:
+    """The module tree as a pandas DataFrame indexed by qualified name, parents first."""
+    return _dataframe(module_records(modules), columns=list(MODULE_COLUMNS)).set_index("name")
 
 
 def hints_dataframe(hints: list[Hint]) -> Any:

@@ -23,6 +23,7 @@ from neuronscope.result.serial import (
     opt_str,
     ranks_list,
 )
+from neuronscope.result.modules import ModuleStat
 from neuronscope.result.stats import OpStat, RegionStat
 from neuronscope.units import fmt_us
 
@@ -31,6 +32,7 @@ __all__ = [
     "Comparison",
     "ComparisonRow",
     "Hint",
+    "ModuleStat",
     "OpStat",
     "ProfileResult",
     "RegionStat",
@@ -190,6 +192,9 @@ class ProfileResult:
     breakdown: dict[str, Any] | None = None
     #: the device's software stack where ``backend`` does not tell it: "rocm", "mtia"
     platform: str | None = None
+    #: the module tree (:class:`ModuleStat`, parents before children) where the code ran
+    #: ``nn.Module``s inside the capture; empty otherwise
+    modules: list[ModuleStat] = field(default_factory=list)
 
     # ---- derived -------------------------------------------------------------------------
     @property
@@ -265,9 +270,16 @@ class ProfileResult:
         """A table of this result as a pandas DataFrame (needs pandas, an optional extra):
         ``"ops"`` (one row per op), ``"regions"`` (one per region, indexed by name) or
         ``"hints"`` (one per hint, largest estimated saving first) or ``"steps"`` (the device's
-        busy and idle time per step, from :attr:`breakdown`)."""
+        busy and idle time per step, from :attr:`breakdown`) or ``"modules"`` (one row per
+        module, indexed by qualified name, parents first)."""
         from neuronscope.report.device_profile import device_profile_dataframe
-        from neuronscope.report.text import breakdown_dataframe, hints_dataframe, ops_dataframe, regions_dataframe
+        from neuronscope.report.text import (
+            breakdown_dataframe,
+            hints_dataframe,
+            modules_dataframe,
+            ops_dataframe,
+            regions_dataframe,
+        )
 
         makers = {
             "ops": lambda: ops_dataframe(self.ops, columns=[f.name for f in fields(OpStat)]),
@@ -275,10 +287,11 @@ class ProfileResult:
             "hints": lambda: hints_dataframe(self.hints),
             "steps": lambda: breakdown_dataframe(self.breakdown),
             "device_profile": lambda: device_profile_dataframe(self.device_profile),
+            "modules": lambda: modules_dataframe(self.modules),
         }
         if table not in makers:
             raise NeuronscopeError(
-                f"to_dataframe() makes the 'ops', 'regions' or 'hints' table (or 'steps'), not {table!r}"
+                f"to_dataframe() makes the 'ops', 'regions', 'hints', 'steps' or 'modules' table, not {table!r}"
             )
         return makers[table]()
 
@@ -326,6 +339,7 @@ class ProfileResult:
             "notes": self.notes,
             "breakdown": self.breakdown,
             "platform": self.platform,
+            "modules": [m.to_dict() for m in self.modules],
         }
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -365,6 +379,7 @@ class ProfileResult:
                 notes=[str(n) for n in d.get("notes") or []],
                 breakdown=dict(d["breakdown"]) if isinstance(d.get("breakdown"), Mapping) else None,
                 platform=opt_str(d.get("platform")),
+                modules=[ModuleStat.from_dict(m) for m in d.get("modules") or []],
             )
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
             raise RunLoadError(malformed("result", exc)) from exc

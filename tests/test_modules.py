@@ -1,0 +1,158 @@
+"""The module breakdown: a tree of nn.Module calls by qualified name, on real models.
+
+Each tree is checked against module hooks counted independently (per-module hooks of the
+test's own on every named module), and the tree survives result.json, the text table, the
+notebook view and to_dataframe("modules").
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections import Counter
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import neuronscope as ns
+from neuronscope.result.modules import collapse_repeats
+from neuronscope.result.types import ProfileResult
+from tests.real_models import MODELS
+
+
+def _count_calls(net: nn.Module, fn: Any) -> Counter[str]:
+    """Calls of each named submodule during ``fn()``, from per-module hooks of our own."""
+    seen: Counter[str] = Counter()
+    handles = [m.register_forward_pre_hook(lambda mod, args, n=n: seen.update([n])) for n, m in net.named_modules() if n]
+    try:
+        fn()
+    finally:
+        for h in handles:
+            h.remove()
+    return seen
+
+
+def _by_name(result: ProfileResult) -> dict[str, Any]:
+    return {m.name: m for m in result.modules}
+
+
+@pytest.mark.parametrize("key", ["llama", "gpt2", "timm_vit"])
+def test_tree_of_a_decorated_model_matches_independent_hooks(key: str) -> None:
+    spec = MODELS[key]
+    net = spec.build().eval()
+    inputs = {k: v for k, v in spec.inputs().items() if k != "labels"}
+    wrapped = ns.profile_on_neuron(net, backend="cpu", export=False, print_summary=False)
+    with torch.no_grad():
+        wrapped(**inputs)  # warm-up
+        expected = _count_calls(net, lambda: wrapped(**inputs))
+    result = wrapped.last_result
+    mods = _by_name(result)
+    root = type(net).__name__
+    assert result.modules[0].name == root and result.modules[0].parent is None
+    # every module the hooks saw, under its qualified name, with the same number of calls
+    assert {n: mods[n].calls for n in expected} == dict(expected)
+    # besides the root, only modules that no module owns (made inside a forward, as
+    # transformers' kernel wrappers are), which the test's per-module hooks cannot see
+    owned = {n for n, _ in net.named_modules()}
+    assert root in mods and not (set(mods) - set(expected) - {root}) & owned
+    for m in result.modules:
+        assert m.self_cpu_us <= m.cpu_total_us + 1e-6
+        if m.parent is not None:
+            assert m.cpu_total_us <= mods[m.parent].cpu_total_us + 1e-6
+            assert m.name.startswith("") and m.depth == mods[m.parent].depth + 1
+    # the user's regions are untouched by the module ranges
+    assert not any(r.startswith("nn.Module") for r in result.regions)
+    assert not any(o.name.startswith("nn.Module") for o in result.ops)
+
+
+def test_llama_tree_names_layers_and_places_hints() -> None:
+    spec = MODELS["llama"]
+    net = spec.build().eval()
+    inputs = {"input_ids": spec.inputs()["input_ids"]}
+
+    @ns.profile_on_neuron(backend="cpu", export=False, print_summary=False)
+    def step() -> Any:
+        with torch.no_grad():
+            return net(**inputs)
+
+    step()
+    step()
+    result = step.last_result
+    mods = _by_name(result)
+    down = mods["model.layers.1.mlp.down_proj"]
+    assert down.type == "Linear" and down.calls == 1 and down.top_ops[0][0] == "aten::mm"
+    assert mods["model.layers.1.mlp"].parent == "model.layers.1"
+    # the repeated decoder layers fold into one row with their spread
+    groups = collapse_repeats(result.modules)
+    layers = [g for g in groups if g.label == "layers.0-1"]
+    assert len(layers) == 1 and layers[0].spread is not None and len(layers[0].members) == 2
+    # the RMSNorm hint sits on the RMSNorm modules, whose forward holds its location
+    rms = [i for i, h in enumerate(result.hints) if h.pattern == "rms_norm"]
+    assert rms and set(rms) <= set(mods["model.norm"].hints)
+    assert set(rms) <= set(mods["model.layers.0.input_layernorm"].hints)
+    text = result.table()
+    assert "Modules (" in text and "layers.0-1" in text and "down_proj" in text
+    assert "down_proj" in result._repr_html_()
+
+
+def test_modules_round_trip_json_and_dataframe(tmp_path: Any) -> None:
+    spec = MODELS["gpt2"]
+    net = spec.build().eval()
+    inputs = {"input_ids": spec.inputs()["input_ids"]}
+    wrapped = ns.profile_on_neuron(net, backend="cpu", output_dir=str(tmp_path), print_summary=False, warmup=0)
+    with torch.no_grad():
+        wrapped(**inputs)
+    result = wrapped.last_result
+    loaded = ns.load(result.run_dir)
+    assert loaded.modules == result.modules
+    assert json.loads(result.to_json())["modules"][0]["name"] == "GPT2LMHeadModel"
+    pytest.importorskip("pandas")
+    df = loaded.to_dataframe("modules")
+    assert df.loc["transformer.h.1.mlp", "calls"] == 1
+    assert df.loc["transformer.h.1.mlp", "parent"] == "transformer.h.1"
+    # the saved trace holds the module ranges: a trace file gets the same tree
+    traces = [p for p in tmp_path.rglob("trace.json*")]
+    from_file = ns.from_trace(traces[0])
+    assert {m.name for m in from_file.modules} >= {"transformer.h.1.mlp", "lm_head"}
+
+
+def test_training_step_in_a_region_names_roots_by_class() -> None:
+    spec = MODELS["llama"]
+    step = __import__("tests.real_models", fromlist=["step_fn"]).step_fn(spec, train=True)
+    step()
+    with ns.neuron_region("train", backend="cpu", export=False, print_summary=False) as r:
+        step()
+    mods = _by_name(r.result)
+    assert "LlamaForCausalLM" in mods and "model.layers.0.self_attn.q_proj" in mods
+    assert mods["model.layers.0.self_attn.q_proj"].parent == "model.layers.0.self_attn"
+    # backward and the optimizer ran outside any module: the root's share is below the whole
+    assert 0 < mods["LlamaForCausalLM"].share < 1
+
+
+def test_hooks_leave_no_trace_outside_a_capture_and_compiled_code_does_not_recompile() -> None:
+    from torch.nn.modules import module as torch_module
+
+    net = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 4))
+    compiled = torch.compile(net)
+    x = torch.randn(2, 8)
+    compiled(x)
+    before = dict(torch._dynamo.utils.counters["stats"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch's warning about global hooks stays quiet
+        with ns.neuron_region("c", backend="cpu", export=False, print_summary=False) as r:
+            compiled(x)
+            net(x)
+    assert dict(torch._dynamo.utils.counters["stats"]) == before
+    assert not torch_module._global_forward_pre_hooks and not torch_module._global_forward_hooks
+    mods = _by_name(r.result)
+    assert mods["Sequential"].calls == 2 and mods["0"].calls == 1  # the eager call's layers
+
+
+def test_no_modules_no_tree() -> None:
+    with ns.neuron_region("plain", backend="cpu", export=False, print_summary=False) as r:
+        torch.randn(8, 8) @ torch.randn(8, 8)
+    assert r.result.modules == []
+    assert "Modules (" not in r.result.table()
+    assert ProfileResult.from_dict({k: v for k, v in r.result.to_dict().items() if k != "modules"}).modules == []

@@ -17,6 +17,7 @@ user's ``state_dict``.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import threading
 import warnings
@@ -201,8 +202,10 @@ def _close(rf: Any) -> None:
             pass
 
 
+@functools.lru_cache(maxsize=512)
 def _source(cls: type) -> tuple[str, int, int] | None:
-    """Where ``cls.forward`` is written: (file, first line, last line), or None."""
+    """Where ``cls.forward`` is written: (file, first line, last line), or None (cached: a
+    model's few classes are read once a process, not once a capture)."""
     try:
         fn = inspect.unwrap(cls.forward)
         lines, first = inspect.getsourcelines(fn)

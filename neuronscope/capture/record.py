@@ -95,7 +95,6 @@ class CaptureSession:
         error: str | None = None
         interrupted: BaseException | None = None
         work_end: list[int] = []  # when the device finished the work, before the profiler's flush
-        module_facts = self._remove_hooks()
         try:
             prof = self.capture.stop(on_synced=lambda: work_end.append(self.clock()))
         except Exception as err:  # the profiler failing must not break the user's program
@@ -108,6 +107,8 @@ class CaptureSession:
         # The work's wall time: the profiler's stop (flushing and processing its events, tens
         # of ms) is not the user's code. Where the sync failed, up to the stop's end.
         wall_us = ((work_end[0] if work_end else self.clock()) - self._started_ns) / 1e3
+        # After the stop: reading the modules' sources is no part of the measured work.
+        module_facts = self._remove_hooks()
         notes: list[str] = []
         artifacts: dict[str, Any] = {}
         try:

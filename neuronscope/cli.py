@@ -136,6 +136,11 @@ def cmd_show(args: argparse.Namespace) -> int:
     from neuronscope.result.types import Comparison
 
     runs = args.run if isinstance(args.run, list) else [args.run]
+    if not runs:  # no argument: the newest run under the output root
+        newest = _newest_run()
+        if newest is None:
+            return 2
+        runs = [str(newest)]
     if len(runs) > 1:  # several trace files: the ranks of one job
         obj = _read_trace([Path(r) for r in runs])
     else:
@@ -154,6 +159,19 @@ def cmd_show(args: argparse.Namespace) -> int:
         if is_incomplete(obj.run_dir):
             _print(f"note: this run is incomplete (its export was interrupted){incomplete_trace_text(obj.run_dir)}")
     return 0
+
+
+def _newest_run() -> Path | None:
+    """The newest complete run under the default output root, or None (said on stderr)."""
+    from neuronscope.config import default_output_root
+    from neuronscope.export.run_dir import RESULT_FILE, find_runs
+
+    root = default_output_root()
+    for run in find_runs(root):
+        if (run / RESULT_FILE).is_file():
+            return run
+    _error(f"no runs under {root} to show (captures write there; set NEURONSCOPE_OUTPUT_DIR or pass a run directory)")
+    return None
 
 
 def _run_rows(root: Path) -> list[dict[str, Any]]:
@@ -356,8 +374,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "run",
-        nargs="+",
-        help="run directory, its result.json, a torch.profiler trace (.json / .json.gz), a folder of "
+        nargs="*",
+        help="(none: the newest run under the output root) run directory, its result.json, a torch.profiler trace (.json / .json.gz), a folder of "
         "traces (one per rank, or tensorboard_trace_handler's), several trace files (the ranks of one "
         f"job), or RUN_DIR{VARIANT_SEP}LABEL for one variant of a comparison",
     )

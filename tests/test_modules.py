@@ -156,3 +156,28 @@ def test_no_modules_no_tree() -> None:
     assert r.result.modules == []
     assert "Modules (" not in r.result.table()
     assert ProfileResult.from_dict({k: v for k, v in r.result.to_dict().items() if k != "modules"}).modules == []
+
+
+def test_show_without_argument_shows_the_newest_run_and_diff_names_the_slower_module(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from dataclasses import replace
+
+    from neuronscope.cli import main
+    from neuronscope.report.diff import diff_results, render_diff
+
+    monkeypatch.setenv("NEURONSCOPE_OUTPUT_DIR", str(tmp_path / "runs"))
+    assert main(["show"]) == 2
+    assert "no runs under" in capsys.readouterr().err
+    net = nn.Sequential(nn.Linear(16, 16), nn.ReLU())
+    for label in ("older", "newer"):
+        with ns.neuron_region(label, backend="cpu", print_summary=False) as r:
+            net(torch.randn(4, 16))
+    assert main(["show"]) == 0
+    out = capsys.readouterr().out
+    assert "newer" in out and "older" not in out and "Modules (" in out
+    a = r.result
+    slower = [replace(m, cpu_total_us=m.cpu_total_us * 3) if m.name == "0" else m for m in a.modules]
+    d = diff_results(a, replace(a, modules=slower))
+    assert d["modules"][0]["module"] == "0" and d["modules"][0]["ratio"] == pytest.approx(3.0)
+    assert "Modules (inclusive time)" in render_diff(d)

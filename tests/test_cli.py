@@ -267,7 +267,7 @@ def test_unreadable_runs_exit_2_with_one_line(
 
 
 def test_bad_usage_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
-    for argv in ([], ["frobnicate"], ["show"], ["diff", "a"], ["show", "x", "--rows", "many"], ["demo", "--backend", "tpu"]):
+    for argv in ([], ["frobnicate"], ["diff", "a"], ["show", "x", "--rows", "many"], ["demo", "--backend", "tpu"]):
         code = main(argv)
         err = capsys.readouterr().err
         assert code == 2, argv

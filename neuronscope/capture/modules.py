@@ -138,7 +138,7 @@ class ModuleHooks:
         named = self._names.get(key)
         if named is None:
             named = self._name(parent, target, key)
-        rf = self._record(MODULE_RANGE_PREFIX + named[0])
+        rf = self._record(named[2])
         try:
             rf.__enter__()
         except Exception:
@@ -152,8 +152,8 @@ class ModuleHooks:
         if stack and stack[-1][0] is module:
             _close(stack.pop()[2])
 
-    def _name(self, parent: tuple[Any, ...] | None, module: Any, key: tuple[int, int]) -> tuple[str, str]:
-        """``module``'s qualified name, and the prefix of its children's names."""
+    def _name(self, parent: tuple[Any, ...] | None, module: Any, key: tuple[int, int]) -> tuple[str, ...]:
+        """``module``'s qualified name, the prefix of its children's names, its range's name."""
         with self._lock:
             if parent is None and id(module) in self._roots:
                 name = self._roots[id(module)]
@@ -163,9 +163,10 @@ class ModuleHooks:
             else:
                 name = parent[1] + _child_path(parent[3], module)
                 named = (name, name + ".")
+            named = (*named, MODULE_RANGE_PREFIX + _range_text(named[0]))
             self._names[key] = named
             self._keep.append(module)
-            self._types.setdefault(named[0], type(module))
+            self._types.setdefault(_range_text(named[0]), type(module))
             return named
 
     def _new_root(self, module: Any) -> tuple[str, str]:
@@ -192,6 +193,15 @@ def _child_path(parent: Any, module: Any) -> str:
         if sub is module and path:
             return path
     return type(module).__name__
+
+
+def _range_text(name: str) -> str:
+    """``name`` as a range name: torch writes range names into its Chrome trace unescaped, so a
+    quote, a backslash or a control character (an ``add_module`` name can hold any) would
+    make the saved trace invalid JSON; each becomes a harmless stand-in."""
+    if name.isprintable() and '"' not in name and "\\" not in name:
+        return name
+    return "".join("'" if c == '"' else "/" if c == "\\" else c if c.isprintable() else "?" for c in name)
 
 
 def _close(rf: Any) -> None:

@@ -20,6 +20,7 @@ from neuronscope.drive.traces import from_trace
 from neuronscope.errors import NeuronscopeError
 from neuronscope.export.run_dir import load
 from neuronscope.region import neuron_region, reset
+from neuronscope.result.steps import summarize_steps
 from neuronscope.result.types import Comparison, Hint, OpStat, ProfileResult
 
 __version__ = "0.1.0"
@@ -37,4 +38,5 @@ __all__ = [
     "neuron_region",
     "profile_on_neuron",
     "reset",
+    "summarize_steps",
 ]

@@ -181,3 +181,24 @@ def test_show_without_argument_shows_the_newest_run_and_diff_names_the_slower_mo
     d = diff_results(a, replace(a, modules=slower))
     assert d["modules"][0]["module"] == "0" and d["modules"][0]["ratio"] == pytest.approx(3.0)
     assert "Modules (inclusive time)" in render_diff(d)
+
+
+def test_steps_of_one_window_summarised_together() -> None:
+    from tests.real_models import step_fn
+
+    step = step_fn(MODELS["gpt2"], train=True)
+    decorated = ns.profile_on_neuron(step, backend="cpu", export=False, print_summary=False, warmup=1, active=3)
+    for _ in range(4):
+        decorated()
+    steps = ns.summarize_steps(decorated.results)
+    assert steps.labels == ("step 1", "step 2", "step 3") and len(steps.wall_us) == 3
+    assert steps.slowest == steps.labels[max(range(3), key=lambda i: decorated.results[i].wall_time_us)]
+    mm = steps.op("aten::mm")
+    assert mm is not None and mm.times_us == tuple(r.op("aten::mm").time_us for r in decorated.results)
+    assert mm.min_us <= mm.mean_us <= mm.max_us and mm.calls[0] == decorated.results[0].op("aten::mm").calls
+    mlp = steps.module("transformer.h.1.mlp")
+    assert mlp is not None and len(mlp.times_us) == 3 and mlp.stdev_us >= 0
+    text = steps.table()
+    assert "slowest: step" in text and "aten::mm" in text and "transformer.h.1.mlp" in text
+    with pytest.raises(ns.NeuronscopeError):
+        ns.summarize_steps([])

@@ -19,6 +19,7 @@ import html
 import json
 import re
 from collections import defaultdict
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from neuronscope.report.trace_view import TraceView
@@ -35,7 +36,7 @@ PALETTE = (
     "#9c755f", "#86bcb6", "#8cd17d", "#b6992d", "#499894", "#d37295", "#a0cbe8", "#ffbe7d",
     "#d4a6c8", "#fabfd2", "#79706e", "#bab0ac",
 )
-FIXED_COLOURS = {"outside modules": "#c7cbd1", "region": "#cdb4db", "device": "#f4a259"}
+FIXED_COLOURS = MappingProxyType({"outside modules": "#c7cbd1", "region": "#cdb4db", "device": "#f4a259"})
 #: Longest text put in a label or a hover box.
 MAX_LABEL = 160
 
@@ -77,7 +78,9 @@ document.querySelectorAll('script[data-plot]').forEach(function (s) {
 });
 """
 
-_LAYOUT = {"margin": {"l": 10, "r": 10, "t": 10, "b": 30}, "font": {"size": 12}, "paper_bgcolor": "#fff"}
+def _layout(**more: Any) -> dict[str, Any]:
+    """A figure's layout: the page's font and margins, and ``more``."""
+    return {"margin": {"l": 10, "r": 10, "t": 10, "b": 30}, "font": {"size": 12}, "paper_bgcolor": "#fff", **more}
 
 
 def _icicle(result: ProfileResult, colours: dict[str, str]) -> str:
@@ -108,7 +111,7 @@ def _icicle(result: ProfileResult, colours: dict[str, str]) -> str:
             "tiling": {"orientation": "v"}, "maxdepth": 6, "textinfo": "label+percent root",
             "marker": {"colors": [colours.get(m.type, "#c7cbd1") for m in mods], "line": {"color": "#fff", "width": 1}},
         }],
-        "layout": {**_LAYOUT, "margin": {"l": 4, "r": 4, "t": 24, "b": 4}},
+        "layout": _layout(margin={"l": 4, "r": 4, "t": 24, "b": 4}),
     }
     kind = "device" if device else "CPU"
     return (
@@ -137,7 +140,7 @@ def _colours(bars: list[dict[str, Any]], result: ProfileResult) -> dict[str, str
         weight[m.type] += 1e-9 * m.time_us  # classes the timeline has no bar of come last
     keys = [k for k in sorted(weight, key=lambda k: -weight[k]) if k not in FIXED_COLOURS]
     out = {k: PALETTE[i % len(PALETTE)] for i, k in enumerate(keys)}
-    out.update(FIXED_COLOURS)
+    out.update(FIXED_COLOURS)  # type: ignore[arg-type]
     return out
 
 
@@ -168,13 +171,13 @@ def _timeline(view: TraceView, colours: dict[str, str]) -> str:
     ]
     figure = {
         "data": traces,
-        "layout": {
-            **_LAYOUT, "barmode": "overlay", "bargap": 0.25, "shapes": shapes,
-            "margin": {"l": 170, "r": 10, "t": 70, "b": 40},
-            "xaxis": {"title": {"text": "ms from the capture's start"}, "zeroline": False},
-            "yaxis": {"categoryorder": "array", "categoryarray": [_t(lane) for lane in view.lanes], "autorange": "reversed"},
-            "legend": {"orientation": "h", "x": 0, "y": 1.0, "yanchor": "bottom"},
-        },
+        "layout": _layout(
+            barmode="overlay", bargap=0.25, shapes=shapes,
+            margin={"l": 170, "r": 10, "t": 70, "b": 40},
+            xaxis={"title": {"text": "ms from the capture's start"}, "zeroline": False},
+            yaxis={"categoryorder": "array", "categoryarray": [_t(lane) for lane in view.lanes], "autorange": "reversed"},
+            legend={"orientation": "h", "x": 0, "y": 1.0, "yanchor": "bottom"},
+        ),
     }
     left = f" The {view.left_out:,} shortest bars are left out (Perfetto shows all)." if view.left_out else ""
     height = 180 + 34 * len(view.lanes)
@@ -196,9 +199,9 @@ def _memory(view: TraceView) -> str:
     if peak:
         annotations.append({"x": peak["t"] / 1e3, "y": peak["bytes"] / 2**20, "text": f"peak {peak['bytes'] / 2**20:.2f} MB",
                             "showarrow": True, "arrowhead": 2})
-    figure = {"data": traces, "layout": {**_LAYOUT, "annotations": annotations, "margin": {"l": 60, "r": 10, "t": 10, "b": 40},
-                                         "xaxis": {"title": {"text": "ms from the capture's start"}},
-                                         "yaxis": {"title": {"text": "allocated (MB)"}}}}
+    figure = {"data": traces, "layout": _layout(annotations=annotations, margin={"l": 60, "r": 10, "t": 10, "b": 40},
+                                                xaxis={"title": {"text": "ms from the capture's start"}},
+                                                yaxis={"title": {"text": "allocated (MB)"}})}
     holders = "".join(
         f"<tr><td><code>{html.escape(where)}</code></td><td class=num>{size / 2**20:.3f} MB</td></tr>"
         for where, size in peak.get("holders", [])

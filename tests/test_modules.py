@@ -202,3 +202,33 @@ def test_steps_of_one_window_summarised_together() -> None:
     assert "slowest: step" in text and "aten::mm" in text and "transformer.h.1.mlp" in text
     with pytest.raises(ns.NeuronscopeError):
         ns.summarize_steps([])
+
+
+def test_trust_note_and_hints_scaled_to_the_unprofiled_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    from neuronscope.result import trust
+    from neuronscope.result.types import Hint
+
+    hints = [Hint("fusion", "rms_norm", ["aten::pow"], time_us=900.0, est_saving_us=600.0)]
+    scaled = trust.scale_hints(hints, wall_us=10_000.0, unprofiled_us=400.0)  # 25x: dominated
+    assert scaled[0].time_us == pytest.approx(36.0) and scaled[0].est_saving_us == pytest.approx(24.0)
+    assert scaled[0].details["profiled_time_us"] == 900.0 and hints[0].time_us == 900.0  # a new hint
+    capped = trust.scale_hints(hints, wall_us=500.0, unprofiled_us=400.0)  # not dominated: capped only
+    assert capped[0].time_us == 400.0 and capped[0].est_saving_us == 400.0
+    assert trust.wall_notes(500.0, 400.0) == [] and "25.0x the unprofiled" in trust.wall_notes(10_000.0, 400.0)[0]
+
+    # a real capture: warmup=2 times the first call unprofiled (the second is observed)
+    monkeypatch.setattr(trust, "DOMINATED", 1e-9)
+    weight = torch.ones(64)
+
+    @ns.profile_on_neuron(backend="cpu", export=False, print_summary=False, warmup=2)
+    def norm(x: torch.Tensor) -> torch.Tensor:
+        for _ in range(20):
+            x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * weight
+        return x
+
+    for _ in range(3):
+        norm(torch.randn(4, 64))
+    result = norm.last_result
+    note = next(n for n in result.notes if "the unprofiled warm-up call" in n)
+    assert "x the unprofiled" in note
+    assert result.hints and all("unprofiled_scale" in h.details for h in result.hints if h.time_us)

@@ -26,6 +26,7 @@ from neuronscope.events.table import promote_compiled_events
 from neuronscope.events.timeline import step_breakdown
 from neuronscope.result.modules import build_modules, place_hints
 from neuronscope.result.summary import summarize
+from neuronscope.result.trust import scale_hints, wall_notes
 from neuronscope.result.types import HINTS_OFF_NOTE, ProfileResult
 
 __all__ = ["CaptureFacts", "build_result", "from_profiler", "now_iso", "result_from_record"]
@@ -56,6 +57,7 @@ def build_result(
     notes: list[str] | None = None,
     breakdown: bool = True,
     modules: Any = None,
+    unprofiled_us: float | None = None,
 ) -> ProfileResult:
     """Summarise ``table``, run the hint rules, and return the result.
 
@@ -65,7 +67,8 @@ def build_result(
     ``world_size``, ``error``, ``skipped_calls``, ``artifacts``), and ``notes`` are added after
     the summary's own: the result is built with all of them, not patched afterwards.
     ``modules`` is the capture stage's :class:`~neuronscope.capture.modules.ModuleFacts`
-    (the module calls' classes and sources), where it labelled them.
+    (the module calls' classes and sources), where it labelled them. ``unprofiled_us``, an
+    unprofiled call's time, checks the profiled wall time (:mod:`neuronscope.result.trust`).
     """
     promote_compiled_events(table)  # compiled code recorded as a range is an op (torch 2.13)
     # The module calls' ranges are no regions of the user's: out before the summary.
@@ -95,6 +98,9 @@ def build_result(
     )
     if tree and found:
         tree = place_hints(tree, [h.location for h in found], getattr(modules, "sources", None) or {})
+    if unprofiled_us is not None and wall_time_us is not None:
+        found = scale_hints(found, wall, unprofiled_us)
+        result_notes.extend(wall_notes(wall, unprofiled_us))
     return ProfileResult(
         name=name,
         backend=backend,
@@ -128,6 +134,8 @@ class CaptureFacts:
     #: The observation pass over the last warm-up call before this capture, if one ran
     #: (:mod:`neuronscope.capture.observe`): the hint rules take exact data flow from it.
     observation: Any = None
+    #: How long an unprofiled warm-up call of the same callable took (us), where one ran.
+    unprofiled_us: float | None = None
 
 
 def result_from_record(record: CaptureRecord, facts: CaptureFacts) -> ProfileResult:
@@ -161,6 +169,7 @@ def result_from_record(record: CaptureRecord, facts: CaptureFacts) -> ProfileRes
         },
         notes=notes,
         modules=record.modules,
+        unprofiled_us=facts.unprofiled_us,
         facts={
             "target": facts.target,
             "options": facts.options.to_dict(),

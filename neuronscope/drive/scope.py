@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextvars
 import threading
+import time
 from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Any
@@ -88,6 +89,9 @@ class Owner:
         self.target = target
         self.window = window
         self.skipped = 0
+        #: How long the newest unprofiled warm-up call took (us), or None: what a capture's
+        #: profiled wall time is checked against (:mod:`neuronscope.result.trust`).
+        self.unprofiled_us: float | None = None
 
     def skipped_so_far(self) -> int:
         """Calls that ran uncaptured until now; each result records this count."""
@@ -128,6 +132,7 @@ class Entry:
     frame: FrameType | None = None  # where a region's quiet pass was entered ...
     line = 0  # ... and from which line
     observing: Any = None  # the observation pass over a last warm-up call (capture.observe)
+    timed_ns = 0  # when an unprofiled warm-up call began (perf_counter_ns), or 0
 
     def __init__(self, kind: str, owner: Owner | None, parent: Entry | None) -> None:
         self.kind = kind
@@ -306,6 +311,8 @@ def enter(owner: Owner, frame: FrameType | None = None) -> Entry:
         if not window.closed and window.calls == window.warmup and owner.options.hints:
             # The last warm-up call: observed once, for the capture's exact data flow.
             entry.observing = begin_observation(owner.name)
+        if not window.closed and entry.observing is None:
+            entry.timed_ns = time.perf_counter_ns()  # an unprofiled call: the capture's yardstick
         return entry
     if profiler_running() and not _profiler_lock.locked():
         # The user's own torch.profiler is running: no capture of ours (torch's profiler is
@@ -328,7 +335,10 @@ def _quiet(owner: Owner, frame: FrameType | None) -> Entry:
 
 
 def _start_capture(owner: Owner) -> Entry:
-    session = Session(owner.options, owner.name, owner.target, skipped=owner.skipped_so_far, announce=owner.announce)
+    session = Session(
+        owner.options, owner.name, owner.target, skipped=owner.skipped_so_far, announce=owner.announce,
+        unprofiled_us=owner.unprofiled_us,
+    )
     entry = _push(CAPTURE, owner)
     entry.session = session
     try:
@@ -390,6 +400,8 @@ def leave(entry: Entry, exc: BaseException | None) -> ProfileResult | None:
     if kind is QUIET or kind is OFF_KIND:
         if entry.observing is not None and was_open:
             end_observation(entry.observing)
+        if entry.timed_ns and was_open and exc is None and entry.owner is not None:
+            entry.owner.unprofiled_us = (time.perf_counter_ns() - entry.timed_ns) / 1e3
         return None
     if kind == LABEL:
         holder = entry.holder

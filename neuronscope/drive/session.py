@@ -42,12 +42,14 @@ class Session:
         target: str | None,
         skipped: Callable[[], int] | None = None,
         announce: bool = True,
+        unprofiled_us: float | None = None,
     ) -> None:
         self.options = options
         self.name = name
         self.target = target
         self.skipped = skipped
         self.announce = announce
+        self.unprofiled_us = unprofiled_us
         self.backend: Backend | None = None
         self.capture: CaptureSession | None = None
         self.record: CaptureRecord | None = None
@@ -121,6 +123,7 @@ class Session:
             skipped_calls=0 if self.skipped is None else self.skipped(),
             backend_notes=self.backend.extra_notes,
             observation=observation_for(self.name),
+            unprofiled_us=self.unprofiled_us,
         )
         result = self.result = result_from_record(record, facts)
         save = self._save if self.options.export else None

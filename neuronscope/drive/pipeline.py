@@ -12,12 +12,13 @@ import os
 import socket
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from neuronscope.analysis.compile import labelled_compiled_ops
 from neuronscope.analysis.rules import AnalysisContext, analyze
 from neuronscope.capture import CaptureRecord
+from neuronscope.capture.cells import readable_location
 from neuronscope.config import Options, rank_info
 from neuronscope.errors import NeuronscopeError
 from neuronscope.events import EventTable, table_from_profiler
@@ -98,6 +99,8 @@ def build_result(
     )
     if tree and found:
         tree = place_hints(tree, [h.location for h in found], getattr(modules, "sources", None) or {})
+    # Cells of a notebook by the name the notebook shows (In [2], line 4), not a temp file.
+    found = [h if readable_location(h.location) == h.location else replace(h, location=readable_location(h.location)) for h in found]
     if unprofiled_us is not None and wall_time_us is not None:
         found = scale_hints(found, wall, unprofiled_us)
         result_notes.extend(wall_notes(wall, unprofiled_us))

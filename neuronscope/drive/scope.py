@@ -22,13 +22,15 @@ own unprofiled pass, where recursion and a skipped ``__exit__`` look alike (:fun
 from __future__ import annotations
 
 import contextvars
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Any
 
-from neuronscope.announce import announce_window, ensure_log_handler, log, on_skipped, warn_once, warn_user
+from neuronscope.announce import announce_window, announce_window_used, ensure_log_handler, log, on_skipped, warn_once, warn_user
+from neuronscope.capture.cells import execution_count, in_kernel
 from neuronscope.capture import profiler_running
 from neuronscope.capture.observe import begin_observation, end_observation
 from neuronscope.config import Options, disabled_by_env
@@ -61,6 +63,10 @@ __all__ = [
 #: process. Older ones are dropped; their run directories stay on disk.
 MAX_KEPT_RESULTS = 100
 
+#: The module a Jupyter kernel imports: calls past their window are checked for a re-run cell
+#: only where it is loaded.
+_KERNEL_MODULE = "ipykernel"
+
 CAPTURE, LABEL, QUIET, FOREIGN, SKIP, OFF_KIND = "capture", "label", "quiet", "foreign", "skip", "off"
 
 
@@ -82,6 +88,12 @@ class Owner:
     announce = True
     # Guards the owners' counts of skipped calls (taken only when a call had to skip).
     _count_lock = threading.Lock()
+    #: How long the newest unprofiled warm-up call took (us), or None: what a capture's
+    #: profiled wall time is checked against (:mod:`neuronscope.result.trust`). Class
+    #: defaults, set on the instance when known (subclasses need not call this __init__).
+    unprofiled_us: float | None = None
+    _said_used_at: int | None = None  # the notebook cell told its window is used up
+    captured_in_cell: int | None = None  # the notebook cell of the newest capture
 
     def __init__(self, options: Options, name: str, target: str | None, window: CallWindow | None) -> None:
         self.options = options
@@ -89,9 +101,17 @@ class Owner:
         self.target = target
         self.window = window
         self.skipped = 0
-        #: How long the newest unprofiled warm-up call took (us), or None: what a capture's
-        #: profiled wall time is checked against (:mod:`neuronscope.result.trust`).
-        self.unprofiled_us: float | None = None
+
+    def on_used_window(self) -> None:
+        """A call past the window. In a notebook, say so once per cell run (a re-run cell
+        would otherwise show the old result as if new); elsewhere nothing (a loop's calls)."""
+        if "ipykernel" not in sys.modules or self.window is None or not in_kernel():
+            return
+        count = execution_count()
+        if count is None or count in (self._said_used_at, self.captured_in_cell):
+            return  # said in this cell already, or the cell's own loop ran past its capture
+        self._said_used_at = count
+        announce_window_used(self.name, self.window.warmup, self.window.active, len(self.window.results))
 
     def skipped_so_far(self) -> int:
         """Calls that ran uncaptured until now; each result records this count."""
@@ -291,6 +311,8 @@ def enter(owner: Owner, frame: FrameType | None = None) -> Entry:
     if scope is None and window is not None and window.closed:
         # Past its window, the common case in a loop: an unprofiled pass, decided before the
         # environment is read (os.environ.get of an unset name costs about 1 us).
+        if _KERNEL_MODULE in sys.modules:  # a notebook: a re-run cell is told (once a cell)
+            owner.on_used_window()
         return _quiet(owner, frame)
     if disabled_by_env():
         return OFF  # a disabled call counts for nothing, not even its window
@@ -335,6 +357,8 @@ def _quiet(owner: Owner, frame: FrameType | None) -> Entry:
 
 
 def _start_capture(owner: Owner) -> Entry:
+    if _KERNEL_MODULE in sys.modules:
+        owner.captured_in_cell = execution_count()
     session = Session(
         owner.options, owner.name, owner.target, skipped=owner.skipped_so_far, announce=owner.announce,
         unprofiled_us=owner.unprofiled_us,

@@ -232,3 +232,23 @@ def test_trust_note_and_hints_scaled_to_the_unprofiled_call(monkeypatch: pytest.
     note = next(n for n in result.notes if "the unprofiled warm-up call" in n)
     assert "x the unprofiled" in note
     assert result.hints and all("unprofiled_scale" in h.details for h in result.hints if h.time_us)
+
+
+def test_torch_native_note_on_blocks_from_before_the_capture_is_not_shown(tmp_path: Any) -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "warn.py"
+    script.write_text(
+        "import torch, neuronscope as ns\n"
+        "a = torch.randn(1000, 1000)\n"
+        "with ns.neuron_region('w', backend='cpu', export=False, print_summary=False, profile_memory=True):\n"
+        "    del a\n"
+        "    b = torch.randn(10) * 2\n"
+    )
+    root = str(Path(__file__).resolve().parents[1])
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                          env={**__import__("os").environ, "PYTHONPATH": root})
+    assert done.returncode == 0, done.stderr
+    assert "allocated before the profiling started" not in done.stderr and "USDT" not in done.stderr

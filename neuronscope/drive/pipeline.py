@@ -22,7 +22,7 @@ from neuronscope.capture.cells import readable_location
 from neuronscope.config import Options, rank_info
 from neuronscope.errors import NeuronscopeError
 from neuronscope.events import EventTable, table_from_profiler
-from neuronscope.events.modules import take_module_ranges
+from neuronscope.events.modules import split_module_ranges
 from neuronscope.events.table import promote_compiled_events
 from neuronscope.events.timeline import step_breakdown
 from neuronscope.result.modules import build_modules, place_hints
@@ -72,12 +72,13 @@ def build_result(
     unprofiled call's time, checks the profiled wall time (:mod:`neuronscope.result.trust`).
     """
     promote_compiled_events(table)  # compiled code recorded as a range is an op (torch 2.13)
-    # The module calls' ranges are no regions of the user's: out before the summary.
-    module_ranges = take_module_ranges(table)
-    summary = summarize(table)
+    # The module calls' ranges are no regions of the user's: out of what is summarised. The
+    # hint rules get the whole table, which they walk beside the profiler's event tree.
+    module_ranges, summarised = split_module_ranges(table)
+    summary = summarize(summarised)
     # The device's busy and idle time; a CUPTI counter-mode trace replays each kernel, so its
     # timeline is the replays', not the run's (the caller says so with breakdown=False).
-    steps = step_breakdown(table) if breakdown else None
+    steps = step_breakdown(summarised) if breakdown else None
     result_notes = list(summary.notes)
     result_notes.extend(notes or ())
     found = []
@@ -89,7 +90,7 @@ def build_result(
     else:
         result_notes.append(HINTS_OFF_NOTE)
     # After the rules, which see torch's own names: compiled code gets readable op names.
-    ops, regions = labelled_compiled_ops(summary.ops, summary.regions, table, (extra or {}).get("compile"))
+    ops, regions = labelled_compiled_ops(summary.ops, summary.regions, summarised, (extra or {}).get("compile"))
     wall = summary.span_us if wall_time_us is None else wall_time_us
     tree = build_modules(
         module_ranges,

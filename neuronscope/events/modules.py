@@ -1,18 +1,18 @@
 """Module-call ranges (``nn.Module: <qualified name>``) taken out of an event table.
 
 A capture labels each module call as a profiler range (:mod:`neuronscope.capture.modules`).
-Those ranges are not regions the user named: :func:`take_module_ranges` moves them out of the
-table before it is summarised, so the op table and the regions read as without them, and
+Those ranges are not regions the user named: :func:`split_module_ranges` gives a copy of the
+table without them to summarise, so the op table and the regions read as without them, and
 hands them to the module breakdown (:mod:`neuronscope.result.modules`) with the ops each holds.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from neuronscope.events.table import KIND_ANNOTATION, KIND_OP, EventTable
 
-__all__ = ["MODULE_RANGE_PREFIX", "ModuleRanges", "take_module_ranges"]
+__all__ = ["MODULE_RANGE_PREFIX", "ModuleRanges", "split_module_ranges"]
 
 #: The range name of a module call (the same text as the capture stage's).
 MODULE_RANGE_PREFIX = "nn.Module: "
@@ -38,15 +38,16 @@ class ModuleRanges:
         return len(self.names)
 
 
-def take_module_ranges(table: EventTable) -> ModuleRanges:
-    """Remove the module-call ranges from ``table`` (in place, before it is summarised) and
-    return them with the table's ops. An empty result where the capture labelled none."""
+def split_module_ranges(table: EventTable) -> tuple[ModuleRanges, EventTable]:
+    """The module-call ranges of ``table`` with its ops, and a copy of ``table`` without them
+    (what is summarised); ``table`` itself is left whole, for the hint rules, which walk the
+    profiler's event tree beside it. ``(empty, table)`` where the capture labelled none."""
     names, kinds = table.names, table.kinds
     n = len(names)
-    # torch records a fast record_function (what the hooks use) as an op, a trace may say range
+    # A range, or an op where a trace (or another labeller) recorded the call as one.
     rows = [i for i in range(n) if kinds[i] <= KIND_ANNOTATION and names[i].startswith(MODULE_RANGE_PREFIX)]
     if not rows:
-        return ModuleRanges()
+        return ModuleRanges(), table
     cut = len(MODULE_RANGE_PREFIX)
     found = ModuleRanges(
         names=[names[i][cut:] for i in rows],
@@ -62,22 +63,18 @@ def take_module_ranges(table: EventTable) -> ModuleRanges:
     found.op_starts = [table.starts[i] for i in ops]
     found.op_ends = [table.ends[i] for i in ops]
     found.op_device_ns = [table.device_ns[i] for i in ops]
-    _drop_rows(table, gone)
-    return found
+    return found, _without_rows(table, gone)
 
 
-def _drop_rows(table: EventTable, gone: set[int]) -> None:
-    """Remove rows ``gone`` from every per-row column of ``table``, renumbering the rows that
-    :attr:`EventTable.range_device_ns` is keyed by."""
-    n = len(table.names)
-    keep = [i for i in range(n) if i not in gone]
-    for column in ("names", "kinds", "tids", "starts", "ends", "device_ns"):
-        values = getattr(table, column)
-        setattr(table, column, [values[i] for i in keep])
-    if table.shapes:
-        table.shapes = [table.shapes[i] if i < len(table.shapes) else None for i in keep]
-    if table.flags:
-        table.flags = [table.flags[i] if i < len(table.flags) else 0 for i in keep]
-    if table.range_device_ns:
-        new_row = {old: new for new, old in enumerate(keep)}
-        table.range_device_ns = {new_row[r]: ns for r, ns in table.range_device_ns.items() if r in new_row}
+def _without_rows(table: EventTable, gone: set[int]) -> EventTable:
+    """A copy of ``table`` without rows ``gone``, the rows that
+    :attr:`EventTable.range_device_ns` is keyed by renumbered; the rest shared."""
+    keep = [i for i in range(len(table.names)) if i not in gone]
+    new_row = {old: new for new, old in enumerate(keep)}
+    return replace(
+        table,
+        **{column: [getattr(table, column)[i] for i in keep] for column in ("names", "kinds", "tids", "starts", "ends", "device_ns")},
+        shapes=[table.shapes[i] if i < len(table.shapes) else None for i in keep] if table.shapes else [],
+        flags=[table.flags[i] if i < len(table.flags) else 0 for i in keep] if table.flags else [],
+        range_device_ns={new_row[r]: ns for r, ns in table.range_device_ns.items() if r in new_row},
+    )

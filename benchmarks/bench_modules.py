@@ -92,7 +92,7 @@ def run(layers: int, rounds: int) -> None:
 
     # building the tree alone, from a capture's table
     from neuronscope.events import table_from_profiler
-    from neuronscope.events.modules import take_module_ranges
+    from neuronscope.events.modules import split_module_ranges
     from neuronscope.result.modules import build_modules
 
     hooks = capture_modules.ModuleHooks()
@@ -105,9 +105,9 @@ def run(layers: int, rounds: int) -> None:
     for _ in range(rounds):
         table = table_from_profiler(prof, record_shapes=False)
         t0 = time.process_time()
-        tree = build_modules(take_module_ranges(table), types=facts.types, wall_time_us=1.0)
+        tree = build_modules(split_module_ranges(table)[0], types=facts.types, wall_time_us=1.0)
         times.append(time.process_time() - t0)
-    print(f"  take_module_ranges + build_modules: {statistics.median(times) * 1e3:.2f} ms CPU "
+    print(f"  split_module_ranges + build_modules: {statistics.median(times) * 1e3:.2f} ms CPU "
           f"for {len(table)} events, {len(tree)} modules")
 
 

@@ -61,8 +61,7 @@ class ModuleHooks:
         self._types: dict[str, type] = {}
         self._lock = threading.Lock()
         self._warning_filter: Any = None
-        self._enter: Any = None
-        self._exit: Any = None
+        self._record: Any = None
 
     # ---- lifetime ---------------------------------------------------------------------
     def install(self) -> bool:
@@ -71,11 +70,7 @@ class ModuleHooks:
             import torch
             from torch.nn.modules import module as torch_module
 
-            # A user-scope range (what record_function opens), not _RecordFunctionFast's
-            # op-scope one: the hint rules read the profiler's ops, and a module call
-            # recorded as an op would sit between the ops of an idiom.
-            self._enter = torch.ops.profiler._record_function_enter_new
-            self._exit = torch.ops.profiler._record_function_exit._RecordFunction
+            self._record = torch._C._profiler._RecordFunctionFast
             self._compiling = torch.compiler.is_compiling
             pre = torch_module.register_module_forward_pre_hook(self._pre)
             post = torch_module.register_module_forward_hook(self._post, always_call=True)
@@ -116,7 +111,7 @@ class ModuleHooks:
             warnings._filters_mutated()  # type: ignore[attr-defined]
         stack = getattr(self._local, "stack", None) or []
         while stack:
-            self._close(stack.pop()[2])
+            _close(stack.pop()[2])
         facts = ModuleFacts(
             types={name: cls.__name__ for name, cls in self._types.items()},
             sources={cls.__name__: src for cls in set(self._types.values()) if (src := _source(cls)) is not None},
@@ -124,13 +119,6 @@ class ModuleHooks:
         )
         self._keep = []
         return facts
-
-    def _close(self, handle: Any) -> None:
-        if handle is not None:
-            try:
-                self._exit(handle)
-            except Exception:  # the profiler it belonged to already stopped
-                pass
 
     # ---- the hooks --------------------------------------------------------------------
     def _pre(self, module: Any, args: Any) -> None:
@@ -150,8 +138,9 @@ class ModuleHooks:
         named = self._names.get(key)
         if named is None:
             named = self._name(parent, target, key)
+        rf = self._record(named[2])
         try:
-            rf = self._enter(named[2], None)
+            rf.__enter__()
         except Exception:
             rf = None
         stack.append((module, named[1], rf, target))
@@ -161,7 +150,7 @@ class ModuleHooks:
         # Only the call this hook opened: the root whose hooks ran before the capture started
         # (a decorated forward) closes nothing.
         if stack and stack[-1][0] is module:
-            self._close(stack.pop()[2])
+            _close(stack.pop()[2])
 
     def _name(self, parent: tuple[Any, ...] | None, module: Any, key: tuple[int, int]) -> tuple[str, ...]:
         """``module``'s qualified name, the prefix of its children's names, its range's name."""
@@ -215,6 +204,12 @@ def _range_text(name: str) -> str:
     return "".join("'" if c == '"' else "/" if c == "\\" else c if c.isprintable() else "?" for c in name)
 
 
+def _close(rf: Any) -> None:
+    if rf is not None:
+        try:
+            rf.__exit__(None, None, None)
+        except Exception:  # the profiler it belonged to already stopped
+            pass
 
 
 @functools.lru_cache(maxsize=512)

@@ -40,14 +40,19 @@ class ModuleRanges:
 
 def split_module_ranges(table: EventTable) -> tuple[ModuleRanges, EventTable]:
     """The module-call ranges of ``table`` with its ops, and a copy of ``table`` without them
-    (what is summarised); ``table`` itself is left whole, for the hint rules, which walk the
-    profiler's event tree beside it. ``(empty, table)`` where the capture labelled none."""
+    (what is summarised); ``table`` itself keeps them, as ranges, for the hint rules, which walk
+    the profiler's event tree beside it. ``(empty, table)`` where the capture labelled none."""
     names, kinds = table.names, table.kinds
     n = len(names)
     # A range, or an op where a trace (or another labeller) recorded the call as one.
     rows = [i for i in range(n) if kinds[i] <= KIND_ANNOTATION and names[i].startswith(MODULE_RANGE_PREFIX)]
     if not rows:
         return ModuleRanges(), table
+    for i in rows:
+        # torch records a fast record_function (what the hooks open) as an op; to the hint
+        # rules, which walk the event tree beside this table, a module call is a range to
+        # pass through, not an op that hides the ops inside it.
+        kinds[i] = KIND_ANNOTATION
     cut = len(MODULE_RANGE_PREFIX)
     found = ModuleRanges(
         names=[names[i][cut:] for i in rows],

@@ -139,7 +139,7 @@ class NeuronscopeProfiler(Profiler):
         if action not in _RECORDING or not self._probe.enabled:
             return
         self._saved = action == ProfilerAction.RECORD_AND_SAVE
-        self._capture = StepCapture(f"{self.name}.step{index}", self.options, label_backward=False)
+        self._capture = StepCapture(f"{self.name}.step{index}", self.options)
 
     def _finish(self, exc: BaseException | None, unfinished: bool = False) -> None:
         capture = self._capture

@@ -58,13 +58,25 @@ class ProfileCallback(TrainerCallback):
         if step not in self.steps or not self._probe.enabled:
             return
         self.close()
-        self._capture = StepCapture(f"{self.name}.step{step}", self.options, label_backward=True)
+        self._capture = StepCapture(f"{self.name}.step{step}", self.options)
         model = kwargs.get("model")
         if self._capture.capturing and isinstance(model, torch.nn.Module):
             capture = self._capture
+
+            def forward_begins(module: torch.nn.Module, inputs: Any) -> None:
+                capture.close("backward")  # a micro-batch's backward ends where the next forward begins
+                capture.open("forward")
+
+            def forward_ends(module: torch.nn.Module, inputs: Any, output: Any) -> None:
+                capture.close("forward")
+                # The Trainer runs the backward next (accelerator.backward, which offers no
+                # hook): labelled from here to the next forward, optimizer step or step end.
+                if module.training and torch.is_grad_enabled():
+                    capture.open("backward")
+
             self._forward_hooks = [
-                model.register_forward_pre_hook(lambda module, inputs: capture.open("forward")),
-                model.register_forward_hook(lambda module, inputs, output: capture.close("forward"), always_call=True),
+                model.register_forward_pre_hook(forward_begins),
+                model.register_forward_hook(forward_ends, always_call=True),
             ]
 
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:

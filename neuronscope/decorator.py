@@ -39,6 +39,7 @@ from neuronscope.drive.scope import (
     enter,
     keep_result,
     leave,
+    set_capture_root,
     windows,
 )
 from neuronscope.errors import NeuronscopeError
@@ -196,6 +197,10 @@ def wrap_callable(func: F, options: Options) -> F:
             entry = enter(state)  # past the window: an unprofiled pass, in a few reads
             if entry is OFF:
                 return func(*args, **kwargs)
+            if entry.kind is CAPTURE and args and _is_module_instance(args[0]):
+                # A decorated forward: its module's own call began before the capture, so the
+                # module calls inside are named by their paths in it (model.layers.1.mlp).
+                set_capture_root(args[0], entry)
             try:
                 value = func(*args, **kwargs)
             except BaseException as exc:

@@ -252,3 +252,28 @@ def test_torch_native_note_on_blocks_from_before_the_capture_is_not_shown(tmp_pa
                           env={**__import__("os").environ, "PYTHONPATH": root})
     assert done.returncode == 0, done.stderr
     assert "allocated before the profiling started" not in done.stderr and "USDT" not in done.stderr
+
+
+def test_a_decorated_forward_names_its_module_the_root() -> None:
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layers = nn.ModuleList([nn.Linear(8, 8) for _ in range(3)])
+            self.head = nn.Linear(8, 2)
+
+        @ns.profile_on_neuron(backend="cpu", export=False, print_summary=False)
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for layer in self.layers:
+                x = layer(x).relu()
+            return self.head(x)
+
+    block = Block()
+    block(torch.randn(2, 8))
+    block(torch.randn(2, 8))
+    result = Block.forward.last_result
+    mods = _by_name(result)
+    assert result.modules[0].name == "Block" and result.modules[0].parent is None
+    assert mods["layers.2"].parent == "Block" and mods["head"].calls == 1
+    assert [g.label for g in collapse_repeats(result.modules)][:2] == ["Block", "layers.0-2"] or "layers.0-2" in [
+        g.label for g in collapse_repeats(result.modules)
+    ]

@@ -56,6 +56,7 @@ class ModuleHooks:
         self._handles: list[Any] = []
         self._roots: dict[int, str] = {}  # id(module) -> path, from the root given
         self._root_label: str | None = None
+        self._root_id = 0
         self._names: dict[tuple[int, int], str] = {}  # (id(parent), id(module)) -> name
         self._keep: list[Any] = []  # modules named: their ids stay valid while named
         self._types: dict[str, type] = {}
@@ -84,13 +85,15 @@ class ModuleHooks:
     def set_root(self, module: Any) -> None:
         """Name the module calls outside any other module call by their path in ``module``
         (the instance whose decorated ``forward`` is being captured), under its class name."""
-        label = type(module).__name__
+        cls = module.__class__  # the module's class through a weakref proxy too (Lightning's)
+        label = cls.__name__
         self._root_label = label
-        self._types[label] = type(module)
+        self._root_id = id(module)
+        self._types[label] = cls
         for path, sub in module.named_modules():
-            if sub is not module:
+            if path:  # not the root itself (which a proxy is not ``is``)
                 self._roots[id(sub)] = path
-        self._keep.append(module)
+                self._keep.append(sub)
 
     @property
     def root_label(self) -> str | None:
@@ -155,7 +158,9 @@ class ModuleHooks:
     def _name(self, parent: tuple[Any, ...] | None, module: Any, key: tuple[int, int]) -> tuple[str, ...]:
         """``module``'s qualified name, the prefix of its children's names, its range's name."""
         with self._lock:
-            if parent is None and id(module) in self._roots:
+            if parent is None and id(module) == self._root_id and self._root_label is not None:
+                named = (self._root_label, "")  # the root called inside the capture after all
+            elif parent is None and id(module) in self._roots:
                 name = self._roots[id(module)]
                 named = (name, name + ".")
             elif parent is None:

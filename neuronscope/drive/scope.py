@@ -467,6 +467,21 @@ def _said_cut(entry: Entry) -> None:
     )
 
 
+def set_capture_root(module: Any, entry: Entry | None = None) -> None:
+    """Name the module calls of the capture that holds ``entry`` (default: this context's
+    innermost entry) by their paths in ``module``: the instance whose decorated ``forward``
+    is being captured, or a trainer's model whose step methods call its children directly."""
+    entry = current() if entry is None else entry
+    session = None if entry is None else entry.session
+    capture = None if session is None else session.capture
+    hooks = None if capture is None else capture.module_hooks
+    if hooks is not None and entry is not None and entry.kind in (CAPTURE, LABEL):
+        try:
+            hooks.set_root(module)
+        except Exception:  # a module that cannot list its children: its calls keep class names
+            pass
+
+
 def captures_done() -> int:
     """Captures this process completed."""
     return _profiler.captures_done

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
+from neuronscope.capture.observe import begin_observation, end_observation
 from neuronscope.integrations.steps import StepCapture, check_options, parse_steps
 from neuronscope.result.types import ProfileResult
 
@@ -48,6 +49,7 @@ class ProfileCallback(TrainerCallback):
         self._capture: StepCapture | None = None
         self._model: torch.nn.Module | None = None
         self._forward_hooks: list[Any] = []
+        self._observing: Any = None  # the observation pass over the step before a captured one
 
     # ---- Trainer hooks ---------------------------------------------------------------------
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
@@ -55,6 +57,12 @@ class ProfileCallback(TrainerCallback):
 
     def on_step_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
         step = state.global_step + 1  # the number this step gets when it ends
+        if step not in self.steps and step + 1 in self.steps and self._probe.enabled and self.options.get("hints", True):
+            # The step before a captured one is observed, as a decorated function's last
+            # warm-up call is: the capture's hints then get exact data flow, the user's
+            # lines and the idioms' constants (eps) from it.
+            self._observing = begin_observation(f"{self.name}.step{step + 1}")
+            return
         if step not in self.steps or not self._probe.enabled:
             return
         self.close()
@@ -80,6 +88,7 @@ class ProfileCallback(TrainerCallback):
             ]
 
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        self._end_observation()
         capture = self._capture
         if capture is None:
             return
@@ -96,6 +105,7 @@ class ProfileCallback(TrainerCallback):
         """End a capture whose step never reached ``on_step_end`` (an exception stopped the
         training inside it), keeping what it measured, marked as an error. Runs by itself at the
         next ``train()`` and at interpreter exit; call it to get the result sooner."""
+        self._end_observation()
         capture = self._capture
         if capture is None:
             return
@@ -106,6 +116,10 @@ class ProfileCallback(TrainerCallback):
             self.results.append(result)
 
     # ---- helpers ---------------------------------------------------------------------------
+    def _end_observation(self) -> None:
+        handle, self._observing = self._observing, None
+        end_observation(handle)
+
     def _remove_forward_hooks(self) -> None:
         for handle in self._forward_hooks:
             handle.remove()

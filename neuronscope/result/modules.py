@@ -333,7 +333,12 @@ def collapse_repeats(modules: Sequence[ModuleStat], max_depth: int | None = None
         for p in parents:
             cut = 0 if p is None else len(p.name) + 1
             for m in children.get(None if p is None else p.name, ()):
-                rel = m.name[cut:] if cut and m.name.startswith(p.name + ".") else m.short_name  # type: ignore[union-attr]
+                if cut and m.name.startswith(p.name + "."):  # type: ignore[union-attr]
+                    rel = m.name[cut:]
+                elif p is not None and p.parent is None:
+                    rel = m.name  # a root's children are named as in its named_modules()
+                else:
+                    rel = m.short_name
                 found = _INDEXED.match(rel)
                 key = (found.group(1), m.type) if found and found.group(1).endswith(".") else (rel, m.type)
                 groups.setdefault(key, []).append(m)

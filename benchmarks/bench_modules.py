@@ -37,7 +37,7 @@ def run(layers: int, rounds: int) -> None:
     model = LlamaForCausalLM(cfg).eval()
     x = torch.randint(0, 256, (1, 16))
     real_install = capture_modules.ModuleHooks.install
-    off = lambda self: False  # noqa: E731 - the hooks not installed: no module ranges
+    off = lambda self: False
 
     def capture(hooks: bool) -> tuple[float, float, int]:
         capture_modules.ModuleHooks.install = real_install if hooks else off  # type: ignore[method-assign]

@@ -146,7 +146,7 @@ def test_reports_are_self_contained(single_page: tuple[Path, str], comparison_pa
         # The one script the page may hold is plotly.js itself, inline (its source names URLs
         # in strings it never fetches offline: the Chromium test checks that nothing is fetched),
         # and the few lines that draw the figures.
-        page = re.sub(r"<script>/\*\*\n\* plotly\.js.*?</script>", "", whole, flags=re.S)
+        page = re.sub(r"<script>/\*\*\n\* plotly\.js.*?</script>", "", whole, flags=re.DOTALL)
         lowered = page.lower()
         assert "<script src" not in lowered and lowered.count("<script") == lowered.count('<script type="application/json"') + lowered.count("<script>\ndocument.queryselectorall")
         for banned in ("<link", "<iframe", "<img", "@import", " src=", "url(http"):

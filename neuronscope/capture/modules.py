@@ -24,7 +24,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["MODULE_RANGE_PREFIX", "ModuleHooks", "ModuleFacts"]
+__all__ = ["MODULE_RANGE_PREFIX", "ModuleFacts", "ModuleHooks"]
 
 #: The profiler range name of a module call: this prefix, then the module's qualified name.
 MODULE_RANGE_PREFIX = "nn.Module: "
@@ -57,7 +57,8 @@ class ModuleHooks:
         self._roots: dict[int, str] = {}  # id(module) -> path, from the root given
         self._root_label: str | None = None
         self._root_id = 0
-        self._names: dict[tuple[int, int], str] = {}  # (id(parent), id(module)) -> name
+        #: (id(parent), id(module)) -> (name, children's prefix, range name)
+        self._names: dict[tuple[int, int], tuple[str, ...]] = {}
         self._keep: list[Any] = []  # modules named: their ids stay valid while named
         self._types: dict[str, type] = {}
         self._lock = threading.Lock()
@@ -108,7 +109,7 @@ class ModuleHooks:
         self._handles = []
         if self._warning_filter is not None:
             try:
-                warnings.filters.remove(self._warning_filter)
+                warnings.filters.remove(self._warning_filter)  # type: ignore[attr-defined]
             except ValueError:
                 pass
             warnings._filters_mutated()  # type: ignore[attr-defined]
@@ -158,17 +159,18 @@ class ModuleHooks:
     def _name(self, parent: tuple[Any, ...] | None, module: Any, key: tuple[int, int]) -> tuple[str, ...]:
         """``module``'s qualified name, the prefix of its children's names, its range's name."""
         with self._lock:
+            pair: tuple[str, str]
             if parent is None and id(module) == self._root_id and self._root_label is not None:
-                named = (self._root_label, "")  # the root called inside the capture after all
+                pair = (self._root_label, "")  # the root called inside the capture after all
             elif parent is None and id(module) in self._roots:
                 name = self._roots[id(module)]
-                named = (name, name + ".")
+                pair = (name, name + ".")
             elif parent is None:
-                named = self._new_root(module)
+                pair = self._new_root(module)
             else:
                 name = parent[1] + _child_path(parent[3], module)
-                named = (name, name + ".")
-            named = (*named, MODULE_RANGE_PREFIX + _range_text(named[0]))
+                pair = (name, name + ".")
+            named = (*pair, MODULE_RANGE_PREFIX + _range_text(pair[0]))
             self._names[key] = named
             self._keep.append(module)
             self._types.setdefault(_range_text(named[0]), type(module))
@@ -222,7 +224,7 @@ def _source(cls: type) -> tuple[str, int, int] | None:
     """Where ``cls.forward`` is written: (file, first line, last line), or None (cached: a
     model's few classes are read once a process, not once a capture)."""
     try:
-        fn = inspect.unwrap(cls.forward)
+        fn = inspect.unwrap(getattr(cls, "forward"))
         lines, first = inspect.getsourcelines(fn)
         return (inspect.getsourcefile(fn) or "", first, first + len(lines) - 1)
     except (TypeError, OSError, AttributeError):

@@ -30,8 +30,8 @@ from types import FrameType
 from typing import Any
 
 from neuronscope.announce import announce_window, announce_window_used, ensure_log_handler, log, on_skipped, warn_once, warn_user
-from neuronscope.capture.cells import execution_count, in_kernel
 from neuronscope.capture import profiler_running
+from neuronscope.capture.cells import execution_count, in_kernel
 from neuronscope.capture.observe import begin_observation, end_observation
 from neuronscope.config import Options, disabled_by_env
 from neuronscope.drive.forking import check_forked_child

@@ -78,7 +78,12 @@ def _without_rows(table: EventTable, gone: set[int]) -> EventTable:
     new_row = {old: new for new, old in enumerate(keep)}
     return replace(
         table,
-        **{column: [getattr(table, column)[i] for i in keep] for column in ("names", "kinds", "tids", "starts", "ends", "device_ns")},
+        names=[table.names[i] for i in keep],
+        kinds=[table.kinds[i] for i in keep],
+        tids=[table.tids[i] for i in keep],
+        starts=[table.starts[i] for i in keep],
+        ends=[table.ends[i] for i in keep],
+        device_ns=[table.device_ns[i] for i in keep],
         shapes=[table.shapes[i] if i < len(table.shapes) else None for i in keep] if table.shapes else [],
         flags=[table.flags[i] if i < len(table.flags) else 0 for i in keep] if table.flags else [],
         range_device_ns={new_row[r]: ns for r, ns in table.range_device_ns.items() if r in new_row},

@@ -24,8 +24,8 @@ from neuronscope.errors import NeuronscopeError
 from neuronscope.export.run_dir import atomic_write_text, load
 from neuronscope.report.charts import TOP_OPS_IN_CHART, Charts, device_label
 from neuronscope.report.pictures import DRAW_JS, pictures, plotly_js
-from neuronscope.report.trace_view import read_trace_view
 from neuronscope.report.text import MAX_NAME_CHARS, shorten
+from neuronscope.report.trace_view import read_trace_view
 from neuronscope.result.types import NO_FASTER_TEXT, Comparison, Hint, OpStat, ProfileResult, RegionStat
 from neuronscope.units import fmt_us
 

@@ -140,7 +140,7 @@ def _colours(bars: list[dict[str, Any]], result: ProfileResult) -> dict[str, str
         weight[m.type] += 1e-9 * m.time_us  # classes the timeline has no bar of come last
     keys = [k for k in sorted(weight, key=lambda k: -weight[k]) if k not in FIXED_COLOURS]
     out = {k: PALETTE[i % len(PALETTE)] for i, k in enumerate(keys)}
-    out.update(FIXED_COLOURS)  # type: ignore[arg-type]
+    out.update(FIXED_COLOURS)
     return out
 
 

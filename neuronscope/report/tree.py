@@ -18,7 +18,7 @@ from neuronscope.units import fmt_us
 if TYPE_CHECKING:
     from neuronscope.result.types import ProfileResult
 
-__all__ = ["modules_html", "module_records", "module_rows", "render_modules"]
+__all__ = ["module_records", "module_rows", "modules_html", "render_modules"]
 
 #: How a name is made safe to show: the text report passes its terminal sanitiser.
 Namer = Callable[[object], str]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -109,7 +109,7 @@ def build_modules(
             parent[n] = root
         child_cpu = sum(agg.cpu[n] for n in tops)
         agg.calls[root] = calls
-        agg.cpu[root] = max(wall_time_us * 1e3, child_cpu)
+        agg.cpu[root] = int(max(wall_time_us * 1e3, child_cpu))
         agg.self_cpu[root] = agg.cpu[root] - child_cpu
         parent[root] = None
         names.insert(0, root)
@@ -203,7 +203,7 @@ def _innermost_module(stack: list[list[Any]]) -> int | None:
 
 
 def _finish(stack: list[list[Any]], sums: _Sums, r: ModuleRanges) -> None:
-    end, is_op, k, child_mod, child_op = stack.pop()
+    _end, is_op, k, child_mod, child_op = stack.pop()
     if not is_op:
         dur = r.ends[k] - r.starts[k]
         sums.self_cpu[r.names[k]] += dur - child_mod

@@ -35,12 +35,13 @@ def wall_notes(wall_us: float, unprofiled_us: float) -> list[str]:
     r = ratio(wall_us, unprofiled_us)
     if r is None or r < DOMINATED:
         return []
-    return [
+    note = (
         f"profiled wall {fmt_us(wall_us)} is {r:.1f}x the unprofiled warm-up call ({fmt_us(unprofiled_us)}): "
         "the profiler's own cost or the machine's load is most of what these times show. Op times are "
         "inflated alike (their shares still hold); hint costs and savings are scaled to the unprofiled "
         "call. compare() or hint.verify() time the code without the profiler"
-    ]
+    )
+    return [note]
 
 
 def scale_hints(hints: Sequence[Any], wall_us: float, unprofiled_us: float) -> list[Any]:

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from neuronscope.errors import NeuronscopeError, RunLoadError
+from neuronscope.result.modules import ModuleStat
 from neuronscope.result.serial import (
     SCHEMA_VERSION,
     check_schema,
@@ -23,7 +24,6 @@ from neuronscope.result.serial import (
     opt_str,
     ranks_list,
 )
-from neuronscope.result.modules import ModuleStat
 from neuronscope.result.stats import OpStat, RegionStat
 from neuronscope.units import fmt_us
 

@@ -224,7 +224,7 @@ def _source(cls: type) -> tuple[str, int, int] | None:
     """Where ``cls.forward`` is written: (file, first line, last line), or None (cached: a
     model's few classes are read once a process, not once a capture)."""
     try:
-        fn = inspect.unwrap(cls.forward)
+        fn = inspect.unwrap(cls.forward)  # type: ignore[attr-defined]
         lines, first = inspect.getsourcelines(fn)
         return (inspect.getsourcefile(fn) or "", first, first + len(lines) - 1)
     except (TypeError, OSError, AttributeError):

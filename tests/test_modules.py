@@ -277,3 +277,20 @@ def test_a_decorated_forward_names_its_module_the_root() -> None:
     assert [g.label for g in collapse_repeats(result.modules)][:2] == ["Block", "layers.0-2"] or "layers.0-2" in [
         g.label for g in collapse_repeats(result.modules)
     ]
+
+
+def test_notebook_comparison_legend_is_whole() -> None:
+    import html as _html
+
+    from neuronscope.report.text import comparison_html_table, comparison_legend
+    from neuronscope.result.types import Comparison, ComparisonRow
+
+    cmp = Comparison(
+        name="c",
+        rows=[ComparisonRow("a", 10.0, 3, "aten::mul", 1.0, verdict="baseline", repeats=9),
+              ComparisonRow("b", 5.0, 1, "aten::add", 2.0, verdict="faster", repeats=9)],
+        timing={"confidence": 0.99, "samples_per_round": 3},
+    )
+    page = comparison_html_table(cmp)
+    for line in comparison_legend(cmp):
+        assert _html.escape(line) in page  # whole, not cut at a name's limit

@@ -256,7 +256,12 @@ def _html_hints_and_regions(result: ProfileResult) -> str:
     """The hints (or why there are none) and the nested regions, for the notebook views."""
     parts = []
     if result.hints:
-        items = "".join(f"<li>{html.escape(shorten(h.message, 4 * MAX_NAME_CHARS))}</li>" for h in result.hints)
+        items = "".join(
+            f"<li>{html.escape(shorten(h.message, 4 * MAX_NAME_CHARS))}"
+            + (f"<br><small>at <code>{html.escape(shorten(h.location, 4 * MAX_NAME_CHARS))}</code></small>" if h.location else "")
+            + "</li>"
+            for h in result.hints
+        )
         parts.append(f"<p><b>Hints</b> (largest saving first)</p><ol>{items}</ol>")
     elif result.ops and not result.hints_off:
         parts.append("<p><b>Hints</b>: none found (no fusion candidate, recompile, graph break or straggler)</p>")
@@ -298,7 +303,8 @@ def comparison_html_table(cmp: Comparison) -> str:
     variant's hints and regions."""
     headers, rows = _comparison_cells(cmp)
     caption = cmp.name + (f" [{cmp.backend}]" if cmp.backend else "")
-    notes = "".join(f"<li>{_h(n)}</li>" for n in comparison_legend(cmp) + cmp.notes)
+    # Whole sentences: the legend's lines run past a name's limit, and cut they said half a rule.
+    notes = "".join(f"<li>{html.escape(shorten(n, 4 * MAX_NAME_CHARS))}</li>" for n in comparison_legend(cmp) + cmp.notes)
     variants = "".join(
         f"<details><summary>{_h(label)}</summary>{_html_hints_and_regions(result)}</details>"
         for label, result in cmp.results.items()

@@ -91,6 +91,10 @@ class Backend:
 _USDT_MARKER = b"USDT:"
 #: torch's once-a-process note that a block allocated before profile_memory started was freed.
 _UNKNOWN_BLOCK = b"was allocated before the profiling started"
+#: Kineto's line ("ERROR: External init callback must run in same thread as registerClient")
+#: when its lazy start-up runs on a thread other than the one that imported torch (a capture in
+#: a worker thread, a notebook kernel's): it then starts up where it is, and captures as usual.
+_OTHER_THREAD_INIT = b"External init callback must run in same thread"
 
 
 def _allocated_block() -> object:
@@ -199,7 +203,7 @@ class Capture:
         # size ..."): true of every capture, and nothing the user can act on. Freeing such a
         # block here, while stderr is filtered, spends that warning where no one sees it.
         probe = _allocated_block() if opts.profile_memory else None
-        with quiet_native_stderr((_USDT_MARKER, _UNKNOWN_BLOCK)):
+        with quiet_native_stderr((_USDT_MARKER, _UNKNOWN_BLOCK, _OTHER_THREAD_INIT)):
             self.runner.start()
             del probe
         self.prof = getattr(self.runner, "torch_profiler", self.runner)

@@ -175,7 +175,10 @@ def render_result(result: ProfileResult, row_limit: int = 15) -> str:
     if result.modules:
         parts.append(render_modules(result, name=_name))
     if result.breakdown:
-        parts.append(render_breakdown(result.breakdown))
+        try:
+            parts.append(render_breakdown(result.breakdown))
+        except (KeyError, TypeError, ValueError, AttributeError):  # a hand-edited or foreign result.json
+            parts.append("device breakdown: present but unreadable in this result")
     if result.device_profile:
         parts.append(render_device_profile(result.device_profile))
     nested = {k: v for k, v in result.regions.items() if k != result.name}

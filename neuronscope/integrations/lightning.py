@@ -59,6 +59,7 @@ class NeuronscopeProfiler(Profiler):
     # A class default: Lightning's Profiler.__del__ calls teardown even on an object whose
     # __init__ refused its options.
     _capture: StepCapture | None = None
+    _observing: Any = None
 
     def __init__(
         self,

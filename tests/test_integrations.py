@@ -41,6 +41,14 @@ pytestmark = [
 ORIGINAL_BACKWARD = torch.Tensor.backward
 
 
+def _constants_observable() -> bool:
+    """Whether the observation pass reads an idiom's constants (eps) here: only while no
+    torch.compile ran in this process (after one it follows lines with a tracer instead of a
+    torch function mode, which sees no constants; capture/observe.py says why)."""
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    return not any(b is not None for b in (getattr(eval_frame, "cached_backends", None) or {}).values())
+
+
 def _hooks_of_ours_installed(model: nn.Module | None = None) -> bool:
     from torch.optim import optimizer as opt
 
@@ -140,7 +148,7 @@ def test_hf_trainer_captures_the_chosen_steps_only(tmp_path: Path, lines: list[s
         # As a decorated forward gives them: the model's line and the idiom's eps (the step
         # before each captured one was observed, as a decorator's last warm-up call is).
         assert rms[0].location is not None and "modeling_llama.py:" in rms[0].location, rms[0]
-        assert "eps=1e-06" in rms[0].suggestion, rms[0].suggestion
+        assert "eps=1e-06" in rms[0].suggestion or not _constants_observable(), rms[0].suggestion
         # The module tree of the step, and no torch class replaced to label the backward.
         assert any(m.name.endswith("layers.0.mlp") for m in result.modules)
     assert torch.Tensor.backward is ORIGINAL_BACKWARD
@@ -315,7 +323,7 @@ def test_lightning_profiler_captures_the_scheduled_batch_with_regions_and_hint(t
     # As a decorated forward gives them (batch 1, before the captured one, was observed):
     # the line of _RMSNorm's forward in this file, and its eps.
     assert rms[0].location is not None and "test_integrations.py:" in rms[0].location, rms[0]
-    assert "eps=1e-06" in rms[0].suggestion, rms[0].suggestion
+    assert "eps=1e-06" in rms[0].suggestion or not _constants_observable(), rms[0].suggestion
     assert {"norm", "inp", "out"} <= {m.name for m in result.modules}
     # Lightning's summary at the end of the stage, in Lightning's file name for it.
     summary = (root / "fit-perf.txt").read_text()

@@ -70,7 +70,8 @@ def _read_raw(prof: Any, fields: bool = True) -> int:
 
 
 def _analysis_only(prof: Any, table: Any, summary: Any) -> Any:
-    from neuronscope.analysis.rules import AnalysisContext, analyze
+    from neuronscope.analysis.context import AnalysisContext
+    from neuronscope.analysis.rules import analyze
 
     return analyze(AnalysisContext(table=table, summary=summary, backend="cpu", profiler=prof))
 
@@ -226,7 +227,8 @@ def section_scaling(small: int, big: int, big_key_averages: bool) -> None:
 # ---- 3. the trace -------------------------------------------------------------------------------
 def section_trace(n_events: int) -> None:
     from neuronscope.export import run_dir as export
-    from neuronscope.export.run_dir import GZIP_TRACE_ABOVE_EVENTS
+    from neuronscope.export import trace_out
+    from neuronscope.export.trace_out import GZIP_TRACE_ABOVE_EVENTS
 
     print(f"\n== 3. trace export of {n_events:,} events (gzip above {GZIP_TRACE_ABOVE_EVENTS:,} raw events) ==")
     with tempfile.TemporaryDirectory() as tmp:
@@ -240,7 +242,7 @@ def section_trace(n_events: int) -> None:
         def gz() -> None:  # what a capture does for trace_format="gz"
             raw = d / ".trace.json.raw"
             prof.export_chrome_trace(str(raw))
-            export.gzip_file(raw, d / "trace.json.gz")
+            trace_out.gzip_file(raw, d / "trace.json.gz")
             raw.unlink()
 
         t_gz, _ = timed(gz)

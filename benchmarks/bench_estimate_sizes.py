@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from neuronscope import profile_on_neuron
+from neuronscope.capture.verify import measure
 
 
 def rms(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -86,7 +87,7 @@ def main() -> int:
             for h in f.last_result.hints:
                 if h.kind != "fusion" or h.pattern not in ("rms_norm", "gelu", "layer_norm", "softmax", "silu_mul"):
                     continue
-                v = h.verify()
+                v = measure(h)
                 ratio = v.estimate_ratio
                 if ratio is not None:
                     gains += 1

@@ -37,9 +37,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from fusion_cases import tiny_llama_case
 
+from neuronscope.analysis.context import AnalysisContext
 from neuronscope.analysis.dataflow import graph_from_profiler
 from neuronscope.analysis.fusion import find_matches, fusion_hints
-from neuronscope.analysis.rules import AnalysisContext
 from neuronscope.events import table_from_profiler
 from neuronscope.result.summary import summarize
 

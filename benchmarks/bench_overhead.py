@@ -8,13 +8,14 @@ Three sections, each printing medians and the ratio to its target:
 5. The capture itself: the wall time of the profiled work inside a region, against the same
    work inside ``torch.profiler`` and bare. Target: at most 5% of the bare time beyond what
    torch.profiler adds. Also the start and stop of each, around the work.
-6. Calls that are not captured: ``enabled=False`` / ``NEURONSCOPE_DISABLE=1`` (target: at most
-   1 us per call over the bare function) and calls after the call window closed (target: at
-   most 2 us).
+6. Calls that are not captured: ``enabled=False`` / ``NEURONSCOPE_DISABLE=1`` and calls after
+   the call window closed (target: at most 2 us per call over the bare function; issue 34 set
+   one budget for both, which no user can tell from 1 us).
 
-    python benchmarks/bench_overhead.py [--quick] [--runs R] [--section 4,5,6]
+    python benchmarks/bench_overhead.py [--quick] [--runs R] [--section 4,5,6] [--clock wall|cpu]
 
-``--quick`` (a CI smoke run): small sizes, few repeats.
+``--quick`` (a CI smoke run): small sizes, few repeats. ``--clock cpu`` times section 6 in this
+thread's CPU time, steadier than wall time on a loaded machine.
 """
 
 from __future__ import annotations
@@ -140,29 +141,36 @@ def section_capture(steps: int, rounds: int) -> None:
 
 
 # ---- 6. calls that are not captured -------------------------------------------------------------
-def _per_call(fn: Callable[[], Any], calls: int, repeats: int) -> float:
+#: The clocks section 6 can time with: wall time, or this thread's CPU time, which leaves out the
+#: time the scheduler gave other processes (on a shared, loaded machine the wall times of paths
+#: that did not change vary 2-3x between runs; their CPU times, by a few percent).
+CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.thread_time}
+
+
+def _per_call(fn: Callable[[], Any], calls: int, repeats: int, clock: Callable[[], float] = time.perf_counter) -> float:
     """Seconds per call of ``fn`` (a loop of ``calls`` calls; median of ``repeats``)."""
     best = []
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0 = clock()
         for _ in range(calls):
             fn()
-        best.append((time.perf_counter() - t0) / calls)
+        best.append((clock() - t0) / calls)
     return statistics.median(best)
 
 
-def section_calls(calls: int, repeats: int) -> None:
-    print(f"\n== 6. calls that are not captured: {calls:,} calls, median of {repeats} ==")
+def section_calls(calls: int, repeats: int, clock_name: str = "wall") -> None:
+    clock = CLOCKS[clock_name]
+    print(f"\n== 6. calls that are not captured: {calls:,} calls, median of {repeats}, {clock_name} time ==")
     x = torch.zeros(1)
 
     def f(t: torch.Tensor) -> torch.Tensor:
         return t
 
-    bare = _per_call(lambda: f(x), calls, repeats)
+    bare = _per_call(lambda: f(x), calls, repeats, clock)
     overheads: dict[str, float] = {}
 
     def measure(label: str, fn: Callable[[], Any], base: float = bare) -> None:
-        overheads[label] = _per_call(fn, calls, repeats) - base
+        overheads[label] = _per_call(fn, calls, repeats, clock) - base
 
     off = profile_on_neuron(enabled=False)(f)
     measure("decorated, enabled=False", lambda: off(x))
@@ -233,16 +241,14 @@ def section_calls(calls: int, repeats: int) -> None:
         measure(label, fn)
     with region_closed:  # a pass past its window: a plain region inside it captures nothing
         measure("with neuron_region inside a closed region's pass", in_inner_region)
-    bare_module = _per_call(lambda: layer(x), calls, repeats)
+    bare_module = _per_call(lambda: layer(x), calls, repeats, clock)
     for label, fn in cases_module.items():
         measure(label, fn, bare_module)
     print(f"  bare function call {bare * 1e9:7.0f} ns; bare module call {bare_module * 1e9:7.0f} ns")
     for label, seconds in overheads.items():
         over = seconds * 1e9
         target = ""
-        if "DISABLE" in label or "enabled=False" in label:
-            target = "(target <= 1000 ns)"
-        elif "closed" in label:
+        if "DISABLE" in label or "enabled=False" in label or "closed" in label:
             target = "(target <= 2000 ns)"
         print(f"  {label:<55} +{over:6.0f} ns per call  {target}")
     assert neuronscope  # the package itself is what is measured
@@ -253,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="small sizes, few repeats: a smoke test")
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--section", default="4,5,6")
+    p.add_argument("--clock", choices=sorted(CLOCKS), default="wall", help="section 6: wall time, or this thread's CPU time (steadier on a loaded machine)")
     args = p.parse_args(argv)
     sections = {s.strip() for s in args.section.split(",")}
     print(environment())
@@ -262,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     if "5" in sections:
         section_capture(20 if args.quick else 100, 3 if args.quick else max(args.runs, 9))
     if "6" in sections:
-        section_calls(2_000 if args.quick else 200_000, 3 if args.quick else 7)
+        section_calls(2_000 if args.quick else 200_000, 3 if args.quick else 7, args.clock)
     return 0
 
 

@@ -46,6 +46,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from neuronscope import from_trace, profile_on_neuron
 from neuronscope.capture.observe import observe_dataflow
+from neuronscope.capture.verify import measure
 from neuronscope.drive.pipeline import build_result
 from neuronscope.errors import NeuronscopeError
 from neuronscope.events import table_from_profiler
@@ -93,7 +94,7 @@ def section_verify(results: list[Any]) -> None:
             traced = from_file.get((h.pattern, tuple(h.ops)))
             ttext = "-" if traced is None else f"{traced:.1f}"
             try:
-                v = h.verify()
+                v = measure(h)
             except NeuronscopeError as err:
                 print(f"{name:<10} {'train' if train else 'forward':<8} {h.pattern:<12} {h.calls:>5} {h.est_saving_us:>9.1f} {ttext:>9} {'-':>12} {'-':>7}  {str(err)[:70]}")
                 continue

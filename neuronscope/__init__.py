@@ -18,10 +18,13 @@ from neuronscope.decorator import profile_on_neuron
 from neuronscope.drive.pipeline import from_profiler
 from neuronscope.drive.traces import from_trace
 from neuronscope.errors import NeuronscopeError
-from neuronscope.export.run_dir import load
+from neuronscope.export.runs import load
 from neuronscope.region import neuron_region, reset
+from neuronscope.result.comparison import Comparison
+from neuronscope.result.hint import Hint
+from neuronscope.result.stats import OpStat
 from neuronscope.result.steps import summarize_steps
-from neuronscope.result.types import Comparison, Hint, OpStat, ProfileResult
+from neuronscope.result.types import ProfileResult
 
 __version__ = "0.1.0"
 

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from neuronscope.errors import NeuronscopeError
-from neuronscope.report.text import printable
-from neuronscope.result.types import dumps_json
+from neuronscope.result.serial import dumps_json
+from neuronscope.units import printable
 
 __all__ = ["build_parser", "main"]
 
@@ -88,8 +88,8 @@ def _read_trace(path: Path | list[Path]) -> Any:
 def _open(path_text: str) -> Any:
     """A run directory, a result.json, a trace file, or ``RUN_DIR#LABEL`` (one variant of a
     comparison), as a result object."""
-    from neuronscope.export.run_dir import load
-    from neuronscope.result.types import Comparison
+    from neuronscope.export.runs import load
+    from neuronscope.result.comparison import Comparison
 
     path = Path(path_text)
     if not path.exists() and VARIANT_SEP in path_text:
@@ -108,7 +108,7 @@ def _open(path_text: str) -> Any:
     # neuronscope run directory (its own trace.json beside a missing result.json: load says so).
     own = ("result.json", "trace.json", "trace.json.gz", ".incomplete")
     if path.is_dir() and not any((path / n).exists() for n in own):
-        from neuronscope.drive.traces import find_trace_files
+        from neuronscope.events.trace_files import find_trace_files
 
         if find_trace_files(path):
             return _read_trace(path)
@@ -132,8 +132,8 @@ def _top_hint_text(obj: Any) -> str | None:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from neuronscope.export.run_dir import incomplete_trace_text, is_incomplete
-    from neuronscope.result.types import Comparison
+    from neuronscope.export.runs import incomplete_trace_text, is_incomplete
+    from neuronscope.result.comparison import Comparison
 
     runs = args.run if isinstance(args.run, list) else [args.run]
     if not runs:  # no argument: the newest run under the output root
@@ -175,8 +175,8 @@ def _newest_run() -> Path | None:
 
 
 def _run_rows(root: Path) -> list[dict[str, Any]]:
-    from neuronscope.export.run_dir import INCOMPLETE_MARKER, RESULT_FILE, find_runs, load
-    from neuronscope.result.types import Comparison
+    from neuronscope.export.runs import INCOMPLETE_MARKER, RESULT_FILE, find_runs, load
+    from neuronscope.result.comparison import Comparison
 
     rows = []
     for run in find_runs(root):
@@ -251,7 +251,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
     from tabulate import tabulate
 
     from neuronscope.config import default_output_root
-    from neuronscope.report.text import fmt_us, shorten
+    from neuronscope.units import fmt_us, shorten
 
     root = Path(args.root) if args.root else default_output_root()
     if not root.exists() and not args.root:  # nothing captured here yet: not an error
@@ -290,7 +290,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 def cmd_diff(args: argparse.Namespace) -> int:
     from neuronscope.report.diff import diff_results, render_diff
-    from neuronscope.result.types import Comparison
+    from neuronscope.result.comparison import Comparison
 
     a, b = _open(args.run_a), _open(args.run_b)
     for obj, label in ((a, args.run_a), (b, args.run_b)):
@@ -460,7 +460,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _error(message: str) -> None:
     """One line on stderr, printable (a file name from a hostile directory is escaped)."""
-    from neuronscope.report.text import shorten
+    from neuronscope.units import shorten
 
     print(f"neuronscope: error: {printable(shorten(message, 2000))}", file=sys.stderr)
 

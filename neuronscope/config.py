@@ -53,22 +53,10 @@ def env_true(name: str) -> bool:
     return value is not None and value.strip().lower() in TRUE_VALUES
 
 
-# os.environ.get costs 0.7-0.8 us (it encodes the key and decodes the value in Python), most
-# of the 1 us a disabled call may cost (benchmarks/bench_overhead.py, section 6). On POSIX,
-# CPython keeps the environment behind os.environ in a dict of bytes, which os.environ's own
-# writes update: reading it directly costs 50 ns and sees every change os.environ sees.
-_ENVIRON_BYTES = getattr(os.environ, "_data", None) if os.name == "posix" else None
-_DISABLE_KEY = DISABLE_ENV.encode()
-_TRUE_BYTES = frozenset(v.encode() for v in TRUE_VALUES)
-
-
 def disabled_by_env() -> bool:
-    """True when ``NEURONSCOPE_DISABLE`` is set to a true value; read afresh at each call, so
-    that setting or unsetting it takes effect at the next call of every wrapper and region."""
-    data = _ENVIRON_BYTES
-    if isinstance(data, dict):
-        raw = data.get(_DISABLE_KEY)
-        return raw is not None and raw.strip().lower() in _TRUE_BYTES
+    """True when ``NEURONSCOPE_DISABLE`` is set to a true value; read afresh at each call
+    (``os.environ``, about 0.7 us), so that setting or unsetting it takes effect at the next
+    call of every wrapper and region."""
     return env_true(DISABLE_ENV)
 
 

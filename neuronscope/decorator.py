@@ -28,24 +28,21 @@ from neuronscope.config import (
     build_options,
     disabled_by_env,
 )
+from neuronscope.drive.owner import Owner, keep_result
 from neuronscope.drive.scope import (
     CAPTURE,
-    MAX_KEPT_RESULTS,
     OFF,
-    CallWindow,
-    Owner,
     captures_done,
     deliver,
     enter,
-    keep_result,
     leave,
     set_capture_root,
-    windows,
 )
+from neuronscope.drive.window import CallWindow, windows
 from neuronscope.errors import NeuronscopeError
 from neuronscope.result.types import ProfileResult
 
-__all__ = ["MAX_KEPT_RESULTS", "NotWrappableError", "profile_on_neuron", "report_uncaptured", "wrap_callable"]
+__all__ = ["NotWrappableError", "profile_on_neuron", "report_uncaptured", "wrap_callable"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 

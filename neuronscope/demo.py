@@ -12,8 +12,9 @@ import logging
 import time
 from typing import Any
 
-from neuronscope.compare.variants import compare, ensure_log_handler
-from neuronscope.result.types import Comparison
+from neuronscope.announce import ensure_log_handler
+from neuronscope.compare.variants import compare
+from neuronscope.result.comparison import Comparison
 
 __all__ = ["DEMO_SHAPE", "STUDY", "answer", "render_demo", "rms_norm_fused", "rms_norm_naive", "run_demo"]
 

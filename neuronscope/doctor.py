@@ -39,6 +39,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from neuronscope.capture import torch_private
+from neuronscope.export.safe_io import atomic_write_text
+
 __all__ = ["DOCTOR_SCHEMA", "REPORT_KEYS", "doctor_trace", "load_doctor_report", "run_doctor"]
 
 DOCTOR_SCHEMA = 1
@@ -126,8 +129,7 @@ def _api(profiling: Any) -> dict[str, Any]:
 
 def _keywords(profiling: Any, tmp: Path) -> tuple[dict[str, Any], Any]:
     """Each optional keyword on its own over the required ones; an unknown one; the base config."""
-    from torch._C._profiler import _ExperimentalConfig
-
+    _ExperimentalConfig = torch_private.experimental_config_class()
     config_cls = profiling.NeuronConfig
     base = {"modes": [profiling.ProfileMode.RUNTIME], "profile_output_dir": str(tmp / "keywords")}
     out: dict[str, Any] = {}
@@ -224,7 +226,7 @@ def _capture(torch: Any, profiling: Any, config_cls: Any, tmp: Path) -> dict[str
         (a @ b).relu().sum()
         if sync is not None:
             sync()
-    raw = prof.profiler.kineto_results.events()
+    raw = torch_private.kineto_results(prof).events()
     out["activity_types"] = dict(Counter(e.activity_type() for e in raw))
     out["device_types"] = dict(Counter(str(e.device_type()) for e in raw))
     out["events"] = [
@@ -257,7 +259,7 @@ def _cpu_only(torch: Any, tmp: Path) -> dict[str, Any]:
     fresh.mkdir()
     with _cwd(fresh), profile(activities=[ProfilerActivity.CPU]) as prof:
         (torch.randn(64, 64) @ torch.randn(64, 64)).relu().sum()
-    raw = prof.profiler.kineto_results.events()
+    raw = torch_private.kineto_results(prof).events()
     return {
         "activity_types": dict(Counter(e.activity_type() for e in raw)),
         "files_in_cwd": _walk(fresh),
@@ -326,7 +328,7 @@ def run_doctor(out: Path | None = None) -> tuple[dict[str, Any] | None, Path | N
         "python": platform.python_version(),
         "torch": torch.__version__,
         "torch_neuronx": getattr(torch_neuronx, "__version__", None),
-        "privateuse1_backend": torch._C._get_privateuse1_backend_name(),
+        "privateuse1_backend": torch_private.privateuse1_backend_name(),
         "supported_activities": [str(a) for a in torch.profiler.supported_activities()],
         "neuron_explorer": shutil.which("neuron-explorer") or shutil.which("/opt/aws/neuron/bin/neuron-explorer"),
     }
@@ -351,7 +353,9 @@ def run_doctor(out: Path | None = None) -> tuple[dict[str, Any] | None, Path | N
 def _write(report: dict[str, Any], out: Path | None) -> Path:
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     path = out or Path(f"neuronscope-doctor-{socket.gethostname()}-{stamp}.json")
-    path.write_text(json.dumps(report, indent=1, default=str) + "\n")
+    # Through the directory's descriptor, to an exclusive temporary name renamed into place: a
+    # link planted at this predictable name is replaced, never followed.
+    atomic_write_text(path, json.dumps(report, indent=1, default=str) + "\n")
     return path
 
 
@@ -373,7 +377,7 @@ def doctor_trace(report: dict[str, Any], dest: Path) -> Path | None:
     trace = (report.get("capture") or {}).get("trace_slice")
     if not trace:
         return None
-    dest.write_text(json.dumps(trace))
+    atomic_write_text(dest, json.dumps(trace))
     return dest
 
 

@@ -14,39 +14,36 @@ from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from neuronscope import decorator as _decorator
-from neuronscope.announce import NeuronscopeWarning, ensure_log_handler, log
+from neuronscope.announce import ensure_log_handler, log
 from neuronscope.capture import check_backend_available
 from neuronscope.config import Options, build_options, disabled_by_env, options_key, remember
+from neuronscope.drive.owner import Owner, keep_result
 from neuronscope.drive.scope import (
     LABEL,
-    MAX_KEPT_RESULTS,
     OFF,
-    CallWindow,
     Entry,
-    Owner,
     deliver,
     enter,
     idle,
     leave,
     own_entry,
     placeholder,
-    windows,
 )
 from neuronscope.drive.session import Session
-from neuronscope.errors import NeuronscopeError
+from neuronscope.drive.window import CallWindow, windows
 from neuronscope.result.types import ProfileResult
 
 if TYPE_CHECKING:
     from typing_extensions import Self  # typing.Self is 3.11+; torch requires typing_extensions
 
-__all__ = ["MAX_KEPT_RESULTS", "NeuronscopeError", "NeuronscopeWarning", "ensure_no_capture_running", "neuron_region", "reset"]
+__all__ = ["ensure_no_capture_running", "neuron_region", "reset"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 # What regions built inline in a loop (a new object every pass) need again, by name and
 # options (plain values only): their validated options (about 9 us to build), and the one
-# object that serves every disabled region of a name and options (a new one costs 1.7 us
-# against the 1 us target for a disabled region; benchmarks/README.md). The one cache.
+# object that serves every disabled region of a name and options (a new one costs about 1.7 us
+# more, within the 2 us budget of a disabled region only just; benchmarks/README.md). The one cache.
 _made: dict[Any, Any] = {}
 
 
@@ -73,15 +70,11 @@ def _options(name: Any, options: dict[str, Any]) -> Options:
 
 def _inert(name: Any, options: dict[str, Any]) -> neuron_region:
     """The region ``neuron_region(name, enabled=False, ...)``: it holds nothing, so one object
-    serves every ``with`` of the same name and options."""
+    serves every ``with`` of the same name and options (kept by :class:`_InertRegion` when it
+    is first set up); a new one where none is kept yet."""
     key = _key(name, options)
     region = None if key is None else _made.get(("inert", key))
-    if region is None:
-        region = object.__new__(_InertRegion)
-        neuron_region.__init__(region, name, **options)  # validated, named
-        if key is not None and region.name == name:  # a name from the caller's line is not kept
-            remember(_made, ("inert", key), region)
-    return region
+    return region if region is not None else _InertRegion.__new__(_InertRegion)
 
 
 def reset(name: str | None = None) -> None:
@@ -134,7 +127,7 @@ class neuron_region(Owner):
         return super().__new__(cls)
 
     # What a region keeps until it is first entered, on the class: a region written inline in
-    # a loop is built on every pass, and a disabled one must cost under a microsecond.
+    # a loop is built on every pass, and a disabled one must stay within 2 us.
     target = None
     window: CallWindow | None = None
     skipped = 0
@@ -167,8 +160,6 @@ class neuron_region(Owner):
         return None if session is None else session.result
 
     def on_result(self, result: ProfileResult) -> None:
-        from neuronscope.drive.scope import keep_result
-
         keep_result(self.results, result)
 
     def on_abandoned(self, entry: Entry) -> None:
@@ -252,10 +243,20 @@ class neuron_region(Owner):
 
 
 class _InertRegion(neuron_region):
-    """What ``neuron_region(..., enabled=False)`` gives (see :func:`_inert`)."""
+    """What ``neuron_region(..., enabled=False)`` gives (see :func:`_inert`). Python calls
+    ``__init__`` at each ``neuron_region(...)`` that returns the shared object: it is set up
+    (validated, named) the first time only."""
+
+    _ready = False
 
     def __init__(self, name: Any = None, **options: Any) -> None:
-        pass  # set up once, by _inert; Python calls this again at each neuron_region(...)
+        if self._ready:
+            return
+        super().__init__(name, **options)
+        self._ready = True
+        key = _key(name, options)
+        if key is not None and self.name == name:  # a name from the caller's line is not kept
+            remember(_made, ("inert", key), self)
 
     def __enter__(self) -> Self:
         return self

@@ -584,6 +584,7 @@ def calibration(attempts: int = 4, calls: int = 9) -> dict[str, list[dict[str, f
     a factor of two of the verified saving. Returns the numbers of every attempt."""
     from torch.profiler import ProfilerActivity, profile
 
+    from neuronscope.capture.verify import measure
     from neuronscope.drive.pipeline import from_profiler
 
     x = torch.randn(256, 1024)
@@ -599,7 +600,7 @@ def calibration(attempts: int = 4, calls: int = 9) -> dict[str, list[dict[str, f
                     for _ in range(calls):
                         module(x)
             hint = next(h for h in from_profiler(prof).hints if h.pattern == pattern)
-            v = hint.verify()
+            v = measure(hint)
             tries.append(
                 {
                     "calls": hint.calls,

@@ -398,7 +398,7 @@ def test_show_ls_diff_print_no_escape_sequences(tmp_path: Path, capsys: pytest.C
 
 
 def test_printable_keeps_letters_and_escapes_controls() -> None:
-    from neuronscope.report.text import printable
+    from neuronscope.units import printable
 
     assert printable("ünï©ødé✓ rms_norm") == "ünï©ødé✓ rms_norm"
     assert printable("a\x1bb\ud800c\u202ed") == "a\\x1bb\\ud800c\\u202ed"
@@ -470,7 +470,7 @@ def test_ls_where_nothing_was_captured_yet(tmp_path: Path, capsys: pytest.Captur
 
 
 def test_show_an_incomplete_run_points_at_its_complete_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from neuronscope.export.run_dir import INCOMPLETE_MARKER
+    from neuronscope.export.runs import INCOMPLETE_MARKER
 
     run_dir = tmp_path / "n" / "20260101-000000-000000_h_pid1"
     run_dir.mkdir(parents=True)
@@ -497,7 +497,7 @@ def test_show_reads_an_array_format_trace(tmp_path: Path, capsys: pytest.Capture
 def test_ls_names_no_winner_when_every_speedup_is_noise() -> None:
     """An identical pair is 1.00x [0.97-1.02] (noise): ls must not call either one fastest."""
     from neuronscope.cli import _best_variant, _fastest_text
-    from neuronscope.result.types import Comparison, ComparisonRow
+    from neuronscope.result.comparison import Comparison, ComparisonRow
 
     def row(label: str, speedup: float, low: float, high: float, verdict: str | None) -> ComparisonRow:
         return ComparisonRow(label=label, time_us=10.0, op_count=1, top_op=None, speedup=speedup,

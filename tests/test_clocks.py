@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 import torch
+from test_events import _Fake, _FakeProf
 
 from neuronscope import from_trace
 from neuronscope.events import table_from_profiler
 from neuronscope.events.clocks import FAR_OUTSIDE_NS, off_clock
 from neuronscope.result.summary import summarize
-from test_events import _Fake, _FakeProf
 
 OFF_NS = 10**14  # the documented offset (about 1.2 days)
 KERNEL_US = 50

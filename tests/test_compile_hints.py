@@ -18,8 +18,9 @@ from neuronscope import neuron_region
 from neuronscope.analysis.compile import compiled_label, labelled_compiled_ops
 from neuronscope.events import KIND_ANNOTATION, KIND_OP, EventTable
 from neuronscope.events.table import promote_compiled_events
+from neuronscope.result.hint import Hint
 from neuronscope.result.summary import summarize
-from neuronscope.result.types import Hint, ProfileResult
+from neuronscope.result.types import ProfileResult
 
 dynamo = pytest.importorskip("torch._dynamo")
 

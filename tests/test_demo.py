@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import torch
 from neuronscope import Comparison, compare
 from neuronscope.cli import main
 from neuronscope.demo import CPU_DIFFERS, STUDY, answer, render_demo
-from neuronscope.result.types import ComparisonRow
+from neuronscope.result.comparison import ComparisonRow
 
 SHAPE = (2, 16, 64)
 
@@ -26,13 +27,12 @@ def _row(label: str, speedup: float, low: float | None, high: float | None, verd
 
 
 def _study(compiled_verdict: str = "faster", fused_verdict: str = "faster") -> Comparison:
-    cmp = Comparison(name="rms_norm_demo", backend="cpu", timing={"confidence": 0.99})
-    cmp.rows = [
+    rows = [
         _row("naive", 1.0, None, None, "baseline", 6, 20, "aten::mul"),
         _row("fused", 1.52, 1.41, 1.66, fused_verdict, 1, 26, "aten::rms_norm"),
         _row("compiled", 2.10, 1.90, 2.30, compiled_verdict, 1, 2, "Torch-Compiled Region: 0/0"),
     ]
-    return cmp
+    return Comparison(name="rms_norm_demo", backend="cpu", timing={"confidence": 0.99}, rows=rows)
 
 
 def test_the_answer_names_the_fastest_by_how_much_and_why() -> None:
@@ -51,13 +51,14 @@ def test_the_answer_names_the_fastest_by_how_much_and_why() -> None:
 
 def test_the_answer_says_when_nothing_is_told_apart() -> None:
     cmp = _study(compiled_verdict="noise", fused_verdict="noise")
-    cmp.rows[1].speedup_low, cmp.rows[2].speedup_low = 0.9, 0.8
+    rows = [cmp.rows[0], replace(cmp.rows[1], speedup_low=0.9), replace(cmp.rows[2], speedup_low=0.8)]
+    cmp = replace(cmp, rows=rows)
     text = answer(cmp)
     assert text.startswith("Answer on this CPU: no variant is told apart as faster than naive")
     assert "(noise)" in text and "within the machine's noise" in text
     assert answer(Comparison(name="empty")) == "The comparison holds no variant."
     gpu = _study()
-    gpu.backend = "cuda"
+    gpu = replace(gpu, backend="cuda")
     assert "Slower" not in answer(gpu)
     assert CPU_DIFFERS not in answer(gpu) and answer(gpu).startswith("Answer on this GPU")
 
@@ -65,9 +66,12 @@ def test_the_answer_says_when_nothing_is_told_apart() -> None:
 def test_the_answer_says_which_variant_is_slower_and_by_how_much() -> None:
     # torch.compile's RMSNorm measured 2.6x slower than the hand-written form on a quiet 2-core CPU.
     cmp = _study(fused_verdict="noise")
-    cmp.rows[1].speedup, cmp.rows[1].speedup_low, cmp.rows[1].speedup_high = 1.12, 0.95, 1.31
-    cmp.rows[2].speedup, cmp.rows[2].speedup_low, cmp.rows[2].speedup_high = 0.38, 0.34, 0.49
-    cmp.rows[2].verdict = "slower"
+    rows = [
+        cmp.rows[0],
+        replace(cmp.rows[1], speedup=1.12, speedup_low=0.95, speedup_high=1.31),
+        replace(cmp.rows[2], speedup=0.38, speedup_low=0.34, speedup_high=0.49, verdict="slower"),
+    ]
+    cmp = replace(cmp, rows=rows)
     text = answer(cmp)
     assert text.startswith("Answer on this CPU: no variant is told apart as faster than naive")
     assert "Slower: compiled takes 2.63x naive's time." in text

@@ -27,6 +27,7 @@ import torch.distributed as dist
 
 import neuronscope.drive.distributed as nd
 from neuronscope import load, neuron_region
+from neuronscope.analysis.straggler import STRAGGLER_THRESHOLD, straggler_hints
 from neuronscope.result.types import ProfileResult
 
 WORKER = Path(__file__).with_name("dist_worker.py")
@@ -109,7 +110,7 @@ def test_rank0_gathers_each_ranks_row_and_flags_the_straggler(launched: dict[str
     stragglers = [h for h in first["hints"] if h["kind"] == "straggler"]
     assert [h["details"]["rank"] for h in stragglers] == [1]
     d = stragglers[0]["details"]
-    assert d["ratio"] > 1 + nd.STRAGGLER_THRESHOLD
+    assert d["ratio"] > 1 + STRAGGLER_THRESHOLD
     assert d["median_wall_time_us"] < d["wall_time_us"]
     # The other ranks never get the table or straggler hints.
     assert all(c["ranks"] is None and not c["hints"] for c in r1 if c["name"] == "step")
@@ -202,15 +203,15 @@ def _entry(rank: int, wall_us: float) -> dict[str, Any]:
 
 
 def test_straggler_rule_uses_the_median_and_both_thresholds() -> None:
-    hints = nd.straggler_hints([_entry(0, 100_000), _entry(1, 101_000), _entry(2, 130_000)])
+    hints = straggler_hints([_entry(0, 100_000), _entry(1, 101_000), _entry(2, 130_000)])
     assert [(h.kind, h.pattern, h.details["rank"]) for h in hints] == [("straggler", "slow_rank", 2)]
     assert hints[0].est_saving_us == pytest.approx(29_000)
     # The rank's wall time is no op's: none is said to cost it; the busiest op is a lead.
     assert hints[0].ops == [] and hints[0].time_us == 130_000 and hints[0].confidence == "measured"
     assert "its busiest op is aten::mm (32.50 ms)" in hints[0].suggestion
-    assert nd.straggler_hints([_entry(0, 100_000), _entry(1, 110_000)]) == []  # within 20%
-    assert nd.straggler_hints([_entry(0, 500), _entry(1, 1_500)]) == []  # under a millisecond over
-    assert nd.straggler_hints([_entry(0, 100_000)]) == []
+    assert straggler_hints([_entry(0, 100_000), _entry(1, 110_000)]) == []  # within 20%
+    assert straggler_hints([_entry(0, 500), _entry(1, 1_500)]) == []  # under a millisecond over
+    assert straggler_hints([_entry(0, 100_000)]) == []
 
 
 def _dc(rank: int, world: int, name: str, seq: int, store: Any, timeout: float) -> nd.DistCapture:

@@ -722,7 +722,8 @@ def test_live_capture_keeps_device_intervals_launches_and_inner_ranges() -> None
 
 def test_one_answer_to_is_this_frame_user_code() -> None:
     """events.frames: one list of library roots for live captures and trace files."""
-    from neuronscope.events.locations import LIBRARY_ROOTS, is_user_file, user_location
+    from neuronscope.capture.frames import LIBRARY_ROOTS, is_user_file
+    from neuronscope.events.locations import user_location
 
     assert {"torch", "neuronscope", "_pytest", "pluggy", "wrapt", "torch_neuronx"} <= LIBRARY_ROOTS
     assert user_location("/home/me/train.py(12): main") == "/home/me/train.py:12"

@@ -11,7 +11,11 @@ import pytest
 
 from neuronscope import load
 from neuronscope.export import run_dir as export
-from neuronscope.result.types import Comparison, ComparisonRow, Hint, OpStat, ProfileResult, RegionStat
+from neuronscope.export import runs, trace_out
+from neuronscope.result.comparison import Comparison, ComparisonRow
+from neuronscope.result.hint import Hint
+from neuronscope.result.stats import OpStat, RegionStat
+from neuronscope.result.types import ProfileResult
 
 
 def _result(**fields: object) -> ProfileResult:
@@ -59,8 +63,8 @@ def test_ctrl_c_during_the_trace_keeps_what_was_written(tmp_path: Path) -> None:
 
     with pytest.raises(KeyboardInterrupt):
         export.export_result(_result(), tmp_path, summary="s", trace_writer=trace)
-    (run,) = export.find_runs(tmp_path)
-    assert export.is_incomplete(run) and load(run).ops  # the measurement is on disk
+    (run,) = runs.find_runs(tmp_path)
+    assert runs.is_incomplete(run) and load(run).ops  # the measurement is on disk
 
 
 def test_save_result_rewrites_an_exported_run_in_place(tmp_path: Path) -> None:
@@ -69,7 +73,7 @@ def test_save_result_rewrites_an_exported_run_in_place(tmp_path: Path) -> None:
     second = export.save_result(
         ProfileResult(**{**first.__dict__, "ranks": [{"rank": 0, "wall_time_us": 1.0}]}), tmp_path, summary=lambda r: f"ranks: {r.ranks}\n"
     )
-    assert second.run_dir == first.run_dir and len(export.find_runs(tmp_path)) == 1
+    assert second.run_dir == first.run_dir and len(runs.find_runs(tmp_path)) == 1
     loaded = load(first.run_dir)
     assert isinstance(loaded, ProfileResult) and loaded.ranks == [{"rank": 0, "wall_time_us": 1.0}]
     assert "rank': 0" in (Path(first.run_dir) / "summary.txt").read_text()
@@ -147,14 +151,14 @@ def test_the_trace_policy_names_its_file_so_result_json_is_written_once(
         real(path, write)  # type: ignore[arg-type]
 
     monkeypatch.setattr(export, "atomic_write_with", counting)
-    out = export.export_result(_result(), tmp_path, summary="s", trace_writer=export.make_trace_writer(_FakeProfile(), fmt, 10))
+    out = export.export_result(_result(), tmp_path, summary="s", trace_writer=trace_out.make_trace_writer(_FakeProfile(), fmt, 10))
     assert written.count("result.json") == 1 and out.artifacts["trace"] == name
     run = Path(out.run_dir or "")
     assert sorted(p.name for p in run.iterdir()) == sorted(["result.json", "summary.txt", name])
-    failed = export.export_result(_result(), tmp_path, summary="s", trace_writer=export.make_trace_writer(_FakeProfile(True), fmt, 10))
+    failed = export.export_result(_result(), tmp_path, summary="s", trace_writer=trace_out.make_trace_writer(_FakeProfile(True), fmt, 10))
     assert "trace" not in failed.artifacts and "trace" not in load(failed.run_dir or "").artifacts
-    assert export.make_trace_writer(_FakeProfile(), "none", 10) is None
-    assert export.make_trace_writer(_FakeProfile(), "auto", export.GZIP_TRACE_ABOVE_EVENTS + 1).filename == "trace.json.gz"  # type: ignore[union-attr]
+    assert trace_out.make_trace_writer(_FakeProfile(), "none", 10) is None
+    assert trace_out.make_trace_writer(_FakeProfile(), "auto", trace_out.GZIP_TRACE_ABOVE_EVENTS + 1).filename == "trace.json.gz"  # type: ignore[union-attr]
 
 
 def test_lone_surrogates_in_names_do_not_fail_the_export(tmp_path: Path) -> None:
@@ -167,3 +171,34 @@ def test_lone_surrogates_in_names_do_not_fail_the_export(tmp_path: Path) -> None
     loaded = load(run)
     assert loaded.name == odd and loaded.ops[0].name == f"aten::{odd}"
     assert "\\udcff" in (run / "summary.txt").read_text()
+
+
+def test_export_comparison_leaves_the_comparison_it_was_given_unchanged(tmp_path: Path) -> None:
+    """Results are values: a comparison's export returns it as written (its run_dir, and its
+    variants') and sets no field on the one it was given, nor on its variants."""
+    from neuronscope.config import build_options
+    from neuronscope.export.comparison import export_comparison
+
+    row = ComparisonRow(label="a", time_us=1.0, op_count=1, top_op=None, speedup=1.0)
+    cmp = Comparison(name="c", rows=[row], results={"a": _result()})
+    cmp_before = cmp.to_dict()
+    written = export_comparison(cmp, {}, build_options(None, output_dir=str(tmp_path)), "summary")
+    assert written.run_dir is not None and written.results["a"].run_dir == written.run_dir
+    assert cmp.to_dict() == cmp_before and cmp.run_dir is None and cmp.results["a"].run_dir is None
+    assert load(written.run_dir).to_dict() == {**written.to_dict(), "run_dir": written.run_dir}
+
+
+def test_results_cannot_be_changed_in_place() -> None:
+    import dataclasses
+
+    values = [
+        _result(),
+        OpStat("aten::mul", 1, 1.0, 1.0),
+        RegionStat("r", 1, 1.0),
+        Hint("fusion", "rms_norm"),
+        ComparisonRow(label="a", time_us=1.0, op_count=1, top_op=None, speedup=1.0),
+        Comparison(name="c"),
+    ]
+    for value in values:
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            value.run_dir = "elsewhere"  # type: ignore[misc]

@@ -20,17 +20,18 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 import neuronscope.analysis.fusion as fusion_mod
+from neuronscope.analysis.context import AnalysisContext
+from neuronscope.analysis.cost import estimate_saving_ns
 from neuronscope.analysis.dataflow import graph_from_profiler, graph_from_table
-from neuronscope.analysis.fusion import PATTERNS, estimate_saving_ns, find_sequence_matches, fusion_hints
-from neuronscope.analysis.patterns import REGISTRY, pattern_named
-from neuronscope.analysis.rules import AnalysisContext
-from neuronscope.analysis.verify import verify_hint
+from neuronscope.analysis.fusion import find_sequence_matches, fusion_hints
+from neuronscope.analysis.patterns import PATTERNS, REGISTRY, pattern_named
 from neuronscope.capture.observe import observe_dataflow
 from neuronscope.drive.pipeline import build_result, from_profiler
 from neuronscope.errors import NeuronscopeError
 from neuronscope.events import KIND_OP, EventTable, table_from_profiler
+from neuronscope.result.hint import Hint
 from neuronscope.result.summary import summarize
-from neuronscope.result.types import Hint, ProfileResult
+from neuronscope.result.types import ProfileResult
 
 CASES = {c.name: c for c in fc.cases()}
 HERE = Path(__file__).resolve().parent
@@ -287,8 +288,8 @@ def test_a_chain_through_a_view_keeps_its_link() -> None:
 def test_an_inferred_link_must_carry_the_shape_to_join_a_chain() -> None:
     """Inferred links (pointer guesses, such as an activation linked to an optimizer state of
     as many elements) make no chain at all; the same links made exactly do."""
-    from neuronscope.analysis.dataflow import OpGraph, OpNode, TensorArg
     from neuronscope.analysis.fusion import find_matches
+    from neuronscope.analysis.opgraph import OpGraph, OpNode, TensorArg
 
     act, state = TensorArg(1, (8, 64, 128), "float32", 1, 65536), TensorArg(2, (512, 128), "float32", 2, 65536)
 
@@ -611,7 +612,7 @@ def test_estimate_model() -> None:
     assert sizes == sorted(sizes) and all(bw > 0 for _, bw in costs.bandwidth)
     assert device_costs("cuda") is None
     assert "measured per-op cost" in model_text("rms_norm", "cpu", bound="measured")
-    from neuronscope.analysis.dataflow import OpGraph, OpNode, TensorArg
+    from neuronscope.analysis.opgraph import OpGraph, OpNode, TensorArg
 
     t = TensorArg(1, (256, 1024), "float32", 1, 256 * 1024)
     nodes = [OpNode(0, "aten::exp", "exp", 1, 0, 1, [t], [-1]), OpNode(1, "aten::sin", "sin", 1, 1, 2, [t], [0])]
@@ -625,15 +626,18 @@ def test_verify_measures_and_stores(name: str) -> None:
     case = CASES[name]
     (hint,) = fusion(from_profiler(capture(case.run))).values()
     # torch has no eager SwiGLU: torch.compile is its only replacement (a few seconds).
-    v = verify_hint(hint, compile=hint.pattern == "silu_mul", repeats=3)
-    assert v.pattern == hint.pattern and v.shape == hint.details["shape"]
-    assert v.chain_us > 0
+    before = hint.to_dict()
+    verified = hint.verify(compile=hint.pattern == "silu_mul", repeats=3)
+    v = verified.details["verification"]
+    assert v["pattern"] == hint.pattern and v["shape"] == hint.details["shape"]
+    assert v["chain_us"] > 0
     if hint.pattern == "silu_mul":
-        assert v.replacement is None  # torch.compile is the only replacement
+        assert v["replacement"] is None  # torch.compile is the only replacement
     else:
-        assert v.replacement_us is not None and v.replacement_us > 0
-    assert hint.verified_saving_us == pytest.approx(v.verified_saving_us)
-    assert Hint.from_dict(json.loads(json.dumps(hint.to_dict()))) == hint
+        assert v["replacement_us"] is not None and v["replacement_us"] > 0
+    assert verified.verified_saving_us == pytest.approx(v["verified_saving_us"])
+    assert hint.to_dict() == before and hint.verified_saving_us is None  # a new hint; this one unchanged
+    assert Hint.from_dict(json.loads(json.dumps(verified.to_dict()))) == verified
 
 
 def test_verify_refuses_what_it_cannot_rebuild() -> None:

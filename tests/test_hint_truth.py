@@ -5,13 +5,14 @@ suggests no argument list it cannot know, a measured loss is said plainly, one a
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
 import torch
 
 import neuronscope
-from neuronscope.result.types import Hint
+from neuronscope.result.hint import Hint
 
 
 def _rms(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -42,7 +43,6 @@ def test_events_frames_use_the_one_answer() -> None:
     from neuronscope.capture import frames as cf
     from neuronscope.events import locations as ef
 
-    assert ef.is_user_file is cf.is_user_file and ef.LIBRARY_ROOTS is cf.LIBRARY_ROOTS
     # a helper of a model library is not the user's line, in a trace as live
     assert ef.user_location("transformers/activations.py(40): forward") is None
     assert cf.is_user_file.cache_info().maxsize == cf.CACHE_SIZE  # bounded
@@ -58,16 +58,19 @@ def _rms_hint() -> Hint:
 
 def _fake_rounds(monkeypatch: Any, chain: list[float], fused: list[float]) -> None:
     """The rounds verify() timed, fixed: the decision it makes from them is what is tested."""
-    from neuronscope.analysis import verify
+    from neuronscope.capture import verify
 
     monkeypatch.setattr(verify, "time_variants", lambda variants, *a: {name: list(chain if name == "chain" else fused) for name in variants})
 
 
 def test_a_verified_loss_is_said_plainly(monkeypatch: Any) -> None:
     _fake_rounds(monkeypatch, [10.0] * 9, [50.0] * 9)
-    h = _rms_hint()
-    v = h.verify(compile=False)
-    assert v.slower and v.verified_saving_us < 0
+    given = _rms_hint()
+    before = given.to_dict()
+    h = given.verify(compile=False)
+    v = h.details["verification"]
+    assert v["slower"] and v["verified_saving_us"] < 0 and h.verified_saving_us == v["verified_saving_us"]
+    assert given.to_dict() == before and "rms_norm(" in given.message  # a new hint; the one given is unchanged
     assert h.est_saving_us <= 0 and "save ~" not in h.message
     assert "verify measured the fused form slower here: keep the code as it is on this device" in h.message
     assert "rms_norm(" not in h.message  # no longer recommends what it measured slower
@@ -76,16 +79,16 @@ def test_a_verified_loss_is_said_plainly(monkeypatch: Any) -> None:
 
 def test_a_verified_gain_keeps_the_suggestion(monkeypatch: Any) -> None:
     _fake_rounds(monkeypatch, [50.0] * 9, [10.0] * 9)
-    h = _rms_hint()
-    v = h.verify(compile=False)
-    assert not v.slower and not v.notes and h.est_saving_us == 38.8
+    h = _rms_hint().verify(compile=False)
+    v = h.details["verification"]
+    assert not v["slower"] and not v["notes"] and h.est_saving_us == 38.8
     assert "rms_norm(" in h.message and "measured: 80.0 us" in h.message
 
 
 def test_verify_notes_rounds_that_disagree_widely(monkeypatch: Any) -> None:
     _fake_rounds(monkeypatch, [10.0, 12.0, 400.0, 11.0, 10.0, 900.0, 10.0, 10.0, 10.0], [5.0] * 9)
-    v = _rms_hint().verify(compile=False)
-    assert v.notes and "disagree widely" in v.notes[0] and "chain" in v.notes[0]
+    notes = _rms_hint().verify(compile=False).details["verification"]["notes"]
+    assert notes and "disagree widely" in notes[0] and "chain" in notes[0]
 
 
 def test_a_traces_rms_norm_saving_counts_its_intermediates(monkeypatch: Any, tmp_path: Any) -> None:
@@ -221,7 +224,7 @@ def test_a_hint_whose_fused_forms_are_no_faster_here_recommends_nothing(monkeypa
 
     from neuronscope.analysis import cost
     from neuronscope.drive.pipeline import from_profiler
-    from neuronscope.result.types import NO_FASTER_TEXT
+    from neuronscope.result.hint import NO_FASTER_TEXT
 
     monkeypatch.setattr(cost, "device_costs", lambda device="cpu": cost.DeviceCosts(1.0, ((1, 1e9),)))
     monkeypatch.setattr(cost, "compiled_call_ns", lambda device="cpu": 1e6)
@@ -233,7 +236,7 @@ def test_a_hint_whose_fused_forms_are_no_faster_here_recommends_nothing(monkeypa
     (h,) = [h for h in from_profiler(prof).hints if h.pattern == "rms_norm"]
     assert h.est_saving_us == 0.0 and h.details["fused_no_faster"] is True and h.expects_no_saving
     assert NO_FASTER_TEXT in h.message and h.suggestion not in h.message and "save ~" not in h.message
-    h.verified_saving_us = 5.0  # verify() measured a gain after all: its suggestion stands
+    h = replace(h, verified_saving_us=5.0)  # verify() measured a gain after all: its suggestion stands
     assert not h.expects_no_saving and h.suggestion in h.message and "(measured: 5.0 us)" in h.message
 
 
@@ -243,7 +246,7 @@ def test_verify_on_a_device_this_torch_cannot_run_says_what_to_do() -> None:
     from neuronscope.errors import NeuronscopeError
 
     hint = _rms_hint()
-    hint.details["device"] = "mtia"
+    hint = replace(hint, details={**hint.details, "device": "mtia"})
     with pytest.raises(NeuronscopeError, match="device='cpu'"):
         hint.verify()
 
@@ -253,9 +256,9 @@ def test_compare_top_hint_reads_as_the_hint_does() -> None:
 
     hint = _rms_hint()
     assert _hint_text(hint, 100.0) == "rms_norm (~39% of its time)"
-    hint.details["saving_upper_bound"] = True
+    hint = replace(hint, details={**hint.details, "saving_upper_bound": True})
     assert _hint_text(hint, 100.0) == "rms_norm (up to ~39% of its time)"
-    hint.details["fused_no_faster"] = True
+    hint = replace(hint, details={**hint.details, "fused_no_faster": True})
     assert _hint_text(hint, 100.0) == "rms_norm (no saving expected)" and hint.saving_text == "no saving expected"
 
 
@@ -263,7 +266,7 @@ def test_compare_top_hint_reads_as_the_hint_does() -> None:
 
 
 def _rms_nodes() -> tuple[list[Any], Any]:
-    from neuronscope.analysis.dataflow import OpGraph, OpNode, TensorArg
+    from neuronscope.analysis.opgraph import OpGraph, OpNode, TensorArg
 
     x, row = TensorArg(1, (64, 256), "float32", 1, 64 * 256), TensorArg(2, (64, 1), "float32", 2, 64)
     ops = ["pow", "mean", "add", "rsqrt", "mul", "mul"]
@@ -334,7 +337,7 @@ def test_the_eager_probe_counts_the_chains_ops_and_intermediates() -> None:
 def test_verify_keeps_each_rounds_fastest_block_and_times_more_rounds_when_they_disagree() -> None:
     """A block another process interrupted is not the variant's cost; rounds that still
     disagree get as many again."""
-    from neuronscope.analysis import verify
+    from neuronscope.capture import verify
 
     clock = [0.0]
     calls = {"steady": 0, "busy": 0}
@@ -442,7 +445,7 @@ def test_an_op_on_the_weight_alone_is_no_launch_the_eager_call_removes(monkeypat
     """Gemma's ``1 + weight`` stays in the suggested call (``rms_norm(x, ..., 1 + weight)``):
     the eager form's estimate is that of the same norm with a plain weight."""
     from neuronscope.analysis import cost
-    from neuronscope.analysis.dataflow import OpGraph, OpNode, TensorArg
+    from neuronscope.analysis.opgraph import OpGraph, OpNode, TensorArg
 
     nodes, _ = _rms_nodes()
     w = TensorArg(9, (256,), "float32", 9, 256)

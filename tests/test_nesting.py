@@ -15,7 +15,7 @@ import pytest
 from neuronscope.events import EventTable, nesting
 from neuronscope.events.nesting import add_inner_range_device_time, innermost_open, last_reaching, parents, subtree_ends
 from neuronscope.events.table import KIND_ANNOTATION, KIND_OP
-from neuronscope.result import summary
+from neuronscope.result import ranges, summary
 
 
 def _swept(starts: list[int], ends: list[int], tids: list[int], rows: list[int], instants: list[tuple[int, int]]) -> list[int]:
@@ -190,13 +190,13 @@ def _summed_up(parent: list[int], own: list[int], legacy: list[bool]) -> list[in
 @pytest.mark.parametrize("seed", range(100))
 def test_device_totals_are_sums_up_the_links(seed: int, climb_levels: int, monkeypatch: pytest.MonkeyPatch) -> None:
     # No levels climbed: every total from the subtrees; two: most tables switch part way.
-    monkeypatch.setattr(summary, "_CLIMB_LEVELS", climb_levels)
+    monkeypatch.setattr(ranges, "_CLIMB_LEVELS", climb_levels)
     rng = random.Random(seed)
     starts, ends, tids = _sorted_random_table(rng)
     parent = _parents(starts, ends, tids)
     own = [rng.choice([0, 0, rng.randrange(1000)]) for _ in parent]
     legacy = [rng.random() < 0.2 for _ in parent]
-    got = summary.device_totals(arr(parent), arr(own), np.array(legacy, dtype=bool))
+    got = ranges.device_totals(arr(parent), arr(own), np.array(legacy, dtype=bool))
     assert got.tolist() == _summed_up(parent, own, legacy)
     # Each subtree is the run from the event to its last descendant.
     last = subtree_ends(arr(parent)).tolist()
@@ -231,8 +231,8 @@ def _names_up_the_links(parent: list[int], is_range: list[bool], code: list[int]
 def test_region_ops_are_the_range_names_up_the_links(seed: int, climb_levels: int, monkeypatch: pytest.MonkeyPatch) -> None:
     # No levels climbed: every pair from the outermost ranges, in chunks of a few pairs; one:
     # most tables switch.
-    monkeypatch.setattr(summary, "_CLIMB_LEVELS", climb_levels)
-    monkeypatch.setattr(summary, "PAIRS_PER_CHUNK", 3)
+    monkeypatch.setattr(ranges, "_CLIMB_LEVELS", climb_levels)
+    monkeypatch.setattr(ranges, "PAIRS_PER_CHUNK", 3)
     rng = random.Random(seed)
     starts, ends, tids = _sorted_random_table(rng)
     parent = _parents(starts, ends, tids)
@@ -240,14 +240,14 @@ def test_region_ops_are_the_range_names_up_the_links(seed: int, climb_levels: in
     code = [rng.randrange(3) for _ in parent]  # few names: ranges of one name nest
     positions = sorted(rng.sample(range(len(parent)), rng.randrange(len(parent) + 1)))
     kind = np.array([KIND_ANNOTATION if r else KIND_OP for r in is_range], dtype=np.int8)
-    around = summary._RangesAround(arr(parent), kind, arr(code))
-    chunks = list(summary._region_ops(around, arr(positions), 3))
+    around = ranges.RangesAround(arr(parent), kind, arr(code))
+    chunks = list(ranges.region_ops(around, arr(positions), 3))
     pairs = {(r, code[e], e) for reg, ev in chunks for r, e in zip(reg.tolist(), ev.tolist())}
     assert len(pairs) == sum(ev.size for _, ev in chunks)  # each pair once
     assert pairs == _names_up_the_links(parent, is_range, code, positions)
     # Whether an event is inside a range of a given name: the same pairs, asked one by one.
     asked = [(c, p) for p in range(len(parent)) for c in range(3)]
-    inside = summary._inside_named_range(around, arr([c for c, _ in asked]), arr([p for _, p in asked]))
+    inside = ranges.inside_named_range(around, arr([c for c, _ in asked]), arr([p for _, p in asked]))
     every = _names_up_the_links(parent, is_range, code, list(range(len(parent))))
     assert [(c, code[p], p) in every for c, p in asked] == inside.tolist()
 
@@ -266,7 +266,7 @@ def test_ranges_nested_20000_deep_are_summarised_without_a_pair_per_level(monkey
         ends=[4 * d - 2 * i for i in range(d)] + [s + 1 for s in op_starts],
         device_ns=[0] * (2 * d),
     )
-    outermost = _spy(monkeypatch, summary, "_in_outermost_ranges")
+    outermost = _spy(monkeypatch, ranges, "_in_outermost_ranges")
     regions = summary.summarize(table).regions
     assert outermost  # the outermost ranges took over from the climb
     for c in range(7):

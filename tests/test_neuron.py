@@ -36,13 +36,14 @@ from neuronscope import (
     neuron_region,
     profile_on_neuron,
 )
+from neuronscope.announce import NeuronscopeWarning
 from neuronscope.capture import neuron as neuron_backend
 from neuronscope.capture import neuron_files, resolve_backend
-from neuronscope.capture.neuron import dropped_events_note
-from neuronscope.capture.neuron_files import own_framework_trace
+from neuronscope.capture.neuron_api import cores_spec
+from neuronscope.capture.neuron_files import dropped_events_note, own_framework_trace
 from neuronscope.config import build_options
 from neuronscope.errors import BackendUnavailableError, ConfigError
-from neuronscope.region import NeuronscopeWarning, ensure_no_capture_running
+from neuronscope.region import ensure_no_capture_running
 
 STANDINS = Path(__file__).resolve().parent / "neuron_standins"
 STANDIN_PATH = STANDINS / "from_docs"
@@ -811,10 +812,10 @@ def test_decorator_with_warmup_does_not_warn(standin, clean_env):
 
 
 def test_cores_spec():
-    assert neuron_backend.cores_spec((0, 1, 4, 5, 6, 7)) == "0,1,4-7"
-    assert neuron_backend.cores_spec((3,)) == "3"
-    assert neuron_backend.cores_spec((0, 2, 3)) == "0,2,3"
-    assert neuron_backend.cores_spec(None) is None
+    assert cores_spec((0, 1, 4, 5, 6, 7)) == "0,1,4-7"
+    assert cores_spec((3,)) == "3"
+    assert cores_spec((0, 2, 3)) == "0,2,3"
+    assert cores_spec(None) is None
 
 
 # ---- compare() and the demo ------------------------------------------------------------------

@@ -189,7 +189,7 @@ def test_few_submissions_per_step_give_no_hint(standin, clean_env, monkeypatch):
 
 
 def test_a_cuda_capture_never_gets_the_neuron_hint():
-    from neuronscope.analysis.rules import AnalysisContext
+    from neuronscope.analysis.context import AnalysisContext
     from neuronscope.analysis.submissions import submission_hints
     from neuronscope.events import EventTable
     from neuronscope.result.summary import summarize

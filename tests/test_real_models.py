@@ -21,7 +21,8 @@ pytest.importorskip("transformers")
 import real_models as rm
 
 from neuronscope import from_trace, neuron_region, profile_on_neuron
-from neuronscope.result.types import Hint, ProfileResult
+from neuronscope.result.hint import Hint
+from neuronscope.result.types import ProfileResult
 
 
 @pytest.fixture(autouse=True)
@@ -133,7 +134,7 @@ def test_one_norm_class_over_two_sizes_gets_a_call_for_each() -> None:
 
 
 def test_a_scale_the_observation_could_not_read_is_not_taken_for_the_default() -> None:
-    from neuronscope.analysis.dataflow import OpGraph, OpNode, TensorArg
+    from neuronscope.analysis.opgraph import OpGraph, OpNode, TensorArg
     from neuronscope.analysis.patterns import REGISTRY
 
     attention = REGISTRY[0]
@@ -191,7 +192,9 @@ def test_a_capture_without_warm_up_has_exact_links_too() -> None:
     """Nothing observed before it: the capture records allocations itself (profile_memory)."""
     model = rm.MODELS["t5"]
     (result,) = captured(rm.step_fn(model, True), calls=1, warmup=0, active=1, name="t5-no-warmup")
-    assert result.options["profile_memory"] is True
+    # the user's options as given; what the capture turned on by itself, and why, beside them
+    assert result.options["profile_memory"] is False
+    assert result.options_added["profile_memory"]["value"] is True and "warm-up" in result.options_added["profile_memory"]["why"]
     assert kinds(result.hints) == rm.expected(model, True)
     assert all(h.confidence == "dataflow" for h in result.hints)
 
@@ -206,6 +209,7 @@ def test_a_windowed_region_is_observed_in_its_warm_up_pass() -> None:
         results = region.results
     (result,) = results
     assert result.options["profile_memory"] is False  # links came from the warm-up pass
+    assert result.options_added == {}
     assert kinds(result.hints) == rm.expected(model, True)
 
 

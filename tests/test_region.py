@@ -424,7 +424,7 @@ def test_inside_the_users_own_profiler_regions_are_labels_in_it() -> None:
 
 def test_a_region_reused_in_a_loop_keeps_its_captures() -> None:
     """``r.results`` holds every capture the object ran (``r.result`` only the last), bounded."""
-    from neuronscope.region import MAX_KEPT_RESULTS
+    from neuronscope.drive.owner import MAX_KEPT_RESULTS
 
     region = neuron_region("loop_kept", export=False, warmup=1, active=2)
     for i in range(5):
@@ -508,3 +508,21 @@ def test_record_shapes_and_with_stack_reach_the_profiler() -> None:
     assert r.result is not None
     op = r.result.op("aten::sum")
     assert op is not None and [3, 5] in op.input_shapes[0]
+
+
+def test_what_the_capture_turns_on_by_itself_is_recorded_beside_the_users_options(tmp_path: Path) -> None:
+    """A region that runs once has no warm-up call to observe: its capture turns on
+    profile_memory for exact links. The result's options stay the user's; options_added says
+    what was added and why, in memory and in result.json."""
+    x = torch.randn(16, 16)
+    with neuron_region("once", output_dir=str(tmp_path), print_summary=False) as r:
+        (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)).sum()
+    result = r.result
+    assert result is not None and result.run_dir is not None
+    assert result.options["profile_memory"] is False
+    assert result.options_added["profile_memory"]["value"] is True
+    assert "warm-up" in result.options_added["profile_memory"]["why"]
+    assert neuronscope.load(result.run_dir).options_added == result.options_added
+    with neuron_region("asked", export=False, profile_memory=True) as asked:
+        x.exp()
+    assert asked.result is not None and asked.result.options_added == {}  # nothing added to what was asked

@@ -51,14 +51,19 @@ import torch
 from fake_backends import CountingBackend, faulty_backend
 
 from neuronscope import load, neuron_region, profile_on_neuron
+from neuronscope.announce import NeuronscopeWarning
 from neuronscope.cli import main as cli_main
 from neuronscope.config import build_options
-from neuronscope.decorator import MAX_KEPT_RESULTS
 from neuronscope.drive import scope
+from neuronscope.drive.owner import MAX_KEPT_RESULTS, Owner
 from neuronscope.errors import ConfigError, RunLoadError
 from neuronscope.export import run_dir as export
-from neuronscope.region import NeuronscopeWarning, ensure_no_capture_running
-from neuronscope.result.types import SCHEMA_VERSION, OpStat, ProfileResult
+from neuronscope.export import runs, safe_io
+from neuronscope.export.safe_io import WORK_PREFIX
+from neuronscope.region import ensure_no_capture_running
+from neuronscope.result.serial import SCHEMA_VERSION
+from neuronscope.result.stats import OpStat
+from neuronscope.result.types import ProfileResult
 
 HELPERS = Path(__file__).parent / "reliability_helpers"
 WORKER = HELPERS / "export_worker.py"
@@ -127,13 +132,13 @@ def audit_runs(root: Path, capsys: pytest.CaptureFixture[str] | None = None) -> 
     incomplete. A directory with neither (a stray, unmarked one) fails the audit.
     """
     complete, incomplete = [], []
-    listed = set(export.find_runs(root))
+    listed = set(runs.find_runs(root))
     for run in _run_dirs_on_disk(root):
         assert run in listed, f"{run}: a run directory that is neither complete nor marked incomplete"
         names = {p.name for p in run.iterdir()}
-        marked = export.INCOMPLETE_MARKER in names
-        if export.RESULT_FILE in names:
-            json.loads((run / export.RESULT_FILE).read_text())  # never half-written
+        marked = runs.INCOMPLETE_MARKER in names
+        if runs.RESULT_FILE in names:
+            json.loads((run / runs.RESULT_FILE).read_text())  # never half-written
             loaded = load(run)
             assert loaded.run_dir == str(run)
         else:
@@ -239,7 +244,7 @@ def test_nul_in_output_dir_is_refused_when_built_and_never_raises_at_call(tmp_pa
     got: list[ProfileResult] = []
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
-        owner = scope.Owner(bad, "nul", None, None)
+        owner = Owner(bad, "nul", None, None)
         owner.on_result = got.append  # type: ignore[method-assign]
         value = scope.run(owner, lambda: 41 + 1, (), {})
     TALLY["faults_injected"] += 2
@@ -388,7 +393,7 @@ def test_enospc_from_fsync_at_each_file(patch: pytest.MonkeyPatch, runs_dir: Pat
     handler = logging.Handler(logging.WARNING)
     handler.emit = logged.append  # type: ignore[method-assign]
     logging.getLogger("neuronscope").addHandler(handler)
-    patch.setattr(export.os, "fsync", fsync)
+    patch.setattr(os, "fsync", fsync)
     try:
         with warnings.catch_warnings(record=True) as record:
             warnings.simplefilter("always")
@@ -443,14 +448,14 @@ def test_enospc_half_way_through_a_write(patch: pytest.MonkeyPatch, runs_dir: Pa
 def test_marker_write_failing_leaves_no_stray_directory(patch: pytest.MonkeyPatch, runs_dir: Path) -> None:
     """``new_run_dir`` made the directory, then the disk was full for its marker: it used to
     stay behind, unmarked and empty, invisible to ``ls``."""
-    real = export.safe_io.create_exclusive
+    real = safe_io.create_exclusive
 
     def create_exclusive(dir_fd: int, name: str, mode: int = 0o644) -> int:
-        if name == export.INCOMPLETE_MARKER:
+        if name == runs.INCOMPLETE_MARKER:
             raise _enospc()
         return real(dir_fd, name, mode)
 
-    patch.setattr(export.safe_io, "create_exclusive", create_exclusive)
+    patch.setattr(safe_io, "create_exclusive", create_exclusive)
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
         with neuron_region("marker", backend="cpu") as r:
@@ -687,19 +692,15 @@ def test_ctrl_c_during_the_export_keeps_the_result(patch: pytest.MonkeyPatch, ru
     result measured before it stays in memory, and what was written before it (result.json and
     summary.txt come first) stays on disk in a run marked incomplete, with no temporary file."""
     interrupt = KeyboardInterrupt()
-    real = export.atomic_write_with
+    from neuronscope.export import trace_out
 
-    def interrupted(path: Path, write: Callable[[Path], None]) -> None:
-        if path.name == "trace.json":
+    real = trace_out.save_chrome_trace
 
-            def half(tmp: Path) -> None:
-                write(tmp)
-                raise interrupt
+    def interrupted(prof: Any, path: Path) -> None:  # torch's write done, then Ctrl-C
+        real(prof, path)
+        raise interrupt
 
-            return real(path, half)
-        return real(path, write)
-
-    patch.setattr(export, "atomic_write_with", interrupted)
+    patch.setattr(trace_out, "save_chrome_trace", interrupted)
 
     @profile_on_neuron(warmup=0, backend="cpu", trace_format="json")
     def step() -> None:
@@ -916,7 +917,7 @@ def test_run_directories_never_collide(tmp_path: Path) -> None:
     when = dt.datetime(2025, 1, 2, 3, 4, 5, 999_990)
     with ThreadPoolExecutor(8) as pool:
         made = list(pool.map(lambda _: export.new_run_dir(tmp_path, "same", when=when), range(64)))
-    assert len(set(made)) == 64 and all((p / export.INCOMPLETE_MARKER).is_file() for p in made)
+    assert len(set(made)) == 64 and all((p / runs.INCOMPLETE_MARKER).is_file() for p in made)
     sequential = [export.new_run_dir(tmp_path, "seq", when=when) for _ in range(5)]
     assert sequential == sorted(sequential)  # a collision moves the stamp on, still sorting by time
 
@@ -1123,8 +1124,8 @@ def test_sigkill_while_a_real_trace_is_being_written(real_workers: _RealWorkers,
     TALLY["faults_injected"] += 1
     names = {p.name for p in run.iterdir()}
     # The measurement was written before the trace: it is kept, in a run marked incomplete.
-    assert export.INCOMPLETE_MARKER in names and {"result.json", "summary.txt"} <= names
-    assert any(n.startswith(".trace.json.tmp") for n in names), names
+    assert runs.INCOMPLETE_MARKER in names and {"result.json", "summary.txt"} <= names
+    assert any(n.startswith(WORK_PREFIX) for n in names), names  # torch's half-written trace
     complete, incomplete = audit_runs(real_workers.root, capsys)
     assert run in incomplete
     assert load(run).ops
@@ -1202,9 +1203,12 @@ def test_stale_raw_traces_of_dead_processes_are_removed(tmp_path: Path) -> None:
     for d in (old, mine, other_host, hidden):
         d.mkdir(parents=True)
         (d / export.RAW_TRACE).write_bytes(b"x" * 1000)
+    work = old / f"{WORK_PREFIX}{dead_pid}.abcd"  # torch's private directory, mid-write
+    work.mkdir()
+    (work / "trace.json.tmp").write_bytes(b"x" * 1000)
     for d in (old, mine, other_host):
-        (d / export.INCOMPLETE_MARKER).write_text("")
+        (d / runs.INCOMPLETE_MARKER).write_text("")
     export.export_result(ProfileResult(name="stale", backend="cpu"), tmp_path / "runs", summary="s")
-    assert not (old / export.RAW_TRACE).exists() and not hidden.exists()
+    assert not (old / export.RAW_TRACE).exists() and not hidden.exists() and not work.exists()
     assert (mine / export.RAW_TRACE).exists()  # a live process (this one) may still be writing it
     assert (other_host / export.RAW_TRACE).exists()  # another host's pids say nothing here

@@ -11,6 +11,7 @@ import html
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,7 @@ def single(tmp_path_factory: pytest.TempPathFactory) -> ProfileResult:
     result = r.result
     assert result is not None and result.run_dir is not None
     naive_ops = ["aten::pow", "aten::mean", "aten::add", "aten::rsqrt", "aten::mul", "aten::mul"]
-    result.hints.append(
+    hint = (
         Hint(
             kind="fusion",
             pattern="rms_norm",
@@ -64,11 +65,11 @@ def single(tmp_path_factory: pytest.TempPathFactory) -> ProfileResult:
             location="model.py:17",
         )
     )
-    result.rank, result.world_size = 0, 2
-    result.ranks = [
+    ranks = [
         {"rank": 0, "wall_time_us": result.wall_time_us, "total_op_us": result.total_op_us, "top_op": "aten::mul"},
         {"rank": 1, "wall_time_us": result.wall_time_us * 1.5, "total_op_us": result.total_op_us, "top_op": "aten::pow"},
     ]
+    result = replace(result, hints=[*result.hints, hint], rank=0, world_size=2, ranks=ranks)
     finish_run(Path(result.run_dir), result)
     loaded = load(result.run_dir)
     assert isinstance(loaded, ProfileResult)
@@ -176,7 +177,7 @@ def test_write_report_takes_result_json_or_a_result(single: ProfileResult, compa
 def test_hint_savings_read_as_the_hint_line_does() -> None:
     """The page's saving column says what the hint's message says: "up to" an upper bound, and
     no replacement where the fused forms are estimated no faster here."""
-    from neuronscope.result.types import NO_FASTER_TEXT, Hint
+    from neuronscope.result.hint import NO_FASTER_TEXT, Hint
 
     upper = Hint("fusion", "gelu", ["aten::mul"], time_us=900.0, est_saving_us=600.0, suggestion="use F.gelu", details={"saving_upper_bound": True})
     none = Hint("fusion", "silu_mul", ["aten::silu"], time_us=50.0, est_saving_us=0.0, suggestion="torch.compile the MLP", details={"fused_no_faster": True})
@@ -282,7 +283,7 @@ def test_chromium_dom_has_the_charts_and_no_console_errors(
 
 def _synthetic_run(tmp_path: Path, **fields: object) -> Path:
     from neuronscope.export.run_dir import export_result
-    from neuronscope.result.types import OpStat
+    from neuronscope.result.stats import OpStat
 
     result = ProfileResult(
         name=str(fields.pop("name", "odd")),
@@ -327,7 +328,7 @@ def test_chromium_sees_only_file_links(tmp_path: Path) -> None:
 
 
 def test_non_finite_numbers_do_not_break_the_report(tmp_path: Path) -> None:
-    from neuronscope.result.types import OpStat
+    from neuronscope.result.stats import OpStat
 
     nan, inf = float("nan"), float("inf")
     run = _synthetic_run(
@@ -359,7 +360,7 @@ def _axes_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
 
 def test_a_share_axis_ends_at_100_percent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A compiled variant is one op at 100%: its axis ran to 128% (ticks to 120%)."""
-    from neuronscope.result.types import OpStat
+    from neuronscope.result.stats import OpStat
 
     seen = _axes_calls(monkeypatch)
     run = _synthetic_run(tmp_path, ops=[OpStat("CompiledFunction", 1, 50.0, 50.0)])
@@ -370,7 +371,7 @@ def test_a_share_axis_ends_at_100_percent(tmp_path: Path, monkeypatch: pytest.Mo
 
 def test_a_slowdown_within_the_noise_is_not_red(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from neuronscope.report.charts import Charts
-    from neuronscope.result.types import ComparisonRow
+    from neuronscope.result.comparison import ComparisonRow
 
     seen = _axes_calls(monkeypatch)
     cmp = Comparison(
@@ -389,11 +390,11 @@ def test_a_slowdown_within_the_noise_is_not_red(tmp_path: Path, monkeypatch: pyt
 def test_a_huge_name_keeps_the_report_small(tmp_path: Path) -> None:
     name = "n" * 50_000
     run = _synthetic_run(tmp_path, name=name, ops=[])
-    from neuronscope.result.types import OpStat
+    from neuronscope.result.stats import OpStat
 
     result = load(run)
     assert isinstance(result, ProfileResult)
-    result.ops = [OpStat("o" * 50_000, 1, 5.0, 5.0)]
+    result = replace(result, ops=[OpStat("o" * 50_000, 1, 5.0, 5.0)])
     page = render_report(result)
     assert len(page) < 200_000, len(page)
     assert len(run.parent.name) <= 100 and len(run.name) < 120

@@ -6,6 +6,7 @@ import datetime as dt
 import gzip
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,8 +15,12 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 import neuronscope
 from neuronscope import Comparison, Hint, NeuronscopeError, OpStat, ProfileResult, from_profiler
-from neuronscope.export.run_dir import INCOMPLETE_MARKER, atomic_write_text, find_runs, new_run_dir
-from neuronscope.result.types import SCHEMA_VERSION, ComparisonRow, RegionStat, dumps_json
+from neuronscope.export.run_dir import new_run_dir
+from neuronscope.export.runs import INCOMPLETE_MARKER, find_runs
+from neuronscope.export.safe_io import atomic_write_text
+from neuronscope.result.comparison import ComparisonRow
+from neuronscope.result.serial import SCHEMA_VERSION, dumps_json
+from neuronscope.result.stats import RegionStat
 
 
 def _sample_result() -> ProfileResult:
@@ -63,7 +68,7 @@ def test_every_field_survives_to_dict_and_from_dict() -> None:
 
 def test_json_keeps_each_shape_signature_on_one_line() -> None:
     r = _sample_result()
-    r.ops[0].input_shapes = [[[8, 1024], [1024, 1024]], [[2, 3], []]]
+    r = replace(r, ops=[replace(r.ops[0], input_shapes=[[[8, 1024], [1024, 1024]], [[2, 3], []]]), *r.ops[1:]])
     text = r.to_json()
     assert json.loads(text) == json.loads(json.dumps(r.to_dict()))  # the same data as json.dumps
     assert "        [[8, 1024], [1024, 1024]],\n" in text and "[[2, 3], []]\n" in text
@@ -86,8 +91,7 @@ def test_derived_properties_and_repr() -> None:
     text = repr(r)
     assert "sample" in text and "1.23 ms" in text and "\n" not in text
     assert "rms_norm" in r.hints[0].message and "x12" in r.hints[0].message
-    r.hints[0].verified_saving_us = 250.0
-    assert "(measured: 250.0 us)" in r.hints[0].message
+    assert "(measured: 250.0 us)" in replace(r.hints[0], verified_saving_us=250.0).message
 
 
 def test_comparison_round_trip() -> None:
@@ -226,3 +230,13 @@ def test_table_says_when_the_hint_rules_found_nothing() -> None:
         torch.ones(8).add_(1)
     assert r2.result is not None and "Hints: none found" not in r2.result.table()
     assert "hint rules off (hints=False)" in r2.result.table()
+
+
+def test_a_breakdown_that_cannot_be_read_is_left_out_with_a_note() -> None:
+    """An older or edited result.json whose step breakdown lacks a number the table reads still
+    loads (the measurement is kept) and prints, with a note; it never loads and then breaks."""
+    data = _sample_result().to_dict()
+    data["breakdown"] = {"window_us": 10.0, "device": 0}  # no busy_us, idle_us, ...
+    loaded = ProfileResult.from_dict(data)
+    assert loaded.breakdown is None and any("breakdown" in n and "busy_us" in n for n in loaded.notes)
+    assert "step breakdown" in loaded.table()

@@ -17,9 +17,10 @@ from fake_backends import ExactClock, faulty_backend
 
 import neuronscope
 from neuronscope import load, neuron_region, profile_on_neuron
+from neuronscope.announce import NeuronscopeWarning
 from neuronscope.capture import CaptureSession
 from neuronscope.config import build_options
-from neuronscope.region import NeuronscopeWarning, ensure_no_capture_running
+from neuronscope.region import ensure_no_capture_running
 
 
 def _profiling() -> bool:
@@ -126,7 +127,9 @@ def test_ctrl_c_half_way_through_torchs_stop_resets_its_profiler_flag() -> None:
 # ---- 9. a generator finished on another thread ----------------------------------------------
 
 
-def test_a_capture_held_by_a_generator_finished_on_another_thread_stops() -> None:
+def test_a_capture_held_by_a_generator_finished_on_another_thread_is_dropped_and_stopped() -> None:
+    """torch's session lives in the starting thread's state: the other thread must not stop it
+    (that crashed in the export); the capture is dropped and counted, and stopped here."""
     regions: list[neuron_region] = []
 
     def batches() -> Iterator[int]:
@@ -139,10 +142,11 @@ def test_a_capture_held_by_a_generator_finished_on_another_thread_stops() -> Non
     gen = batches()
     assert next(gen) == 1 and _profiling()  # the capture started here ...
     worker = threading.Thread(target=lambda: list(gen))
-    worker.start()
-    worker.join()  # ... and its region ended there
-    assert not _profiling()
-    assert regions[0].result is not None and regions[0].result.status == "ok"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NeuronscopeWarning)
+        worker.start()
+        worker.join()  # ... and its region ended there
+    assert regions[0].result is None and regions[0].skipped_calls == 1
     _captures_again()
 
 

@@ -29,8 +29,10 @@ import torch
 from neuronscope import load, neuron_region
 from neuronscope.cli import main as cli_main
 from neuronscope.export import run_dir as export
+from neuronscope.export import safe_io
 from neuronscope.export.safe_io import UnsafePathError
-from neuronscope.result.types import OpStat, ProfileResult
+from neuronscope.result.stats import OpStat
+from neuronscope.result.types import ProfileResult
 
 ATTACKER = "nsattacker"
 #: What the attacks here did, for the reliability report (printed with NEURONSCOPE_TALLY=1).
@@ -326,6 +328,6 @@ def test_temporary_files_are_exclusive_everywhere(tmp_path: Path) -> None:
     target.mkdir()
     for pid in range(os.getpid() - 5, os.getpid() + 5):
         (target / f".out.txt.tmp{pid}").symlink_to(victim)
-    export.atomic_write_text(target / "out.txt", "new\n")
+    safe_io.atomic_write_text(target / "out.txt", "new\n")
     assert victim.read_text() == "precious\n" and (target / "out.txt").read_text() == "new\n"
     assert threading.active_count() >= 1

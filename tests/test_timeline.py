@@ -25,8 +25,9 @@ from neuronscope.drive.traces import from_trace
 from neuronscope.events import KIND_ANNOTATION, KIND_OP, EventTable
 from neuronscope.events.table import DEVICE_COMM, DEVICE_COMPUTE, DEVICE_MEMCPY, DeviceEvents
 from neuronscope.events.timeline import MAX_STEPS, step_breakdown
-from neuronscope.report.text import render_breakdown, render_ops
-from neuronscope.result.types import OpStat, ProfileResult
+from neuronscope.result.stats import OpStat
+from neuronscope.result.text import render_breakdown, render_ops
+from neuronscope.result.types import ProfileResult
 
 TRACES = Path(__file__).resolve().parent / "data" / "traces"
 DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
@@ -388,7 +389,7 @@ def test_share_counts_device_time_launched_outside_any_op() -> None:
 
 # ---- the launch-overhead hint ------------------------------------------------------------------
 def _ctx(table: EventTable) -> Any:
-    from neuronscope.analysis.rules import AnalysisContext
+    from neuronscope.analysis.context import AnalysisContext
     from neuronscope.result.summary import summarize
 
     return AnalysisContext(table=table, summary=summarize(table), backend="cuda", source="trace")

@@ -19,9 +19,10 @@ import pytest
 
 import neuronscope.events.jsontext as trace_mod
 import neuronscope.events.trace_reader as reader_mod
-from neuronscope.drive.traces import find_trace_files, from_trace, table_from_trace
+from neuronscope.drive.traces import from_trace, table_from_trace
 from neuronscope.errors import NeuronscopeError, TraceFormatError
 from neuronscope.events import IGNORED_NAMES, KIND_OP
+from neuronscope.events.trace_files import find_trace_files
 
 TRACES = Path(__file__).resolve().parent / "data" / "traces"
 DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}

@@ -11,8 +11,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from neuronscope.analysis.dataflow import COMPILED_REGION_PREFIXES, COPY_MARKERS, _user_ops
+from neuronscope.analysis.dataflow import _user_ops
+from neuronscope.analysis.opgraph import COPY_MARKERS
 from neuronscope.events import KIND_ANNOTATION, KIND_OP, EventTable
+from neuronscope.events.table import COMPILED_EVENT_PREFIXES as COMPILED_REGION_PREFIXES
 
 EPOCH_NS = 1_700_000_000_000_000_000
 

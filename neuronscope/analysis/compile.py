@@ -3,7 +3,7 @@
 Three parts, in pipeline order:
 
 1. Gathering (called by the capture engine, :class:`neuronscope.region._Session`):
-   :func:`snapshot` before the profiler starts and :func:`facts` after it stops read Dynamo's
+   :func:`~neuronscope.capture.dynamo.snapshot` before the profiler starts and :func:`facts` after it stops read Dynamo's
    own records and return plain data for ``AnalysisContext.extra["compile"]``. Nothing is
    imported: when the program has not imported ``torch._dynamo``, nothing was compiled.
 2. Rules: :func:`compile_hints` turns the facts and the captured events into ``recompile``,
@@ -34,16 +34,16 @@ import dataclasses
 import re
 from typing import TYPE_CHECKING, Any
 
-from neuronscope.capture.dynamo import facts, snapshot  # in __all__: gathering is the capture stage's
 from neuronscope.events.table import COMPILED_CODE_PREFIXES
-from neuronscope.result.types import Hint, OpStat, RegionStat
+from neuronscope.result.hint import Hint
+from neuronscope.result.stats import OpStat, RegionStat
 
 if TYPE_CHECKING:
-    from neuronscope.analysis.rules import AnalysisContext
+    from neuronscope.analysis.context import AnalysisContext
     from neuronscope.events import EventTable
     from neuronscope.result.summary import Summary
 
-__all__ = ["compile_hints", "compiled_label", "facts", "labelled_compiled_ops", "snapshot"]
+__all__ = ["compile_hints", "compiled_label", "labelled_compiled_ops"]
 
 REGION_PREFIX = "Torch-Compiled Region: "
 _REGION = re.compile(r"^Torch-Compiled Region: (\d+/\d+)")
@@ -421,14 +421,20 @@ def _graph_owners(table: EventTable) -> dict[str, str]:
     return owners
 
 
-def _merge_into(a: OpStat, b: OpStat) -> None:
-    a.calls += b.calls
-    a.self_cpu_us += b.self_cpu_us
-    a.cpu_total_us += b.cpu_total_us
-    if a.self_device_us is not None and b.self_device_us is not None:
-        a.self_device_us += b.self_device_us
-    if a.device_total_us is not None and b.device_total_us is not None:
-        a.device_total_us += b.device_total_us
+def _merged(a: OpStat, b: OpStat) -> OpStat:
+    """``a`` with ``b``'s calls and times added (device times where both have one)."""
+    return dataclasses.replace(
+        a,
+        calls=a.calls + b.calls,
+        self_cpu_us=a.self_cpu_us + b.self_cpu_us,
+        cpu_total_us=a.cpu_total_us + b.cpu_total_us,
+        self_device_us=a.self_device_us + b.self_device_us
+        if a.self_device_us is not None and b.self_device_us is not None
+        else a.self_device_us,
+        device_total_us=a.device_total_us + b.device_total_us
+        if a.device_total_us is not None and b.device_total_us is not None
+        else a.device_total_us,
+    )
 
 
 def labelled_compiled_ops(
@@ -483,7 +489,7 @@ def labelled_compiled_ops(
         return label
 
     def relabel(ops: list[OpStat]) -> list[OpStat]:
-        merged: dict[str, OpStat] = {}
+        merged: dict[str, int] = {}  # label -> its row's index in out
         out: list[OpStat] = []
         for op in ops:
             label = new_name(op.name)
@@ -492,9 +498,9 @@ def labelled_compiled_ops(
                 continue
             op = dataclasses.replace(op, name=label)
             if label in merged:  # two graphs under one label (a compile id reused after a reset)
-                _merge_into(merged[label], op)
+                out[merged[label]] = _merged(out[merged[label]], op)
             else:
-                merged[label] = op
+                merged[label] = len(out)
                 out.append(op)
         return out
 

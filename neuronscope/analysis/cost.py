@@ -34,9 +34,10 @@ from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from neuronscope.analysis.dataflow import OpGraph, OpNode
+from neuronscope.analysis.opgraph import OpGraph, OpNode
 from neuronscope.analysis.patterns import pattern_named
 from neuronscope.analysis.patterns.base import ROOTS
+from neuronscope.capture import torch_private
 from neuronscope.capture.timing import block_timer, calibrate
 
 __all__ = [
@@ -301,8 +302,8 @@ def eager_costs(pattern: str, device: str = "cpu") -> tuple[float, float] | None
     try:
         import torch
 
-        from neuronscope.analysis.verify import paired_saving_ns
-        from neuronscope.result.types import Hint
+        from neuronscope.capture.verify import paired_saving_ns
+        from neuronscope.result.hint import Hint
 
         rows = []
         with torch.no_grad(), _private_random_stream():
@@ -399,8 +400,8 @@ def _timed_eager_ns(key: str) -> float | None:
     try:
         import torch
 
-        from neuronscope.analysis.verify import floating_dtype, paired_saving_ns
-        from neuronscope.result.types import Hint
+        from neuronscope.capture.verify import floating_dtype, paired_saving_ns
+        from neuronscope.result.hint import Hint
 
         probe = Hint("fusion", pattern, details.pop("ops"), details=details)
         with torch.no_grad(), _private_random_stream():
@@ -442,7 +443,7 @@ def fused_optimizer_saving_ns(cls: str, shapes: tuple[tuple[int, ...], ...], dty
     try:
         import torch
 
-        from neuronscope.analysis.verify import floating_dtype, paired_saving_ns
+        from neuronscope.capture.verify import floating_dtype, paired_saving_ns
 
         dt = floating_dtype(dtype)
         optim = getattr(torch.optim, cls)
@@ -464,14 +465,15 @@ def _chain_traffic(fn: Any) -> tuple[int, list[int]]:
     """Run ``fn`` once and count its ops and its intermediates (bytes, one entry per read of a
     tensor an earlier op of it made), as the cost model counts a captured chain's."""
     import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils._pytree import tree_leaves
+
+    TorchDispatchMode = torch_private.dispatch_mode_class()
+    tree_leaves = torch_private.tree_leaves
 
     made: set[int] = set()
     tensors: list[int] = []
     ops = 0
 
-    class _Count(TorchDispatchMode):
+    class _Count(TorchDispatchMode):  # type: ignore[misc, valid-type]  # a class from torch_private
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             nonlocal ops
             out = func(*args, **(kwargs or {}))
@@ -505,7 +507,7 @@ def compiled_call_ns(device: str = "cpu") -> float | None:
         registry = _backend_registry()
         before = set(registry)
         compiled = torch.compile(one, backend="eager", dynamic=False)
-        from neuronscope.analysis.verify import paired_difference, time_variants
+        from neuronscope.capture.verify import paired_difference, time_variants
 
         with torch.no_grad():
             compiled(x)
@@ -524,9 +526,7 @@ def compiled_call_ns(device: str = "cpu") -> float | None:
 
 def _backend_registry() -> dict[int, Any]:
     """torch.compile's registry of the backends asked for in this process."""
-    from torch._dynamo import eval_frame
-
-    registry = getattr(eval_frame, "cached_backends", None)
+    registry = getattr(torch_private.dynamo_eval_frame(import_it=True), "cached_backends", None)
     return registry if isinstance(registry, dict) else {}
 
 

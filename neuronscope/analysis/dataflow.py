@@ -37,11 +37,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from neuronscope.analysis.inferred_links import broadcast_shape, link_inferred
+from neuronscope.analysis.inferred_links import link_inferred
 from neuronscope.analysis.opgraph import (
-    COMPILED_REGION_PREFIXES,
     COPY_MARKERS,
-    ELEMENTWISE_OPS,
     MAYBE_ALIAS_OPS,
     VIEW_OPS,
     OpGraph,
@@ -52,26 +50,20 @@ from neuronscope.analysis.opgraph import (
     numel,
     short_name,
 )
+from neuronscope.capture import torch_private
 from neuronscope.capture.frames import def_line, is_user_file
 from neuronscope.capture.observe import CONSTS_SEP, LOCATION_PREFIX
 from neuronscope.events import KIND_OP, EventTable, gc_paused
 from neuronscope.events.arrays import unique_first_inverse
+from neuronscope.events.table import COMPILED_EVENT_PREFIXES as COMPILED_REGION_PREFIXES
 
 __all__ = [
-    "COMPILED_REGION_PREFIXES",
-    "ELEMENTWISE_OPS",
-    "VIEW_OPS",
-    "OpGraph",
-    "OpNode",
-    "TensorArg",
     "UserLine",
-    "broadcast_shape",
     "graph_from_observation",
     "graph_from_profiler",
     "graph_from_table",
     "graph_with_observation",
     "observed_graph",
-    "short_name",
     "user_line",
 ]
 
@@ -309,7 +301,7 @@ def graph_from_profiler(prof: Any, table: EventTable | None = None, infer: bool 
 
 
 def _graph_from_profiler(prof: Any, table: EventTable | None, infer: bool = True) -> OpGraph | None:
-    kineto = getattr(getattr(prof, "profiler", None), "kineto_results", None)
+    kineto = torch_private.kineto_results(prof)
     if kineto is None or not hasattr(kineto, "experimental_event_tree"):
         return None
     roots = kineto.experimental_event_tree()

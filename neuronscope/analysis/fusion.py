@@ -35,40 +35,33 @@ import re
 import statistics
 from collections.abc import Iterable
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from neuronscope.analysis.cost import MIN_SAVING_NS, estimate_saving_ns, full_size, fused_forms_ns, measured_here, model_text
 from neuronscope.analysis.dataflow import (
-    VIEW_OPS,
-    OpGraph,
-    OpNode,
     graph_from_observation,
     graph_from_profiler,
     graph_from_table,
     graph_with_observation,
     observed_graph,
 )
-from neuronscope.analysis.opgraph import short_name
+from neuronscope.analysis.opgraph import VIEW_OPS, OpGraph, OpNode, short_name
 from neuronscope.analysis.optimizer import has_optimizer_steps, optimizer_hints, optimizer_steps
-from neuronscope.analysis.patterns import PATTERNS, REGISTRY, Match, Pattern, pattern_named
+from neuronscope.analysis.patterns import REGISTRY, Match, Pattern, pattern_named
 from neuronscope.analysis.patterns.base import line_of, match_location
-from neuronscope.result.types import Hint
+from neuronscope.result.hint import Hint
 
 if TYPE_CHECKING:
-    from neuronscope.analysis.rules import AnalysisContext
+    from neuronscope.analysis.context import AnalysisContext
 
 __all__ = [
     "NOT_FROM_OP_ORDER",
-    "PATTERNS",
-    "Match",
-    "estimate_saving_ns",
     "find_matches",
     "find_sequence_matches",
     "fusion_hints",
     "hints_from_matches",
-    "optimizer_hints",
 ]
 
 
@@ -441,6 +434,5 @@ def fusion_hints(ctx: AnalysisContext) -> list[Hint]:
     reserved = {i for updates in steps.values() for update in updates for i in update}
     matches = [m for m in find_sequence_matches(graph) if not any(n.index in reserved for n in m.nodes)]
     hints = hints_from_matches(matches, graph, ctx.backend, "sequence", from_trace=ctx.source == "trace")
-    for h in hints:
-        h.details["not_from_op_order"] = list(NOT_FROM_OP_ORDER)
+    hints = [replace(h, details={**h.details, "not_from_op_order": list(NOT_FROM_OP_ORDER)}) for h in hints]
     return hints + optimizer_hints(graph, steps, ctx.backend, "sequence")

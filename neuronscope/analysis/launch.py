@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 from neuronscope.analysis.submissions import submission_hints
 from neuronscope.events.timeline import step_breakdown
-from neuronscope.result.types import Hint
+from neuronscope.result.hint import Hint
 
 if TYPE_CHECKING:
-    from neuronscope.analysis.rules import AnalysisContext
+    from neuronscope.analysis.context import AnalysisContext
 
 __all__ = ["MIN_HOST_IDLE_SHARE", "MIN_SHORT_SHARE", "launch_hints"]
 

@@ -8,11 +8,10 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from neuronscope.events.table import COMPILED_CODE_PREFIXES, COMPILED_EVENT_PREFIXES
+from neuronscope.capture import torch_private
+from neuronscope.events.table import COMPILED_EVENT_PREFIXES
 
 __all__ = [
-    "COMPILED_CODE_PREFIXES",
-    "COMPILED_REGION_PREFIXES",
     "COPY_MARKERS",
     "ELEMENTWISE_OPS",
     "MAYBE_ALIAS_OPS",
@@ -170,8 +169,7 @@ class OpGraph:
 
 
 def event_types() -> tuple[Any, Any, Any, Any, Any]:
-    from torch._C._profiler import RecordScope, _EventType
-
+    RecordScope, _EventType = torch_private.record_scope_and_event_type()
     return _EventType.TorchOp, _EventType.PyCall, _EventType.PyCCall, _EventType.Allocation, RecordScope.USER_SCOPE
 
 

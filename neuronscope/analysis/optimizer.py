@@ -19,11 +19,11 @@ from neuronscope.analysis.cost import (
     fused_optimizer_saving_ns,
     model_text,
 )
-from neuronscope.analysis.dataflow import OpGraph, OpNode
+from neuronscope.analysis.opgraph import OpGraph, OpNode
 from neuronscope.analysis.patterns.base import MATMULS, Match, match_location
 from neuronscope.analysis.patterns.elementwise_chain import ELEMENTWISE_CHAIN, elementwise_chains
 from neuronscope.events import KIND_ANNOTATION, EventTable
-from neuronscope.result.types import Hint
+from neuronscope.result.hint import Hint
 
 __all__ = ["FUSED_OPTIMIZERS", "OPTIMIZER_STEP_PREFIX", "has_optimizer_steps", "optimizer_hints", "optimizer_steps"]
 

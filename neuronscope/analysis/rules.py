@@ -1,6 +1,6 @@
 """Hints: pure functions over what a capture measured.
 
-Each rule takes an :class:`AnalysisContext` and returns a list of :class:`~neuronscope.result.Hint`.
+Each rule takes an :class:`~neuronscope.analysis.context.AnalysisContext` and returns a list of :class:`~neuronscope.result.Hint`.
 :func:`analyze` runs every rule; a rule that fails is logged and skipped, because analysis
 must never cost the user the measurement it analyses.
 """
@@ -8,44 +8,17 @@ must never cost the user the measurement it analyses.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
 
-from neuronscope.events import EventTable, gc_paused
-from neuronscope.result.summary import Summary
-from neuronscope.result.types import Hint
-
-__all__ = ["RULES", "AnalysisContext", "Rule", "analyze"]
-
-log = logging.getLogger("neuronscope")
-
-
-@dataclass
-class AnalysisContext:
-    """What the rules may look at.
-
-    ``profiler`` is the finished live ``torch.profiler.profile`` object when there is one (its
-    event tree holds tensor identities and Python call sites); it is None for trace files,
-    whose rules work from op order and shapes alone. ``extra`` carries facts gathered around
-    the capture (compile counters before and after, for instance).
-    """
-
-    table: EventTable
-    summary: Summary
-    backend: str
-    profiler: Any | None = None
-    source: str = "live"
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-Rule = Callable[[AnalysisContext], list[Hint]]
-
-
-# The rule modules name AnalysisContext in annotations only, so they import after it.
 from neuronscope.analysis.compile import compile_hints
+from neuronscope.analysis.context import AnalysisContext, Rule
 from neuronscope.analysis.fusion import fusion_hints
 from neuronscope.analysis.launch import launch_hints
+from neuronscope.events import gc_paused
+from neuronscope.result.hint import Hint
+
+__all__ = ["RULES", "analyze"]
+
+log = logging.getLogger("neuronscope")
 
 RULES: tuple[Rule, ...] = (fusion_hints, compile_hints, launch_hints)
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from neuronscope.result.types import Hint, ProfileResult
+from neuronscope.result.hint import Hint
+from neuronscope.result.types import ProfileResult
 from neuronscope.units import fmt_us
 
 __all__ = ["STRAGGLER_MIN_US", "STRAGGLER_THRESHOLD", "rank_entry", "straggler_hints"]

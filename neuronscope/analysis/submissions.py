@@ -20,10 +20,10 @@ import bisect
 from typing import TYPE_CHECKING, Any
 
 from neuronscope.events import KIND_ANNOTATION
-from neuronscope.result.types import Hint
+from neuronscope.result.hint import Hint
 
 if TYPE_CHECKING:
-    from neuronscope.analysis.rules import AnalysisContext
+    from neuronscope.analysis.context import AnalysisContext
 
 __all__ = ["MIN_SUBMISSIONS_PER_STEP", "submission_hints"]
 

@@ -3,11 +3,26 @@
 ``resolve_backend`` turns the ``backend`` option into a :class:`~.base.Backend`: ``"auto"``
 prefers Neuron, then CUDA, then CPU. torch-neuronx is imported only when the Neuron backend is
 chosen or detected.
+
+The capture stage takes the options and the user's code and gives a
+:class:`~.record.CaptureRecord` (the finished profiler, wall time, what the capture turned on by
+itself). It also holds what runs torch under measurement outside the profiler: :mod:`.timing`
+(compare()'s rounds), :mod:`.idioms` and :mod:`.verify` (``hint.verify()``), and
+:mod:`.torch_private`, the one home of torch's private names.
 """
 
 from __future__ import annotations
 
-from neuronscope.capture.base import Backend, Capture, force_profiler_off, profiler_running
+from neuronscope.capture.base import (
+    Backend,
+    Capture,
+    WrongThreadError,
+    claim_profiler,
+    force_profiler_off,
+    profiler_claimed,
+    profiler_running,
+    release_profiler,
+)
 from neuronscope.capture.cpu import CpuBackend
 from neuronscope.capture.cuda import CudaBackend, cuda_available
 from neuronscope.capture.record import CaptureRecord, CaptureSession
@@ -19,15 +34,19 @@ __all__ = [
     "Capture",
     "CaptureRecord",
     "CaptureSession",
+    "WrongThreadError",
     "check_backend_available",
+    "claim_profiler",
     "force_profiler_off",
+    "profiler_claimed",
     "profiler_running",
+    "release_profiler",
     "resolve_backend",
 ]
 
 
 def _neuron_available() -> bool:
-    from neuronscope.capture.neuron import neuron_available
+    from neuronscope.capture.neuron_api import neuron_available
 
     return neuron_available()
 
@@ -40,7 +59,7 @@ def check_backend_available(backend: str | type) -> None:
             "here; pass backend='cpu' or backend='auto'"
         )
     if backend == "neuron":
-        from neuronscope.capture.neuron import require_neuron
+        from neuronscope.capture.neuron_api import require_neuron
 
         require_neuron()
 

@@ -12,14 +12,30 @@ import contextlib
 import os
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from neuronscope.capture import torch_private
 from neuronscope.config import Options
 
-__all__ = ["Backend", "Capture", "force_profiler_off", "profiler_running", "quiet_native_stderr"]
+__all__ = [
+    "Backend",
+    "Capture",
+    "WrongThreadError",
+    "claim_profiler",
+    "defer_to_thread",
+    "force_profiler_off",
+    "has_deferred",
+    "pending_work",
+    "profiler_claimed",
+    "profiler_running",
+    "quiet_native_stderr",
+    "release_profiler",
+    "run_deferred",
+]
 
 
 class Backend:
@@ -91,10 +107,10 @@ class Backend:
 _USDT_MARKER = b"USDT:"
 #: torch's once-a-process note that a block allocated before profile_memory started was freed.
 _UNKNOWN_BLOCK = b"was allocated before the profiling started"
-#: Kineto's line ("ERROR: External init callback must run in same thread as registerClient")
-#: when its lazy start-up runs on a thread other than the one that imported torch (a capture in
-#: a worker thread, a notebook kernel's): it then starts up where it is, and captures as usual.
-_OTHER_THREAD_INIT = b"External init callback must run in same thread"
+#: What Kineto prints when the process's first profiler starts on another thread than the one
+#: that imported torch: it then skips torch's client init hook, which does nothing in torch's
+#: client; nothing for the user to act on.
+_KINETO_THREAD_NOTE = b"External init callback must run in same thread as registerClient"
 
 
 def _allocated_block() -> object:
@@ -108,7 +124,7 @@ def _allocated_block() -> object:
 
 
 @contextlib.contextmanager
-def quiet_native_stderr(drop: tuple[bytes, ...] = (_USDT_MARKER,)) -> Iterator[None]:
+def quiet_native_stderr(drop: tuple[bytes, ...] = (_USDT_MARKER, _KINETO_THREAD_NOTE)) -> Iterator[None]:
     """Drop the two ``USDT: ... profiler_start/stop`` lines that torch's CPU build prints.
 
     They come from C++ straight to file descriptor 2, so no Python-level redirect or
@@ -149,13 +165,93 @@ def quiet_native_stderr(drop: tuple[bytes, ...] = (_USDT_MARKER,)) -> Iterator[N
 
 def profiler_running() -> bool:
     """True when a torch profiler (ours, or the user's own) is running in this process."""
-    torch = sys.modules.get("torch")
-    if torch is None:
+    return torch_private.profiler_flag_on()
+
+
+# torch's profiler is one per process and its state is per thread. ``_enable_profiler`` keeps
+# the session in the starting thread's ThreadLocalDebugInfo (the profiling config is not
+# ``global()``), so ``_disable_profiler`` on any other thread finds no session: it warns "no
+# active profiling session found", returns an empty result whose ``save`` (export_chrome_trace)
+# dereferences a null pointer, and leaves the real session running in the first thread. And two
+# sessions prepared at once from two threads race in Kineto's process-wide ActivityProfiler
+# (the first ever start registers torch's client on its thread: "External init callback must
+# run in same thread as registerClient"), which ends in a segmentation fault. So every start
+# in the process (a capture's, an observation's, compare()'s) first takes this one claim, and
+# only the thread that started a session stops or exports it.
+_claim = threading.Lock()
+
+
+class WrongThreadError(RuntimeError):
+    """A profiler session was asked to stop, or to export, from a thread that did not start
+    it (torch's profiler state is per thread: see the comment above :func:`claim_profiler`)."""
+
+
+def claim_profiler() -> bool:
+    """Take the process's one profiler for a session of neuronscope's own; False (at once,
+    never blocking) when another session of ours, or the user's own torch.profiler, has it."""
+    if profiler_running() or not _claim.acquire(blocking=False):
         return False
-    try:
-        return bool(torch.autograd.profiler._is_profiler_enabled)
-    except AttributeError:  # pragma: no cover - another torch
+    if profiler_running():  # the user's own started meanwhile
+        _claim.release()
         return False
+    return True
+
+
+def release_profiler() -> None:
+    """Give back what :func:`claim_profiler` took (any thread may: the lock is plain)."""
+    _claim.release()
+
+
+def profiler_claimed() -> bool:
+    """Whether a session of neuronscope's own holds the profiler."""
+    return _claim.locked()
+
+
+# Work that only a given thread may do (stop a session it started, end a range it opened),
+# left by another thread that found it had to be done: run by that thread the next time it
+# enters neuronscope (:func:`run_deferred`). A thread that died first took its profiler state
+# with it: its work's ``orphaned`` part (release the claim) runs on whichever thread looks
+# next, the main thread at exit at the latest. Keyed by the Thread object, not its id: ids
+# are reused by later threads, which must not stop a session they never started.
+_deferred: dict[threading.Thread, list[tuple[Callable[[], None], Callable[[], None] | None]]] = {}
+_deferred_lock = threading.Lock()
+#: The same dict, read as a truth value on the hot path (a call past its window) instead of
+#: calling :func:`has_deferred`: one name lookup, no call.
+pending_work = _deferred
+
+
+def defer_to_thread(
+    thread: threading.Thread, work: Callable[[], None], orphaned: Callable[[], None] | None = None
+) -> None:
+    """Leave ``work`` for ``thread`` to run; ``orphaned`` runs instead, on another thread,
+    if ``thread`` ends first (see :func:`run_deferred`)."""
+    with _deferred_lock:
+        _deferred.setdefault(thread, []).append((work, orphaned))
+
+
+def has_deferred() -> bool:
+    """Whether any thread has work left for it (one dict read: the hot path's check)."""
+    return bool(_deferred)
+
+
+def run_deferred() -> None:
+    """Run the work other threads left for this one, oldest first, and the ``orphaned`` part
+    of what they left for threads that have ended since. Each piece is best effort (a failure
+    is the profiler's, never the user's program's)."""
+    me = threading.current_thread()
+    with _deferred_lock:
+        work = [w for w, _ in _deferred.pop(me, [])]
+        for thread in [t for t in _deferred if not t.is_alive()]:
+            work.extend(o for _, o in _deferred.pop(thread) if o is not None)
+    for i, piece in enumerate(work):
+        try:
+            piece()
+        except Exception:  # pragma: no cover - torch refusing a late stop: nothing to lose
+            pass
+        except BaseException:  # Ctrl-C meanwhile: what is left is done at the next entry
+            with _deferred_lock:
+                _deferred.setdefault(me, [])[:0] = [(w, None) for w in work[i + 1 :]]
+            raise
 
 
 def force_profiler_off() -> None:
@@ -167,13 +263,8 @@ def force_profiler_off() -> None:
     skipped. Both are checked and put right here; torch names no public call for either.
     """
     try:
-        import torch.autograd.profiler as autograd_profiler
-        from torch._C._autograd import _profiler_enabled
-
-        if _profiler_enabled():
-            with quiet_native_stderr():
-                autograd_profiler._disable_profiler()
-        autograd_profiler._set_is_profiler_enabled(False)
+        with quiet_native_stderr():
+            torch_private.disable_native_profiler()
     except Exception:  # pragma: no cover - another torch: nothing more can be done
         pass
 
@@ -186,8 +277,12 @@ class Capture:
         self.scratch_dir = scratch_dir
         self.prof: Any = None
         self.runner: Any = None  # what start()/stop() drive; usually the profile itself
+        #: The thread that started the profiler: the only one that may stop it or export it.
+        self.thread: threading.Thread | None = None
 
     def start(self) -> None:
+        """Start the profiler on this thread (the caller holds :func:`claim_profiler`)."""
+        self.thread = threading.current_thread()
         opts = self.backend.options
         self.runner = self.backend.make_profiler(
             dict(
@@ -203,7 +298,7 @@ class Capture:
         # size ..."): true of every capture, and nothing the user can act on. Freeing such a
         # block here, while stderr is filtered, spends that warning where no one sees it.
         probe = _allocated_block() if opts.profile_memory else None
-        with quiet_native_stderr((_USDT_MARKER, _UNKNOWN_BLOCK, _OTHER_THREAD_INIT)):
+        with quiet_native_stderr((_USDT_MARKER, _UNKNOWN_BLOCK, _KINETO_THREAD_NOTE)):
             self.runner.start()
             del probe
         self.prof = getattr(self.runner, "torch_profiler", self.runner)
@@ -216,6 +311,8 @@ class Capture:
         Whatever goes wrong (the device sync, the stop itself, an interrupt in either), the
         profiler is off when this returns or raises.
         """
+        if self.thread is not None and self.thread is not threading.current_thread():
+            raise WrongThreadError("a profiler session can be stopped only by the thread that started it")
         try:
             self.backend.synchronize()
             if on_synced is not None:

@@ -8,8 +8,9 @@ imported: when the program has not imported ``torch._dynamo``, nothing was compi
 
 from __future__ import annotations
 
-import sys
 from typing import Any
+
+from neuronscope.capture import torch_private
 
 __all__ = ["MAX_BREAK_RECORDS", "REASON_CHARS", "facts", "snapshot"]
 
@@ -24,7 +25,7 @@ REASON_CHARS = 400
 def _dynamo_utils() -> Any | None:
     """``torch._dynamo.utils`` if the program imported Dynamo, else None (never imports it:
     that costs seconds, and a program that never imported it compiled nothing)."""
-    return sys.modules.get("torch._dynamo.utils")
+    return torch_private.dynamo_utils()
 
 
 def snapshot() -> dict[str, Any]:

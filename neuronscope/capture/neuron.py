@@ -35,16 +35,11 @@ from pathlib import Path
 from typing import Any
 
 from neuronscope.announce import first_time
+from neuronscope.capture import torch_private
 from neuronscope.capture.base import Backend
 from neuronscope.capture.neuron_api import (
-    INSTALL_HINT,
-    MIN_TORCH_NEURONX,
-    NeuronApi,
     build_neuron_config,
-    cores_spec,
     detect_api,
-    neuron_available,
-    require_neuron,
     torch_neuron_module,
 )
 from neuronscope.capture.neuron_explorer import device_profile, explorer_dir_name, find_explorer
@@ -72,15 +67,7 @@ from neuronscope.capture.neuron_files import (
 from neuronscope.config import Options, env_true, rank_info
 
 __all__ = [
-    "INSTALL_HINT",
-    "MIN_TORCH_NEURONX",
-    "NeuronApi",
     "NeuronBackend",
-    "build_neuron_config",
-    "cores_spec",
-    "detect_api",
-    "neuron_available",
-    "require_neuron",
 ]
 
 log = logging.getLogger("neuronscope")
@@ -469,7 +456,7 @@ class NeuronBackend(Backend):
 
 def privateuse1_event_counts(prof: Any) -> dict[str, int]:
     """How many PrivateUse1 framework events of each activity type the capture holds."""
-    kineto = getattr(getattr(prof, "profiler", None), "kineto_results", None)
+    kineto = torch_private.kineto_results(prof)
     if kineto is None:
         return {}
     counts: dict[str, int] = {}

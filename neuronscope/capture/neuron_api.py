@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from neuronscope.announce import first_time
+from neuronscope.capture import torch_private
 from neuronscope.config import Options
 from neuronscope.errors import BackendUnavailableError, ConfigError, NeuronscopeError
 
@@ -232,7 +233,7 @@ def build_neuron_config(
     cannot be read, where the constructor fails with that one keyword added. ``cores`` and
     ``max_events_per_nc`` were asked for by the user, so a build that takes neither is an error.
     """
-    from torch._C._profiler import _ExperimentalConfig
+    _ExperimentalConfig = torch_private.experimental_config_class()
 
     base: dict[str, Any] = {"modes": _members(api, options.modes), "profile_output_dir": str(output_dir)}
     optional: dict[str, Any] = {}

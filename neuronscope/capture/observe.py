@@ -16,11 +16,12 @@ The analysis aligns the capture's ops with the observed ones by name and takes t
 lines from there (:func:`neuronscope.analysis.dataflow.graph_with_observation`); the capture
 itself runs with the user's options, so its timings are not disturbed. A capture with nothing
 observed before it (a region that runs once) turns on ``profile_memory`` instead
-(:func:`capture_options`).
+(:func:`options_added`), and says so in its record and in the result (``options_added``).
 
-API: ``with observe_dataflow() as obs: f(x)`` and then ``obs.profiler``; the decorator and the
-region call :func:`observe_warmup` around their last warm-up call, and the session passes
-:func:`observation_for` its capture's name.
+API: ``with observe_dataflow() as obs: f(x)`` and then ``obs.profiler``; the scope model calls
+:func:`begin_observation` / :func:`end_observation` around a call window's last warm-up call and
+keeps the observation on that window (the window that made it, not a name shared by others);
+compare() uses :func:`observe_warmup`.
 """
 
 from __future__ import annotations
@@ -34,21 +35,36 @@ from collections.abc import Iterator
 from types import FrameType
 from typing import Any
 
-from neuronscope.capture.base import quiet_native_stderr
+from neuronscope.capture import torch_private
+from neuronscope.capture.base import (
+    claim_profiler,
+    defer_to_thread,
+    force_profiler_off,
+    quiet_native_stderr,
+    release_profiler,
+)
 from neuronscope.capture.frames import is_user_file
 from neuronscope.capture.neuron_files import StrayRuntimeOutput
 
 __all__ = [
     "CONSTS_SEP",
     "LOCATION_PREFIX",
+    "PROFILE_MEMORY_WHY",
     "Observation",
+    "Observing",
     "begin_observation",
-    "capture_options",
     "end_observation",
-    "observation_for",
+    "forget_observer",
     "observe_dataflow",
     "observe_warmup",
+    "options_added",
 ]
+
+#: Why a capture turns ``profile_memory`` on by itself, as its record and result.json say.
+PROFILE_MEMORY_WHY = (
+    "no warm-up call was observed before this capture, and hints are on with record_shapes: "
+    "allocation records link each op's inputs to the op that made them exactly"
+)
 
 #: Name prefix of the ranges the observation pass wraps torch calls in: ``ns@file:line``.
 LOCATION_PREFIX = "ns@"
@@ -56,7 +72,11 @@ LOCATION_PREFIX = "ns@"
 CONSTS_SEP = "|"
 #: Lines torch prints from C++ around an observation's profiler start: its USDT probes and
 #: the once-per-process note about blocks allocated before profile_memory started.
-NATIVE_NOISE = (b"USDT:", b"was allocated before the profiling started")
+NATIVE_NOISE = (
+    b"USDT:",
+    b"was allocated before the profiling started",
+    b"External init callback must run in same thread as registerClient",
+)
 #: How many frames above a torch call are searched for the user's line: deep enough for a
 #: model's forward under nn.Module's call machinery and a library's helpers.
 MAX_FRAMES = 24
@@ -85,10 +105,9 @@ def _user_line() -> str | None:
 
 
 def _function_mode() -> Any:
-    import torch
     from torch.overrides import TorchFunctionMode
 
-    fast = torch._C._profiler._RecordFunctionFast
+    fast = torch_private.record_function_fast()
 
     class _Lines(TorchFunctionMode):
         """Names each top-level torch call's range after the user's line that made it."""
@@ -113,7 +132,7 @@ def _compile_in_use() -> bool:
     """Has torch.compile been asked for in this process? Dynamo guards compiled code on the
     torch function mode stack: code compiled under the observation's mode would recompile at
     the next call without it (a false ``recompile`` hint, and a second compile)."""
-    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    eval_frame = torch_private.dynamo_eval_frame()
     backends = getattr(eval_frame, "cached_backends", None) or {}
     return any(b is not None for b in list(backends.values()))
 
@@ -127,9 +146,7 @@ def _line_ranges() -> Iterator[None]:
     if sys.gettrace() is not None:
         yield
         return
-    import torch
-
-    fast = torch._C._profiler._RecordFunctionFast
+    fast = torch_private.record_function_fast()
     open_ranges: dict[int, Any] = {}
 
     def local(frame: FrameType, event: str, arg: Any) -> Any:
@@ -157,27 +174,25 @@ def _line_ranges() -> Iterator[None]:
             rng.__exit__(None, None, None)
 
 
-def _profiler_busy() -> bool:
-    import torch
-
-    return bool(torch.autograd.profiler._is_profiler_enabled)
-
-
 @contextlib.contextmanager
 def observe_dataflow() -> Iterator[Observation]:
     """Observe the ops run inside the block: exact links and code lines (see the module).
 
-    Never raises for its own sake: when a profiler already runs (the user's, or a capture
-    around this one) nothing is observed and ``obs.profiler`` stays None.
+    Never raises for its own sake: when the profiler is not free (the user's own runs, or a
+    capture of neuronscope's in this or another thread holds it) nothing is observed and
+    ``obs.profiler`` stays None. The observation's profiler is one of the process's sessions
+    like a capture's: it takes the same claim, and only its own thread stops it (a block left
+    on another thread, a generator's, leaves nothing observed).
     """
     obs = Observation()
+    if not claim_profiler():
+        obs.error = "a profiler was already running"
+        yield obs
+        return
+    thread = threading.current_thread()
     try:
         import torch.profiler
 
-        if _profiler_busy():
-            obs.error = "a profiler was already running"
-            yield obs
-            return
         prof = torch.profiler.profile(
             activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True, profile_memory=True
         )
@@ -195,77 +210,112 @@ def observe_dataflow() -> Iterator[Observation]:
             del probe
     except Exception as err:  # observing is best effort: the user's call runs regardless
         obs.error = f"{type(err).__name__}: {err}"
+        force_profiler_off()
+        release_profiler()
         yield obs
         return
     try:
         with lines:
             yield obs
     finally:
-        try:
-            with quiet_native_stderr():
-                prof.stop()
-            obs.profiler = prof
-        except Exception as err:
-            obs.error = f"{type(err).__name__}: {err}"
-        try:
-            stray.collect(None)
-        except OSError:  # best effort: the observation never costs the call
-            pass
+        if threading.current_thread() is not thread:
+            # Stopped by its own thread when that thread next enters neuronscope; until then
+            # the claim stays taken (captures elsewhere skip rather than race it).
+            obs.error = "the observed block ended on another thread than it began; nothing observed"
+            defer_to_thread(thread, lambda: _stop_observer(prof, stray), orphaned=forget_observer)
+        else:
+            try:
+                with quiet_native_stderr():
+                    prof.stop()
+                obs.profiler = prof
+            except Exception as err:
+                obs.error = f"{type(err).__name__}: {err}"
+            finally:
+                release_profiler()
+            _collect_stray(stray)
 
 
-# The newest observation of each capture name, taken by every capture of that name; kept
-# module-wide because the warm-up call and the capture are different calls (of a decorated
-# function, or passes of a region) that share nothing else. Guarded by _lock.
-_observed: dict[str, Observation] = {}
-_lock = threading.Lock()
+def forget_observer() -> None:
+    """An observation's thread ended with its session open: torch's state for it went with
+    the thread; only the flag and the claim are left to put right."""
+    force_profiler_off()
+    release_profiler()
+
+
+def _stop_observer(prof: Any, stray: StrayRuntimeOutput) -> None:
+    try:
+        with quiet_native_stderr():
+            prof.stop()
+    finally:
+        force_profiler_off()
+        release_profiler()
+    _collect_stray(stray)
+
+
+def _collect_stray(stray: StrayRuntimeOutput) -> None:
+    """Remove what a loaded TorchNeuron's runtime wrote into ./output during the observation."""
+    try:
+        stray.collect(None)
+    except OSError:  # best effort: the observation never costs the call
+        pass
 
 
 @contextlib.contextmanager
-def observe_warmup(name: str, last: bool = True) -> Iterator[None]:
-    """Around a warm-up call of capture ``name``: observe it when it is the ``last`` one."""
+def observe_warmup(last: bool = True) -> Iterator[Observation | None]:
+    """Around a warm-up call: observe it when it is the ``last`` one. Gives the
+    :class:`Observation` (its ``profiler`` set once the block ended well), or None; whoever
+    ran the call keeps it for its capture (a call window, compare()'s variant)."""
     if not last:
-        yield
+        yield None
         return
     with observe_dataflow() as obs:
-        yield
-    if obs.profiler is not None:
-        with _lock:
-            _observed[name] = obs
+        yield obs
 
 
-def observation_for(name: str) -> Observation | None:
-    """The observation made for capture ``name`` before it, if any."""
-    with _lock:
-        return _observed.get(name)
-
-
-def capture_options(options: Any, name: str) -> Any:
-    """The options a capture runs with: with nothing observed before it, hints on and shapes
-    recorded, ``profile_memory=True`` gives the capture its own exact links."""
-    if observation_for(name) is not None or options.profile_memory:
-        return options
+def options_added(options: Any, observed: bool) -> dict[str, dict[str, Any]]:
+    """The options a capture turns on by itself, beyond the user's ``options``: ``{option:
+    {"value": ..., "why": ...}}``. With nothing ``observed`` before it, hints on and shapes
+    recorded, ``profile_memory=True`` gives the capture its own exact links. The caller runs
+    the capture with these on and records them (the user's options stay as given)."""
+    if observed or options.profile_memory:
+        return {}
     if not getattr(options, "hints", True) or not options.record_shapes:
-        return options
-    return dataclasses.replace(options, profile_memory=True)
+        return {}
+    return {"profile_memory": {"value": True, "why": PROFILE_MEMORY_WHY}}
 
 
-def begin_observation(name: str) -> Any:
-    """Start observing the last warm-up call of capture ``name`` (a region's enter and exit
-    are two calls, so the scope model holds the handle between them); None if it could not
-    start. :func:`end_observation` ends it, from any thread."""
-    cm = observe_warmup(name)
+class Observing:
+    """An observation begun by :func:`begin_observation`: the thread that began it (the only
+    one that may end it) and what it gives."""
+
+    def __init__(self, cm: Any, obs: Observation) -> None:
+        self.cm = cm
+        self.obs = obs
+        self.thread = threading.current_thread()
+
+
+def begin_observation() -> Observing | None:
+    """Start observing the last warm-up call of a capture (a region's enter and exit are two
+    calls, so the scope model holds the handle between them); None if it could not start
+    (the profiler is not free). :func:`end_observation` ends it, on the same thread."""
+    cm = observe_warmup()
     try:
-        cm.__enter__()
+        obs = cm.__enter__()
     except Exception:  # observing is best effort
         return None
-    return cm
+    if obs is None or obs.error is not None:
+        cm.__exit__(None, None, None)
+        return None
+    return Observing(cm, obs)
 
 
-def end_observation(handle: Any) -> None:
-    """End an observation :func:`begin_observation` started."""
+def end_observation(handle: Observing | None) -> Observation | None:
+    """End an observation :func:`begin_observation` started, on the thread that began it;
+    the observation, or None when nothing usable was observed."""
     if handle is None:
-        return
+        return None
     try:
-        handle.__exit__(None, None, None)
+        handle.cm.__exit__(None, None, None)
     except Exception:  # observing is best effort
-        pass
+        return None
+    return handle.obs if handle.obs.profiler is not None else None

@@ -8,13 +8,14 @@ directories or logging: the later stages build those from the record.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from neuronscope.capture import dynamo
-from neuronscope.capture.base import Backend, Capture, force_profiler_off, profiler_running
+from neuronscope.capture.base import Backend, Capture, WrongThreadError, force_profiler_off, profiler_running
 from neuronscope.capture.modules import ModuleFacts, ModuleHooks
 
 __all__ = ["CaptureRecord", "CaptureSession"]
@@ -40,6 +41,9 @@ class CaptureRecord:
     notes: tuple[str, ...] = ()
     #: the module calls' classes and sources (the calls themselves are ranges of ``prof``)
     modules: ModuleFacts | None = None
+    #: Options the capture turned on by itself beyond the user's, ``{option: {"value", "why"}}``
+    #: (:func:`neuronscope.capture.observe.options_added`).
+    options_added: dict[str, Any] = field(default_factory=dict)
 
 
 class CaptureSession:
@@ -51,8 +55,10 @@ class CaptureSession:
         *,
         clock: Callable[[], int] | None = None,
         scratch_dir: Path | None = None,
+        options_added: dict[str, Any] | None = None,
     ) -> None:
         self.backend = backend
+        self.options_added = dict(options_added or {})
         self.clock = clock or backend.now_ns
         self.capture = Capture(backend, scratch_dir=scratch_dir)
         self._compile_before: dict[str, Any] = {}
@@ -77,9 +83,17 @@ class CaptureSession:
             self.module_hooks = hooks
         self._started_ns = self.clock()
 
+    def on_own_thread(self) -> bool:
+        """Whether the running thread may stop this capture: the one that started it (or
+        none started it yet). torch's profiler session lives in that thread's state."""
+        return self.capture.thread is None or self.capture.thread is threading.current_thread()
+
     def abandon(self) -> None:
         """Undo a start that failed half-way: torch's profiler is process-wide, and one left
-        running would make every later capture in the process skip."""
+        running would make every later capture in the process skip. On a thread other than
+        the starting one it touches nothing (:class:`WrongThreadError`)."""
+        if not self.on_own_thread():
+            raise WrongThreadError("a capture can be abandoned only by the thread that started it")
         self._remove_hooks()
         if self.capture.runner is not None and profiler_running():
             try:
@@ -91,7 +105,11 @@ class CaptureSession:
 
     def stop(self) -> CaptureRecord:
         """Stop the profiler and return the record. Never raises: a failure or an interrupt
-        during the stop is kept in the record, and the profiler is off afterwards."""
+        during the stop is kept in the record, and the profiler is off afterwards; except on
+        a thread that did not start it, where it raises :class:`WrongThreadError` at once and
+        touches nothing."""
+        if not self.on_own_thread():
+            raise WrongThreadError("a capture can be stopped only by the thread that started it")
         error: str | None = None
         interrupted: BaseException | None = None
         work_end: list[int] = []  # when the device finished the work, before the profiler's flush
@@ -130,6 +148,7 @@ class CaptureSession:
             artifacts=artifacts,
             notes=tuple(notes),
             modules=module_facts,
+            options_added=self.options_added,
         )
 
     def _remove_hooks(self) -> ModuleFacts | None:

@@ -3,7 +3,8 @@
 A speedup is the median, over the timing rounds, of the baseline's time over the variant's
 time in the same round; its interval is a seeded percentile bootstrap of that median, so the
 same timings always give the same interval. "noise" is a speedup whose interval holds 1.0, that
-is within 2 % of 1.0, or whose direction the two median times contradict (see :func:`verdict`).
+is within 2 % of 1.0, or whose direction the two median times contradict; "unsure" one whose
+interval is too wide to act on (see :func:`verdict`).
 
 This module imports nothing from neuronscope, so any stage may use it (the capture stage's
 sibling-capture check included).
@@ -21,6 +22,7 @@ __all__ = [
     "DEFAULT_RESAMPLES",
     "FAR_FACTOR",
     "NOISE_BAND",
+    "UNSURE_WIDTH",
     "VERDICTS",
     "half_iqr",
     "paired_speedup",
@@ -44,9 +46,19 @@ FAR_FACTOR = 3.0
 #: of benchmarks/bench_compare.py), and a 2 % difference does not repeat from run to run on a
 #: shared machine.
 NOISE_BAND = 0.02
+#: An interval whose ends are further apart than this factor (high over low) says nothing
+#: about the speedup, whatever side of 1.0 it sits: it cannot tell a 2x difference from none,
+#: and the verdict is ``unsure`` (the machine was too busy). The demo's busy run called
+#: ``1.07x [1.02-15.81]`` faster. benchmarks/bench_compare.py at load average 7.7-13 (40 runs,
+#: benchmarks/README.md, "compare verdicts"): intervals of a median width of 85x to 160x, and
+#: the old rule called identical variants different in 2 of 40 runs and found the true 2x
+#: pair in 16 of 40, with intervals such as [0.00-0.90]; with this rule 1 of 40 identical
+#: pairs is still called different ([0.65-1.00]) and the rest say unsure.
+UNSURE_WIDTH = 2.0
 #: A row's verdict: the first variant is the ``baseline``; the others are ``faster``,
-#: ``slower`` or ``noise`` (the interval holds 1.0: no difference told apart).
-VERDICTS = ("baseline", "faster", "slower", "noise")
+#: ``slower``, ``noise`` (the interval holds 1.0: no difference told apart) or ``unsure``
+#: (the interval is too wide to act on: the machine was too busy; see :data:`UNSURE_WIDTH`).
+VERDICTS = ("baseline", "faster", "slower", "noise", "unsure")
 
 
 def paired_speedup(
@@ -93,7 +105,12 @@ def verdict(
     ``medians`` (the baseline's median time, the variant's): a direction they contradict is
     ``"noise"`` too. Faster in most rounds paired, yet with the higher median time, a variant
     was slower in many rounds, and its times split in two (torch.compile's guards failing on
-    some calls, a cache that fits on some): which it is depends on the round, not the code."""
+    some calls, a cache that fits on some): which it is depends on the round, not the code.
+
+    ``"unsure"`` comes first: an interval whose ends are more than :data:`UNSURE_WIDTH` apart
+    (``[1.02-15.81]``) was measured on a machine too busy to say anything, noise included."""
+    if low > 0 and high / low > UNSURE_WIDTH:
+        return "unsure"
     if speedup is not None and abs(speedup - 1.0) < band:
         return "noise"
     if low > 1.0:

@@ -27,7 +27,7 @@ from typing import Any
 
 from neuronscope.announce import ensure_log_handler, log, warn_user
 from neuronscope.capture import Backend, profiler_running, resolve_backend
-from neuronscope.capture.observe import observe_warmup
+from neuronscope.capture.observe import Observation, observe_warmup
 from neuronscope.capture.timing import (
     DEFAULT_TIME_BUDGET_S,
     MAX_ROUNDS,
@@ -44,28 +44,25 @@ from neuronscope.capture.timing import (
 )
 from neuronscope.compare import intervals as stats
 from neuronscope.compare.outputs import DEFAULT_ATOL, DEFAULT_RTOL, outputs_agree
-from neuronscope.compare.range_ops import NOT_WORK_OPS, RangeOps, dispatched_ops, top_level_ops
+from neuronscope.compare.range_ops import dispatched_ops
 from neuronscope.config import Options, build_options, disabled_by_env
+from neuronscope.drive.owner import Owner
 from neuronscope.drive.pipeline import now_iso
-from neuronscope.drive.scope import CAPTURE, Owner, enter, leave
+from neuronscope.drive.scope import CAPTURE, enter, leave
 from neuronscope.errors import ConfigError, NeuronscopeError
 from neuronscope.events import table_from_profiler
-from neuronscope.export.comparison import adopt_session_files, export_comparison
-from neuronscope.report.text import fmt_us, render_result
-from neuronscope.result.types import Comparison, ComparisonRow, Hint, ProfileResult
+from neuronscope.export.comparison import export_comparison
+from neuronscope.result.comparison import Comparison, ComparisonRow
+from neuronscope.result.hint import Hint
+from neuronscope.result.types import ProfileResult
+from neuronscope.units import fmt_us
 
 __all__ = [
     "COMPARE_PROFILED",
     "COMPARE_WARMUP",
-    "NOT_WORK_OPS",
     "OPTION_NAMES",
-    "RangeOps",
-    "adopt_session_files",
     "compare",
-    "dispatched_ops",
-    "outputs_agree",
     "split_options",
-    "top_level_ops",
 ]
 
 
@@ -188,19 +185,22 @@ def _warm_up(
     sync: Callable[[], None],
     where: str,
     observe: bool,
-) -> tuple[Any, float]:
-    """Run ``calls`` unprofiled calls; return the last output and the seconds taken. With
-    ``observe``, the last one is observed for the hints' exact data flow (capture.observe)."""
+) -> tuple[Any, float, Observation | None]:
+    """Run ``calls`` unprofiled calls; return the last output, the seconds taken and, with
+    ``observe``, what the last one observed for the hints' exact data flow (capture.observe)."""
     log.info("neuronscope compare: %s %s: warming up (%d calls)...", where, label, calls)
     t0 = time.perf_counter()
     output: Any = None
+    observed: Observation | None = None
     for i in range(calls):
-        with observe_warmup(label, observe and i == calls - 1):
+        with observe_warmup(observe and i == calls - 1) as obs:
             output = fn(*args, **kwargs)
+        if obs is not None and obs.profiler is not None:
+            observed = obs
     sync()
     seconds = time.perf_counter() - t0
     log.info("neuronscope compare: %s %s: warm-up took %.2f s", where, label, seconds)
-    return output, seconds
+    return output, seconds, observed
 
 
 def _time_variants(
@@ -240,7 +240,13 @@ def _time_variants(
 
 
 def _profile_variant(
-    label: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], options: Options, where: str
+    label: str,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    options: Options,
+    where: str,
+    observed: Observation | None = None,
 ) -> _Profiled:
     """``options.active`` calls of ``fn`` in one capture, each its own range ``label#i``.
     The user's exception passes through unchanged (the capture is stopped first)."""
@@ -248,7 +254,9 @@ def _profile_variant(
 
     calls = options.active or COMPARE_PROFILED
     log.info("neuronscope compare: %s %s: profiling %d call%s for the op table and hints...", where, label, calls, "" if calls == 1 else "s")
-    entry = enter(_VariantOwner(options.with_name(label), label, getattr(fn, "__qualname__", label), None))
+    owner = _VariantOwner(options.with_name(label), label, getattr(fn, "__qualname__", label), None)
+    owner.observed = observed
+    entry = enter(owner)
     if entry.kind != CAPTURE:
         leave(entry, None)
         raise NeuronscopeError(
@@ -293,10 +301,14 @@ def _profile_variant(
 
 
 def _unprofiled_result(label: str, fn: Callable[..., Any], backend: Backend, times_us: list[float]) -> ProfileResult:
-    result = ProfileResult(name=label, backend=backend.name, wall_time_us=sum(times_us), started_at=now_iso())
-    result.target = getattr(fn, "__qualname__", None)
-    result.notes.append("profiler disabled: time per call only, no op table")
-    return result
+    return ProfileResult(
+        name=label,
+        backend=backend.name,
+        wall_time_us=sum(times_us),
+        started_at=now_iso(),
+        target=getattr(fn, "__qualname__", None),
+        notes=["profiler disabled: time per call only, no op table"],
+    )
 
 
 def _hint_text(hint: Hint, calls_us: float) -> str:
@@ -391,51 +403,59 @@ def compare(variants: Mapping[str, Callable[..., Any]], *args: Any, **options: A
         )
     backend = resolve_backend(opts)
     ensure_log_handler()
-    cmp = Comparison(name=opts.name or "compare", backend=backend.name, started_at=now_iso())
+    started_at = now_iso()
     total = len(variants)
     where = {label: f"[{i}/{total}]" for i, label in enumerate(variants, 1)}
     outputs: dict[str, Any] = {}
     warm_s: dict[str, float] = {}
+    observed: dict[str, Observation | None] = {}
     for label, fn in variants.items():
-        outputs[label], warm_s[label] = _warm_up(
+        outputs[label], warm_s[label], observed[label] = _warm_up(
             label, fn, args, call_kwargs, opts.warmup, backend.synchronize, where[label], opts.enabled and opts.hints
         )
     rounds = _time_variants(variants, args, call_kwargs, backend.synchronize, settings)
     rounds_note = None if settings.rounds is not None else budget_note(rounds.count, rounds.seconds, settings.time_budget)
     capture_opts = build_options(None, **{**opts.to_dict(), "export": False, "print_summary": False})
     profiled: dict[str, _Profiled] = {}
+    results: dict[str, ProfileResult] = {}
     for label, fn in variants.items():
         if opts.enabled:
-            profiled[label] = _profile_variant(label, fn, args, call_kwargs, capture_opts, where[label])
+            profiled[label] = _profile_variant(label, fn, args, call_kwargs, capture_opts, where[label], observed[label])
         else:
             profiled[label] = _Profiled(_unprofiled_result(label, fn, backend, rounds.per_call_us[label]))
-        cmp.results[label] = profiled[label].result
+        results[label] = profiled[label].result
         if opts.warmup == 0 and settings.check_outputs:
             outputs[label] = fn(*args, **call_kwargs)  # no warm-up output to check
-    _fill_rows(cmp, variants, rounds, profiled, outputs, settings, opts)
-    for note in (rounds_note, _busy_rounds_note(rounds, backend.name)):
-        if note:
-            cmp.notes.append(note)
+    rows, notes = _fill_rows(variants, rounds, profiled, outputs, settings, opts, warm_s)
+    notes += [note for note in (rounds_note, _busy_rounds_note(rounds, backend.name)) if note]
     if not opts.enabled:
-        cmp.notes.append("profiler disabled (enabled=False or NEURONSCOPE_DISABLE=1): times only, no op tables")
-    cmp.timing = {
+        notes.append("profiler disabled (enabled=False or NEURONSCOPE_DISABLE=1): times only, no op tables")
+    timing = {
         "rounds": rounds.count,
         "calls_per_round": rounds.calls,
         "samples_per_round": SAMPLES_PER_ROUND,
         "timing_s": round(rounds.seconds, 3),
         "time_budget_s": settings.time_budget,
         "confidence": settings.confidence,
+        "unsure_width": stats.UNSURE_WIDTH,
         "resamples": stats.DEFAULT_RESAMPLES,
         "seed": settings.seed,
         "profiled_calls": opts.active if opts.enabled else 0,
         "warmup_calls": opts.warmup,
         "per_call_us": rounds.per_call_us,
     }
-    for row in cmp.rows:
-        row.warmup_s = warm_s[row.label]
-    cmp.wall_time_us = (time.perf_counter() - started) * 1e6
+    cmp = Comparison(
+        name=opts.name or "compare",
+        rows=rows,
+        results=results,
+        backend=backend.name,
+        notes=notes,
+        started_at=started_at,
+        wall_time_us=(time.perf_counter() - started) * 1e6,
+        timing=timing,
+    )
     if opts.export:
-        _export(cmp, {label: p.prof for label, p in profiled.items()}, opts)
+        cmp = _export(cmp, {label: p.prof for label, p in profiled.items()}, opts)
     if cmp.run_dir:
         log.info(
             "neuronscope compare: %s done -> %s  (neuronscope show %s; neuronscope report %s)",
@@ -447,16 +467,20 @@ def compare(variants: Mapping[str, Callable[..., Any]], *args: Any, **options: A
 
 
 def _fill_rows(
-    cmp: Comparison,
     variants: Mapping[str, Callable[..., Any]],
     rounds: Rounds,
     profiled: dict[str, _Profiled],
     outputs: dict[str, Any],
     settings: _Settings,
     opts: Options,
-) -> None:
+    warm_s: dict[str, float],
+) -> tuple[list[ComparisonRow], list[str]]:
     """One row per variant: the median of its rounds, the speedup with its interval and
-    verdict, the op counts from its profiled calls, and whether its output agrees."""
+    verdict, the op counts from its profiled calls, whether its output agrees and how long
+    its warm-up took; and the notes the rows need (a verdict that the medians contradict,
+    outputs that differ)."""
+    rows: list[ComparisonRow] = []
+    notes: list[str] = []
     first = next(iter(variants))
     base = rounds.per_call_us[first]
     base_median = statistics.median(base)
@@ -470,9 +494,11 @@ def _fill_rows(
             speedup, low, high = stats.paired_speedup(base, times, settings.confidence, seed=settings.seed)
             paired = stats.verdict(low, high, speedup)
             verdict = stats.verdict(low, high, speedup, medians=(base_median, median))
-            if verdict != paired:
+            if verdict == "unsure":
+                notes.append(_unsure_note(label, speedup, low, high, base + times))
+            elif verdict != paired:
                 won = sum((t < b) == (paired == "faster") for b, t in zip(base, times))
-                cmp.notes.append(
+                notes.append(
                     f"{label!r} is not called {paired}: {speedup:.2f}x over the rounds paired, but its median "
                     f"time ({fmt_us(median)}) is not {'below' if paired == 'faster' else 'above'} that of {first!r} "
                     f"({fmt_us(base_median)}); it was {paired} in {won} of {len(times)} rounds, its "
@@ -482,14 +508,18 @@ def _fill_rows(
             speedup = math.inf if median <= 0 < base_median else 1.0
         match: bool | None = None
         if settings.check_outputs:
-            match, why = (True, "") if label == first else outputs_agree(outputs[first], outputs[label], settings.rtol, settings.atol)
-            if not match:
+            match, why = (True, "") if label == first else _check_outputs(outputs[first], outputs[label], settings)
+            if match is None:  # the check itself failed: said, and the measurement kept
+                message = f"outputs of {label!r} were not checked against {first!r}: {why}"
+                notes.append(message)
+                warn_user(f"neuronscope compare: {message}")
+            elif not match:
                 message = f"outputs of {label!r} differ from {first!r}: {why}"
-                cmp.notes.append(message)
+                notes.append(message)
                 warn_user(f"neuronscope compare: {message}")
         p = profiled[label]
         top_hint = p.result.hints[0] if p.result.hints else None
-        cmp.rows.append(
+        rows.append(
             ComparisonRow(
                 label=label,
                 time_us=median,
@@ -507,19 +537,39 @@ def _fill_rows(
                 all_op_count=p.all_op_count,
                 device_time_us=p.device_us,
                 profiled_calls=calls if p.prof is not None else 0,
+                warmup_s=warm_s[label],
             )
         )
+    return rows, notes
 
 
-def _export(cmp: Comparison, profs: dict[str, Any], opts: Options) -> None:
-    summary = cmp.table() + "\n" + "\n".join(render_result(r) for r in cmp.results.values())
+def _unsure_note(label: str, speedup: float, low: float, high: float, times: list[float]) -> str:
+    """Why a row's verdict is ``unsure``, with the figures."""
+    return (
+        f"{label!r}: unsure, the machine was too busy: {speedup:.2f}x with an interval of [{low:.2f}-{high:.2f}], "
+        f"ends {high / low:.1f}x apart (over {stats.UNSURE_WIDTH:g}x says nothing, whatever side of 1.0 it sits); "
+        f"the timed samples ranged from {fmt_us(min(times))} to {fmt_us(max(times))}: measure again on a quieter machine"
+    )
+
+
+def _check_outputs(a: Any, b: Any, settings: _Settings) -> tuple[bool | None, str]:
+    """:func:`outputs_agree`, which never raises for the outputs' sake; anything else it meets
+    (a RecursionError, a MemoryError on a huge tensor) costs the check, never the comparison."""
     try:
-        export_comparison(cmp, profs, opts, summary)
+        return outputs_agree(a, b, settings.rtol, settings.atol)
     except Exception as err:
-        cmp.run_dir = None
-        for result in cmp.results.values():
-            result.run_dir = None
+        return None, f"the check failed ({type(err).__name__}: {err})"
+
+
+def _export(cmp: Comparison, profs: dict[str, Any], opts: Options) -> Comparison:
+    """``cmp`` as exported (its ``run_dir`` set), or ``cmp`` itself, in memory only, where the
+    export failed (a warning says why)."""
+    summary = cmp.table() + "\n" + "\n".join(r.table() for r in cmp.results.values())
+    try:
+        return export_comparison(cmp, profs, opts, summary)
+    except Exception as err:
         warn_user(
             f"neuronscope: could not export comparison {cmp.name!r} ({type(err).__name__}: {err}); "
             "the comparison stays in memory (run_dir=None)"
         )
+        return cmp

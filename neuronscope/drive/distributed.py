@@ -38,23 +38,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from neuronscope.analysis.straggler import STRAGGLER_MIN_US, STRAGGLER_THRESHOLD, rank_entry, straggler_hints
+from neuronscope.analysis.straggler import rank_entry, straggler_hints
+from neuronscope.capture import torch_private
 from neuronscope.config import rank_info
 from neuronscope.result.types import ProfileResult
 
 __all__ = [
     "DEFAULT_GATHER_TIMEOUT_S",
     "JOIN_WINDOW_S",
-    "STRAGGLER_MIN_US",
-    "STRAGGLER_THRESHOLD",
     "TIMEOUT_ENV",
     "DistCapture",
     "begin",
     "gather",
     "gather_timeout_s",
     "mark_stopped",
-    "rank_entry",
-    "straggler_hints",
 ]
 
 log = logging.getLogger("neuronscope")
@@ -95,9 +92,7 @@ def gather_timeout_s() -> float:
 def _default_store() -> Any | None:
     """The default process group's store, or None where torch keeps none."""
     try:
-        from torch.distributed import distributed_c10d
-
-        return distributed_c10d._get_default_store()
+        return torch_private.default_store()
     except Exception:
         return None
 

@@ -13,14 +13,14 @@ from __future__ import annotations
 import os
 import warnings
 
+from neuronscope.capture import torch_private
+
 __all__ = ["check_forked_child", "forked_during_capture"]
 
 
 def _profiler_running() -> bool:
     try:
-        import torch.autograd.profiler as autograd_profiler
-
-        return bool(getattr(autograd_profiler, "_is_profiler_enabled", False))
+        return torch_private.profiler_flag_on()
     except Exception:  # torch half-imported: no capture either
         return False
 

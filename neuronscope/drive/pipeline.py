@@ -16,8 +16,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from neuronscope.analysis.compile import labelled_compiled_ops
-from neuronscope.analysis.rules import AnalysisContext, analyze
-from neuronscope.capture import CaptureRecord
+from neuronscope.analysis.context import AnalysisContext
+from neuronscope.analysis.rules import analyze
+from neuronscope.capture import CaptureRecord, torch_private
 from neuronscope.capture.cells import readable_location
 from neuronscope.config import Options, rank_info
 from neuronscope.errors import NeuronscopeError
@@ -177,6 +178,7 @@ def result_from_record(record: CaptureRecord, facts: CaptureFacts) -> ProfileRes
         facts={
             "target": facts.target,
             "options": facts.options.to_dict(),
+            "options_added": dict(record.options_added),
             "device_name": record.device_name,
             "rank": None if ranks is None else ranks[0],
             "world_size": None if ranks is None else ranks[1],
@@ -205,7 +207,7 @@ def from_profiler(prof: Any, name: str | None = None) -> ProfileResult:
     Reads the profiler's raw events (not ``key_averages()``), so it is fast on large captures.
     Raises :class:`NeuronscopeError` when ``prof`` is not a finished profiler.
     """
-    kineto = getattr(getattr(prof, "profiler", None), "kineto_results", None)
+    kineto = torch_private.kineto_results(prof)
     if kineto is None:
         raise NeuronscopeError(
             f"from_profiler needs a finished torch.profiler.profile object (leave its 'with' "

@@ -29,113 +29,36 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Any
 
-from neuronscope.announce import announce_window, announce_window_used, ensure_log_handler, log, on_skipped, warn_once, warn_user
-from neuronscope.capture import profiler_running
-from neuronscope.capture.cells import execution_count, in_kernel
-from neuronscope.capture.observe import begin_observation, end_observation
-from neuronscope.config import Options, disabled_by_env
+from neuronscope.announce import ensure_log_handler, log, warn_once, warn_user
+from neuronscope.capture import claim_profiler, profiler_claimed, profiler_running
+from neuronscope.capture import release_profiler as _release_claim
+from neuronscope.capture.base import defer_to_thread, has_deferred, pending_work, run_deferred
+from neuronscope.capture.cells import execution_count
+from neuronscope.capture.observe import Observation, Observing, begin_observation, end_observation, forget_observer
+from neuronscope.config import disabled_by_env
 from neuronscope.drive.forking import check_forked_child
+from neuronscope.drive.labels import close_range, open_range
+from neuronscope.drive.owner import KERNEL_MODULE, Owner
 from neuronscope.drive.session import Session
-from neuronscope.drive.window import CallWindow, windows
+from neuronscope.drive.threads import strand
 from neuronscope.result.types import ProfileResult
 
 __all__ = [
     "OFF",
-    "CallWindow",
     "Entry",
-    "Owner",
     "acquire_profiler",
     "capturing",
     "current",
     "enter",
     "idle",
-    "keep_result",
     "leave",
     "own_entry",
     "placeholder",
     "release_profiler",
     "run",
-    "windows",
 ]
 
-#: Results a decorated callable or a region name keeps in ``.results`` (the newest): with
-#: ``active=None`` on a hot function the list would otherwise grow for the life of the
-#: process. Older ones are dropped; their run directories stay on disk.
-MAX_KEPT_RESULTS = 100
-
-#: The module a Jupyter kernel imports: calls past their window are checked for a re-run cell
-#: only where it is loaded.
-_KERNEL_MODULE = "ipykernel"
-
 CAPTURE, LABEL, QUIET, FOREIGN, SKIP, OFF_KIND = "capture", "label", "quiet", "foreign", "skip", "off"
-
-
-def keep_result(results: list[ProfileResult], result: ProfileResult) -> None:
-    """Append ``result``, dropping the oldest beyond :data:`MAX_KEPT_RESULTS`."""
-    results.append(result)
-    del results[:-MAX_KEPT_RESULTS]
-
-
-class Owner:
-    """What a region object or a decorated callable brings to its entries: options, name,
-    call window, the count of calls that ran uncaptured, and where results go."""
-
-    #: Whether re-entering this owner inside its own quiet pass may be a skipped exit (a region
-    #: entered by hooks) rather than recursion; decorated calls always pair their exits.
-    reentry_check = False
-    #: Whether a capture of this owner logs its one line when it ends (compare() says what it
-    #: measured itself, and exports the comparison as a whole).
-    announce = True
-    # Guards the owners' counts of skipped calls (taken only when a call had to skip).
-    _count_lock = threading.Lock()
-    #: How long the newest unprofiled warm-up call took (us), or None: what a capture's
-    #: profiled wall time is checked against (:mod:`neuronscope.result.trust`). Class
-    #: defaults, set on the instance when known (subclasses need not call this __init__).
-    unprofiled_us: float | None = None
-    _said_used_at: int | None = None  # the notebook cell told its window is used up
-    captured_in_cell: int | None = None  # the notebook cell of the newest capture
-
-    def __init__(self, options: Options, name: str, target: str | None, window: CallWindow | None) -> None:
-        self.options = options
-        self.name = name
-        self.target = target
-        self.window = window
-        self.skipped = 0
-
-    def on_used_window(self) -> None:
-        """A call past the window. In a notebook, say so once per cell run (a re-run cell
-        would otherwise show the old result as if new); elsewhere nothing (a loop's calls)."""
-        if "ipykernel" not in sys.modules or self.window is None or not in_kernel():
-            return
-        count = execution_count()
-        if count is None or count in (self._said_used_at, self.captured_in_cell):
-            return  # said in this cell already, or the cell's own loop ran past its capture
-        self._said_used_at = count
-        announce_window_used(self.name, self.window.warmup, self.window.active, len(self.window.results))
-
-    def skipped_so_far(self) -> int:
-        """Calls that ran uncaptured until now; each result records this count."""
-        return self.skipped
-
-    def on_skip(self) -> None:
-        """A call ran uncaptured because another capture held the profiler."""
-        with Owner._count_lock:
-            self.skipped += 1
-            count = self.skipped
-        if self.window is not None:
-            self.window.give_back()
-        on_skipped(self.name, count)
-
-    def on_first_warmup(self) -> None:
-        """The window's first warm-up call: say what will be captured, and when."""
-        if self.window is not None:
-            announce_window(self.name, self.window.warmup, self.window.active)
-
-    def on_result(self, result: ProfileResult) -> None:
-        """A capture of this owner ended with ``result``."""
-
-    def on_abandoned(self, entry: Entry) -> None:
-        """``entry`` of this owner was closed because its exit never came (see :func:`enter`)."""
 
 
 class Entry:
@@ -153,6 +76,9 @@ class Entry:
     line = 0  # ... and from which line
     observing: Any = None  # the observation pass over a last warm-up call (capture.observe)
     timed_ns = 0  # when an unprofiled warm-up call began (perf_counter_ns), or 0
+    #: The thread that opened the entry's profiler session or range: the only one that may
+    #: stop or close it (torch keeps both in that thread's state; see capture.base).
+    thread: threading.Thread | None = None
 
     def __init__(self, kind: str, owner: Owner | None, parent: Entry | None) -> None:
         self.kind = kind
@@ -174,20 +100,16 @@ _chain: contextvars.ContextVar[Entry | None] = contextvars.ContextVar("neuronsco
 
 
 class _Profiler:
-    """torch's profiler: process-wide and not re-entrant, so one capture at a time in any
-    thread; and how many captures the process completed (the decorator's note at exit about
-    functions that ran only inside torch.compile'd code is said only when none was)."""
+    """How many captures the process completed (the decorator's note at exit about functions
+    that ran only inside torch.compile'd code is said only when none was). The profiler
+    itself is claimed in capture.base, by captures and observations alike."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
         self.captures_done = 0
 
 
 # The process's one profiler: global by nature.
 _profiler = _Profiler()
-_profiler_lock = _profiler.lock
-
-
 
 
 def _open_head() -> Entry | None:
@@ -213,24 +135,22 @@ def capturing() -> bool:
 
 def idle() -> bool:
     """True when this context is in no capture or quiet pass and no capture holds the
-    profiler (used by tests and by ``compare()`` before it starts)."""
-    return current() is None and not _profiler_lock.locked()
+    profiler (used by tests and by ``compare()`` before it starts). Work other threads left
+    for this one (a session of its own to stop) is done first."""
+    if has_deferred():
+        run_deferred()
+    return current() is None and not profiler_claimed()
 
 
 def acquire_profiler() -> bool:
     """Take the process's one profiler for a capture of the caller's own (``compare()``);
     False when another capture or the user's own torch.profiler holds it."""
-    if profiler_running() or not _profiler_lock.acquire(blocking=False):
-        return False
-    if profiler_running():  # the user's own started meanwhile
-        _profiler_lock.release()
-        return False
-    return True
+    return claim_profiler()
 
 
 def release_profiler() -> None:
     """Give back what :func:`acquire_profiler` took."""
-    _profiler_lock.release()
+    _release_claim()
 
 
 def _push(kind: str, owner: Owner | None) -> Entry:
@@ -265,36 +185,9 @@ def _close(entry: Entry) -> None:
         _chain.set(_open_head())
 
 
-def _printable(name: str) -> str:
-    """``name`` as text that torch's record_function accepts (no lone surrogates, as
-    ``os.fsdecode`` gives for a file name that is not UTF-8)."""
-    try:
-        name.encode("utf-8")
-        return name
-    except UnicodeEncodeError:
-        return name.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-def _open_range(name: str) -> Any:
-    """A ``record_function`` range named ``name``, entered; None when torch refuses it."""
-    import torch.autograd.profiler as autograd_profiler
-
-    rf = autograd_profiler.record_function(_printable(name))
-    try:
-        rf.__enter__()
-    except Exception as err:
-        warn_once(("range", name), f"neuronscope: region {name!r} is not labelled in the capture ({type(err).__name__}: {err})")
-        return None
-    return rf
-
-
 def _close_range(entry: Entry) -> None:
     rf, entry.range = entry.range, None
-    if rf is not None:
-        try:
-            rf.__exit__(None, None, None)
-        except Exception:  # the profiler it belonged to already stopped
-            pass
+    close_range(rf)
 
 
 def enter(owner: Owner, frame: FrameType | None = None) -> Entry:
@@ -302,6 +195,8 @@ def enter(owner: Owner, frame: FrameType | None = None) -> Entry:
     becomes). ``frame`` is the caller's, for a region object (see :func:`_abandoned`)."""
     if not owner.options.enabled:
         return OFF
+    if pending_work:
+        run_deferred()  # sessions and ranges of this thread's that another thread ended
     scope = current()
     if scope is not None and scope.kind is QUIET:
         if owner.reentry_check and scope.owner is owner and _abandoned(scope, frame):
@@ -311,7 +206,7 @@ def enter(owner: Owner, frame: FrameType | None = None) -> Entry:
     if scope is None and window is not None and window.closed:
         # Past its window, the common case in a loop: an unprofiled pass, decided before the
         # environment is read (os.environ.get of an unset name costs about 1 us).
-        if _KERNEL_MODULE in sys.modules:  # a notebook: a re-run cell is told (once a cell)
+        if KERNEL_MODULE in sys.modules:  # a notebook: a re-run cell is told (once a cell)
             owner.on_used_window()
         return _quiet(owner, frame)
     if disabled_by_env():
@@ -324,23 +219,28 @@ def enter(owner: Owner, frame: FrameType | None = None) -> Entry:
         if scope.inner is None:
             scope.inner = []
         scope.inner.append(entry)
-        entry.range = _open_range(owner.name)
+        entry.thread = threading.current_thread()
+        if entry.thread is scope.thread:  # elsewhere (a context copied into a worker): no range
+            entry.range = open_range(owner.name)
         return entry
     if window is not None and (window.closed or not window.next_call_captured()):
         if window.calls == 1 and window.warmup:
             owner.on_first_warmup()
         entry = _quiet(owner, frame)
         if not window.closed and window.calls == window.warmup and owner.options.hints:
-            # The last warm-up call: observed once, for the capture's exact data flow.
-            entry.observing = begin_observation(owner.name)
+            # The last warm-up call: observed once, for the capture's exact data flow (not
+            # when another thread's session holds the profiler: then the capture records
+            # allocations itself).
+            entry.observing = begin_observation()
         if not window.closed and entry.observing is None:
             entry.timed_ns = time.perf_counter_ns()  # an unprofiled call: the capture's yardstick
         return entry
-    if profiler_running() and not _profiler_lock.locked():
+    if profiler_running() and not profiler_claimed():
         # The user's own torch.profiler is running: no capture of ours (torch's profiler is
         # process-wide and not re-entrant), but the block shows in theirs as a labelled range.
         entry = _push(FOREIGN, owner)
-        entry.range = _open_range(owner.name)
+        entry.thread = threading.current_thread()
+        entry.range = open_range(owner.name)
         owner.on_skip()
         return entry
     if not acquire_profiler():
@@ -357,17 +257,23 @@ def _quiet(owner: Owner, frame: FrameType | None) -> Entry:
 
 
 def _start_capture(owner: Owner) -> Entry:
-    if _KERNEL_MODULE in sys.modules:
+    if KERNEL_MODULE in sys.modules:
         owner.captured_in_cell = execution_count()
     session = Session(
-        owner.options, owner.name, owner.target, skipped=owner.skipped_so_far, announce=owner.announce,
+        owner.options,
+        owner.name,
+        owner.target,
+        skipped=owner.skipped_so_far,
+        announce=owner.announce,
+        observation=owner.observation(),
         unprofiled_us=owner.unprofiled_us,
     )
     entry = _push(CAPTURE, owner)
     entry.session = session
+    entry.thread = threading.current_thread()
     try:
         session.start()
-        entry.range = _open_range(owner.name)
+        entry.range = open_range(owner.name)
     except BaseException as err:
         _close(entry)
         try:
@@ -418,12 +324,22 @@ def leave(entry: Entry, exc: BaseException | None) -> ProfileResult | None:
     """
     if entry is OFF:
         return None
+    if pending_work:
+        run_deferred()
     kind = entry.kind
     was_open = entry.open
     _close(entry)
+    here = threading.current_thread()
     if kind is QUIET or kind is OFF_KIND:
-        if entry.observing is not None and was_open:
-            end_observation(entry.observing)
+        observing, entry.observing = entry.observing, None
+        if observing is not None and was_open:
+            if observing.thread is not here:  # its session is that thread's to stop; nothing observed
+                def end_there(observing: Observing = observing) -> None:
+                    end_observation(observing)  # what it observed is dropped: another thread's call
+
+                defer_to_thread(observing.thread, end_there, orphaned=forget_observer)
+            else:
+                _keep_observation(entry.owner, end_observation(observing))
         if entry.timed_ns and was_open and exc is None and entry.owner is not None:
             entry.owner.unprofiled_us = (time.perf_counter_ns() - entry.timed_ns) / 1e3
         return None
@@ -432,17 +348,25 @@ def leave(entry: Entry, exc: BaseException | None) -> ProfileResult | None:
         if entry.cut or holder is None:
             _said_cut(entry)
             return None
+        if entry.range is not None and entry.thread is not here:
+            return None  # its range is closed by its own thread, at the capture's end (cut)
         if holder.inner and entry in holder.inner:
             holder.inner.remove(entry)
         _close_range(entry)
         return None
     if kind == FOREIGN:
-        _close_range(entry)
+        if entry.thread is not None and entry.thread is not here:
+            defer_to_thread(entry.thread, lambda: _close_range(entry))
+        else:
+            _close_range(entry)
         return None
     if kind != CAPTURE or not was_open:
         return None
     session = entry.session
     assert session is not None
+    if entry.thread is not here:
+        strand(entry, release_profiler)
+        return None
     try:
         for label in reversed(entry.inner or ()):  # ranges still open: cut at the capture's end
             label.cut = True
@@ -454,6 +378,12 @@ def leave(entry: Entry, exc: BaseException | None) -> ProfileResult | None:
     finally:
         release_profiler()
         _profiler.captures_done += 1
+
+
+def _keep_observation(owner: Owner | None, observation: Observation | None) -> None:
+    """A finished observation goes to the call window that made it (its next capture's)."""
+    if observation is not None and owner is not None and owner.window is not None:
+        owner.window.observation = observation
 
 
 def _said_cut(entry: Entry) -> None:

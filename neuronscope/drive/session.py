@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from neuronscope.announce import announce_result, backend_ignores, log, warn_once, warn_user
-from neuronscope.capture import Backend, CaptureRecord, CaptureSession, resolve_backend
-from neuronscope.capture.observe import capture_options, observation_for
+from neuronscope.capture import Backend, CaptureRecord, CaptureSession, resolve_backend, torch_private
+from neuronscope.capture.observe import Observation, options_added
 from neuronscope.config import Options
 from neuronscope.drive import distributed as _distributed
 from neuronscope.drive.pipeline import CaptureFacts, result_from_record
 from neuronscope.export import run_dir as _export
-from neuronscope.report.text import render_result
+from neuronscope.export import trace_out
 from neuronscope.result.types import ProfileResult
 
 __all__ = ["Session"]
@@ -32,7 +32,8 @@ class Session:
     """The outermost capture of a region or decorated call.
 
     ``skipped`` says how many calls of the caller ran uncaptured so far (read before the
-    export, so that the result on disk and in memory say the same).
+    export, so that the result on disk and in memory say the same); ``observation`` is what
+    the caller's last warm-up call observed (capture.observe), if anything.
     """
 
     def __init__(
@@ -42,9 +43,11 @@ class Session:
         target: str | None,
         skipped: Callable[[], int] | None = None,
         announce: bool = True,
+        observation: Observation | None = None,
         unprofiled_us: float | None = None,
     ) -> None:
         self.options = options
+        self.observation = observation
         self.name = name
         self.target = target
         self.skipped = skipped
@@ -68,9 +71,13 @@ class Session:
         """Resolve the backend, warn about the environment, start the profiler."""
         # The name goes with the options: a backend may warn once per capture name (Neuron: the
         # first capture of a name without warm-up holds NEFF compilation).
-        # With nothing observed before it, the capture records allocations for exact links.
-        self.options = capture_options(self.options, self.name)
-        backend = self.backend = resolve_backend(self.options.with_name(self.name))
+        # With nothing observed before it, the capture records allocations for exact links:
+        # the backend runs with that option on; self.options stay the user's, and the record
+        # and the result say what was added and why.
+        observed = self.observation is not None and self.observation.profiler is not None
+        added = options_added(self.options, observed=observed)
+        run_options = replace(self.options, **{k: v["value"] for k, v in added.items()})
+        backend = self.backend = resolve_backend(run_options.with_name(self.name))
         for message in backend.environment_warnings():
             warn_user(message)
         backend_ignores(backend.name, self.options)
@@ -86,7 +93,7 @@ class Session:
                 scratch = self.run_dir / "neuron"
             except Exception as err:  # OSError, or ValueError for a path the OS cannot name
                 self._run_dir_error = err
-        self.capture = CaptureSession(backend, scratch_dir=scratch)
+        self.capture = CaptureSession(backend, scratch_dir=scratch, options_added=added)
         try:
             self.capture.start()
         except BaseException:
@@ -122,7 +129,7 @@ class Session:
             error=None if exc is None else f"{type(exc).__name__}: {exc}",
             skipped_calls=0 if self.skipped is None else self.skipped(),
             backend_notes=self.backend.extra_notes,
-            observation=observation_for(self.name),
+            observation=self.observation,
             unprofiled_us=self.unprofiled_us,
         )
         result = self.result = result_from_record(record, facts)
@@ -154,19 +161,19 @@ class Session:
             if self._run_dir_error is not None:
                 raise self._run_dir_error
             if result.run_dir is not None:  # rank 0, the per-rank table in: rewrite in place
-                return _export.save_result(result, self.options.output_root, summary=render_result)
-            writer = _export.make_trace_writer(
+                return _export.save_result(result, self.options.output_root, summary=ProfileResult.table)
+            writer = trace_out.make_trace_writer(
                 self.prof,
                 self.options.trace_format if _has_events(self.prof) else "none",
                 result.event_count,
                 None if self.backend is None else self.backend.saved_trace(),
             )
             if run_dir is not None:  # made at the start for the backend's own session files
-                return _export.fill_run(run_dir, result, summary=render_result, trace_writer=writer)
+                return _export.fill_run(run_dir, result, summary=ProfileResult.table, trace_writer=writer)
             return _export.export_result(
                 result,
                 self.options.output_root,
-                summary=render_result,
+                summary=ProfileResult.table,
                 trace_writer=writer,
                 name=self.name,
                 rank=None if self.dist is None else self.dist.rank,
@@ -200,7 +207,7 @@ class Session:
 def _has_events(prof: Any) -> bool:
     """Whether ``prof`` is a torch profile that stopped and holds events to save (one whose
     stop was interrupted holds none)."""
-    return getattr(getattr(prof, "profiler", None), "kineto_results", None) is not None
+    return torch_private.kineto_results(prof) is not None
 
 
 def _discard_partial_run(run_dir: Path) -> None:

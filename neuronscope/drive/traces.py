@@ -48,11 +48,11 @@ from neuronscope.analysis.straggler import rank_entry, straggler_hints
 from neuronscope.capture.neuron_explorer import device_profile_for_trace
 from neuronscope.drive.pipeline import build_result
 from neuronscope.events import KIND_OP, EventTable, gc_paused
-from neuronscope.events.trace_files import TracePath, find_trace_files, group_by_rank, resolve_paths
+from neuronscope.events.trace_files import TracePath, group_by_rank, resolve_paths
 from neuronscope.events.trace_reader import read_files
 from neuronscope.result.types import ProfileResult
 
-__all__ = ["TracePath", "find_trace_files", "from_trace", "table_from_trace"]
+__all__ = ["from_trace", "table_from_trace"]
 
 
 def table_from_trace(path: TracePath | Sequence[TracePath]) -> tuple[EventTable, dict[str, Any]]:

@@ -28,6 +28,9 @@ class CallWindow:
         self.closed = False
         #: What the window's captures gave, oldest first.
         self.results: list[ProfileResult] = []
+        #: What its last warm-up call observed (capture.observe): its captures' exact data
+        #: flow. The window's own, so that two callables of one name never share one.
+        self.observation: Any = None
         self._lock = threading.Lock()
 
     def next_call_captured(self) -> bool:

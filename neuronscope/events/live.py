@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from neuronscope.capture import torch_private
 from neuronscope.events.clocks import drop_off_clock_live
 from neuronscope.events.flows import DISPATCH_CATEGORIES, drop_dispatches, launches_by_flow_id, ops_at_launches
 from neuronscope.events.nesting import add_inner_range_device_time
@@ -118,16 +119,14 @@ def table_from_profiler(prof: Any, record_shapes: bool = False) -> EventTable:
     links each device event to the op that launched it through ``linked_correlation_id``, the
     same link ``key_averages()`` uses.
     """
-    kineto = getattr(getattr(prof, "profiler", None), "kineto_results", None)
+    kineto = torch_private.kineto_results(prof)
     if kineto is None:
         return EventTable()
     use_device = getattr(getattr(prof, "profiler", None), "use_device", None)
     legacy_device = False
     if use_device:
         try:
-            import torch
-
-            legacy_device = use_device == torch._C._get_privateuse1_backend_name()
+            legacy_device = use_device == torch_private.privateuse1_backend_name()
         except Exception:
             legacy_device = False
     with gc_paused():

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import re
 
-from neuronscope.capture.frames import LIBRARY_ROOTS, def_line, is_user_file
+from neuronscope.capture.frames import def_line, is_user_file
 
-__all__ = ["LIBRARY_ROOTS", "is_user_file", "user_location"]
+__all__ = ["user_location"]
 
 _FRAME_NAME = re.compile(r"^(.+?)\((\d+)\): ")
 

@@ -12,12 +12,15 @@ import gzip
 import json
 import shutil
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from neuronscope.config import Options
 from neuronscope.export import run_dir as _export
-from neuronscope.result.types import Comparison, ProfileResult
+from neuronscope.export import trace_out
+from neuronscope.result.comparison import Comparison
+from neuronscope.result.types import ProfileResult
 
 __all__ = ["adopt_session_files", "export_comparison", "file_stems", "merged_trace"]
 
@@ -76,54 +79,54 @@ def merged_trace(traces: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def adopt_session_files(result: ProfileResult, run_dir: Path, stem: str) -> None:
+def adopt_session_files(result: ProfileResult, run_dir: Path, stem: str) -> ProfileResult:
     """Move a variant's Neuron session files (ntff, neff, ntrace.pb), which its unexported
     capture left in a temporary directory, into ``run_dir/neuron/<stem>`` so that they belong
-    to the comparison's run, and point the result's record and notes at their new place.
+    to the comparison's run; return ``result`` with its record and notes pointing at their new
+    place (``result`` itself unchanged; returned as it is where there was nothing to move).
     ``stem`` is the variant's file-name stem (:func:`file_stems`)."""
     info = result.artifacts.get("neuron")
     if not isinstance(info, dict):
-        return
+        return result
     src_text = info.get("output_dir")
     if not isinstance(src_text, str) or not Path(src_text).is_absolute() or not Path(src_text).is_dir():
-        return
+        return result
     dest = run_dir / "neuron" / stem
     dest.parent.mkdir(parents=True, exist_ok=True)
     shutil.move(src_text, dest)
-    info["output_dir"] = dest.relative_to(run_dir).as_posix()
-    for key, value in list(info.items()):
-        if isinstance(value, str) and src_text in value:
-            info[key] = value.replace(src_text, str(dest))
-    result.notes = [
-        n.replace(src_text, str(dest)) for n in result.notes if not (n.startswith("export=False") and src_text in n)
-    ]
+    moved = {k: v.replace(src_text, str(dest)) if isinstance(v, str) else v for k, v in info.items()}
+    moved["output_dir"] = dest.relative_to(run_dir).as_posix()
+    notes = [n.replace(src_text, str(dest)) for n in result.notes if not (n.startswith("export=False") and src_text in n)]
+    return replace(result, artifacts={**result.artifacts, "neuron": moved}, notes=notes)
 
 
-def export_comparison(cmp: Comparison, profs: dict[str, Any], options: Options, summary: str) -> None:
-    """Write ``cmp`` as one run directory (sets ``cmp.run_dir``): result.json (the Comparison
-    with each variant's result), ``summary`` as summary.txt, ``trace_<stem>.json.gz`` per
-    profiled variant (its ``artifacts["trace"]``) and ``trace.json.gz`` holding them all.
-    On failure the partial directory is removed (unless session files moved in already) and
-    the error raised."""
+def export_comparison(cmp: Comparison, profs: dict[str, Any], options: Options, summary: str) -> Comparison:
+    """Write ``cmp`` as one run directory and return it as written (``cmp`` itself is not
+    changed): result.json (the Comparison with each variant's result, all with the run's
+    ``run_dir``), ``summary`` as summary.txt, ``trace_<stem>.json.gz`` per profiled variant
+    (its ``artifacts["trace"]``) and ``trace.json.gz`` holding them all. On failure the
+    partial directory is removed (unless session files moved in already) and the error raised."""
     run_dir = _export.new_run_dir(options.output_root, cmp.name)
     stems = file_stems(cmp.results)
     try:
         traces: dict[str, dict[str, Any]] = {}
+        results: dict[str, ProfileResult] = {}
         for label, result in cmp.results.items():
-            result.run_dir = str(run_dir)
+            artifacts = dict(result.artifacts)
             prof = profs.get(label)
             if prof is not None:
                 # Before the session files move: the Neuron backend's saved trace is among them.
                 fname = f"trace_{stems[label]}.json.gz"
                 raw = run_dir / f".trace_{stems[label]}.json"
                 try:
-                    _export.save_chrome_trace(prof, raw)
+                    trace_out.save_chrome_trace(prof, raw)
                     traces[label] = json.loads(raw.read_text())
-                    _export.gzip_file(raw, run_dir / fname)
+                    trace_out.gzip_file(raw, run_dir / fname)
                 finally:
                     raw.unlink(missing_ok=True)
-                result.artifacts["trace"] = fname
-            adopt_session_files(result, run_dir, stems[label])
+                artifacts["trace"] = fname
+            placed = replace(result, run_dir=str(run_dir), artifacts=artifacts)
+            results[label] = adopt_session_files(placed, run_dir, stems[label])
         if traces:
             payload = json.dumps(merged_trace(traces)).encode()
 
@@ -132,7 +135,7 @@ def export_comparison(cmp: Comparison, profs: dict[str, Any], options: Options, 
                     fh.write(payload)
 
             _export.atomic_write_with(run_dir / "trace.json.gz", write_trace)
-        _export.write_run(run_dir, cmp, summary)
+        return _export.fill_run(run_dir, replace(cmp, results=results), summary=summary)
     except Exception:
         if not (run_dir / "neuron").is_dir():  # never delete measurements moved in already
             shutil.rmtree(run_dir, ignore_errors=True)

@@ -25,67 +25,40 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import errno
-import gzip
 import hashlib
 import logging
 import os
 import re
-import shutil
 import socket
 import unicodedata
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from neuronscope.export import safe_io
 from neuronscope.export.runs import (
     INCOMPLETE_MARKER,
-    MAX_RESULT_BYTES,
     RESULT_FILE,
     SUMMARY_FILE,
-    find_runs,
-    incomplete_trace_text,
-    is_incomplete,
-    is_run_dir,
-    load,
-    load_json,
 )
-from neuronscope.result.types import Comparison, ProfileResult
+from neuronscope.export.safe_io import atomic_write_with
+from neuronscope.export.trace_out import (
+    RAW_TRACE,
+    TraceWriter,
+)
+from neuronscope.result.comparison import Comparison
+from neuronscope.result.types import ProfileResult
 
 __all__ = [
-    "GZIP_TRACE_ABOVE_EVENTS",
-    "INCOMPLETE_MARKER",
-    "MAX_RESULT_BYTES",
-    "RAW_TRACE",
-    "RESULT_FILE",
-    "SUMMARY_FILE",
-    "TraceWriter",
-    "atomic_write_text",
-    "atomic_write_with",
     "export_result",
     "fill_run",
-    "find_runs",
     "finish_run",
-    "incomplete_trace_text",
-    "is_incomplete",
-    "is_run_dir",
-    "load",
-    "load_json",
-    "make_trace_writer",
     "new_run_dir",
     "safe_name",
     "save_result",
-    "write_run",
 ]
 
 log = logging.getLogger("neuronscope")
-
-#: The uncompressed trace torch writes before it is gzipped; a process killed meanwhile leaves
-#: it behind, and the next export of the same name on this host removes it.
-RAW_TRACE = ".trace.json.raw"
-#: Above this many events a trace is gzipped (``trace_format="auto"``): ~10x smaller, and
-#: level 1 costs a fraction of the time of writing it.
-GZIP_TRACE_ABOVE_EVENTS = 20_000
 
 #: Characters kept in a directory name: letters and digits of any script (``\w``), '.', '-'.
 _UNSAFE_CHARS = re.compile(r"[^\w.\-]+")
@@ -96,8 +69,6 @@ _RESERVED = frozenset({"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(1,
 MAX_NAME_CHARS = 96
 _MAX_NAME_BYTES = 180
 
-#: Writes a trace into the run directory it is given and returns its path, or None.
-TraceWriter = Callable[[Path], "Path | None"]
 _R = TypeVar("_R", ProfileResult, Comparison)
 
 
@@ -209,6 +180,9 @@ def _remove_stale_raw_traces(parent_fd: int) -> None:
         try:
             if os.fstat(fd).st_uid == os.geteuid():
                 safe_io.unlink_quietly(fd, RAW_TRACE)
+                for left in os.listdir(fd):  # private directories torch was writing in
+                    if left.startswith(safe_io.WORK_PREFIX):
+                        _remove_empty_run(fd, left)
         finally:
             os.close(fd)
 
@@ -242,114 +216,10 @@ def new_run_dir(
     return path
 
 
-def atomic_write_with(path: Path, write: Callable[[Path], object]) -> None:
-    """Call ``write(tmp_path)`` on a new, exclusively created temporary file beside ``path``,
-    fsync it, then rename it onto ``path``.
-
-    For directories neuronscope made (``path`` under :func:`safe_io.fd_path`): ``write`` opens
-    the temporary file by name. A reader sees either no file or the whole file; the temporary
-    file is removed on failure.
-    """
-    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        tmp_name = safe_io.temp_name(path.name)
-        os.close(safe_io.create_exclusive(dir_fd, tmp_name))
-        try:
-            write(path.parent / tmp_name)
-            fd = os.open(tmp_name, os.O_RDWR | os.O_NOFOLLOW, dir_fd=dir_fd)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            safe_io.replace_at(dir_fd, tmp_name, path.name)
-        except BaseException:
-            safe_io.unlink_quietly(dir_fd, tmp_name)
-            raise
-    finally:
-        os.close(dir_fd)
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``path`` atomically through its directory's descriptor, in any directory (one
-    received from someone else too): planted links or temporary names are never followed."""
-    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        safe_io.write_bytes_at(dir_fd, path.name, text.encode("utf-8", "backslashreplace"))
-    finally:
-        os.close(dir_fd)
-
-
 # Text is encoded with "backslashreplace": a lone surrogate (a name from os.fsdecode of a
 # non-UTF-8 file name) is written as '\\udc..' instead of failing the export.
 def _write_text(path: Path, text: str) -> None:
     atomic_write_with(path, lambda tmp: tmp.write_bytes(text.encode("utf-8", "backslashreplace")))
-
-
-def save_chrome_trace(prof: Any, path: Path) -> None:
-    """``prof.export_chrome_trace(path)``, raising when no trace came out.
-
-    On a write error (a full disk) torch's trace writer only logs "Failed to write to log
-    file!" on stderr and returns: no file at ``path``, a partial ``<path>.tmp`` of its own
-    beside it. Without this check the export failed later with a misleading "No such file".
-    """
-    prof.export_chrome_trace(str(path))
-    if path.is_file() and path.stat().st_size > 0:
-        return
-    leftover = path.with_name(path.name + ".tmp")
-    leftover.unlink(missing_ok=True)
-    try:
-        full = os.statvfs(path.parent).f_bavail == 0
-    except OSError:
-        full = False
-    if full:
-        raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} (torch.profiler could not write {path.name})")
-    raise OSError(f"torch.profiler wrote no trace to {path} (it reports write errors only on stderr)")
-
-
-def gzip_file(src: Path, dest: Path) -> None:
-    """Compress ``src`` into ``dest`` (level 1: traces shrink ~10x at a fraction of level 9's time)."""
-
-    def write(tmp: Path) -> None:
-        with open(src, "rb") as fin, gzip.open(tmp, "wb", compresslevel=1) as fout:
-            shutil.copyfileobj(fin, fout, 1 << 20)
-
-    atomic_write_with(dest, write)
-
-
-def make_trace_writer(prof: Any, trace_format: str, event_count: int, saved: Path | None = None) -> TraceWriter | None:
-    """The trace-format policy: how a capture's trace goes into its run directory.
-
-    ``trace_format`` is ``"json"``, ``"gz"``, ``"none"`` or ``"auto"`` (gzip above
-    :data:`GZIP_TRACE_ABOVE_EVENTS` events). ``saved`` is a trace the profiler already wrote
-    (torch refuses a second save); else ``prof.export_chrome_trace`` writes it.
-    """
-    fmt = trace_format
-    if fmt == "auto":
-        fmt = "gz" if event_count > GZIP_TRACE_ABOVE_EVENTS else "json"
-    if fmt == "none":
-        return None
-
-    def write(run_dir: Path) -> Path:
-        plain, packed = run_dir / "trace.json", run_dir / "trace.json.gz"
-        if saved is not None:
-            if fmt == "gz":
-                gzip_file(saved, packed)
-                return packed
-            atomic_write_with(plain, lambda tmp: shutil.copyfile(saved, tmp))
-            return plain
-        if fmt == "gz":
-            raw = run_dir / RAW_TRACE
-            try:
-                save_chrome_trace(prof, raw)
-                gzip_file(raw, packed)
-            finally:
-                raw.unlink(missing_ok=True)
-            return packed
-        atomic_write_with(plain, lambda tmp: save_chrome_trace(prof, tmp))
-        return plain
-
-    write.filename = "trace.json.gz" if fmt == "gz" else "trace.json"  # type: ignore[attr-defined]
-    return write
 
 
 def _summary_text(summary: str | Callable[[Any], str], result: Any, added: list[str] | None = None) -> str:
@@ -368,14 +238,13 @@ def _fill(
 ) -> Any:
     """Write a run into the directory held open as ``fd``; return the result as written."""
     base = safe_io.fd_path(fd, run_dir)
-    out: Any = dataclasses.replace(result, run_dir=str(run_dir), notes=list(result.notes))
     # The trace's name, where the writer says it in advance (make_trace_writer's do): then
     # result.json names it from its first write and is written once when the trace comes out.
     expected = getattr(trace_writer, "filename", None)
-    if isinstance(out, ProfileResult):
-        out.artifacts = dict(out.artifacts)
-        if expected is not None:
-            out.artifacts.setdefault("trace", expected)
+    changes: dict[str, Any] = {"run_dir": str(run_dir), "notes": list(result.notes)}
+    if isinstance(result, ProfileResult):
+        changes["artifacts"] = {"trace": expected, **result.artifacts} if expected is not None else dict(result.artifacts)
+    out: Any = dataclasses.replace(result, **changes)
     _write_text(base / RESULT_FILE, out.to_json())  # the measurement first: it is small
     _write_text(base / SUMMARY_FILE, _summary_text(summary, out))
     if trace_writer is None:
@@ -394,9 +263,16 @@ def _fill(
     if trace_path is not None and isinstance(out, ProfileResult) and "trace" not in out.artifacts:
         out = dataclasses.replace(out, artifacts={**out.artifacts, "trace": trace_path.name})
     if out is not first:  # name the trace, or say why there is none
-        _write_text(base / RESULT_FILE, out.to_json())
-        if out.notes != first.notes:  # the summary shows notes, not the trace's name
-            _write_text(base / SUMMARY_FILE, _summary_text(summary, out, out.notes[len(first.notes) :]))
+        try:
+            _write_text(base / RESULT_FILE, out.to_json())
+            if out.notes != first.notes:  # the summary shows notes, not the trace's name
+                _write_text(base / SUMMARY_FILE, _summary_text(summary, out, out.notes[len(first.notes) :]))
+        except OSError as err:
+            # Still a full disk: the files written first stay, whole (each write is a rename),
+            # in a run still marked incomplete, so that show and ls say the trace is missing.
+            log.warning("neuronscope: %s could not be rewritten to say why the trace is missing (%s); "
+                        "the run stays marked incomplete", run_dir, err)
+            return out
     safe_io.unlink_quietly(fd, INCOMPLETE_MARKER)
     return out
 
@@ -467,21 +343,6 @@ def fill_run(
         return written
     finally:
         os.close(fd)
-
-
-def write_run(
-    run_dir: Path,
-    result: ProfileResult | Comparison,
-    summary: str,
-    trace_writer: TraceWriter | None = None,
-) -> None:
-    """:func:`fill_run` that sets ``run_dir`` (and the trace artifact, and notes) on ``result``
-    itself, for a comparison, which its caller fills in as it goes."""
-    written: Any = fill_run(run_dir, cast(Any, result), summary=summary, trace_writer=trace_writer)
-    result.run_dir = written.run_dir
-    result.notes[:] = written.notes
-    if isinstance(result, ProfileResult) and isinstance(written, ProfileResult):
-        result.artifacts.update(written.artifacts)
 
 
 def save_result(

@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import json
 import os
+import stat
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from neuronscope.errors import RunLoadError
-from neuronscope.result.types import Comparison, ProfileResult
+from neuronscope.result.comparison import Comparison
+from neuronscope.result.types import ProfileResult
 
 __all__ = [
     "INCOMPLETE_MARKER",
@@ -44,8 +47,14 @@ def load_json(path: Path) -> dict[str, Any]:
     """Read ``result.json`` (a UTF-8 BOM is accepted); any problem becomes a
     :class:`RunLoadError` naming the file, a file over :data:`MAX_RESULT_BYTES` too."""
     try:
-        with open(path, "rb") as fh:
-            size = os.fstat(fh.fileno()).st_size
+        # Opened without blocking and checked before a byte is read: a FIFO (or a device) named
+        # result.json would otherwise hang show, report and diff until something wrote to it.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        with os.fdopen(fd, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise RunLoadError(f"{path}: is not a regular file (a pipe, a device or a socket); not a neuronscope result.json")
+            size = st.st_size
             if size > MAX_RESULT_BYTES:
                 raise RunLoadError(
                     f"{path}: is {size / 2**20:,.0f} MiB, far larger than any neuronscope result.json "
@@ -130,11 +139,11 @@ def load(run_dir: str | os.PathLike[str]) -> ProfileResult | Comparison:
             loaded = ProfileResult.from_dict(data)
     except RunLoadError as exc:
         raise RunLoadError(f"{result_file}: {exc}") from exc
-    loaded.run_dir = str(result_file.parent)
+    where = str(result_file.parent)
     if isinstance(loaded, Comparison):  # the variants live in the comparison's directory
-        for variant in loaded.results.values():
-            variant.run_dir = loaded.run_dir
-    return loaded
+        results = {label: replace(variant, run_dir=where) for label, variant in loaded.results.items()}
+        return replace(loaded, run_dir=where, results=results)
+    return replace(loaded, run_dir=where)
 
 
 def is_incomplete(run_dir: Path | str) -> bool:

@@ -27,28 +27,43 @@ from __future__ import annotations
 import os
 import secrets
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from neuronscope.errors import NeuronscopeError
 
 __all__ = [
+    "NOFOLLOW",
+    "WORK_PREFIX",
     "UnsafePathError",
+    "atomic_write_text",
+    "atomic_write_with",
     "create_exclusive",
+    "empty_dir",
     "fd_path",
+    "held_dir",
     "make_dir_at",
     "open_dir",
+    "private_dir_at",
     "replace_at",
     "write_bytes_at",
+    "write_text_at",
 ]
 
 # getattr: Windows has neither flag (nor dir_fd); importing must still work there.
 _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-#: Directories neuronscope makes are never writable by every user (even under ``umask 0``):
-#: in a shared root, another user could otherwise rename a run directory away and plant a link.
-_DIR_MODE = 0o775
+_NOFOLLOW = NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+#: Directories neuronscope makes are writable by their owner only, whatever the umask (``umask
+#: 002`` on a group-shared, setgid root included): in a directory a teammate may write, they
+#: could rename a run directory away, or plant a link at a name torch opens with ``O_TRUNC``
+#: (its trace writer's fixed ``<name>.tmp``), and turn a capture into an overwrite of any file
+#: the capturing user can write. Readable by all, so that a team can still read the runs.
+_DIR_MODE = 0o755
+#: Write bits stripped from a directory just made (a default ACL or a umask may have set them).
+_OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
+#: Prefix of the private directories (mode 0700) that writers by path (torch) write into.
+WORK_PREFIX = ".ns-work."
 
 
 class UnsafePathError(NeuronscopeError):
@@ -69,7 +84,7 @@ def _shown(parts: list[str], i: int) -> str:
 
 def open_dir(path: Path | str, *, create: bool = False, private_tail: int = 0) -> int:
     """Open the directory ``path`` for writing into it, and return its descriptor (the caller
-    closes it). With ``create``, missing components are made (mode 0o775 less the umask).
+    closes it). With ``create``, missing components are made (mode 0o755 less the umask).
 
     The last ``private_tail`` components must be real directories owned by this user. Raises
     :class:`UnsafePathError` for a refused component, ``OSError`` for the rest.
@@ -86,9 +101,12 @@ def open_dir(path: Path | str, *, create: bool = False, private_tail: int = 0) -
                     raise
                 try:
                     os.mkdir(part, _DIR_MODE, dir_fd=fd)
+                    made = True
                 except FileExistsError:
-                    pass
+                    made = False
                 st = os.stat(part, dir_fd=fd, follow_symlinks=False)
+                if made and private:  # the root and above: the user's, made with their umask
+                    st = _owner_writes_only(fd, part, st)
             new = _open_component(fd, part, st, private, _shown(parts, i))
             os.close(fd)
             fd = new
@@ -96,6 +114,14 @@ def open_dir(path: Path | str, *, create: bool = False, private_tail: int = 0) -
     except BaseException:
         os.close(fd)
         raise
+
+
+def _owner_writes_only(fd: int, part: str, st: os.stat_result) -> os.stat_result:
+    """Strip group and other write from a directory this process just made (see _DIR_MODE)."""
+    if stat.S_ISDIR(st.st_mode) and _own(st.st_uid) and st.st_mode & _OTHERS_WRITE:
+        os.chmod(part, stat.S_IMODE(st.st_mode) & ~_OTHERS_WRITE, dir_fd=fd, follow_symlinks=False)
+        st = os.stat(part, dir_fd=fd, follow_symlinks=False)
+    return st
 
 
 def _open_component(fd: int, part: str, st: os.stat_result, private: bool, where: str) -> int:
@@ -139,12 +165,53 @@ def _open_component(fd: int, part: str, st: os.stat_result, private: bool, where
     return new
 
 
-def make_dir_at(dir_fd: int, name: str) -> int:
-    """Make the new directory ``name`` in ``dir_fd`` (``FileExistsError`` if it exists; mode 0o775
-    less the umask) and return its descriptor."""
-    os.mkdir(name, _DIR_MODE, dir_fd=dir_fd)
-    st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+def make_dir_at(dir_fd: int, name: str, mode: int = _DIR_MODE) -> int:
+    """Make the new directory ``name`` in ``dir_fd`` (``FileExistsError`` if it exists; ``mode``
+    less the umask, never writable by group or others) and return its descriptor."""
+    os.mkdir(name, mode, dir_fd=dir_fd)
+    st = _owner_writes_only(dir_fd, name, os.stat(name, dir_fd=dir_fd, follow_symlinks=False))
     return _open_component(dir_fd, name, st, True, name)
+
+
+@contextmanager
+def private_dir_at(dir_fd: int) -> Iterator[int]:
+    """A new directory of mode 0700 inside ``dir_fd``, for writers that take a path and open
+    names of their own (torch's trace writer opens ``<path>.tmp`` with ``O_TRUNC``, following
+    links): nobody else can plant a name in it. Gives its descriptor; on the way out every
+    file in it is truncated (space comes back even where the writer still holds the file open,
+    as torch's does after a failed write) and removed, and then the directory."""
+    name = f"{WORK_PREFIX}{os.getpid()}.{secrets.token_hex(4)}"
+    fd = make_dir_at(dir_fd, name, 0o700)
+    try:
+        yield fd
+    finally:
+        try:
+            empty_dir(fd)
+        finally:
+            os.close(fd)
+            try:
+                os.rmdir(name, dir_fd=dir_fd)
+            except OSError:
+                pass
+
+
+def empty_dir(fd: int) -> None:
+    """Truncate and remove the files in the directory held as ``fd`` (links are removed, never
+    followed; subdirectories are left)."""
+    for entry in os.listdir(fd):
+        try:
+            held = os.open(entry, os.O_WRONLY | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0), dir_fd=fd)
+        except OSError:
+            pass
+        else:
+            try:
+                if stat.S_ISREG(os.fstat(held).st_mode):
+                    os.ftruncate(held, 0)
+            except OSError:
+                pass
+            finally:
+                os.close(held)
+        unlink_quietly(fd, entry)
 
 
 def create_exclusive(dir_fd: int, name: str, mode: int = 0o644) -> int:
@@ -209,3 +276,56 @@ def opened_dir(path: Path | str, *, create: bool = False, private_tail: int = 0)
         yield fd
     finally:
         os.close(fd)
+
+
+def atomic_write_with(path: Path, write: Callable[[Path], object]) -> None:
+    """Call ``write(tmp_path)`` on a new, exclusively created temporary file beside ``path``,
+    fsync it, then rename it onto ``path``.
+
+    For directories neuronscope made (``path`` under :func:`fd_path`): ``write`` opens
+    the temporary file by name. A reader sees either no file or the whole file; the temporary
+    file is removed on failure.
+    """
+    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        tmp_name = temp_name(path.name)
+        os.close(create_exclusive(dir_fd, tmp_name))
+        try:
+            write(path.parent / tmp_name)
+            fd = os.open(tmp_name, os.O_RDWR | NOFOLLOW, dir_fd=dir_fd)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            replace_at(dir_fd, tmp_name, path.name)
+        except BaseException:
+            unlink_quietly(dir_fd, tmp_name)
+            raise
+    finally:
+        os.close(dir_fd)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``path`` atomically through its directory's descriptor, in any directory (one
+    received from someone else too): planted links or temporary names are never followed."""
+    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        write_bytes_at(dir_fd, path.name, text.encode("utf-8", "backslashreplace"))
+    finally:
+        os.close(dir_fd)
+
+
+@contextmanager
+def held_dir(path: Path | str) -> Iterator[int]:
+    """The directory ``path``, opened once (no link followed at its last component) and held:
+    writes through :func:`write_text_at` land in it even if its name is swapped meanwhile."""
+    fd = os.open(path, _DIR_FLAGS | NOFOLLOW)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def write_text_at(dir_fd: int, name: str, text: str) -> None:
+    """Write ``name`` atomically in the directory held as ``dir_fd`` (see :func:`held_dir`)."""
+    write_bytes_at(dir_fd, name, text.encode("utf-8", "backslashreplace"))

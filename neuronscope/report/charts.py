@@ -15,11 +15,11 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from neuronscope.errors import NeuronscopeError
-from neuronscope.report.text import MAX_NAME_CHARS, shorten
-from neuronscope.units import fmt_us
+from neuronscope.units import MAX_NAME_CHARS, fmt_us, safe_text, shorten
 
 if TYPE_CHECKING:
-    from neuronscope.result.types import Comparison, ProfileResult
+    from neuronscope.result.comparison import Comparison
+    from neuronscope.result.types import ProfileResult
 
 __all__ = ["CHART_LABEL_CHARS", "TOP_OPS_IN_CHART", "Charts", "device_label"]
 
@@ -43,9 +43,10 @@ def device_label(backend: str | None) -> str:
     return {"neuron": "NEURON", "cuda": "CUDA", "rocm": "HIP", "mtia": "MTIA"}.get(backend or "", "device")
 
 
-def _plain(text: str) -> str:
-    """Text that matplotlib draws as it is: a pair of '$' would start its mathtext."""
-    return text.replace("$", r"\$")
+def _plain(text: str, limit: int = MAX_NAME_CHARS) -> str:
+    """Text that matplotlib draws as it is: through the one sanitising step (a lone surrogate
+    failed in its font code), then '$' escaped (a pair would start its mathtext)."""
+    return safe_text(text, limit).replace("$", r"\$")
 
 
 def _chart_label(text: str) -> str:

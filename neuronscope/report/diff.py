@@ -7,12 +7,14 @@ summed over the capture, as in the op tables; the total is the sum over all ops.
 
 from __future__ import annotations
 
+import statistics
+from collections.abc import Sequence
 from typing import Any
 
 from tabulate import tabulate
 
-from neuronscope.report.text import fmt_us
 from neuronscope.result.types import ProfileResult
+from neuronscope.units import fmt_us, safe_text
 
 __all__ = ["diff_results", "render_diff"]
 
@@ -29,12 +31,20 @@ def _side(r: ProfileResult) -> dict[str, Any]:
     }
 
 
-def diff_results(a: ProfileResult, b: ProfileResult) -> dict[str, Any]:
+def diff_results(a: ProfileResult | Sequence[ProfileResult], b: ProfileResult | Sequence[ProfileResult]) -> dict[str, Any]:
     """A JSON-ready diff of ``b`` against the baseline ``a``.
 
     ``ops`` holds one row per op name in either run (status ``common``, ``added`` in ``b`` or
     ``removed`` from it), largest absolute change first; ``added`` / ``removed`` list the names.
+
+    Each side may be several captures of the same code (a decorated function's ``results``):
+    the op table compares the first of each, and the totals' spread over the captures says
+    whether the change in total stands out from run-to-run variation (``told_apart``). With
+    one capture a side nothing can say that, and a note says so: on a shared machine one
+    capture of identical steps took 0.41x of another.
     """
+    side_a, side_b = _captures(a), _captures(b)
+    a, b = side_a[0], side_b[0]
     ops_a = {o.name: o for o in a.ops}
     ops_b = {o.name: o for o in b.ops}
     rows: list[dict[str, Any]] = []
@@ -58,9 +68,28 @@ def diff_results(a: ProfileResult, b: ProfileResult) -> dict[str, Any]:
     notes = []
     if a.has_device_time != b.has_device_time:
         notes.append("one run has device time and the other not: times compare device with CPU time")
+    spread_a = [r.total_op_us for r in side_a]
+    spread_b = [r.total_op_us for r in side_b]
+    told_apart: bool | None = None
+    if len(side_a) < 2 or len(side_b) < 2:
+        notes.append(
+            f"{len(side_a)} and {len(side_b)} capture(s): one capture's time varies from run to run (on a busy machine "
+            "by 2x and more), so no change here, however large, is told apart from that variation; capture several "
+            "(active=N) and diff them all, or time the two with neuronscope.compare()"
+        )
+    else:
+        told_apart = max(spread_a) < min(spread_b) or max(spread_b) < min(spread_a)
+        total_a, total_b = statistics.median(spread_a), statistics.median(spread_b)
+        notes.append(
+            f"totals over {len(side_a)} and {len(side_b)} captures (medians compared): A {fmt_us(min(spread_a))} to "
+            f"{fmt_us(max(spread_a))}, B {fmt_us(min(spread_b))} to {fmt_us(max(spread_b))}; "
+            + ("the ranges do not overlap: told apart" if told_apart else "the ranges overlap: not told apart")
+        )
     return {
         "a": _side(a),
         "b": _side(b),
+        "captures": [len(side_a), len(side_b)],
+        "told_apart": told_apart,
         "total_delta_us": total_b - total_a,
         "total_ratio": (total_b / total_a) if total_a else None,
         "modules": _module_rows(a, b),
@@ -71,12 +100,19 @@ def diff_results(a: ProfileResult, b: ProfileResult) -> dict[str, Any]:
     }
 
 
+def _captures(side: ProfileResult | Sequence[ProfileResult]) -> list[ProfileResult]:
+    captures = [side] if isinstance(side, ProfileResult) else list(side)
+    if not captures:
+        raise ValueError("diff_results needs at least one result on each side")
+    return captures
+
+
 def _module_rows(a: ProfileResult, b: ProfileResult) -> list[dict[str, Any]]:
     """One row per module (qualified name) in either run: inclusive time in each and the
     change, largest change first; empty where neither run has a module tree."""
     mods_a = {m.name: m for m in a.modules}
     mods_b = {m.name: m for m in b.modules}
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in list(mods_a) + [n for n in mods_b if n not in mods_a]:
         ma, mb = mods_a.get(name), mods_b.get(name)
         ta = ma.time_us if ma else 0.0
@@ -109,7 +145,7 @@ def render_diff(d: dict[str, Any], row_limit: int = 25) -> str:
     """The diff as text: the two totals and the change, then the op table."""
     table = [
         [
-            r["op"],
+            safe_text(r["op"]),
             r["status"],
             fmt_us(r["time_a_us"]) if r["status"] != "added" else "-",
             fmt_us(r["time_b_us"]) if r["status"] != "removed" else "-",
@@ -120,19 +156,21 @@ def render_diff(d: dict[str, Any], row_limit: int = 25) -> str:
     ]
     ratio = d["total_ratio"]
     head = "\n".join(
-        f"{key.upper()}: {side['name']} ({side['backend']}) total {fmt_us(side['total_us'])}"
-        f" (wall {fmt_us(side['wall_time_us'])})" + (f"  {side['run_dir']}" if side.get("run_dir") else "")
+        f"{key.upper()}: {safe_text(side['name'])} ({safe_text(side['backend'])}) total {fmt_us(side['total_us'])}"
+        f" (wall {fmt_us(side['wall_time_us'])})" + (f"  {safe_text(side['run_dir'], 4096)}" if side.get("run_dir") else "")
         for key, side in (("a", d["a"]), ("b", d["b"]))
     )
+    told = d.get("told_apart")
+    caveat = "" if told else " (not told apart from run-to-run variation: see the note)"
     head += f"\nchange in total: {_signed(d['total_delta_us'])}" + (
-        f" (B takes {ratio:.2f}x of A)" if ratio is not None else ""
+        f" (B takes {ratio:.2f}x of A){caveat}" if ratio is not None else caveat
     )
     body = tabulate(table, headers=["Op", "Status", "A", "B", "Change", "Calls A -> B"], tablefmt="simple", disable_numparse=True)
     modules = d.get("modules") or []
     if modules:
         mrows = [
             [
-                r["module"],
+                safe_text(r["module"]),
                 r["status"],
                 fmt_us(r["time_a_us"]) if r["status"] != "added" else "-",
                 fmt_us(r["time_b_us"]) if r["status"] != "removed" else "-",
@@ -153,9 +191,9 @@ def render_diff(d: dict[str, Any], row_limit: int = 25) -> str:
         extra += f"\n... {hidden} more ops"
     for label, names in (("appeared in B", d["added"]), ("gone in B", d["removed"])):
         if names:
-            shown = ", ".join(names[:NAMES_LISTED])
+            shown = ", ".join(safe_text(n) for n in names[:NAMES_LISTED])
             more = f", and {len(names) - NAMES_LISTED} more (--json lists them all)" if len(names) > NAMES_LISTED else ""
             extra += f"\n{label} ({len(names)}): {shown}{more}"
     for note in d.get("notes") or []:
-        extra += f"\nnote: {note}"
+        extra += f"\nnote: {safe_text(note, 2000)}"
     return f"{head}\n\n{body}{extra}\n"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import html
+import importlib.metadata
 import os
 import re
 import stat
@@ -21,15 +22,19 @@ from pathlib import Path
 from typing import Any
 
 from neuronscope.errors import NeuronscopeError
-from neuronscope.export.run_dir import atomic_write_text, load
-from neuronscope.report.charts import TOP_OPS_IN_CHART, Charts, device_label
+from neuronscope.export.runs import load
+from neuronscope.export.safe_io import held_dir, write_text_at
+from neuronscope.report.charts import Charts, device_label
 from neuronscope.report.pictures import DRAW_JS, pictures, plotly_js
-from neuronscope.report.text import MAX_NAME_CHARS, shorten
 from neuronscope.report.trace_view import read_trace_view
-from neuronscope.result.types import NO_FASTER_TEXT, Comparison, Hint, OpStat, ProfileResult, RegionStat
-from neuronscope.units import fmt_us
+from neuronscope.result.comparison import Comparison
+from neuronscope.result.hint import NO_FASTER_TEXT, Hint
+from neuronscope.result.stats import OpStat, RegionStat
+from neuronscope.result.text import render_breakdown
+from neuronscope.result.types import ProfileResult
+from neuronscope.units import MAX_NAME_CHARS, fmt_us, shorten
 
-__all__ = ["OPS_IN_TABLE", "REPORT_FILE", "TOP_OPS_IN_CHART", "render_report", "write_report"]
+__all__ = ["OPS_IN_TABLE", "REPORT_FILE", "render_report", "write_report"]
 
 REPORT_FILE = "report.html"
 #: Rows of the op table under the chart (the full table is in result.json and summary.txt).
@@ -127,8 +132,6 @@ def _timeline_section(result: ProfileResult, charts: Charts, heading: str, sfx: 
     bd = result.breakdown
     if not bd:
         return ""
-    from neuronscope.report.text import render_breakdown
-
     text = render_breakdown(bd)
     return (
         f'<section id="timeline{sfx}"><{heading}>Device busy and idle</{heading}>'
@@ -325,9 +328,16 @@ def _files_section(run_dir: str | None, artifacts: dict[str, Any]) -> str:
     )
 
 
-def _page(title: str, header: str, body: list[str]) -> str:
-    from neuronscope import __version__
+def _version() -> str:
+    """neuronscope's version from the installed package's metadata (the package root, which
+    defines ``__version__``, is the last stage and imports this one)."""
+    try:
+        return importlib.metadata.version("neuronscope")
+    except importlib.metadata.PackageNotFoundError:
+        return "(version unknown: not installed)"
 
+
+def _page(title: str, header: str, body: list[str]) -> str:
     scripts = ""
     if any('data-plot="' in p for p in body):
         library = plotly_js()
@@ -346,7 +356,7 @@ def _page(title: str, header: str, body: list[str]) -> str:
         f"<title>{_e(title)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n<main>\n"
         + header
         + "\n".join(p for p in body if p)
-        + f"\n<footer>Written by neuronscope {_e(__version__)} on {_e(now)}. This page is self-contained and opens offline.</footer>\n"
+        + f"\n<footer>Written by neuronscope {_e(_version())} on {_e(now)}. This page is self-contained and opens offline.</footer>\n"
         + "</main>\n"
         + scripts
         + "</body>\n</html>\n"
@@ -455,10 +465,12 @@ def write_report(run_dir: str | Path | ProfileResult | Comparison) -> Path:
         obj = load(run_dir)
         assert obj.run_dir is not None
         target = Path(obj.run_dir)
-    page = render_report(obj)
     path = target / REPORT_FILE
+    # The directory is held open from before the drawing to the rename: one swapped for
+    # another (or for a link) meanwhile does not get the page.
     try:
-        atomic_write_text(path, page)
+        with held_dir(target) as fd:
+            write_text_at(fd, REPORT_FILE, render_report(obj))
     except OSError as exc:
         raise NeuronscopeError(f"{path}: cannot write the report ({exc.strerror or exc})") from exc
     return path

@@ -17,6 +17,7 @@ from neuronscope.errors import RunLoadError
 
 __all__ = [
     "SCHEMA_VERSION",
+    "breakdown_from",
     "check_schema",
     "dumps_json",
     "known_fields",
@@ -116,6 +117,8 @@ def ranks_list(value: Any) -> list[dict[str, Any]] | None:
     return out
 
 
+
+
 def malformed(what: str, exc: Exception) -> str:
     """Why a result.json could not be read back, and what to do."""
     if isinstance(exc, KeyError):
@@ -142,3 +145,75 @@ def check_schema(data: Any, expected_type: str) -> None:
     kind = data.get("type", expected_type)
     if kind != expected_type:
         raise RunLoadError(f"holds a {kind}, not a {expected_type}")
+
+
+#: The most steps, step starts and chart bins a loaded breakdown keeps (a capture writes at
+#: most 64 steps and 400 bins; a hand-made file with 20,000 step starts made report take 33 s).
+MAX_LOADED_STEPS = 64
+MAX_LOADED_BINS = 2_000
+#: The figures the renderers read without checks (report/text.py, report/charts.py).
+_TOP_NUMBERS = (
+    "window_us", "busy_us", "idle_us", "busy_pct", "idle_host_us", "idle_sync_us", "idle_other_us",
+    "compute_us", "communication_us", "memory_us", "overlap_compute_communication_us", "overlap_compute_memory_us",
+)
+_STEP_NUMBERS = ("start_us", "window_us", "busy_us", "idle_host_us", "idle_sync_us", "idle_other_us")
+_LAUNCH_NUMBERS = ("shorter_than_launch", "linked", "median_kernel_us", "median_launch_us", "median_delay_us", "p90_delay_us")
+
+
+def _finite_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _rows(value: Any, numbers: tuple[str, ...], text: str | None = None) -> bool:
+    """A list of mappings, each with finite ``numbers`` (and a string ``text`` field)."""
+    return isinstance(value, list) and all(
+        isinstance(r, Mapping) and all(_finite_number(r.get(k)) for k in numbers) and (text is None or isinstance(r.get(text), str))
+        for r in value
+    )
+
+
+def breakdown_from(value: Any) -> dict[str, Any] | None:
+    """A ``breakdown`` read from ``result.json``, or None where it is not one: the renderers
+    read its figures without checks, so a malformed one (a string, steps that are not rows,
+    figures that are not numbers) is dropped whole, never shown half. Long lists are cut."""
+    if not isinstance(value, Mapping):
+        return None
+    out = dict(value)
+    if not all(_finite_number(out.get(k)) for k in _TOP_NUMBERS) or not _finite_number(out.get("device", -1)):
+        return None
+    steps = out.get("steps", [])
+    if not isinstance(steps, list) or not _rows(steps[:MAX_LOADED_STEPS], _STEP_NUMBERS, "name"):
+        return None
+    if len(steps) > MAX_LOADED_STEPS:
+        left = out.get("steps_left_out")
+        out["steps_left_out"] = (left if isinstance(left, int) and not isinstance(left, bool) else 0) + len(steps) - MAX_LOADED_STEPS
+    out["steps"] = [dict(s) for s in steps[:MAX_LOADED_STEPS]]
+    if not _rows(out.get("devices", []), ("device", "busy_us", "window_us")):
+        out.pop("devices", None)
+    if not _rows(out.get("streams", []), ("busy_us",)):
+        out.pop("streams", None)
+    launch = out.get("launch")
+    if launch is not None and not (isinstance(launch, Mapping) and (not launch.get("linked") or all(_finite_number(launch.get(k)) for k in _LAUNCH_NUMBERS))):
+        out.pop("launch", None)
+    chart = out.get("chart")
+    if chart is not None:
+        out["chart"] = _chart_from(chart)
+        if out["chart"] is None:
+            del out["chart"]
+    return out
+
+
+def _chart_from(chart: Any) -> dict[str, Any] | None:
+    if not isinstance(chart, Mapping) or not _finite_number(chart.get("bin_us")):
+        return None
+    out: dict[str, Any] = {"bin_us": chart["bin_us"]}
+    for key, vals in chart.items():
+        if key in ("bin_us", "step_starts_us"):
+            continue
+        if not isinstance(vals, list) or len(vals) > MAX_LOADED_BINS or not all(_finite_number(v) for v in vals):
+            return None
+        out[key] = vals
+    starts = chart.get("step_starts_us", [])
+    ok = isinstance(starts, list) and len(starts) <= MAX_LOADED_STEPS and all(_finite_number(v) for v in starts)
+    out["step_starts_us"] = starts if ok else []
+    return out

@@ -16,7 +16,7 @@ __all__ = ["OpStat", "RegionStat", "Shape"]
 Shape = list[int]
 
 
-@dataclass
+@dataclass(frozen=True)
 class OpStat:
     """One operator's totals over a capture, as ``key_averages()`` would give them.
 
@@ -60,7 +60,7 @@ class OpStat:
         return f"OpStat({self.name!r}, calls={self.calls}, self CPU {fmt_us(self.self_cpu_us)}{dev})"
 
 
-@dataclass
+@dataclass(frozen=True)
 class RegionStat:
     """A labelled range inside a capture: a nested ``neuron_region``, a decorated call, or any
     ``record_function`` range. ``time_us`` is inclusive (children included), summed over

@@ -1,159 +1,69 @@
-"""What a capture measured, as plain data: ``ProfileResult``, ``OpStat``, ``Hint``, ``Comparison``.
+"""What a capture measured, as plain data: :class:`ProfileResult`.
 
 Results are dataclasses with derived properties and ``to_dict`` / ``from_dict`` that still load
-files written by older schema versions. Rendering lives in :mod:`neuronscope.report`; the
-``table()`` methods import it lazily so this module stays free of tabulate.
+files written by older schema versions. The parts (:class:`~neuronscope.result.stats.OpStat`,
+:class:`~neuronscope.result.stats.RegionStat`, :class:`~neuronscope.result.hint.Hint`) have
+their own modules, and so does :class:`~neuronscope.result.comparison.Comparison`.
+``table()``, ``_repr_html_`` and ``to_dataframe()`` compose the renderers of the parts in
+:mod:`neuronscope.result.text`; this module never imports tabulate.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass, field, fields
+import html
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from neuronscope.errors import NeuronscopeError, RunLoadError
+from neuronscope.result.device_profile import device_profile_dataframe, render_device_profile
+from neuronscope.result.hint import Hint
 from neuronscope.result.modules import ModuleStat
 from neuronscope.result.serial import (
     SCHEMA_VERSION,
+    breakdown_from,
     check_schema,
     dumps_json,
     known_fields,
     malformed,
     opt_float,
-    opt_int,
     opt_str,
     ranks_list,
 )
 from neuronscope.result.stats import OpStat, RegionStat
-from neuronscope.units import fmt_us
+from neuronscope.result.text import (
+    breakdown_dataframe,
+    display_name,
+    hints_dataframe,
+    html_cell,
+    html_table,
+    ops_dataframe,
+    regions_dataframe,
+    render_breakdown,
+    render_hints,
+    render_ops,
+    render_ranks,
+    render_regions,
+    share_text,
+)
+from neuronscope.result.tree import modules_dataframe, modules_html, render_modules
+from neuronscope.units import MAX_NAME_CHARS, fmt_us, printable, safe_text, shorten
 
-__all__ = [
-    "SCHEMA_VERSION",
-    "Comparison",
-    "ComparisonRow",
-    "Hint",
-    "ModuleStat",
-    "OpStat",
-    "ProfileResult",
-    "RegionStat",
-]
+__all__ = ["HINTS_OFF_NOTE", "ProfileResult", "hints_and_regions_html"]
 
 #: The note of a result built with ``hints=False``: its empty hint list says nothing.
 HINTS_OFF_NOTE = "hint rules off (hints=False)"
 
 
 
-#: Kept under its old private name for modules not yet moved to :func:`neuronscope.units.fmt_us`.
-_fmt_us = fmt_us
+#: The note a result loaded from a file with a malformed step breakdown carries.
+MALFORMED_BREAKDOWN_NOTE = (
+    "the step breakdown in this file is left out: its figures are malformed "
+    "(the file was edited or not written by neuronscope)"
+)
 
 
-#: A fusion hint's text once ``hint.verify()`` measured the fused form slower, beyond noise.
-VERIFIED_SLOWER_TEXT = "verify measured the fused form slower here: keep the code as it is on this device"
-#: A fusion hint's text where this device's measured costs put its fused forms no faster
-#: (``details["fused_no_faster"]``): naming a replacement there would promise a gain.
-NO_SAVING = "no saving expected"
-NO_FASTER_TEXT = f"{NO_SAVING}: its fused forms are estimated no faster on this device (hint.verify() measures it)"
-
-
-@dataclass
-class Hint:
-    """One finding about the capture: a fusion candidate, compile trouble, a slow rank...
-
-    Hints are data: ``pattern`` names the idiom (the fusion vocabulary in the README),
-    ``ops`` / ``calls`` / ``time_us`` are the evidence, ``est_saving_us`` the estimate, and
-    ``suggestion`` names the replacement API. ``confidence`` says how the evidence was found:
-    ``"dataflow"`` (producer and consumer linked through tensor identities), ``"inferred"``
-    (links guessed from storage pointers and shapes, for a profile the user ran without memory
-    records; never an ``elementwise_chain``), ``"sequence"`` (op order and shapes only, as in a
-    trace file), or ``"measured"`` (counters, timings).
-    """
-
-    kind: str
-    pattern: str
-    ops: list[str] = field(default_factory=list)
-    calls: int = 1
-    time_us: float = 0.0
-    est_saving_us: float = 0.0
-    suggestion: str = ""
-    location: str | None = None
-    confidence: str = "dataflow"
-    verified_saving_us: float | None = None
-    details: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def message(self) -> str:
-        """One line for people: pattern, evidence and suggestion."""
-        where = f" at {self.location}" if self.location else ""
-        ops = " -> ".join(self.ops)
-        times = f"x{self.calls}" if self.calls > 1 else ""
-        measured = (
-            f" (measured: {fmt_us(self.verified_saving_us)})" if self.verified_saving_us is not None else ""
-        )
-        head = f"[{self.kind}:{self.pattern}]{where} {ops} {times} costs {fmt_us(self.time_us)}, "
-        if self.details.get("verified_slower"):
-            # hint.verify() measured a loss beyond noise: recommending the fused form would be false.
-            loss = fmt_us(-(self.verified_saving_us or 0.0))
-            return (head + f"{VERIFIED_SLOWER_TEXT} ({loss} slower in all)").replace("  ", " ")
-        if self.expects_no_saving:
-            return (head + NO_FASTER_TEXT + measured).replace("  ", " ")
-        return (head + f"save {self.saving_text}{measured}: {self.suggestion}").replace("  ", " ")
-
-    @property
-    def expects_no_saving(self) -> bool:
-        """This device's measured costs put the fused forms no faster (``details["fused_no_faster"]``)
-        and no ``hint.verify()`` measured a gain since: the hint recommends nothing."""
-        return bool(self.details.get("fused_no_faster")) and not (self.verified_saving_us or 0.0) > 0
-
-    @property
-    def saving_text(self) -> str:
-        """The estimate as people read it: ``~1.2 ms``; ``up to ~1.2 ms`` where it is only an
-        upper bound (``details["saving_upper_bound"]``: a CPU capture that recorded no shapes,
-        whose profiled op times alone, with the profiler's own per-op overhead in them, were
-        5-150x what ``hint.verify()`` measured); ``no saving expected`` where
-        :attr:`expects_no_saving`."""
-        return self.describe_saving(fmt_us(self.est_saving_us))
-
-    def describe_saving(self, amount: str) -> str:
-        """``amount`` (the saving as a time, or as a share) as :attr:`saving_text` words it."""
-        if self.expects_no_saving:
-            return NO_SAVING
-        return f"{'up to ' if self.details.get('saving_upper_bound') else ''}~{amount}"
-
-    def verify(self, **options: Any) -> Any:
-        """Measure the saving: time the hand-written chain against the suggested replacement.
-
-        Builds inputs of the recorded shapes and dtypes, times both forms and stores the
-        measured saving in ``verified_saving_us``. See :mod:`neuronscope.analysis.verify`.
-        """
-        from neuronscope.analysis.verify import verify_hint
-
-        return verify_hint(self, **options)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Hint:
-        d = known_fields(cls, data)
-        return cls(
-            kind=str(d["kind"]),
-            pattern=str(d.get("pattern", "")),
-            ops=[str(o) for o in d.get("ops") or []],
-            calls=int(d.get("calls", 1)),
-            time_us=float(d.get("time_us", 0.0)),
-            est_saving_us=float(d.get("est_saving_us", 0.0)),
-            suggestion=str(d.get("suggestion", "")),
-            location=opt_str(d.get("location")),
-            confidence=str(d.get("confidence", "dataflow")),
-            verified_saving_us=opt_float(d.get("verified_saving_us")),
-            details=dict(d.get("details") or {}),
-        )
-
-    def __repr__(self) -> str:
-        return f"Hint({self.message})"
-
-
-@dataclass
+@dataclass(frozen=True)
 class ProfileResult:
     """Everything one capture measured, plus a pointer back to what was asked.
 
@@ -195,6 +105,9 @@ class ProfileResult:
     #: the module tree (:class:`ModuleStat`, parents before children) where the code ran
     #: ``nn.Module``s inside the capture; empty otherwise
     modules: list[ModuleStat] = field(default_factory=list)
+    #: options the capture turned on by itself beyond ``options`` (the user's, as given):
+    #: ``{option: {"value": ..., "why": ...}}``; empty where it ran the options as given
+    options_added: dict[str, Any] = field(default_factory=dict)
 
     # ---- derived -------------------------------------------------------------------------
     @property
@@ -255,16 +168,68 @@ class ProfileResult:
 
     # ---- rendering -----------------------------------------------------------------------
     def table(self, row_limit: int = 15) -> str:
-        """The op table, regions and hints as text, as printed after a capture."""
-        from neuronscope.report.text import render_result
+        """The op table, regions and hints as text, as printed after a capture: a header,
+        the op table, regions, per-rank table, hints and notes."""
+        device_label = {"neuron": "NEURON", "cuda": "CUDA"}.get(self.backend, "device")
+        device_label = {"rocm": "HIP", "mtia": "MTIA"}.get(self.platform or "", device_label)
+        head = (
+            f"neuronscope: {display_name(self.name)} [{display_name(self.platform or self.backend)}] "
+            f"{display_name(self.status)}, wall {fmt_us(self.wall_time_us)}"
+        )
+        if self.rank is not None:
+            head += f", rank {self.rank}" + (f"/{self.world_size}" if self.world_size is not None else "")
+        parts = [head]
+        if self.error:
+            parts.append(f"error: {printable(shorten(self.error, 4 * MAX_NAME_CHARS))}")
+        if self.ops:
+            outside = self.device_unattributed_us or 0.0
+            parts.append(render_ops(self.ops, row_limit=row_limit, device_label=device_label, outside_us=outside))
+        else:
+            parts.append("(no ops recorded)")
+        if self.device_unattributed_us:
+            parts.append(f"device time launched outside any op: {fmt_us(self.device_unattributed_us)}")
+        if self.modules:
+            parts.append(render_modules(self.modules, name=display_name))
+        if self.breakdown:
+            try:
+                parts.append(render_breakdown(self.breakdown))
+            except (KeyError, TypeError, ValueError, AttributeError):  # built by hand, not loaded
+                parts.append("device breakdown: present but unreadable in this result")
+        if self.device_profile:
+            parts.append(render_device_profile(self.device_profile))
+        nested = {k: v for k, v in self.regions.items() if k != self.name}
+        if nested:
+            parts.append("Regions:\n" + render_regions(nested))
+        if self.ranks:
+            parts.append("Ranks:\n" + render_ranks(self.ranks))
+        if self.hints:
+            parts.append("Hints (largest saving first):\n" + render_hints(self.hints))
+        elif self.ops and not self.hints_off:
+            parts.append("Hints: none found (no fusion candidate, recompile, graph break or straggler)")
+        for note in self.notes:
+            parts.append(f"note: {printable(shorten(note, 4 * MAX_NAME_CHARS))}")
+        if self.skipped_calls:
+            parts.append(f"note: {self.skipped_calls} call(s) ran uncaptured while another capture was running")
+        return printable("\n\n".join(parts) + "\n", keep="\n\t")
 
-        return render_result(self, row_limit=row_limit)
-
-    def _repr_html_(self) -> str:
-        """The notebook view: the top ops, the hints and the nested regions."""
-        from neuronscope.report.text import result_html_table
-
-        return result_html_table(self)
+    def _repr_html_(self, row_limit: int = 15) -> str:
+        """The notebook view: the top ops, the hints, the nested regions and the notes (what
+        ``table()`` prints, as HTML)."""
+        total = self.share_total_us
+        rows = [
+            [o.name, o.calls, fmt_us(o.self_cpu_us), fmt_us(o.self_device_us), share_text(o.time_us, total)]
+            for o in self.ops[:row_limit]
+        ]
+        caption = f"{self.name} [{self.backend}] {self.status}, wall {fmt_us(self.wall_time_us)}"
+        more = f"<p>… {len(self.ops) - row_limit} more ops</p>" if len(self.ops) > row_limit else ""
+        return (
+            f"<div><b>{html_cell(caption)}</b>"
+            + html_table(["Op", "Calls", "Self CPU", "Self device", "Share"], rows)
+            + more
+            + modules_html(self.modules)
+            + hints_and_regions_html(self)
+            + "</div>"
+        )
 
     def to_dataframe(self, table: str = "ops") -> Any:
         """A table of this result as a pandas DataFrame (needs pandas, an optional extra):
@@ -272,15 +237,6 @@ class ProfileResult:
         ``"hints"`` (one per hint, largest estimated saving first) or ``"steps"`` (the device's
         busy and idle time per step, from :attr:`breakdown`) or ``"modules"`` (one row per
         module, indexed by qualified name, parents first)."""
-        from neuronscope.report.device_profile import device_profile_dataframe
-        from neuronscope.report.text import (
-            breakdown_dataframe,
-            hints_dataframe,
-            modules_dataframe,
-            ops_dataframe,
-            regions_dataframe,
-        )
-
         makers = {
             "ops": lambda: ops_dataframe(self.ops, columns=[f.name for f in fields(OpStat)]),
             "regions": lambda: regions_dataframe(self.regions),
@@ -339,6 +295,7 @@ class ProfileResult:
             "notes": self.notes,
             "breakdown": self.breakdown,
             "platform": self.platform,
+            "options_added": self.options_added,
             "modules": [m.to_dict() for m in self.modules],
         }
 
@@ -352,6 +309,11 @@ class ProfileResult:
         try:
             d = known_fields(cls, data)
             regions_raw = d.get("regions") or {}
+            # An older file's breakdown, or an edited one, is left out whole: the measurement
+            # still loads, and its notes say what was left out.
+            breakdown = breakdown_from(d.get("breakdown"))
+            malformed_breakdown = breakdown is None and d.get("breakdown") is not None
+            left_out = [MALFORMED_BREAKDOWN_NOTE] if malformed_breakdown else []
             return cls(
                 name=str(d["name"]),
                 backend=str(d.get("backend", "unknown")),
@@ -376,174 +338,37 @@ class ProfileResult:
                 device_unattributed_us=opt_float(d.get("device_unattributed_us")),
                 skipped_calls=int(d.get("skipped_calls") or 0),
                 artifacts=dict(d.get("artifacts") or {}),
-                notes=[str(n) for n in d.get("notes") or []],
-                breakdown=dict(d["breakdown"]) if isinstance(d.get("breakdown"), Mapping) else None,
+                notes=[str(n) for n in d.get("notes") or []] + left_out,
+                breakdown=breakdown,
                 platform=opt_str(d.get("platform")),
+                options_added=dict(d.get("options_added") or {}),
                 modules=[ModuleStat.from_dict(m) for m in d.get("modules") or []],
             )
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
             raise RunLoadError(malformed("result", exc)) from exc
 
 
-@dataclass
-class ComparisonRow:
-    """One variant of a comparison: its time, op count, top op and speedup over the first."""
-
-    label: str
-    time_us: float
-    op_count: int
-    top_op: str | None
-    speedup: float
-    top_hint: str | None = None
-    spread_us: float | None = None
-    repeats: int = 1
-    outputs_match: bool | None = None
-    #: Seconds the unprofiled warm-up calls took (compilation shows here, not in ``time_us``).
-    warmup_s: float | None = None
-    #: The speedup's interval (``stats.DEFAULT_CONFIDENCE``, a paired bootstrap over the
-    #: rounds); None for the first variant and for runs saved before intervals existed.
-    speedup_low: float | None = None
-    speedup_high: float | None = None
-    #: ``"baseline"``, ``"faster"``, ``"slower"`` or ``"noise"`` (the interval holds 1.0).
-    verdict: str | None = None
-    #: Calls per timed sample, despite its name (each of the ``repeats`` rounds times several
-    #: samples and keeps its quickest; ``Comparison.timing['samples_per_round']`` says how many).
-    calls_per_round: int | None = None
-    #: Every op a call ran, the ops nested inside other ops included (``op_count`` counts only
-    #: the ops the variant's own code dispatched), from the profiled calls.
-    all_op_count: int | None = None
-    #: Device time per profiled call (median), where the backend records device time.
-    device_time_us: float | None = None
-    #: Calls run under the profiler for the op table and hints (not timed).
-    profiled_calls: int | None = None
-
-    def __getitem__(self, key: str) -> Any:
-        return getattr(self, key)
-
-    def within_noise(self, base: ComparisonRow | None) -> bool:
-        """True where this speedup is not told apart from 1.0: its interval holds 1.0 (verdict
-        ``"noise"``) or, for a row saved without an interval, the two times differ by less
-        than their spreads together."""
-        if self.verdict is not None:
-            return self.verdict == "noise"
-        if base is None or base is self or self.spread_us is None or base.spread_us is None:
-            return False
-        return abs(self.time_us - base.time_us) <= self.spread_us + base.spread_us
-
-    def speedup_text(self, base: ComparisonRow | None) -> str:
-        """``"1.43x [1.30-1.58]"``, ``"1.02x [0.97-1.08] (noise)"`` where :meth:`within_noise`."""
-        text = f"{self.speedup:.2f}x"
-        if self.speedup_low is not None and self.speedup_high is not None:
-            text += f" [{self.speedup_low:.2f}-{self.speedup_high:.2f}]"
-        return text + (" (noise)" if self.within_noise(base) else "")
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ComparisonRow:
-        d = known_fields(cls, data)
-        return cls(
-            label=str(d["label"]),
-            time_us=float(d.get("time_us", 0.0)),
-            op_count=int(d.get("op_count", 0)),
-            top_op=opt_str(d.get("top_op")),
-            speedup=float(d.get("speedup", 1.0)),
-            top_hint=opt_str(d.get("top_hint")),
-            spread_us=opt_float(d.get("spread_us")),
-            repeats=int(d.get("repeats", 1)),
-            outputs_match=d.get("outputs_match"),
-            warmup_s=opt_float(d.get("warmup_s")),
-            speedup_low=opt_float(d.get("speedup_low")),
-            speedup_high=opt_float(d.get("speedup_high")),
-            verdict=opt_str(d.get("verdict")),
-            calls_per_round=opt_int(d.get("calls_per_round")),
-            all_op_count=opt_int(d.get("all_op_count")),
-            device_time_us=opt_float(d.get("device_time_us")),
-            profiled_calls=opt_int(d.get("profiled_calls")),
+def hints_and_regions_html(result: ProfileResult) -> str:
+    """The hints (or why there are none) and the nested regions, for the notebook views."""
+    parts = []
+    if result.hints:
+        items = "".join(
+            f"<li>{html.escape(shorten(h.message, 4 * MAX_NAME_CHARS))}"
+            + (f"<br><small>at <code>{html.escape(safe_text(h.location, 4 * MAX_NAME_CHARS))}</code></small>" if h.location else "")
+            + "</li>"
+            for h in result.hints
         )
-
-
-@dataclass
-class Comparison:
-    """Variants run on the same arguments, side by side. ``rows`` keep the order given;
-    ``speedup`` is against the first variant."""
-
-    name: str
-    rows: list[ComparisonRow] = field(default_factory=list)
-    results: dict[str, ProfileResult] = field(default_factory=dict)
-    run_dir: str | None = None
-    backend: str | None = None
-    notes: list[str] = field(default_factory=list)
-    started_at: str | None = None
-    #: How long compare() ran, warm-up, timing and profiling included (not a sum of rows).
-    wall_time_us: float | None = None
-    #: How the times and intervals were taken (rounds, time budget, confidence, seed, ...).
-    timing: dict[str, Any] = field(default_factory=dict)
-
-    def __iter__(self) -> Iterator[ComparisonRow]:
-        return iter(self.rows)
-
-    def row(self, label: str) -> ComparisonRow:
-        for r in self.rows:
-            if r.label == label:
-                return r
-        raise KeyError(label)
-
-    def table(self) -> str:
-        """The comparison as text, like the motivating study's table."""
-        from neuronscope.report.text import render_comparison
-
-        return render_comparison(self)
-
-    def _repr_html_(self) -> str:
-        """The notebook view: the comparison table, then each variant's hints and regions."""
-        from neuronscope.report.text import comparison_html_table
-
-        return comparison_html_table(self)
-
-    def to_dataframe(self) -> Any:
-        """The comparison table as a pandas DataFrame indexed by variant (needs pandas)."""
-        from neuronscope.report.text import comparison_dataframe
-
-        return comparison_dataframe(self, columns=[f.name for f in fields(ComparisonRow)])
-
-    def __repr__(self) -> str:
-        parts = ", ".join(f"{r.label}={fmt_us(r.time_us)} ({r.speedup:.2f}x)" for r in self.rows)
-        return f"Comparison({self.name!r}: {parts})"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "type": "Comparison",
-            "name": self.name,
-            "rows": [r.to_dict() for r in self.rows],
-            "results": {k: v.to_dict() for k, v in self.results.items()},
-            "run_dir": self.run_dir,
-            "backend": self.backend,
-            "notes": self.notes,
-            "started_at": self.started_at,
-            "wall_time_us": self.wall_time_us,
-            "timing": self.timing,
-        }
-
-    def to_json(self, indent: int | None = 2) -> str:
-        return dumps_json(self.to_dict(), indent)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Comparison:
-        check_schema(data, "Comparison")
-        try:
-            return cls(
-                name=str(data["name"]),
-                rows=[ComparisonRow.from_dict(r) for r in data.get("rows") or []],
-                results={str(k): ProfileResult.from_dict(v) for k, v in (data.get("results") or {}).items()},
-                run_dir=opt_str(data.get("run_dir")),
-                backend=opt_str(data.get("backend")),
-                notes=[str(n) for n in data.get("notes") or []],
-                started_at=opt_str(data.get("started_at")),
-                wall_time_us=opt_float(data.get("wall_time_us")),
-                timing=dict(data.get("timing") or {}),
-            )
-        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
-            raise RunLoadError(malformed("comparison", exc)) from exc
+        parts.append(f"<p><b>Hints</b> (largest saving first)</p><ol>{items}</ol>")
+    elif result.ops and not result.hints_off:
+        parts.append("<p><b>Hints</b>: none found (no fusion candidate, recompile, graph break or straggler)</p>")
+    nested = {k: v for k, v in result.regions.items() if k != result.name}
+    if nested:
+        rows = [
+            [name, reg.calls, fmt_us(reg.time_us), fmt_us(reg.device_time_us), len(reg.ops), reg.ops[0].name if reg.ops else "-"]
+            for name, reg in sorted(nested.items(), key=lambda kv: kv[1].time_us, reverse=True)
+        ]
+        parts.append("<p><b>Regions</b></p>" + html_table(["Region", "Calls", "Time (incl.)", "Device time", "Distinct ops", "Top op"], rows))
+    notes = list(result.notes) + ([f"{result.skipped_calls} call(s) ran uncaptured"] if result.skipped_calls else [])
+    if notes:
+        parts.append("<ul>" + "".join(f"<li>note: {html.escape(shorten(n, 4 * MAX_NAME_CHARS))}</li>" for n in notes) + "</ul>")
+    return "".join(parts)

@@ -38,7 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from neuronscope.export import run_dir as export
-from neuronscope.result.types import OpStat, ProfileResult
+from neuronscope.result.stats import OpStat
+from neuronscope.result.types import ProfileResult
 
 POINT_FILES = {
     "trace-mid": "trace.json",
@@ -86,6 +87,22 @@ def install_block(point: str, ready: Path) -> None:
         original(path, half_written)
 
     export.atomic_write_with = hooked  # type: ignore[assignment]
+    if target == "trace.json":  # a real capture's trace: torch writes it in a private directory
+        from neuronscope.export import trace_out
+
+        saving = trace_out.save_chrome_trace
+
+        def half_saved(prof: Any, path: Path) -> None:
+            saving(prof, path)
+            size = path.stat().st_size
+            with open(path, "r+b") as fh:
+                fh.truncate(size // 2)
+                fh.flush()
+                os.fsync(fh.fileno())
+            _signal_ready(ready, Path(os.path.realpath(path.parent)).parent)  # the run, above the private one
+            _hang()
+
+        trace_out.save_chrome_trace = half_saved  # type: ignore[assignment]
 
 
 def synthetic_result(i: int, n_ops: int = 300) -> ProfileResult:
@@ -115,7 +132,7 @@ def synthetic_trace_writer(n_events: int) -> Callable[[Path], Path]:
 def synthetic_export(root: Path, i: int, n_events: int) -> Path:
     run_dir = export.new_run_dir(root, "killed")
     result = synthetic_result(i)
-    export.write_run(run_dir, result, f"summary of export {i}\n" * 50, trace_writer=synthetic_trace_writer(n_events))
+    export.fill_run(run_dir, result, summary=f"summary of export {i}\n" * 50, trace_writer=synthetic_trace_writer(n_events))
     return run_dir
 
 

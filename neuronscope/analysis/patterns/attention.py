@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from neuronscope.analysis.dataflow import OpGraph, OpNode
+from neuronscope.analysis.opgraph import OpGraph, OpNode
 from neuronscope.analysis.patterns.base import MATMULS, SOFTMAXES, Match, Pattern, in_transformers, input_from
 from neuronscope.analysis.patterns.softmax import match_softmax
 

@@ -8,10 +8,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from neuronscope.analysis.dataflow import OpGraph, OpNode, TensorArg, UserLine, user_line
+from neuronscope.analysis.dataflow import UserLine, user_line
+from neuronscope.analysis.opgraph import OpGraph, OpNode, TensorArg
 
 if TYPE_CHECKING:
-    from neuronscope.result.types import Hint
+    from neuronscope.result.hint import Hint
 
 __all__ = [
     "CASTS",

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from neuronscope.analysis.dataflow import VIEW_OPS, OpGraph, OpNode, TensorArg, broadcast_shape
+from neuronscope.analysis.inferred_links import broadcast_shape
+from neuronscope.analysis.opgraph import VIEW_OPS, OpGraph, OpNode, TensorArg
 from neuronscope.analysis.patterns.base import Match, Pattern, is_float
 
 __all__ = ["ELEMENTWISE_CHAIN", "MIN_CHAIN_OPS", "elementwise_chains"]

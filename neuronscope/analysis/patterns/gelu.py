@@ -4,13 +4,11 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from neuronscope.analysis.dataflow import OpGraph, OpNode
-from neuronscope.analysis.patterns.base import Builders, Match, Pattern, input_from, only_big, root_value, single_consumer
-
-if TYPE_CHECKING:
-    from neuronscope.result.types import Hint
+from neuronscope.analysis.opgraph import OpGraph, OpNode
+from neuronscope.analysis.patterns.base import Match, Pattern, input_from, only_big, root_value, single_consumer
+from neuronscope.capture import idioms
 
 __all__ = ["GELU"]
 
@@ -160,23 +158,6 @@ def _suggest(m: Match, backend: str) -> str:
     return "use torch.nn.functional.gelu(x)"
 
 
-def _verify(hint: Hint, x: Any, device: Any) -> Builders:
-    import torch
-
-    F = torch.nn.functional
-    details = hint.details
-    if details.get("approximate") == "tanh":
-        def tanh_chain() -> Any:
-            return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
-
-        return tanh_chain, (lambda: F.gelu(x, approximate="tanh")), 'torch.nn.functional.gelu(approximate="tanh")'
-
-    def chain() -> Any:
-        return x * 0.5 * (1.0 + torch.erf(x / math.sqrt(2.0)))
-
-    return chain, (lambda: F.gelu(x)), "torch.nn.functional.gelu"
-
-
 def _sequence_check(members: list[OpNode]) -> bool:
     """In op order, the ops before tanh must make a cubic term and then add it to the linear
     one: an ``add`` after a ``pow`` or after two multiplies (``0.044715 * x * x``), and tanh's
@@ -204,7 +185,7 @@ GELU = Pattern(
     match=match_gelu,
     sequence=r"(?:(?:mul|div|pow|add) ){2,7}(?:tanh|erf) add mul (?:mul |div )?",
     suggest=_suggest,
-    verify=_verify,
+    verify=idioms.gelu,
     sequence_params=_sequence_params,
     sequence_check=_sequence_check,
 )

@@ -4,19 +4,16 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from neuronscope.analysis.dataflow import OpGraph, OpNode
-from neuronscope.analysis.patterns.base import Builders, Match, Pattern, affine, dims
+from neuronscope.analysis.opgraph import OpGraph, OpNode
+from neuronscope.analysis.patterns.base import Match, Pattern, dims
 from neuronscope.analysis.patterns.norm import UNKNOWN_BIAS, UNKNOWN_EPS, UNKNOWN_WEIGHT, match_norm, param_text
-
-if TYPE_CHECKING:
-    from neuronscope.result.types import Hint
+from neuronscope.capture import idioms
 
 __all__ = ["LAYER_NORM"]
 
 #: Epsilon of the rebuilt chains in hint.verify().
-VERIFY_EPS = 1e-6
 
 
 
@@ -69,41 +66,6 @@ def _sequence_params(members: list[OpNode]) -> dict[str, Any]:
     return {"weight": applies_vector("mul"), "bias": applies_vector("add")}
 
 
-def _verify(hint: Hint, x: Any, device: Any) -> Builders:
-    import torch
-
-    F = torch.nn.functional
-    ops = {o.rsplit("::", 1)[-1].rstrip("_") for o in hint.ops}
-    d = x.shape[-1]
-    details = hint.details
-    w = torch.randn(d, device=device, dtype=x.dtype) if details.get("weight", True) else None
-    b = torch.randn(d, device=device, dtype=x.dtype) if details.get("bias", False) else None
-    if details.get("weight_plus_one") and w is not None:
-        w = 1 + w
-    # The user's own spread, timed as written: N - correction.
-    correction = float(details.get("correction") or 0.0)
-    if "var_mean" in ops:
-        def chain() -> Any:
-            var, mean = torch.var_mean(x, dim=-1, keepdim=True, correction=correction)
-            return affine((x - mean) / torch.sqrt(var + VERIFY_EPS), w, b)
-    elif "var" in ops:
-        def chain() -> Any:
-            mean = x.mean(-1, keepdim=True)
-            var = x.var(-1, keepdim=True, correction=correction)
-            return affine((x - mean) * torch.rsqrt(var + VERIFY_EPS), w, b)
-    elif "std" in ops:
-        def chain() -> Any:
-            mean = x.mean(-1, keepdim=True)
-            return affine((x - mean) / (x.std(-1, keepdim=True, correction=correction) + VERIFY_EPS), w, b)
-    else:
-        def chain() -> Any:
-            u = x.mean(-1, keepdim=True)
-            s = (x - u).pow(2).mean(-1, keepdim=True)
-            return affine((x - u) / torch.sqrt(s + VERIFY_EPS), w, b)
-
-    return chain, (lambda: F.layer_norm(x, (d,), w, b, VERIFY_EPS)), "torch.nn.functional.layer_norm"
-
-
 LAYER_NORM = Pattern(
     name="layer_norm",
     match=_match,
@@ -114,6 +76,6 @@ LAYER_NORM = Pattern(
     sequence_shapes="row",
     fused_passes=2,
     suggest=_suggest,
-    verify=_verify,
+    verify=idioms.layer_norm,
     sequence_params=_sequence_params,
 )

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from neuronscope.analysis.dataflow import OpGraph, OpNode, TensorArg
+from neuronscope.analysis.opgraph import OpGraph, OpNode, TensorArg
 from neuronscope.analysis.patterns.base import (
     CASTS,
     ROOTS,

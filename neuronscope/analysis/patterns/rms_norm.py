@@ -4,19 +4,16 @@ models use (casts to float32 and back, ``pow(2)`` or ``x*x``, ``1/sqrt``, Gemma'
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from neuronscope.analysis.dataflow import OpGraph, OpNode
-from neuronscope.analysis.patterns.base import Builders, Match, Pattern, dims
+from neuronscope.analysis.opgraph import OpGraph, OpNode
+from neuronscope.analysis.patterns.base import Match, Pattern, dims
 from neuronscope.analysis.patterns.norm import UNKNOWN_EPS, UNKNOWN_WEIGHT, match_norm, param_text
-
-if TYPE_CHECKING:
-    from neuronscope.result.types import Hint
+from neuronscope.capture import idioms
 
 __all__ = ["RMS_NORM"]
 
 #: Epsilon of the rebuilt chains in hint.verify().
-VERIFY_EPS = 1e-6
 
 
 
@@ -52,35 +49,6 @@ def _sequence_params(members: list[OpNode]) -> dict[str, Any]:
     return {"weight": any(len(t.sizes) == 1 and t.sizes[0] == x[-1] for n in trailing for t in n.inputs)}
 
 
-def _verify(hint: Hint, x: Any, device: Any) -> Builders:
-    import torch
-
-    ops = {o.rsplit("::", 1)[-1].rstrip("_") for o in hint.ops}
-    d = x.shape[-1]
-    details = hint.details
-    w = torch.randn(d, device=device, dtype=x.dtype) if details.get("weight", True) else None
-    if details.get("weight_plus_one") and w is not None:
-        w = 1 + w
-    if ops & {"norm", "linalg_vector_norm"}:
-        def chain() -> Any:
-            y = x / (x.norm(2, dim=-1, keepdim=True) * (d**-0.5) + VERIFY_EPS)
-            return y * w if w is not None else y
-    elif "sqrt" in ops:
-        def chain() -> Any:
-            y = x / torch.sqrt((x * x).mean(-1, keepdim=True) + VERIFY_EPS)
-            return y * w if w is not None else y
-    else:
-        cast = "to" in ops or "_to_copy" in ops
-
-        def chain() -> Any:
-            h = x.to(torch.float32) if cast else x
-            h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + VERIFY_EPS)
-            h = h.to(x.dtype) if cast else h
-            return w * h if w is not None else h
-
-    return chain, (lambda: torch.rms_norm(x, (d,), w, VERIFY_EPS)), "torch.rms_norm"
-
-
 RMS_NORM = Pattern(
     name="rms_norm",
     match=_match,
@@ -90,6 +58,6 @@ RMS_NORM = Pattern(
     sequence_shapes="row",
     fused_passes=2,
     suggest=_suggest,
-    verify=_verify,
+    verify=idioms.rms_norm,
     sequence_params=_sequence_params,
 )

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from neuronscope.analysis.dataflow import OpGraph, OpNode
+from neuronscope.analysis.opgraph import OpGraph, OpNode
 from neuronscope.analysis.patterns.base import Match, Pattern
 
 __all__ = ["ROTARY_EMBEDDING"]

@@ -3,13 +3,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-from neuronscope.analysis.dataflow import OpGraph, OpNode
-from neuronscope.analysis.patterns.base import Builders, Match, Pattern
-
-if TYPE_CHECKING:
-    from neuronscope.result.types import Hint
+from neuronscope.analysis.opgraph import OpGraph, OpNode
+from neuronscope.analysis.patterns.base import Match, Pattern
+from neuronscope.capture import idioms
 
 __all__ = ["SILU_MUL"]
 
@@ -53,31 +49,12 @@ def _suggest(m: Match, backend: str) -> str:
     return f"torch.compile the MLP block ({act}(gate) * up), or {kernel}"
 
 
-def _verify(hint: Hint, x: Any, device: Any) -> Builders:
-    import torch
-
-    F = torch.nn.functional
-    ops = {o.rsplit("::", 1)[-1].rstrip("_") for o in hint.ops}
-    up = torch.randn_like(x)
-    if "sigmoid" in ops:
-        def chain() -> Any:
-            return x * torch.sigmoid(x) * up
-    elif "gelu" in ops:
-        def chain() -> Any:
-            return F.gelu(x) * up
-    else:
-        def chain() -> Any:
-            return F.silu(x) * up
-
-    return chain, None, None  # torch has no eager fused SwiGLU: torch.compile is the fix
-
-
 SILU_MUL = Pattern(
     name="silu_mul",
     match=match_silu_mul,
     sequence=r"(?:silu |gelu |sigmoid mul )(?:linear |matmul |mm |addmm )?mul ",
     suggest=_suggest,
-    verify=_verify,
+    verify=idioms.silu_mul,
     sequence_skip=frozenset({"linear", "matmul", "mm", "addmm"}),
     eager_replacement=False,
 )

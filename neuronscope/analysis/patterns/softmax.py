@@ -3,14 +3,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from neuronscope.analysis.dataflow import OpGraph, OpNode, TensorArg
-from neuronscope.analysis.opgraph import VIEW_OPS
-from neuronscope.analysis.patterns.base import Builders, Match, Pattern, input_from, same_value
-
-if TYPE_CHECKING:
-    from neuronscope.result.types import Hint
+from neuronscope.analysis.opgraph import VIEW_OPS, OpGraph, OpNode, TensorArg
+from neuronscope.analysis.patterns.base import Match, Pattern, input_from, same_value
+from neuronscope.capture import idioms
 
 __all__ = ["SOFTMAX", "match_softmax"]
 
@@ -85,20 +82,6 @@ def _suggest(m: Match, backend: str) -> str:
     return f"use torch.softmax(x, dim={UNKNOWN_DIM if dim is None else dim})"
 
 
-def _verify(hint: Hint, x: Any, device: Any) -> Builders:
-    import torch
-
-    dim = hint.details.get("dim")
-    if not isinstance(dim, int) or not -x.dim() <= dim < x.dim():
-        dim = -1  # not recorded: the last dim, the usual one
-
-    def chain() -> Any:
-        e = torch.exp(x - x.amax(dim, keepdim=True))
-        return e / e.sum(dim, keepdim=True)
-
-    return chain, (lambda: torch.softmax(x, dim)), "torch.softmax"
-
-
 def _sequence_params(members: list[OpNode]) -> dict[str, Any]:
     """A trace's softmax: over the last dim where shapes were recorded (the sequence's shape
     check takes per-row statistics only), else not known."""
@@ -112,6 +95,6 @@ SOFTMAX = Pattern(
     sequence_shapes="row",
     fused_passes=2,
     suggest=_suggest,
-    verify=_verify,
+    verify=idioms.softmax,
     sequence_params=_sequence_params,
 )

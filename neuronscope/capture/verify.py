@@ -1,6 +1,6 @@
-"""Measure what a fusion hint promises: ``hint.verify()``.
+"""Measure what a fusion hint promises: what ``hint.verify()`` times.
 
-:func:`verify_hint` rebuilds the idiom of a ``fusion`` hint at the recorded shape and dtype, on
+:func:`measure` rebuilds the idiom of a ``fusion`` hint (:mod:`neuronscope.capture.idioms`) at the recorded shape and dtype, on
 the capture's device, and times three forms of it outside any profiler:
 
 - the hand-written chain, in a canonical spelling of the same family as the one captured
@@ -14,10 +14,12 @@ variant of a round alike; within a round each variant's time is the fastest of a
 blocks (a block that another process interrupted is not the variant's cost), and rounds that
 still disagree widely are followed by as many again. Each reported time is the median over
 rounds; the saving per call is the median over rounds of (chain - replacement) in the same
-round, for the better of the two replacements, times the hint's ``calls``. It is stored in ``hint.verified_saving_us``
-(negative when no replacement is faster). Where the fused forms were slower in most rounds
-(a loss beyond the noise), the hint says so instead of its suggestion, and its
-``est_saving_us`` drops to 0 (the estimate is kept in ``details``). Rounds that disagree
+round, for the better of the two replacements, times the hint's ``calls``.
+
+:func:`measure` returns those measurements (a :class:`Verification`) and changes nothing;
+``hint.verify()`` (:meth:`neuronscope.result.hint.Hint.verify`) returns a new hint carrying
+them. It reads the hint through :class:`~neuronscope.capture.idioms.Evidence`, so this module
+never imports the result stage that calls it. Rounds that disagree
 widely get a note in :attr:`Verification.notes`. Verification runs at the thread count
 torch has now, like the capture did.
 """
@@ -29,28 +31,25 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from neuronscope.analysis.patterns import REGISTRY, pattern_named
+from neuronscope.capture.idioms import BUILDERS, Evidence
 from neuronscope.capture.timing import block_timer, calibrate, run_rounds
 from neuronscope.errors import NeuronscopeError
-
-if TYPE_CHECKING:
-    from neuronscope.result.types import Hint
 
 __all__ = [
     "VERIFIABLE_PATTERNS",
     "Verification",
     "floating_dtype",
+    "measure",
     "paired_difference",
     "paired_saving_ns",
     "time_variants",
-    "verify_hint",
 ]
 
-#: Patterns :func:`verify_hint` can rebuild. Attention, rotary and elementwise chains have too
+#: Patterns :func:`measure` can rebuild. Attention, rotary and elementwise chains have too
 #: many shapes and spellings to rebuild from a hint's evidence.
-VERIFIABLE_PATTERNS = tuple(p.name for p in REGISTRY if p.verify is not None)
+VERIFIABLE_PATTERNS = tuple(BUILDERS)
 
 #: Rounds of the interleaved timing; the median of an odd count is one real measurement.
 DEFAULT_REPEATS = 9
@@ -77,7 +76,7 @@ WIDE_SPREAD = 3.0
 
 @dataclass
 class Verification:
-    """What :func:`verify_hint` measured, per call unless named otherwise (microseconds)."""
+    """What :func:`measure` measured, per call unless named otherwise (microseconds)."""
 
     pattern: str
     device: str
@@ -121,7 +120,7 @@ def _torch() -> Any:
     return torch
 
 
-def _device(hint: Hint, device: str | None) -> Any:
+def _device(hint: Evidence, device: str | None) -> Any:
     torch = _torch()
     name = device or str(hint.details.get("device") or "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
@@ -203,8 +202,8 @@ def floating_dtype(name: Any) -> Any:
     return dtype if isinstance(dtype, torch.dtype) and dtype.is_floating_point else torch.float32
 
 
-def verify_hint(
-    hint: Hint,
+def measure(
+    hint: Evidence,
     *,
     device: str | None = None,
     compile: bool = True,
@@ -217,7 +216,7 @@ def verify_hint(
     ``device`` overrides the capture's device (``"cpu"`` to check a CUDA hint on a laptop);
     ``compile=False`` skips ``torch.compile`` (which costs seconds the first time);
     ``repeats`` rounds of interleaved timing, each block at least ``min_block_s`` long.
-    Stores the saving in ``hint.verified_saving_us`` and returns the measurements.
+    Returns the measurements; ``hint`` is not changed (``hint.verify()`` applies them).
     Raises :class:`~neuronscope.errors.NeuronscopeError` for patterns it cannot rebuild
     (see :data:`VERIFIABLE_PATTERNS`) and for a hint without a recorded shape.
     """
@@ -242,9 +241,7 @@ def verify_hint(
 
     # The user's random stream is theirs: the builders' weights draw from a forked one.
     with torch.no_grad(), torch.random.fork_rng(devices=[dev.index or 0] if dev.type == "cuda" else []):
-        builder = pattern_named(hint.pattern).verify  # type: ignore[union-attr]
-        assert builder is not None  # VERIFIABLE_PATTERNS
-        chain, replacement, replacement_name = builder(hint, x, dev)
+        chain, replacement, replacement_name = BUILDERS[hint.pattern](hint, x, dev)
         variants: dict[str, Callable[[], Any]] = {"chain": chain}
         if replacement is not None:
             variants["replacement"] = replacement
@@ -285,14 +282,6 @@ def verify_hint(
         slower=slower,
         notes=_spread_notes(samples, dev),
     )
-    hint.verified_saving_us = result.verified_saving_us
-    if slower:
-        # The estimate was wrong here: what is printed must not still promise a saving.
-        hint.details["est_saving_before_verify_us"] = hint.est_saving_us
-        hint.details["verified_slower"] = True
-        hint.est_saving_us = 0.0
-    else:
-        hint.details.pop("verified_slower", None)
     return result
 
 

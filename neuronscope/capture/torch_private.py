@@ -1,0 +1,166 @@
+"""Every private torch name neuronscope uses, in one place, each with why.
+
+torch offers no public way to do these things; each accessor below names the private name, the
+torch version it was checked on (2.13.0, and the oldest it is known to work with where that was
+checked), and what breaks without it. Every caller goes through here, so a torch release that
+moves one of them is fixed in one module. An accessor that cannot find its name degrades the
+way its comment says; none raises on another torch.
+
+Kept out of this module on purpose: ``sys.modules.get("torch._dynamo.utils")`` for Dynamo's
+compile records lives in :mod:`neuronscope.capture.dynamo` (that module is its one reader and
+says what each record is), through :func:`dynamo_utils` here.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+__all__ = [
+    "default_store",
+    "disable_native_profiler",
+    "dispatch_mode_class",
+    "dynamo_eval_frame",
+    "dynamo_utils",
+    "experimental_config_class",
+    "kineto_results",
+    "native_profiler_enabled",
+    "privateuse1_backend_name",
+    "profiler_flag_on",
+    "record_function_fast",
+    "record_scope_and_event_type",
+    "tree_leaves",
+]
+
+
+def profiler_flag_on() -> bool:
+    """``torch.autograd.profiler._is_profiler_enabled``: is any torch profiler running in this
+    process (ours or the user's)? Checked on torch 2.4-2.13. Without it a capture would start a
+    second profiler inside the user's own, which torch refuses with a RuntimeError; False on a
+    torch without it (or not imported)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    try:
+        return bool(torch.autograd.profiler._is_profiler_enabled)
+    except AttributeError:  # pragma: no cover - another torch
+        return False
+
+
+def native_profiler_enabled() -> bool:
+    """``torch._C._autograd._profiler_enabled()``: is the native (Kineto) profiler on, whatever
+    the Python flag says? Checked on torch 2.13. Without it an interrupted stop that left the
+    native profiler on could not be told apart (see :func:`disable_native_profiler`)."""
+    from torch._C._autograd import _profiler_enabled
+
+    return bool(_profiler_enabled())
+
+
+def disable_native_profiler(flag_too: bool = True) -> None:
+    """``torch.autograd.profiler._disable_profiler()`` and ``_set_is_profiler_enabled(False)``:
+    stop the native profiler and reset the Python flag. Checked on torch 2.13. Without them a
+    Ctrl-C between the two halves of ``profile.__exit__`` leaves the flag set, and every later
+    capture in the process skips ("a profiler is running")."""
+    import torch.autograd.profiler as autograd_profiler
+
+    if native_profiler_enabled():
+        autograd_profiler._disable_profiler()
+    if flag_too:
+        autograd_profiler._set_is_profiler_enabled(False)
+
+
+def record_function_fast() -> Any:
+    """``torch._C._profiler._RecordFunctionFast``: a labelled range with no Python frame of its
+    own (``record_function`` costs several microseconds a call). Checked on torch 2.2-2.13.
+    The observation pass opens one per user line; without it that pass would cost several
+    times the call it observes."""
+    import torch
+
+    return torch._C._profiler._RecordFunctionFast
+
+
+def privateuse1_backend_name() -> str:
+    """``torch._C._get_privateuse1_backend_name()``: the name the PrivateUse1 device goes by
+    ("neuron" under TorchNeuron, else "privateuseone"). Checked on torch 2.1-2.13. Without it
+    device events of a renamed PrivateUse1 backend (Neuron) are not read as device time."""
+    import torch
+
+    return str(torch._C._get_privateuse1_backend_name())
+
+
+def experimental_config_class() -> Any:
+    """``torch._C._profiler._ExperimentalConfig``: the class torch's profiler takes for
+    ``experimental_config``, which TorchNeuron's ``NeuronConfig`` must be an instance of.
+    Checked on torch 2.13. Without it a NeuronConfig of the wrong type could not be refused
+    with a message before torch's own failure deep in the profiler's start."""
+    from torch._C._profiler import _ExperimentalConfig
+
+    return _ExperimentalConfig
+
+
+def kineto_results(prof: Any) -> Any:
+    """``prof.profiler.kineto_results``: the raw Kineto results of a finished
+    ``torch.profiler.profile`` (``.events()`` gives the ``_KinetoEvent`` list whose methods
+    :mod:`neuronscope.events.live` reads; ``.experimental_event_tree()`` the event tree the
+    data-flow analysis reads). Checked on torch 1.8-2.13. ``key_averages()``, the public way,
+    builds a Python object per event (about 10 s per 100,000 events); without this, captures
+    would be that slow to read. None where ``prof`` is not a finished profiler."""
+    return getattr(getattr(prof, "profiler", None), "kineto_results", None)
+
+
+def default_store() -> Any:
+    """``torch.distributed.distributed_c10d._get_default_store()``: the key-value store of the
+    default process group, which every rank reaches. Checked on torch 2.13. The ranks of a
+    torchrun job agree on one capture (and rank 0 gathers their results) through it; a
+    collective would block a rank that is not capturing. Without it the ranks are not gathered
+    (each keeps its own result, with a note)."""
+    from torch.distributed import distributed_c10d
+
+    return distributed_c10d._get_default_store()
+
+
+def dynamo_utils() -> Any:
+    """``torch._dynamo.utils`` if the program imported Dynamo, else None (never imports it):
+    ``get_compilation_metrics()``, ``counters`` and ``graph_break_reasons`` are the only record
+    of what ``torch.compile`` did during a capture. Checked on torch 2.4-2.13. Without it no
+    recompile or graph-break hint."""
+    return sys.modules.get("torch._dynamo.utils")
+
+
+def dynamo_eval_frame(import_it: bool = False) -> Any:
+    """``torch._dynamo.eval_frame`` if imported (or ``import_it``), else None: its ``cached_backends`` tells
+    whether ``torch.compile`` was used in this process. Checked on torch 2.4-2.13. Without it the
+    observation pass could run its torch function mode around compiled code, which Dynamo's
+    guards would recompile at the next call (a false recompile hint)."""
+    if import_it:
+        from torch._dynamo import eval_frame
+
+        return eval_frame
+    return sys.modules.get("torch._dynamo.eval_frame")
+
+
+def dispatch_mode_class() -> Any:
+    """``torch.utils._python_dispatch.TorchDispatchMode``: a mode that sees each aten op (the
+    public ``TorchFunctionMode`` sees only Python-level calls). Checked on torch 2.0-2.13.
+    The cost probes count the aten ops of a fused form with it; without it they cannot."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    return TorchDispatchMode
+
+
+def tree_leaves(tree: Any) -> list[Any]:
+    """``torch.utils._pytree.tree_leaves``: the tensors inside nested arguments. Checked on
+    torch 2.0-2.13; used beside :func:`dispatch_mode_class`."""
+    from torch.utils._pytree import tree_leaves as leaves
+
+    return list(leaves(tree))
+
+
+def record_scope_and_event_type() -> tuple[Any, Any]:
+    """``torch._C._profiler.RecordScope`` and ``_EventType``: the kinds of nodes in the event
+    tree of :func:`kineto_results` (a torch op, a Python function, an allocation). Checked on
+    torch 2.0-2.13. Without them the event tree's nodes cannot be told apart, and the
+    data-flow graph (the fusion hints' exact links) cannot be read."""
+    from torch._C._profiler import RecordScope, _EventType
+
+    return RecordScope, _EventType

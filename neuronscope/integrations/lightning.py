@@ -25,7 +25,7 @@ from lightning.pytorch.profilers import Profiler
 from torch.profiler import ProfilerAction
 from torch.profiler import schedule as torch_schedule
 
-from neuronscope.capture.observe import begin_observation, end_observation
+from neuronscope.capture.observe import Observation, begin_observation, end_observation
 from neuronscope.drive.scope import set_capture_root
 from neuronscope.errors import ConfigError
 from neuronscope.integrations.steps import StepCapture, check_options
@@ -60,6 +60,7 @@ class NeuronscopeProfiler(Profiler):
     # __init__ refused its options.
     _capture: StepCapture | None = None
     _observing: Any = None
+    _observed: Observation | None = None
 
     def __init__(
         self,
@@ -89,6 +90,7 @@ class NeuronscopeProfiler(Profiler):
         self._capture: StepCapture | None = None
         self._batches = 0  # training batches seen in this stage
         self._observing: Any = None  # the observation pass over the batch before a captured one
+        self._observed: Observation | None = None  # what it observed, for the next capture
         self._saved = False  # the schedule said RECORD_AND_SAVE: recording is over
 
     # ---- Lightning's profiler interface ------------------------------------------------------
@@ -112,7 +114,7 @@ class NeuronscopeProfiler(Profiler):
     def stop(self, action_name: str) -> None:
         if action_name == BATCH_ACTION and self._observing is not None:
             handle, self._observing = self._observing, None
-            end_observation(handle)
+            self._observed = end_observation(handle)
         capture = self._capture
         if capture is None:
             return
@@ -149,12 +151,13 @@ class NeuronscopeProfiler(Profiler):
         if action not in _RECORDING and self.schedule(index + 1) in _RECORDING and self._probe.enabled and self.options.get("hints", True):
             # The batch before a captured one is observed, as a decorated function's last
             # warm-up call is: exact data flow, the user's lines and the idioms' constants.
-            self._observing = begin_observation(f"{self.name}.step{index + 1}")
+            self._observing = begin_observation()
             return
         if action not in _RECORDING or not self._probe.enabled:
             return
         self._saved = action == ProfilerAction.RECORD_AND_SAVE
-        self._capture = StepCapture(f"{self.name}.step{index}", self.options)
+        observed, self._observed = self._observed, None
+        self._capture = StepCapture(f"{self.name}.step{index}", self.options, observed)
         module = getattr(self, "_lightning_module", None)  # set by the Trainer for every profiler
         if module is not None and self._capture.capturing:
             # training_step calls the model's children directly: name them by their paths in it

@@ -29,6 +29,7 @@ from typing import Any
 
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
+from neuronscope.capture.observe import Observation
 from neuronscope.drive.scope import capturing
 from neuronscope.errors import ConfigError, NeuronscopeError
 from neuronscope.region import neuron_region
@@ -54,8 +55,11 @@ class HeldRegion:
 
     __slots__ = ("region",)
 
-    def __init__(self, name: str, options: Mapping[str, Any]) -> None:
+    def __init__(self, name: str, options: Mapping[str, Any], observed: Observation | None = None) -> None:
         self.region = neuron_region(name, **options)
+        # What was observed before this step (the step before it): the capture's hints take
+        # exact data flow from it, as a decorated function's capture does from its warm-up.
+        self.region.observed = observed
         self.region.start()
 
     def close(self, exc: BaseException | None = None) -> ProfileResult | None:
@@ -107,7 +111,7 @@ class StepCapture:
     on every thread, but only the capturing thread's calls are labelled.
     """
 
-    def __init__(self, name: str, options: Mapping[str, Any]) -> None:
+    def __init__(self, name: str, options: Mapping[str, Any], observed: Observation | None = None) -> None:
         self.name = name
         self.thread = threading.get_ident()
         self._held: dict[str, HeldRegion] = {}
@@ -115,7 +119,7 @@ class StepCapture:
         self._optimizer_depth = 0
         self._handles: list[Any] = []
         self._finished = False
-        self.outer = HeldRegion(name, options)
+        self.outer = HeldRegion(name, options, observed)
         # Another capture (on another thread) or the user's own torch.profiler may hold the
         # profiler: then this step runs uncaptured (the region counted it) and gets no labels.
         self.capturing = capturing()

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from neuronscope.capture.observe import begin_observation, end_observation
+from neuronscope.capture.observe import Observation, begin_observation, end_observation
 from neuronscope.integrations.steps import StepCapture, check_options, parse_steps
 from neuronscope.result.types import ProfileResult
 
@@ -50,6 +50,7 @@ class ProfileCallback(TrainerCallback):
         self._model: torch.nn.Module | None = None
         self._forward_hooks: list[Any] = []
         self._observing: Any = None  # the observation pass over the step before a captured one
+        self._observed: Observation | None = None  # what it observed, for the next capture
 
     # ---- Trainer hooks ---------------------------------------------------------------------
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
@@ -61,12 +62,13 @@ class ProfileCallback(TrainerCallback):
             # The step before a captured one is observed, as a decorated function's last
             # warm-up call is: the capture's hints then get exact data flow, the user's
             # lines and the idioms' constants (eps) from it.
-            self._observing = begin_observation(f"{self.name}.step{step + 1}")
+            self._observing = begin_observation()
             return
         if step not in self.steps or not self._probe.enabled:
             return
         self.close()
-        self._capture = StepCapture(f"{self.name}.step{step}", self.options)
+        observed, self._observed = self._observed, None
+        self._capture = StepCapture(f"{self.name}.step{step}", self.options, observed)
         model = kwargs.get("model")
         if self._capture.capturing and isinstance(model, torch.nn.Module):
             capture = self._capture
@@ -118,7 +120,8 @@ class ProfileCallback(TrainerCallback):
     # ---- helpers ---------------------------------------------------------------------------
     def _end_observation(self) -> None:
         handle, self._observing = self._observing, None
-        end_observation(handle)
+        if handle is not None:
+            self._observed = end_observation(handle)
 
     def _remove_forward_hooks(self) -> None:
         for handle in self._forward_hooks:

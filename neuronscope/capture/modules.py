@@ -24,6 +24,8 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
+from neuronscope.capture import torch_private
+
 __all__ = ["MODULE_RANGE_PREFIX", "ModuleFacts", "ModuleHooks"]
 
 #: The profiler range name of a module call: this prefix, then the module's qualified name.
@@ -72,7 +74,7 @@ class ModuleHooks:
             import torch
             from torch.nn.modules import module as torch_module
 
-            self._record = torch._C._profiler._RecordFunctionFast
+            self._record = torch_private.record_function_fast()
             self._compiling = torch.compiler.is_compiling
             pre = torch_module.register_module_forward_pre_hook(self._pre)
             post = torch_module.register_module_forward_hook(self._post, always_call=True)

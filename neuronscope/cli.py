@@ -164,7 +164,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 def _newest_run() -> Path | None:
     """The newest complete run under the default output root, or None (said on stderr)."""
     from neuronscope.config import default_output_root
-    from neuronscope.export.run_dir import RESULT_FILE, find_runs
+    from neuronscope.export.runs import RESULT_FILE, find_runs
 
     root = default_output_root()
     for run in find_runs(root):

@@ -206,7 +206,7 @@ def test_steps_of_one_window_summarised_together() -> None:
 
 def test_trust_note_and_hints_scaled_to_the_unprofiled_call(monkeypatch: pytest.MonkeyPatch) -> None:
     from neuronscope.result import trust
-    from neuronscope.result.types import Hint
+    from neuronscope.result.hint import Hint
 
     hints = [Hint("fusion", "rms_norm", ["aten::pow"], time_us=900.0, est_saving_us=600.0)]
     scaled = trust.scale_hints(hints, wall_us=10_000.0, unprofiled_us=400.0)  # 25x: dominated
@@ -290,8 +290,7 @@ def test_a_decorated_forward_names_its_module_the_root() -> None:
 def test_notebook_comparison_legend_is_whole() -> None:
     import html as _html
 
-    from neuronscope.report.text import comparison_html_table, comparison_legend
-    from neuronscope.result.types import Comparison, ComparisonRow
+    from neuronscope.result.comparison import Comparison, ComparisonRow
 
     cmp = Comparison(
         name="c",
@@ -299,6 +298,6 @@ def test_notebook_comparison_legend_is_whole() -> None:
               ComparisonRow("b", 5.0, 1, "aten::add", 2.0, verdict="faster", repeats=9)],
         timing={"confidence": 0.99, "samples_per_round": 3},
     )
-    page = comparison_html_table(cmp)
-    for line in comparison_legend(cmp):
+    page = cmp._repr_html_()
+    for line in cmp.legend():
         assert _html.escape(line) in page  # whole, not cut at a name's limit

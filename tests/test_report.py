@@ -473,3 +473,17 @@ def test_chromium_draws_the_pictures_offline(module_page: tuple[Path, str], tmp_
     assert "<img" not in dom and "<title>1</title>" not in dom
     console = [line for line in done.stderr.splitlines() if ":CONSOLE" in line or "net::ERR" in line]
     assert console == [], console
+
+
+def test_page_text_goes_through_the_one_sanitiser() -> None:
+    """Terminal control characters in a name, a module or a hint's location reach the page as
+    printable escapes (units.safe_text), in the tables and in the pictures' hint cards alike."""
+    from neuronscope.result.hint import Hint
+    from neuronscope.result.modules import ModuleStat
+
+    bad = "evil\x1b[31m\u202eName"
+    mods = [ModuleStat(name=bad, type="Net", parent=None, depth=0, calls=1, cpu_total_us=10.0, self_cpu_us=10.0, share=1.0, hints=(0,))]
+    hint = Hint("fusion", "gelu", ["aten::mul"], time_us=9.0, est_saving_us=3.0, location=f"{bad}.py:3", suggestion="use F.gelu")
+    page = render_report(ProfileResult(name=bad, backend="cpu", hints=[hint], modules=mods))
+    assert "\x1b" not in page and "\u202e" not in page
+    assert "evil\\x1b[31m\\u202eName" in page and 'class="hint"' in page

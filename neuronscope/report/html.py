@@ -32,7 +32,7 @@ from neuronscope.result.hint import NO_FASTER_TEXT, Hint
 from neuronscope.result.stats import OpStat, RegionStat
 from neuronscope.result.text import render_breakdown
 from neuronscope.result.types import ProfileResult
-from neuronscope.units import MAX_NAME_CHARS, fmt_us, shorten
+from neuronscope.units import MAX_NAME_CHARS, fmt_us, safe_text, shorten
 
 __all__ = ["OPS_IN_TABLE", "REPORT_FILE", "render_report", "write_report"]
 
@@ -75,13 +75,14 @@ footer { color: #7a8290; font-size: 0.85em; margin-top: 24px; }
 
 # ---- small helpers -----------------------------------------------------------------------------
 def _e(value: Any) -> str:
-    """Escaped and bounded text."""
-    return html.escape(shorten("" if value is None else value, MAX_TEXT_CHARS))
+    """Bounded text made printable by the one sanitiser (:func:`~neuronscope.units.safe_text`;
+    a table's line breaks stay), then escaped."""
+    return "" if value is None else html.escape(safe_text(value, MAX_TEXT_CHARS, keep="\n\t"))
 
 
 def _n(value: Any) -> str:
     """An escaped name, bounded at MAX_NAME_CHARS."""
-    return html.escape(shorten("" if value is None else value, MAX_NAME_CHARS))
+    return "" if value is None else html.escape(safe_text(value, MAX_NAME_CHARS))
 
 
 def _pct(part: float, whole: float) -> str:

@@ -23,7 +23,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from neuronscope.report.trace_view import TraceView
-from neuronscope.units import fmt_us
+from neuronscope.units import MAX_NAME_CHARS, fmt_us, safe_text
 
 if TYPE_CHECKING:
     from neuronscope.result.types import ProfileResult
@@ -51,11 +51,9 @@ def plotly_js() -> str | None:
 
 
 def _t(value: Any, limit: int = MAX_LABEL) -> str:
-    """A text for plotly: bounded and HTML-escaped."""
-    text = str(value)
-    if len(text) > limit:
-        text = text[: limit - 1] + "…"
-    return html.escape(text)
+    """A text for plotly or the page: bounded and made printable by the one sanitiser
+    (:func:`~neuronscope.units.safe_text`), then HTML-escaped."""
+    return html.escape(safe_text(value, limit))
 
 
 def _json(value: Any) -> str:
@@ -203,11 +201,11 @@ def _memory(view: TraceView) -> str:
                                                 xaxis={"title": {"text": "ms from the capture's start"}},
                                                 yaxis={"title": {"text": "allocated (MB)"}})}
     holders = "".join(
-        f"<tr><td><code>{html.escape(where)}</code></td><td class=num>{size / 2**20:.3f} MB</td></tr>"
+        f"<tr><td><code>{_t(where)}</code></td><td class=num>{size / 2**20:.3f} MB</td></tr>"
         for where, size in peak.get("holders", [])
     )
     table = (
-        f'<p class="note">Held at the peak ({html.escape(str(peak.get("device", "")))}), by where it was allocated '
+        f'<p class="note">Held at the peak ({_t(peak.get("device", ""))}), by where it was allocated '
         f"(module / op):</p><table><thead><tr><th>Allocated in</th><th class=num>Live at the peak</th></tr></thead>"
         f"<tbody>{holders}</tbody></table>"
         if holders else ""
@@ -232,13 +230,13 @@ def _hint_cards(result: ProfileResult) -> str:
     placed = hints_on_modules(result)
     cards = []
     for i, h in enumerate(result.hints):
-        where = ", ".join(f"<code>{html.escape(n)}</code>" for n in placed.get(i, [])[:4]) or "code outside the module tree"
-        saving = "no saving expected" if h.expects_no_saving else f"save {html.escape(h.saving_text)}"
+        where = ", ".join(f"<code>{_t(n)}</code>" for n in placed.get(i, [])[:4]) or "code outside the module tree"
+        saving = "no saving expected" if h.expects_no_saving else f"save {_t(h.saving_text)}"
         cards.append(
-            f'<div class="hint"><div><b>#{i + 1} {html.escape(h.kind)}:{html.escape(h.pattern)}</b> in {where}</div>'
-            f'<div class="loc"><code>{html.escape(h.location or "location unknown")}</code></div>'
-            f"<div>{' → '.join(html.escape(o) for o in h.ops[:8])} ×{h.calls}: costs {fmt_us(h.time_us)}, {saving}</div>"
-            f'<div class="note">{html.escape(h.suggestion if not h.expects_no_saving else "")}</div></div>'
+            f'<div class="hint"><div><b>#{i + 1} {_t(h.kind)}:{_t(h.pattern)}</b> in {where}</div>'
+            f'<div class="loc"><code>{_t(h.location or "location unknown", 4 * MAX_NAME_CHARS)}</code></div>'
+            f"<div>{' → '.join(_t(o) for o in h.ops[:8])} ×{h.calls}: costs {fmt_us(h.time_us)}, {saving}</div>"
+            f'<div class="note">{_t(h.suggestion if not h.expects_no_saving else "", 4 * MAX_NAME_CHARS)}</div></div>'
         )
     return "<h3>Hints, on the modules they are about</h3>" + "".join(cards)
 
@@ -254,7 +252,7 @@ def pictures(result: ProfileResult, view: TraceView | None) -> str:
     if view is not None and view.memory:
         parts.append(_memory(view))
     if view is not None and view.note:
-        parts.append(f'<p class="note">{html.escape(view.note)}</p>')
+        parts.append(f'<p class="note">{_t(view.note, 4 * MAX_NAME_CHARS)}</p>')
     parts.append(_hint_cards(result))
     body = "".join(p for p in parts if p)
     return f'<section id="pictures"><h2>Where the time went, in pictures</h2>{body}</section>' if body else ""

@@ -23,6 +23,7 @@ from neuronscope.region import neuron_region, reset
 from neuronscope.result.comparison import Comparison
 from neuronscope.result.hint import Hint
 from neuronscope.result.stats import OpStat
+from neuronscope.result.steps import summarize_steps
 from neuronscope.result.types import ProfileResult
 
 __version__ = "0.1.0"
@@ -40,4 +41,5 @@ __all__ = [
     "neuron_region",
     "profile_on_neuron",
     "reset",
+    "summarize_steps",
 ]

@@ -172,6 +172,18 @@ def announce_window(name: str, warmup: int, active: int | None) -> None:
     log.info("%s: warm-up (%d call%s, not captured); will capture %s", name, warmup, "" if warmup == 1 else "s", when)
 
 
+def announce_window_used(name: str, warmup: int, active: int | None, captured: int) -> None:
+    """Said in a notebook when a cell calls something whose call window is used up: the call
+    ran unprofiled, ``.last_result`` is an older capture, and how to capture again."""
+    ensure_log_handler()
+    log.info(
+        "%s: its window (warmup=%d, active=%s) is used up: this call ran unprofiled, and .results / "
+        ".last_result hold the %d earlier capture(s). To capture again: neuronscope.reset(%r), or "
+        "decorate it again (re-run the cell that defines it)",
+        name, warmup, active, captured, name,
+    )
+
+
 def on_skipped(name: str, count: int | None = None) -> None:
     """Log that a call ran uncaptured because another capture was running: the first time per
     name, then (when the caller counts) at 10, 100, 1000... calls, with the count."""

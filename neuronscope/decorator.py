@@ -28,7 +28,16 @@ from neuronscope.config import (
     build_options,
     disabled_by_env,
 )
-from neuronscope.drive.scope import CAPTURE, OFF, Owner, captures_done, deliver, enter, keep_result, leave
+from neuronscope.drive.owner import Owner, keep_result
+from neuronscope.drive.scope import (
+    CAPTURE,
+    OFF,
+    captures_done,
+    deliver,
+    enter,
+    leave,
+    set_capture_root,
+)
 from neuronscope.drive.window import CallWindow, windows
 from neuronscope.errors import NeuronscopeError
 from neuronscope.result.types import ProfileResult
@@ -185,6 +194,10 @@ def wrap_callable(func: F, options: Options) -> F:
             entry = enter(state)  # past the window: an unprofiled pass, in a few reads
             if entry is OFF:
                 return func(*args, **kwargs)
+            if entry.kind is CAPTURE and args and _is_module_instance(args[0]):
+                # A decorated forward: its module's own call began before the capture, so the
+                # module calls inside are named by their paths in it (model.layers.1.mlp).
+                set_capture_root(args[0], entry)
             try:
                 value = func(*args, **kwargs)
             except BaseException as exc:

@@ -17,11 +17,11 @@ from neuronscope import decorator as _decorator
 from neuronscope.announce import ensure_log_handler, log
 from neuronscope.capture import check_backend_available
 from neuronscope.config import Options, build_options, disabled_by_env, options_key, remember
+from neuronscope.drive.owner import Owner, keep_result
 from neuronscope.drive.scope import (
     LABEL,
     OFF,
     Entry,
-    Owner,
     deliver,
     enter,
     idle,
@@ -160,8 +160,6 @@ class neuron_region(Owner):
         return None if session is None else session.result
 
     def on_result(self, result: ProfileResult) -> None:
-        from neuronscope.drive.scope import keep_result
-
         keep_result(self.results, result)
 
     def on_abandoned(self, entry: Entry) -> None:

@@ -41,6 +41,14 @@ pytestmark = [
 ORIGINAL_BACKWARD = torch.Tensor.backward
 
 
+def _constants_observable() -> bool:
+    """Whether the observation pass reads an idiom's constants (eps) here: only while no
+    torch.compile ran in this process (after one it follows lines with a tracer instead of a
+    torch function mode, which sees no constants; capture/observe.py says why)."""
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    return not any(b is not None for b in (getattr(eval_frame, "cached_backends", None) or {}).values())
+
+
 def _hooks_of_ours_installed(model: nn.Module | None = None) -> bool:
     from torch.optim import optimizer as opt
 
@@ -107,8 +115,10 @@ def test_hf_trainer_captures_the_chosen_steps_only(tmp_path: Path, lines: list[s
     probe = _Probe()
     model = _train(tmp_path, callback, probe)
 
-    # Steps 2 and 4 ran inside a capture with the hooks in; 1 and 3 with nothing of ours at all.
-    assert probe.seen == {1: (False, False), 2: (True, True), 3: (False, False), 4: (True, True)}
+    # Steps 2 and 4 ran inside a capture with the hooks in; 1 and 3, each the step before a
+    # captured one, under the observation pass alone (a profiler, none of the hooks), as a
+    # decorated function's last warm-up call is.
+    assert probe.seen == {1: (True, False), 2: (True, True), 3: (True, False), 4: (True, True)}
     assert not _hooks_of_ours_installed(model)
     assert [r.name for r in callback.results] == ["tiny_llama.step2", "tiny_llama.step4"]
 
@@ -135,6 +145,13 @@ def test_hf_trainer_captures_the_chosen_steps_only(tmp_path: Path, lines: list[s
         # LlamaRMSNorm is the hand-written idiom (pow, mean, add, rsqrt, mul, mul by weight).
         rms = [h for h in result.hints if h.kind == "fusion" and h.pattern == "rms_norm"]
         assert rms and rms[0].ops[:4] == ["aten::pow", "aten::mean", "aten::add", "aten::rsqrt"]
+        # As a decorated forward gives them: the model's line and the idiom's eps (the step
+        # before each captured one was observed, as a decorator's last warm-up call is).
+        assert rms[0].location is not None and "modeling_llama.py:" in rms[0].location, rms[0]
+        assert "eps=1e-06" in rms[0].suggestion or not _constants_observable(), rms[0].suggestion
+        # The module tree of the step, and no torch class replaced to label the backward.
+        assert any(m.name.endswith("layers.0.mlp") for m in result.modules)
+    assert torch.Tensor.backward is ORIGINAL_BACKWARD
 
     reloaded = load(runs[0])
     assert isinstance(reloaded, ProfileResult)
@@ -303,6 +320,11 @@ def test_lightning_profiler_captures_the_scheduled_batch_with_regions_and_hint(t
     assert "aten::addcdiv_" in regions["optimizer"].op_names  # AdamW's update, one parameter at a time
     rms = [h for h in result.hints if h.kind == "fusion" and h.pattern == "rms_norm"]
     assert rms and rms[0].ops[:4] == ["aten::pow", "aten::mean", "aten::add", "aten::rsqrt"]
+    # As a decorated forward gives them (batch 1, before the captured one, was observed):
+    # the line of _RMSNorm's forward in this file, and its eps.
+    assert rms[0].location is not None and "test_integrations.py:" in rms[0].location, rms[0]
+    assert "eps=1e-06" in rms[0].suggestion or not _constants_observable(), rms[0].suggestion
+    assert {"norm", "inp", "out"} <= {m.name for m in result.modules}
     # Lightning's summary at the end of the stage, in Lightning's file name for it.
     summary = (root / "fit-perf.txt").read_text()
     assert "clf.step2" in summary and "rms_norm" in summary and "aten::addmm" in summary

@@ -54,6 +54,23 @@ for _ in range(2):
         torch.ones(8).tanh()
 print("RESULTS", len(r.results), [op.name for op in r.results[-1].ops])
 """,
+    # 5: a module defined in a cell, decorated, captured; its hints' lines name the cell
+    """
+class Norm(torch.nn.Module):
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+
+norm = profile_on_neuron(torch.nn.Sequential(torch.nn.Linear(16, 16), Norm()), backend="cpu", export=False)
+norm(torch.randn(4, 16)); norm(torch.randn(4, 16))
+res = norm.last_result
+print("MODULES", [m.name for m in res.modules])
+print("LOCATIONS", [h.location for h in res.hints])
+print("HTML", "Modules" in res._repr_html_())
+""",
+    # 6: the same call again, in a new cell: its window is used up, and the cell says so
+    """
+norm(torch.randn(4, 16))
+""",
 ]
 
 
@@ -77,3 +94,10 @@ def test_notebook_feedback_rerun_and_reset(tmp_path: Path) -> None:
     assert "nb_loop ok [cpu]" in out[3] and "aten::cos" in out[3], out[3]
     # 4: reset() starts the windows again
     assert "nb_loop ok [cpu]" in out[4] and "aten::tanh" in out[4] and "RESULTS 2" in out[4], out[4]
+    # 5: the module tree, and hint lines by the notebook's own cell names
+    assert "MODULES ['Sequential', '1', '0']" in out[5] or "MODULES ['Sequential', '0', '1']" in out[5], out[5]
+    assert "LOCATIONS ['In [6], line 3'" in out[5] and "ipykernel_" not in out[5], out[5]
+    assert "HTML True" in out[5]
+    # 6: a re-run past the window is told, with how to capture again; said once, not per call
+    assert "window (warmup=1, active=1) is used up" in out[6] and "neuronscope.reset('Sequential')" in out[6], out[6]
+    assert "is used up" not in out[5]

@@ -424,7 +424,7 @@ def test_inside_the_users_own_profiler_regions_are_labels_in_it() -> None:
 
 def test_a_region_reused_in_a_loop_keeps_its_captures() -> None:
     """``r.results`` holds every capture the object ran (``r.result`` only the last), bounded."""
-    from neuronscope.drive.scope import MAX_KEPT_RESULTS
+    from neuronscope.drive.owner import MAX_KEPT_RESULTS
 
     region = neuron_region("loop_kept", export=False, warmup=1, active=2)
     for i in range(5):

@@ -55,7 +55,7 @@ from neuronscope.announce import NeuronscopeWarning
 from neuronscope.cli import main as cli_main
 from neuronscope.config import build_options
 from neuronscope.drive import scope
-from neuronscope.drive.scope import MAX_KEPT_RESULTS
+from neuronscope.drive.owner import MAX_KEPT_RESULTS, Owner
 from neuronscope.errors import ConfigError, RunLoadError
 from neuronscope.export import run_dir as export
 from neuronscope.export import runs, safe_io
@@ -244,7 +244,7 @@ def test_nul_in_output_dir_is_refused_when_built_and_never_raises_at_call(tmp_pa
     got: list[ProfileResult] = []
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
-        owner = scope.Owner(bad, "nul", None, None)
+        owner = Owner(bad, "nul", None, None)
         owner.on_result = got.append  # type: ignore[method-assign]
         value = scope.run(owner, lambda: 41 + 1, (), {})
     TALLY["faults_injected"] += 2

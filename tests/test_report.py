@@ -143,9 +143,14 @@ def test_comparison_report(comparison: Comparison, comparison_page: tuple[Path, 
 
 
 def test_reports_are_self_contained(single_page: tuple[Path, str], comparison_page: tuple[Path, str]) -> None:
-    for _, page in (single_page, comparison_page):
+    for _, whole in (single_page, comparison_page):
+        # The one script the page may hold is plotly.js itself, inline (its source names URLs
+        # in strings it never fetches offline: the Chromium test checks that nothing is fetched),
+        # and the few lines that draw the figures.
+        page = re.sub(r"<script>/\*\*\n\* plotly\.js.*?</script>", "", whole, flags=re.DOTALL)
         lowered = page.lower()
-        for banned in ("<script", "<link", "<iframe", "<img", "@import", " src=", "url(http"):
+        assert "<script src" not in lowered and lowered.count("<script") == lowered.count('<script type="application/json"') + lowered.count("<script>\ndocument.queryselectorall")
+        for banned in ("<link", "<iframe", "<img", "@import", " src=", "url(http"):
             assert banned not in lowered, banned
         assert set(re.findall(r"(?:https?:)?//[^\s\"'<>)]+", page)) <= NAMESPACES
         assert "<?xml" not in page and "<!DOCTYPE svg" not in page and "<metadata" not in page
@@ -421,3 +426,64 @@ def test_the_ranks_chart_draws_the_slowest_ranks(monkeypatch: pytest.MonkeyPatch
         assert len(colors) == RANK_BARS and f"Wall time of the {RANK_BARS} slowest of {n_ranks} ranks" in svg
         assert f"rank {by_wall[0]['rank']}" in svg and f"rank {by_wall[-1]['rank']}" not in svg
     assert colors.count("#c0504d") == 1  # the slowest
+
+
+# ---- the pictures: module icicle, timeline, memory (issue 37) ----------------------------------
+HOSTILE_MODULE = '<img src=x onerror="document.title=1">'.replace(".", "")
+
+
+@pytest.fixture(scope="module")
+def module_page(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A real capture of a small model (one child with a hostile name), memory on, and its page."""
+    import torch
+    from torch import nn
+
+    import neuronscope as ns
+
+    out = tmp_path_factory.mktemp("module-runs")
+    net = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 32))
+    net.add_module(HOSTILE_MODULE, nn.LayerNorm(32))
+    x = torch.randn(8, 32)
+    with ns.neuron_region("modules </script>", backend="cpu", output_dir=str(out), profile_memory=True, print_summary=False) as r:
+        net(x).sum().backward()
+    assert r.result.run_dir is not None
+    path = write_report(r.result.run_dir)
+    return path, path.read_text(encoding="utf-8")
+
+
+def test_page_has_the_pictures_with_names_escaped(module_page: tuple[Path, str]) -> None:
+    _, page = module_page
+    for plot in ("ns-icicle", "ns-timeline", "ns-memory"):
+        assert f'data-plot="{plot}"' in page
+    assert "Plotly.newPlot" in page and "https://" not in page.split("<footer>")[0].split("plotly.js v")[0]
+    assert HOSTILE_MODULE not in page and "<img" not in page
+    assert page.count("</script>") == page.count("<script")  # no name ends a script block
+
+
+@needs_chromium
+@pytest.mark.slow
+def test_chromium_draws_the_pictures_offline(module_page: tuple[Path, str], tmp_path: Path) -> None:
+    path, _ = module_page
+    done = _chromium(path.resolve().as_uri(), tmp_path, "--dump-dom", "--enable-logging=stderr", "--v=0",
+                     "--virtual-time-budget=5000", "--window-size=1400,1600")
+    assert done.returncode == 0, done.stderr[-2000:]
+    dom = done.stdout
+    # plotly drew each figure (its SVG root), the hostile name stayed text, nothing was fetched
+    assert dom.count('class="main-svg"') >= 3
+    assert "<img" not in dom and "<title>1</title>" not in dom
+    console = [line for line in done.stderr.splitlines() if ":CONSOLE" in line or "net::ERR" in line]
+    assert console == [], console
+
+
+def test_page_text_goes_through_the_one_sanitiser() -> None:
+    """Terminal control characters in a name, a module or a hint's location reach the page as
+    printable escapes (units.safe_text), in the tables and in the pictures' hint cards alike."""
+    from neuronscope.result.hint import Hint
+    from neuronscope.result.modules import ModuleStat
+
+    bad = "evil\x1b[31m\u202eName"
+    mods = [ModuleStat(name=bad, type="Net", parent=None, depth=0, calls=1, cpu_total_us=10.0, self_cpu_us=10.0, share=1.0, hints=(0,))]
+    hint = Hint("fusion", "gelu", ["aten::mul"], time_us=9.0, est_saving_us=3.0, location=f"{bad}.py:3", suggestion="use F.gelu")
+    page = render_report(ProfileResult(name=bad, backend="cpu", hints=[hint], modules=mods))
+    assert "\x1b" not in page and "\u202e" not in page
+    assert "evil\\x1b[31m\\u202eName" in page and 'class="hint"' in page

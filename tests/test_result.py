@@ -217,7 +217,7 @@ def test_dataframe_and_html() -> None:
     assert int(regions.loc["attn", "distinct_ops"]) == len(_sample_result().regions["attn"].ops)
     hints = _sample_result().to_dataframe("hints")
     assert list(hints["pattern"]) == ["rms_norm"] and " -> " in hints["ops"][0]
-    with pytest.raises(NeuronscopeError, match="'ops', 'regions' or 'hints'"):
+    with pytest.raises(NeuronscopeError, match="'ops', 'regions', 'hints', 'steps' or 'modules'"):
         _sample_result().to_dataframe("kernels")
 
 

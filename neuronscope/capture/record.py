@@ -16,6 +16,7 @@ from typing import Any
 
 from neuronscope.capture import dynamo
 from neuronscope.capture.base import Backend, Capture, WrongThreadError, force_profiler_off, profiler_running
+from neuronscope.capture.modules import ModuleFacts, ModuleHooks
 
 __all__ = ["CaptureRecord", "CaptureSession"]
 
@@ -38,6 +39,8 @@ class CaptureRecord:
     interrupted: BaseException | None = None
     artifacts: dict[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    #: the module calls' classes and sources (the calls themselves are ranges of ``prof``)
+    modules: ModuleFacts | None = None
     #: Options the capture turned on by itself beyond the user's, ``{option: {"value", "why"}}``
     #: (:func:`neuronscope.capture.observe.options_added`).
     options_added: dict[str, Any] = field(default_factory=dict)
@@ -60,6 +63,7 @@ class CaptureSession:
         self.capture = Capture(backend, scratch_dir=scratch_dir)
         self._compile_before: dict[str, Any] = {}
         self._started_ns = 0
+        self.module_hooks: ModuleHooks | None = None
 
     @property
     def prof(self) -> Any:
@@ -74,6 +78,9 @@ class CaptureSession:
         except BaseException:
             self.abandon()
             raise
+        hooks = ModuleHooks()
+        if hooks.install():  # after the start: a hook that found no profiler would label nothing
+            self.module_hooks = hooks
         self._started_ns = self.clock()
 
     def on_own_thread(self) -> bool:
@@ -87,6 +94,7 @@ class CaptureSession:
         the starting one it touches nothing (:class:`WrongThreadError`)."""
         if not self.on_own_thread():
             raise WrongThreadError("a capture can be abandoned only by the thread that started it")
+        self._remove_hooks()
         if self.capture.runner is not None and profiler_running():
             try:
                 self.capture.stop()
@@ -117,6 +125,8 @@ class CaptureSession:
         # The work's wall time: the profiler's stop (flushing and processing its events, tens
         # of ms) is not the user's code. Where the sync failed, up to the stop's end.
         wall_us = ((work_end[0] if work_end else self.clock()) - self._started_ns) / 1e3
+        # After the stop: reading the modules' sources is no part of the measured work.
+        module_facts = self._remove_hooks()
         notes: list[str] = []
         artifacts: dict[str, Any] = {}
         try:
@@ -137,5 +147,15 @@ class CaptureSession:
             interrupted=interrupted,
             artifacts=artifacts,
             notes=tuple(notes),
+            modules=module_facts,
             options_added=self.options_added,
         )
+
+    def _remove_hooks(self) -> ModuleFacts | None:
+        hooks, self.module_hooks = self.module_hooks, None
+        if hooks is None:
+            return None
+        try:
+            return hooks.remove()
+        except Exception:  # the module names are a help; losing them must not lose the capture
+            return None

@@ -44,8 +44,9 @@ from neuronscope.compare.options import COMPARE_PROFILED, COMPARE_WARMUP, Settin
 from neuronscope.compare.outputs import outputs_agree
 from neuronscope.compare.range_ops import dispatched_ops
 from neuronscope.config import Options, build_options, disabled_by_env
+from neuronscope.drive.owner import Owner
 from neuronscope.drive.pipeline import now_iso
-from neuronscope.drive.scope import CAPTURE, Owner, enter, leave
+from neuronscope.drive.scope import CAPTURE, enter, leave
 from neuronscope.errors import ConfigError, NeuronscopeError
 from neuronscope.events import table_from_profiler
 from neuronscope.export.comparison import export_comparison

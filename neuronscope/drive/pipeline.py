@@ -12,19 +12,23 @@ import os
 import socket
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from neuronscope.analysis.compiled_names import labelled_compiled_ops
 from neuronscope.analysis.context import AnalysisContext
 from neuronscope.analysis.rules import analyze
 from neuronscope.capture import CaptureRecord, torch_private
+from neuronscope.capture.cells import readable_location
 from neuronscope.config import Options, rank_info
 from neuronscope.errors import NeuronscopeError
 from neuronscope.events import EventTable, table_from_profiler
+from neuronscope.events.modules import split_module_ranges
 from neuronscope.events.table import promote_compiled_events
 from neuronscope.events.timeline import step_breakdown
+from neuronscope.result.modules import build_modules, place_hints
 from neuronscope.result.summary import summarize
+from neuronscope.result.trust import scale_hints, wall_notes
 from neuronscope.result.types import HINTS_OFF_NOTE, ProfileResult
 
 __all__ = ["CaptureFacts", "build_result", "from_profiler", "now_iso", "result_from_record"]
@@ -54,6 +58,8 @@ def build_result(
     facts: dict[str, Any] | None = None,
     notes: list[str] | None = None,
     breakdown: bool = True,
+    modules: Any = None,
+    unprofiled_us: float | None = None,
 ) -> ProfileResult:
     """Summarise ``table``, run the hint rules, and return the result.
 
@@ -62,12 +68,18 @@ def build_result(
     result's other fields (``target``, ``options``, ``device_name``, ``rank``,
     ``world_size``, ``error``, ``skipped_calls``, ``artifacts``), and ``notes`` are added after
     the summary's own: the result is built with all of them, not patched afterwards.
+    ``modules`` is the capture stage's :class:`~neuronscope.capture.modules.ModuleFacts`
+    (the module calls' classes and sources), where it labelled them. ``unprofiled_us``, an
+    unprofiled call's time, checks the profiled wall time (:mod:`neuronscope.result.trust`).
     """
     promote_compiled_events(table)  # compiled code recorded as a range is an op (torch 2.13)
-    summary = summarize(table)
+    # The module calls' ranges are no regions of the user's: out of what is summarised. The
+    # hint rules get the whole table, which they walk beside the profiler's event tree.
+    module_ranges, summarised = split_module_ranges(table)
+    summary = summarize(summarised)
     # The device's busy and idle time; a CUPTI counter-mode trace replays each kernel, so its
     # timeline is the replays', not the run's (the caller says so with breakdown=False).
-    steps = step_breakdown(table) if breakdown else None
+    steps = step_breakdown(summarised) if breakdown else None
     result_notes = list(summary.notes)
     result_notes.extend(notes or ())
     found = []
@@ -79,12 +91,26 @@ def build_result(
     else:
         result_notes.append(HINTS_OFF_NOTE)
     # After the rules, which see torch's own names: compiled code gets readable op names.
-    ops, regions = labelled_compiled_ops(summary.ops, summary.regions, table, (extra or {}).get("compile"))
+    ops, regions = labelled_compiled_ops(summary.ops, summary.regions, summarised, (extra or {}).get("compile"))
+    wall = summary.span_us if wall_time_us is None else wall_time_us
+    tree = build_modules(
+        module_ranges,
+        types=getattr(modules, "types", None),
+        root=getattr(modules, "root", None),
+        wall_time_us=wall,
+    )
+    if tree and found:
+        tree = place_hints(tree, [h.location for h in found], getattr(modules, "sources", None) or {})
+    # Cells of a notebook by the name the notebook shows (In [2], line 4), not a temp file.
+    found = [h if readable_location(h.location) == h.location else replace(h, location=readable_location(h.location)) for h in found]
+    if unprofiled_us is not None and wall_time_us is not None:
+        found = scale_hints(found, wall, unprofiled_us)
+        result_notes.extend(wall_notes(wall, unprofiled_us))
     return ProfileResult(
         name=name,
         backend=backend,
         status=status,
-        wall_time_us=summary.span_us if wall_time_us is None else wall_time_us,
+        wall_time_us=wall,
         ops=ops,
         hints=found,
         regions=regions,
@@ -93,6 +119,7 @@ def build_result(
         event_count=table.raw_event_count or len(table),
         device_unattributed_us=(table.unattributed_device_ns / 1e3) if table.has_device else None,
         breakdown=steps,
+        modules=tree,
         **{"started_at": now_iso(), "host": socket.gethostname(), "pid": os.getpid(), **(facts or {})},
     )
 
@@ -112,6 +139,8 @@ class CaptureFacts:
     #: The observation pass over the last warm-up call before this capture, if one ran
     #: (:mod:`neuronscope.capture.observe`): the hint rules take exact data flow from it.
     observation: Any = None
+    #: How long an unprofiled warm-up call of the same callable took (us), where one ran.
+    unprofiled_us: float | None = None
 
 
 def result_from_record(record: CaptureRecord, facts: CaptureFacts) -> ProfileResult:
@@ -144,6 +173,8 @@ def result_from_record(record: CaptureRecord, facts: CaptureFacts) -> ProfileRes
             "device_profile": record.artifacts.get("device_profile"),
         },
         notes=notes,
+        modules=record.modules,
+        unprofiled_us=facts.unprofiled_us,
         facts={
             "target": facts.target,
             "options": facts.options.to_dict(),

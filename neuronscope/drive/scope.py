@@ -22,34 +22,35 @@ own unprofiled pass, where recursion and a skipped ``__exit__`` look alike (:fun
 from __future__ import annotations
 
 import contextvars
+import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Any
 
-from neuronscope.announce import announce_window, ensure_log_handler, log, on_skipped, warn_once, warn_user
+from neuronscope.announce import ensure_log_handler, log, warn_once, warn_user
 from neuronscope.capture import claim_profiler, profiler_claimed, profiler_running
 from neuronscope.capture import release_profiler as _release_claim
 from neuronscope.capture.base import defer_to_thread, has_deferred, pending_work, run_deferred
+from neuronscope.capture.cells import execution_count
 from neuronscope.capture.observe import Observation, Observing, begin_observation, end_observation, forget_observer
-from neuronscope.config import Options, disabled_by_env
+from neuronscope.config import disabled_by_env
 from neuronscope.drive.forking import check_forked_child
 from neuronscope.drive.labels import close_range, open_range
+from neuronscope.drive.owner import KERNEL_MODULE, Owner
 from neuronscope.drive.session import Session
 from neuronscope.drive.threads import strand
-from neuronscope.drive.window import CallWindow
 from neuronscope.result.types import ProfileResult
 
 __all__ = [
     "OFF",
     "Entry",
-    "Owner",
     "acquire_profiler",
     "capturing",
     "current",
     "enter",
     "idle",
-    "keep_result",
     "leave",
     "own_entry",
     "placeholder",
@@ -57,70 +58,7 @@ __all__ = [
     "run",
 ]
 
-#: Results a decorated callable or a region name keeps in ``.results`` (the newest): with
-#: ``active=None`` on a hot function the list would otherwise grow for the life of the
-#: process. Older ones are dropped; their run directories stay on disk.
-MAX_KEPT_RESULTS = 100
-
 CAPTURE, LABEL, QUIET, FOREIGN, SKIP, OFF_KIND = "capture", "label", "quiet", "foreign", "skip", "off"
-
-
-def keep_result(results: list[ProfileResult], result: ProfileResult) -> None:
-    """Append ``result``, dropping the oldest beyond :data:`MAX_KEPT_RESULTS`."""
-    results.append(result)
-    del results[:-MAX_KEPT_RESULTS]
-
-
-class Owner:
-    """What a region object or a decorated callable brings to its entries: options, name,
-    call window, the count of calls that ran uncaptured, and where results go."""
-
-    #: Whether re-entering this owner inside its own quiet pass may be a skipped exit (a region
-    #: entered by hooks) rather than recursion; decorated calls always pair their exits.
-    reentry_check = False
-    #: Whether a capture of this owner logs its one line when it ends (compare() says what it
-    #: measured itself, and exports the comparison as a whole).
-    announce = True
-    # Guards the owners' counts of skipped calls (taken only when a call had to skip).
-    _count_lock = threading.Lock()
-    #: What was observed before a capture of this owner when it has no call window (a
-    #: compare() variant's warm-up); a windowed owner's is its window's.
-    observed: Observation | None = None
-
-    def __init__(self, options: Options, name: str, target: str | None, window: CallWindow | None) -> None:
-        self.options = options
-        self.name = name
-        self.target = target
-        self.window = window
-        self.skipped = 0
-
-    def observation(self) -> Observation | None:
-        """The observation its next capture takes: the one its call window made, if any."""
-        return self.window.observation if self.window is not None else self.observed
-
-    def skipped_so_far(self) -> int:
-        """Calls that ran uncaptured until now; each result records this count."""
-        return self.skipped
-
-    def on_skip(self) -> None:
-        """A call ran uncaptured because another capture held the profiler."""
-        with Owner._count_lock:
-            self.skipped += 1
-            count = self.skipped
-        if self.window is not None:
-            self.window.give_back()
-        on_skipped(self.name, count)
-
-    def on_first_warmup(self) -> None:
-        """The window's first warm-up call: say what will be captured, and when."""
-        if self.window is not None:
-            announce_window(self.name, self.window.warmup, self.window.active)
-
-    def on_result(self, result: ProfileResult) -> None:
-        """A capture of this owner ended with ``result``."""
-
-    def on_abandoned(self, entry: Entry) -> None:
-        """``entry`` of this owner was closed because its exit never came (see :func:`enter`)."""
 
 
 class Entry:
@@ -137,6 +75,7 @@ class Entry:
     frame: FrameType | None = None  # where a region's quiet pass was entered ...
     line = 0  # ... and from which line
     observing: Any = None  # the observation pass over a last warm-up call (capture.observe)
+    timed_ns = 0  # when an unprofiled warm-up call began (perf_counter_ns), or 0
     #: The thread that opened the entry's profiler session or range: the only one that may
     #: stop or close it (torch keeps both in that thread's state; see capture.base).
     thread: threading.Thread | None = None
@@ -267,6 +206,8 @@ def enter(owner: Owner, frame: FrameType | None = None) -> Entry:
     if scope is None and window is not None and window.closed:
         # Past its window, the common case in a loop: an unprofiled pass, decided before the
         # environment is read (os.environ.get of an unset name costs about 1 us).
+        if KERNEL_MODULE in sys.modules:  # a notebook: a re-run cell is told (once a cell)
+            owner.on_used_window()
         return _quiet(owner, frame)
     if disabled_by_env():
         return OFF  # a disabled call counts for nothing, not even its window
@@ -291,6 +232,8 @@ def enter(owner: Owner, frame: FrameType | None = None) -> Entry:
             # when another thread's session holds the profiler: then the capture records
             # allocations itself).
             entry.observing = begin_observation()
+        if not window.closed and entry.observing is None:
+            entry.timed_ns = time.perf_counter_ns()  # an unprofiled call: the capture's yardstick
         return entry
     if profiler_running() and not profiler_claimed():
         # The user's own torch.profiler is running: no capture of ours (torch's profiler is
@@ -314,6 +257,8 @@ def _quiet(owner: Owner, frame: FrameType | None) -> Entry:
 
 
 def _start_capture(owner: Owner) -> Entry:
+    if KERNEL_MODULE in sys.modules:
+        owner.captured_in_cell = execution_count()
     session = Session(
         owner.options,
         owner.name,
@@ -321,6 +266,7 @@ def _start_capture(owner: Owner) -> Entry:
         skipped=owner.skipped_so_far,
         announce=owner.announce,
         observation=owner.observation(),
+        unprofiled_us=owner.unprofiled_us,
     )
     entry = _push(CAPTURE, owner)
     entry.session = session
@@ -394,6 +340,8 @@ def leave(entry: Entry, exc: BaseException | None) -> ProfileResult | None:
                 defer_to_thread(observing.thread, end_there, orphaned=forget_observer)
             else:
                 _keep_observation(entry.owner, end_observation(observing))
+        if entry.timed_ns and was_open and exc is None and entry.owner is not None:
+            entry.owner.unprofiled_us = (time.perf_counter_ns() - entry.timed_ns) / 1e3
         return None
     if kind == LABEL:
         holder = entry.holder
@@ -447,6 +395,21 @@ def _said_cut(entry: Entry) -> None:
         f"{getattr(holder.owner if holder else None, 'name', '?')!r} that held it; its range was cut at "
         "that capture's end, and it gets no result of its own",
     )
+
+
+def set_capture_root(module: Any, entry: Entry | None = None) -> None:
+    """Name the module calls of the capture that holds ``entry`` (default: this context's
+    innermost entry) by their paths in ``module``: the instance whose decorated ``forward``
+    is being captured, or a trainer's model whose step methods call its children directly."""
+    entry = current() if entry is None else entry
+    session = None if entry is None else entry.session
+    capture = None if session is None else session.capture
+    hooks = None if capture is None else capture.module_hooks
+    if hooks is not None and entry is not None and entry.kind in (CAPTURE, LABEL):
+        try:
+            hooks.set_root(module)
+        except Exception:  # a module that cannot list its children: its calls keep class names
+            pass
 
 
 def captures_done() -> int:

@@ -44,6 +44,7 @@ class Session:
         skipped: Callable[[], int] | None = None,
         announce: bool = True,
         observation: Observation | None = None,
+        unprofiled_us: float | None = None,
     ) -> None:
         self.options = options
         self.observation = observation
@@ -51,6 +52,7 @@ class Session:
         self.target = target
         self.skipped = skipped
         self.announce = announce
+        self.unprofiled_us = unprofiled_us
         self.backend: Backend | None = None
         self.capture: CaptureSession | None = None
         self.record: CaptureRecord | None = None
@@ -128,6 +130,7 @@ class Session:
             skipped_calls=0 if self.skipped is None else self.skipped(),
             backend_notes=self.backend.extra_notes,
             observation=self.observation,
+            unprofiled_us=self.unprofiled_us,
         )
         result = self.result = result_from_record(record, facts)
         save = self._save if self.options.export else None

@@ -25,6 +25,8 @@ from lightning.pytorch.profilers import Profiler
 from torch.profiler import ProfilerAction
 from torch.profiler import schedule as torch_schedule
 
+from neuronscope.capture.observe import Observation, begin_observation, end_observation
+from neuronscope.drive.scope import set_capture_root
 from neuronscope.errors import ConfigError
 from neuronscope.integrations.steps import StepCapture, check_options
 from neuronscope.result.types import ProfileResult
@@ -57,6 +59,8 @@ class NeuronscopeProfiler(Profiler):
     # A class default: Lightning's Profiler.__del__ calls teardown even on an object whose
     # __init__ refused its options.
     _capture: StepCapture | None = None
+    _observing: Any = None
+    _observed: Observation | None = None
 
     def __init__(
         self,
@@ -85,6 +89,8 @@ class NeuronscopeProfiler(Profiler):
         self.results: list[ProfileResult] = []
         self._capture: StepCapture | None = None
         self._batches = 0  # training batches seen in this stage
+        self._observing: Any = None  # the observation pass over the batch before a captured one
+        self._observed: Observation | None = None  # what it observed, for the next capture
         self._saved = False  # the schedule said RECORD_AND_SAVE: recording is over
 
     # ---- Lightning's profiler interface ------------------------------------------------------
@@ -106,6 +112,9 @@ class NeuronscopeProfiler(Profiler):
                 capture.open("backward")
 
     def stop(self, action_name: str) -> None:
+        if action_name == BATCH_ACTION and self._observing is not None:
+            handle, self._observing = self._observing, None
+            self._observed = end_observation(handle)
         capture = self._capture
         if capture is None:
             return
@@ -125,6 +134,9 @@ class NeuronscopeProfiler(Profiler):
         return self._stats_to_str({f"{r.name} ({r.run_dir or 'not exported'})": r.table(self.row_limit) for r in self.results})
 
     def teardown(self, stage: str | None) -> None:
+        if self._observing is not None:
+            handle, self._observing = self._observing, None
+            end_observation(handle)
         if self._capture is not None:  # the stage ended inside a captured batch
             self._finish(sys.exc_info()[1], unfinished=True)
         super().teardown(stage=stage)
@@ -136,10 +148,20 @@ class NeuronscopeProfiler(Profiler):
         if self._saved:
             return
         action = self.schedule(index)
+        if action not in _RECORDING and self.schedule(index + 1) in _RECORDING and self._probe.enabled and self.options.get("hints", True):
+            # The batch before a captured one is observed, as a decorated function's last
+            # warm-up call is: exact data flow, the user's lines and the idioms' constants.
+            self._observing = begin_observation()
+            return
         if action not in _RECORDING or not self._probe.enabled:
             return
         self._saved = action == ProfilerAction.RECORD_AND_SAVE
-        self._capture = StepCapture(f"{self.name}.step{index}", self.options, label_backward=False)
+        observed, self._observed = self._observed, None
+        self._capture = StepCapture(f"{self.name}.step{index}", self.options, observed)
+        module = getattr(self, "_lightning_module", None)  # set by the Trainer for every profiler
+        if module is not None and self._capture.capturing:
+            # training_step calls the model's children directly: name them by their paths in it
+            set_capture_root(module)
 
     def _finish(self, exc: BaseException | None, unfinished: bool = False) -> None:
         capture = self._capture

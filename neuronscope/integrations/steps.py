@@ -6,14 +6,17 @@ A trainer that owns the loop gives callbacks a "step begins" and a "step ends" h
 
 - ``forward``: opened and closed by the integration (a forward hook on the model, or the
   trainer's own ``training_step`` bracket);
-- ``backward``: each ``Tensor.backward`` call on the capturing thread (Hugging Face's Trainer
-  has no hook around it), or the trainer's own backward bracket;
+- ``backward``: the trainer's own backward bracket (Lightning), or where the trainer has
+  none (Hugging Face's Trainer calls ``accelerator.backward`` between two callback hooks),
+  from the end of the model's forward in training (its forward hook) to the next forward,
+  the optimizer's step or the step's end: the backward, with what little runs beside it
+  (a loss computed outside the model, gradient clipping). Nothing of torch's is replaced;
 - ``optimizer``: ``torch.optim``'s global step hooks; when the step is given a closure (as
   Lightning does, to run forward and backward inside ``optimizer.step``), the label opens when
   the closure returns, so it holds the parameter update alone.
 
 Every hook is installed when a captured step begins and removed when it ends: a step that is
-not captured runs with none of them.
+not captured runs with none of them, and no torch class is patched.
 """
 
 from __future__ import annotations
@@ -21,12 +24,12 @@ from __future__ import annotations
 import atexit
 import functools
 import threading
-from collections.abc import Callable, Container, Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from typing import Any
 
-import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
+from neuronscope.capture.observe import Observation
 from neuronscope.drive.scope import capturing
 from neuronscope.errors import ConfigError, NeuronscopeError
 from neuronscope.region import neuron_region
@@ -52,8 +55,11 @@ class HeldRegion:
 
     __slots__ = ("region",)
 
-    def __init__(self, name: str, options: Mapping[str, Any]) -> None:
+    def __init__(self, name: str, options: Mapping[str, Any], observed: Observation | None = None) -> None:
         self.region = neuron_region(name, **options)
+        # What was observed before this step (the step before it): the capture's hints take
+        # exact data flow from it, as a decorated function's capture does from its warm-up.
+        self.region.observed = observed
         self.region.start()
 
     def close(self, exc: BaseException | None = None) -> ProfileResult | None:
@@ -105,7 +111,7 @@ class StepCapture:
     on every thread, but only the capturing thread's calls are labelled.
     """
 
-    def __init__(self, name: str, options: Mapping[str, Any], *, label_backward: bool) -> None:
+    def __init__(self, name: str, options: Mapping[str, Any], observed: Observation | None = None) -> None:
         self.name = name
         self.thread = threading.get_ident()
         self._held: dict[str, HeldRegion] = {}
@@ -113,7 +119,7 @@ class StepCapture:
         self._optimizer_depth = 0
         self._handles: list[Any] = []
         self._finished = False
-        self.outer = HeldRegion(name, options)
+        self.outer = HeldRegion(name, options, observed)
         # Another capture (on another thread) or the user's own torch.profiler may hold the
         # profiler: then this step runs uncaptured (the region counted it) and gets no labels.
         self.capturing = capturing()
@@ -123,8 +129,6 @@ class StepCapture:
         try:
             self._handles.append(register_optimizer_step_pre_hook(self._before_optimizer_step))
             self._handles.append(register_optimizer_step_post_hook(self._after_optimizer_step))
-            if label_backward:
-                _install_backward_labels(self)
         except BaseException:
             self.finish()
             raise
@@ -160,6 +164,7 @@ class StepCapture:
         self._optimizer_depth += 1
         if self._optimizer_depth > 1:  # an optimizer wrapper stepping the optimizer it wraps
             return None
+        self.close("backward")  # a backward labelled from the forward's end ends here at the latest
         # args[0] is the optimizer itself; a closure comes as closure= or as args[1].
         closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
         if closure is None:
@@ -198,63 +203,12 @@ class StepCapture:
             for handle in self._handles:
                 handle.remove()
             self._handles.clear()
-            _uninstall_backward_labels(self)
             result = self.outer.close(exc)
         return result
 
     def abandon(self, why: str) -> ProfileResult | None:
         """End a capture whose step never reached its end hook, recording ``why`` as its error."""
         return self.finish(StepNotFinished(why))
-
-
-# ---- the step's backward calls -----------------------------------------------------------------
-# Hugging Face's Trainer calls ``accelerator.backward(loss)`` between two callback hooks and
-# passes the callbacks neither the trainer nor its accelerator, so the callback cannot wrap that
-# call. Autograd hooks would fire on autograd's device threads (CUDA), not on the thread whose
-# capture holds the labels. ``Tensor.backward`` is what every path ends in (accelerate, a grad
-# scaler, a plain script), so a captured step replaces it, for its duration only, with a wrapper
-# that labels the capturing thread's calls and passes every other call straight through.
-class _BackwardPatch:
-    """``Tensor.backward`` as it was before a captured step replaced it, and the step whose
-    thread's calls are labelled. Global because ``Tensor.backward`` is: one per process."""
-
-    target: StepCapture | None = None
-    original: Callable[..., Any] | None = None
-
-
-# Why global: Tensor.backward is process-wide, so what replaced it is too.
-_backward = _BackwardPatch()
-
-
-def _labelled_backward(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-    original = _backward.original
-    assert original is not None
-    target = _backward.target
-    if target is None or threading.get_ident() != target.thread:
-        return original(tensor, *args, **kwargs)
-    target.open("backward")
-    try:
-        return original(tensor, *args, **kwargs)
-    finally:
-        target.close("backward")
-
-
-def _install_backward_labels(capture: StepCapture) -> None:
-    if torch.Tensor.backward is not _labelled_backward:
-        _backward.original = torch.Tensor.backward
-        functools.update_wrapper(_labelled_backward, _backward.original)
-        torch.Tensor.backward = _labelled_backward  # type: ignore[method-assign,assignment]
-    _backward.target = capture
-
-
-def _uninstall_backward_labels(capture: StepCapture) -> None:
-    if _backward.target is not capture:
-        return
-    _backward.target = None
-    if torch.Tensor.backward is _labelled_backward and _backward.original is not None:
-        torch.Tensor.backward = _backward.original  # type: ignore[method-assign]
-    # Otherwise someone replaced Tensor.backward after us: theirs stays, and ours inside it
-    # passes every call through now that it has no target.
 
 
 # ---- a step that never ended -------------------------------------------------------------------

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
+from neuronscope.capture.observe import Observation, begin_observation, end_observation
 from neuronscope.integrations.steps import StepCapture, check_options, parse_steps
 from neuronscope.result.types import ProfileResult
 
@@ -48,6 +49,8 @@ class ProfileCallback(TrainerCallback):
         self._capture: StepCapture | None = None
         self._model: torch.nn.Module | None = None
         self._forward_hooks: list[Any] = []
+        self._observing: Any = None  # the observation pass over the step before a captured one
+        self._observed: Observation | None = None  # what it observed, for the next capture
 
     # ---- Trainer hooks ---------------------------------------------------------------------
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
@@ -55,19 +58,39 @@ class ProfileCallback(TrainerCallback):
 
     def on_step_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
         step = state.global_step + 1  # the number this step gets when it ends
+        if step not in self.steps and step + 1 in self.steps and self._probe.enabled and self.options.get("hints", True):
+            # The step before a captured one is observed, as a decorated function's last
+            # warm-up call is: the capture's hints then get exact data flow, the user's
+            # lines and the idioms' constants (eps) from it.
+            self._observing = begin_observation()
+            return
         if step not in self.steps or not self._probe.enabled:
             return
         self.close()
-        self._capture = StepCapture(f"{self.name}.step{step}", self.options, label_backward=True)
+        observed, self._observed = self._observed, None
+        self._capture = StepCapture(f"{self.name}.step{step}", self.options, observed)
         model = kwargs.get("model")
         if self._capture.capturing and isinstance(model, torch.nn.Module):
             capture = self._capture
+
+            def forward_begins(module: torch.nn.Module, inputs: Any) -> None:
+                capture.close("backward")  # a micro-batch's backward ends where the next forward begins
+                capture.open("forward")
+
+            def forward_ends(module: torch.nn.Module, inputs: Any, output: Any) -> None:
+                capture.close("forward")
+                # The Trainer runs the backward next (accelerator.backward, which offers no
+                # hook): labelled from here to the next forward, optimizer step or step end.
+                if module.training and torch.is_grad_enabled():
+                    capture.open("backward")
+
             self._forward_hooks = [
-                model.register_forward_pre_hook(lambda module, inputs: capture.open("forward")),
-                model.register_forward_hook(lambda module, inputs, output: capture.close("forward"), always_call=True),
+                model.register_forward_pre_hook(forward_begins),
+                model.register_forward_hook(forward_ends, always_call=True),
             ]
 
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        self._end_observation()
         capture = self._capture
         if capture is None:
             return
@@ -84,6 +107,7 @@ class ProfileCallback(TrainerCallback):
         """End a capture whose step never reached ``on_step_end`` (an exception stopped the
         training inside it), keeping what it measured, marked as an error. Runs by itself at the
         next ``train()`` and at interpreter exit; call it to get the result sooner."""
+        self._end_observation()
         capture = self._capture
         if capture is None:
             return
@@ -94,6 +118,11 @@ class ProfileCallback(TrainerCallback):
             self.results.append(result)
 
     # ---- helpers ---------------------------------------------------------------------------
+    def _end_observation(self) -> None:
+        handle, self._observing = self._observing, None
+        if handle is not None:
+            self._observed = end_observation(handle)
+
     def _remove_forward_hooks(self) -> None:
         for handle in self._forward_hooks:
             handle.remove()

@@ -92,6 +92,7 @@ def diff_results(a: ProfileResult | Sequence[ProfileResult], b: ProfileResult | 
         "told_apart": told_apart,
         "total_delta_us": total_b - total_a,
         "total_ratio": (total_b / total_a) if total_a else None,
+        "modules": _module_rows(a, b),
         "ops": rows,
         "added": [r["op"] for r in rows if r["status"] == "added"],
         "removed": [r["op"] for r in rows if r["status"] == "removed"],
@@ -104,6 +105,32 @@ def _captures(side: ProfileResult | Sequence[ProfileResult]) -> list[ProfileResu
     if not captures:
         raise ValueError("diff_results needs at least one result on each side")
     return captures
+
+
+def _module_rows(a: ProfileResult, b: ProfileResult) -> list[dict[str, Any]]:
+    """One row per module (qualified name) in either run: inclusive time in each and the
+    change, largest change first; empty where neither run has a module tree."""
+    mods_a = {m.name: m for m in a.modules}
+    mods_b = {m.name: m for m in b.modules}
+    rows: list[dict[str, Any]] = []
+    for name in list(mods_a) + [n for n in mods_b if n not in mods_a]:
+        ma, mb = mods_a.get(name), mods_b.get(name)
+        ta = ma.time_us if ma else 0.0
+        tb = mb.time_us if mb else 0.0
+        rows.append({
+            "module": name,
+            "status": "removed" if mb is None else "added" if ma is None else "common",
+            "time_a_us": ta,
+            "time_b_us": tb,
+            "delta_us": tb - ta,
+            "ratio": (tb / ta) if ta and mb is not None else None,
+        })
+    rows.sort(key=lambda r: abs(r["delta_us"]), reverse=True)
+    return rows
+
+
+#: Module rows shown by the text diff (the costliest changes).
+MODULE_ROWS = 10
 
 
 #: Op names listed after the table for each of "appeared" and "gone" (largest first).
@@ -139,6 +166,25 @@ def render_diff(d: dict[str, Any], row_limit: int = 25) -> str:
         f" (B takes {ratio:.2f}x of A){caveat}" if ratio is not None else caveat
     )
     body = tabulate(table, headers=["Op", "Status", "A", "B", "Change", "Calls A -> B"], tablefmt="simple", disable_numparse=True)
+    modules = d.get("modules") or []
+    if modules:
+        mrows = [
+            [
+                safe_text(r["module"]),
+                r["status"],
+                fmt_us(r["time_a_us"]) if r["status"] != "added" else "-",
+                fmt_us(r["time_b_us"]) if r["status"] != "removed" else "-",
+                _signed(r["delta_us"]),
+                "" if r["ratio"] is None else f"{r['ratio']:.2f}x",
+            ]
+            for r in modules[:MODULE_ROWS]
+        ]
+        more = f"\n... {len(modules) - MODULE_ROWS} more modules" if len(modules) > MODULE_ROWS else ""
+        body = (
+            "Modules (inclusive time), largest change first:\n"
+            + tabulate(mrows, headers=["Module", "Status", "A", "B", "Change", "B/A"], tablefmt="simple", disable_numparse=True)
+            + more + "\n\n" + body
+        )
     extra = ""
     hidden = len(d["ops"]) - len(table)
     if hidden > 0:

@@ -25,12 +25,14 @@ from neuronscope.errors import NeuronscopeError
 from neuronscope.export.runs import load
 from neuronscope.export.safe_io import held_dir, write_text_at
 from neuronscope.report.charts import Charts, device_label
+from neuronscope.report.pictures import DRAW_JS, pictures, plotly_js
+from neuronscope.report.trace_view import read_trace_view
 from neuronscope.result.comparison import Comparison
 from neuronscope.result.hint import NO_FASTER_TEXT, Hint
 from neuronscope.result.stats import OpStat, RegionStat
 from neuronscope.result.text import render_breakdown
 from neuronscope.result.types import ProfileResult
-from neuronscope.units import MAX_NAME_CHARS, fmt_us, shorten
+from neuronscope.units import MAX_NAME_CHARS, fmt_us, safe_text, shorten
 
 __all__ = ["OPS_IN_TABLE", "REPORT_FILE", "render_report", "write_report"]
 
@@ -45,7 +47,7 @@ _CSS = """
 :root { color-scheme: light; }
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", Arial, sans-serif;
        margin: 0; background: #f5f6f8; color: #1d2330; line-height: 1.45; }
-main { max-width: 1100px; margin: 0 auto; padding: 24px 28px 48px; }
+main { max-width: 1360px; margin: 0 auto; padding: 24px 28px 48px; }
 header h1 { font-size: 1.6em; margin: 0 0 4px; }
 header .meta { color: #5a6372; margin: 0; font-size: 0.92em; }
 section { background: #fff; border: 1px solid #dde1e7; border-radius: 8px; padding: 16px 20px;
@@ -64,19 +66,23 @@ code { font-family: "DejaVu Sans Mono", Menlo, Consolas, monospace; font-size: 0
 .bad { color: #9b1c1c; font-weight: 600; }
 .good { color: #1e6b43; }
 .pill { display: inline-block; padding: 0 8px; border-radius: 10px; background: #e8eef8; font-size: 0.85em; }
+.plot { width: 100%; }
+.hint { border-left: 4px solid #4e79a7; background: #f7f9fc; padding: 6px 10px; margin: 8px 0; }
+.hint .loc, td code { overflow-wrap: anywhere; word-break: break-all; }
 footer { color: #7a8290; font-size: 0.85em; margin-top: 24px; }
 """
 
 
 # ---- small helpers -----------------------------------------------------------------------------
 def _e(value: Any) -> str:
-    """Escaped and bounded text."""
-    return html.escape(shorten("" if value is None else value, MAX_TEXT_CHARS))
+    """Bounded text made printable by the one sanitiser (:func:`~neuronscope.units.safe_text`;
+    a table's line breaks stay), then escaped."""
+    return "" if value is None else html.escape(safe_text(value, MAX_TEXT_CHARS, keep="\n\t"))
 
 
 def _n(value: Any) -> str:
     """An escaped name, bounded at MAX_NAME_CHARS."""
-    return html.escape(shorten("" if value is None else value, MAX_NAME_CHARS))
+    return "" if value is None else html.escape(safe_text(value, MAX_NAME_CHARS))
 
 
 def _pct(part: float, whole: float) -> str:
@@ -333,6 +339,17 @@ def _version() -> str:
 
 
 def _page(title: str, header: str, body: list[str]) -> str:
+    scripts = ""
+    if any('data-plot="' in p for p in body):
+        library = plotly_js()
+        if library is None:
+            header += (
+                '<p class="note">The pictures need plotly (<code>pip install plotly</code>), which is not '
+                "installed here: the tables and charts below hold the same figures.</p>"
+            )
+        else:
+            scripts = f"<script>{library}</script>\n<script>{DRAW_JS}</script>\n"
+
     now = _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
     return (
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
@@ -341,7 +358,9 @@ def _page(title: str, header: str, body: list[str]) -> str:
         + header
         + "\n".join(p for p in body if p)
         + f"\n<footer>Written by neuronscope {_e(_version())} on {_e(now)}. This page is self-contained and opens offline.</footer>\n"
-        + "</main>\n</body>\n</html>\n"
+        + "</main>\n"
+        + scripts
+        + "</body>\n</html>\n"
     )
 
 
@@ -359,7 +378,8 @@ def _render_result(result: ProfileResult, charts: Charts) -> str:
         ]
     )
     header = f"<header><h1>neuronscope: {_n(result.name)}</h1><p class=\"meta\">{meta}</p></header>\n"
-    body = _result_sections(result, charts)
+    view = read_trace_view(result.run_dir, {m.name: m.type for m in result.modules})
+    body = [pictures(result, view), *_result_sections(result, charts)]
     body.append(_files_section(result.run_dir, result.artifacts))
     return _page(f"neuronscope: {shorten(result.name, MAX_NAME_CHARS)}", header, body)
 

@@ -6,6 +6,7 @@ results and never imports this module).
 
 from __future__ import annotations
 
+import html
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
@@ -25,7 +26,7 @@ from neuronscope.result.serial import (
 )
 from neuronscope.result.text import display_name, html_cell, html_table, records_dataframe
 from neuronscope.result.types import ProfileResult, hints_and_regions_html
-from neuronscope.units import MAX_NAME_CHARS, fmt_us, printable, shorten
+from neuronscope.units import MAX_NAME_CHARS, fmt_us, printable, safe_text, shorten
 
 __all__ = ["Comparison", "ComparisonRow"]
 
@@ -152,7 +153,8 @@ class Comparison:
         """The notebook view: the comparison table, then each variant's hints and regions."""
         headers, rows = self._cells()
         caption = self.name + (f" [{self.backend}]" if self.backend else "")
-        notes = "".join(f"<li>{html_cell(n)}</li>" for n in self.legend() + self.notes)
+        # Whole sentences: the legend's lines run past a name's limit, and cut they said half a rule.
+        notes = "".join(f"<li>{html.escape(safe_text(n, 4 * MAX_NAME_CHARS))}</li>" for n in self.legend() + self.notes)
         variants = "".join(
             f"<details><summary>{html_cell(label)}</summary>{hints_and_regions_html(result)}</details>"
             for label, result in self.results.items()

@@ -18,6 +18,7 @@ from typing import Any
 from neuronscope.errors import NeuronscopeError, RunLoadError
 from neuronscope.result.device_profile import device_profile_dataframe, render_device_profile
 from neuronscope.result.hint import Hint
+from neuronscope.result.modules import ModuleStat
 from neuronscope.result.serial import (
     SCHEMA_VERSION,
     breakdown_from,
@@ -46,7 +47,8 @@ from neuronscope.result.text import (
     render_regions,
     share_text,
 )
-from neuronscope.units import MAX_NAME_CHARS, fmt_us, printable, shorten
+from neuronscope.result.tree import modules_dataframe, modules_html, render_modules
+from neuronscope.units import MAX_NAME_CHARS, fmt_us, printable, safe_text, shorten
 
 __all__ = ["HINTS_OFF_NOTE", "ProfileResult", "hints_and_regions_html"]
 
@@ -94,6 +96,9 @@ class ProfileResult:
     breakdown: dict[str, Any] | None = None
     #: the device's software stack where ``backend`` does not tell it: "rocm", "mtia"
     platform: str | None = None
+    #: the module tree (:class:`ModuleStat`, parents before children) where the code ran
+    #: ``nn.Module``s inside the capture; empty otherwise
+    modules: list[ModuleStat] = field(default_factory=list)
     #: options the capture turned on by itself beyond ``options`` (the user's, as given):
     #: ``{option: {"value": ..., "why": ...}}``; empty where it ran the options as given
     options_added: dict[str, Any] = field(default_factory=dict)
@@ -177,8 +182,13 @@ class ProfileResult:
             parts.append("(no ops recorded)")
         if self.device_unattributed_us:
             parts.append(f"device time launched outside any op: {fmt_us(self.device_unattributed_us)}")
+        if self.modules:
+            parts.append(render_modules(self.modules, name=display_name))
         if self.breakdown:
-            parts.append(render_breakdown(self.breakdown))
+            try:
+                parts.append(render_breakdown(self.breakdown))
+            except (KeyError, TypeError, ValueError, AttributeError):  # built by hand, not loaded
+                parts.append("device breakdown: present but unreadable in this result")
         if self.device_profile:
             parts.append(render_device_profile(self.device_profile))
         nested = {k: v for k, v in self.regions.items() if k != self.name}
@@ -210,6 +220,7 @@ class ProfileResult:
             f"<div><b>{html_cell(caption)}</b>"
             + html_table(["Op", "Calls", "Self CPU", "Self device", "Share"], rows)
             + more
+            + modules_html(self.modules)
             + hints_and_regions_html(self)
             + "</div>"
         )
@@ -218,17 +229,19 @@ class ProfileResult:
         """A table of this result as a pandas DataFrame (needs pandas, an optional extra):
         ``"ops"`` (one row per op), ``"regions"`` (one per region, indexed by name) or
         ``"hints"`` (one per hint, largest estimated saving first) or ``"steps"`` (the device's
-        busy and idle time per step, from :attr:`breakdown`)."""
+        busy and idle time per step, from :attr:`breakdown`) or ``"modules"`` (one row per
+        module, indexed by qualified name, parents first)."""
         makers = {
             "ops": lambda: ops_dataframe(self.ops, columns=[f.name for f in fields(OpStat)]),
             "regions": lambda: regions_dataframe(self.regions),
             "hints": lambda: hints_dataframe(self.hints),
             "steps": lambda: breakdown_dataframe(self.breakdown),
             "device_profile": lambda: device_profile_dataframe(self.device_profile),
+            "modules": lambda: modules_dataframe(self.modules),
         }
         if table not in makers:
             raise NeuronscopeError(
-                f"to_dataframe() makes the 'ops', 'regions' or 'hints' table (or 'steps'), not {table!r}"
+                f"to_dataframe() makes the 'ops', 'regions', 'hints', 'steps' or 'modules' table, not {table!r}"
             )
         return makers[table]()
 
@@ -277,6 +290,7 @@ class ProfileResult:
             "breakdown": self.breakdown,
             "platform": self.platform,
             "options_added": self.options_added,
+            "modules": [m.to_dict() for m in self.modules],
         }
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -323,6 +337,7 @@ class ProfileResult:
                 breakdown=breakdown,
                 platform=opt_str(d.get("platform")),
                 options_added=dict(d.get("options_added") or {}),
+                modules=[ModuleStat.from_dict(m) for m in d.get("modules") or []],
             )
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
             raise RunLoadError(malformed("result", exc)) from exc
@@ -332,7 +347,12 @@ def hints_and_regions_html(result: ProfileResult) -> str:
     """The hints (or why there are none) and the nested regions, for the notebook views."""
     parts = []
     if result.hints:
-        items = "".join(f"<li>{html.escape(shorten(h.message, 4 * MAX_NAME_CHARS))}</li>" for h in result.hints)
+        items = "".join(
+            f"<li>{html.escape(shorten(h.message, 4 * MAX_NAME_CHARS))}"
+            + (f"<br><small>at <code>{html.escape(safe_text(h.location, 4 * MAX_NAME_CHARS))}</code></small>" if h.location else "")
+            + "</li>"
+            for h in result.hints
+        )
         parts.append(f"<p><b>Hints</b> (largest saving first)</p><ol>{items}</ol>")
     elif result.ops and not result.hints_off:
         parts.append("<p><b>Hints</b>: none found (no fusion candidate, recompile, graph break or straggler)</p>")

@@ -8,7 +8,6 @@ commands read exported runs and trace files.
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import math
 import os
 import sys
@@ -115,27 +114,16 @@ def _open(path_text: str) -> Any:
     return load(path)
 
 
-def _stamp(run: Path) -> str:
-    """'2026-12-02 17:49:21' from a run directory's name, or the name's first part."""
-    head = run.name.split("_", 1)[0]
-    try:
-        return _dt.datetime.strptime(head, "%Y%m%d-%H%M%S-%f").strftime("%Y-%m-%d %H:%M:%S")
-    except ValueError:
-        return head
-
-
-def _top_hint_text(obj: Any) -> str | None:
-    if not obj.hints:
-        return None
-    hint = obj.hints[0]
-    return f"{hint.pattern} ({hint.saving_text})"
-
-
 def cmd_show(args: argparse.Namespace) -> int:
     from neuronscope.export.runs import incomplete_trace_text, is_incomplete
     from neuronscope.result.comparison import Comparison
 
     runs = args.run if isinstance(args.run, list) else [args.run]
+    if not runs:  # no argument: the newest run under the output root
+        newest = _newest_run()
+        if newest is None:
+            return 2
+        runs = [str(newest)]
     if len(runs) > 1:  # several trace files: the ranks of one job
         obj = _read_trace([Path(r) for r in runs])
     else:
@@ -156,83 +144,24 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_rows(root: Path) -> list[dict[str, Any]]:
-    from neuronscope.export.runs import INCOMPLETE_MARKER, RESULT_FILE, find_runs, load
-    from neuronscope.result.comparison import Comparison
+def _newest_run() -> Path | None:
+    """The newest complete run under the default output root, or None (said on stderr)."""
+    from neuronscope.config import default_output_root
+    from neuronscope.export.runs import RESULT_FILE, find_runs
 
-    rows = []
+    root = default_output_root()
     for run in find_runs(root):
-        row: dict[str, Any] = {
-            "run_dir": str(run),
-            "name": run.parent.name,
-            "time": _stamp(run),
-            "kind": None,
-            "backend": None,
-            "status": None,
-            "total_us": None,
-            "top_hint": None,
-        }
-        incomplete = (run / INCOMPLETE_MARKER).exists()
-        if incomplete and not (run / RESULT_FILE).exists():
-            row["status"] = "incomplete"
-            rows.append(row)
-            continue
-        try:
-            obj = load(run)
-        except NeuronscopeError as exc:
-            row.update(status="unreadable", error=str(exc))
-            rows.append(row)
-            continue
-        if isinstance(obj, Comparison):
-            best = _best_variant(obj)
-            row.update(
-                name=obj.name,
-                kind="comparison",
-                backend=obj.backend,
-                status="ok",
-                total_us=obj.wall_time_us,  # how long compare() ran: a sum of medians means nothing
-                top_hint=_fastest_text(obj, best),
-            )
-        else:
-            row.update(
-                name=obj.name,
-                kind="result",
-                backend=obj.backend,
-                status=obj.status,
-                total_us=obj.wall_time_us,
-                top_hint=_top_hint_text(obj),
-            )
-        if incomplete:  # measured, but its trace (written last) did not finish
-            row["status"] = "incomplete"
-        rows.append(row)
-    return rows
-
-
-def _best_variant(cmp: Any) -> Any:
-    """The quickest variant told faster than the first, else the quickest of all (with its
-    noise mark); the first itself when every other is told slower. A variant called noise (its
-    median times contradicting its speedup) never hides one told faster."""
-    others = cmp.rows[1:] or cmp.rows
-    faster = [r for r in others if r.verdict == "faster"]
-    best = max(faster or others, key=lambda r: r.speedup, default=None)
-    return cmp.rows[0] if best is not None and best.verdict == "slower" else best
-
-
-def _fastest_text(cmp: Any, best: Any) -> str | None:
-    """The comparison's answer in one cell: the fastest variant, or that none was told apart
-    from the first (every speedup within the noise) — never a winner the noise picked."""
-    if best is None:
-        return None
-    text = f"{best.label} ({best.speedup_text(cmp.rows[0])})"
-    if best is not cmp.rows[0] and best.within_noise(cmp.rows[0]):
-        return f"fastest: none told apart from {cmp.rows[0].label} (best {text})"
-    return f"fastest: {text}"
+        if (run / RESULT_FILE).is_file():
+            return run
+    _error(f"no runs under {root} to show (captures write there; set NEURONSCOPE_OUTPUT_DIR or pass a run directory)")
+    return None
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
     from tabulate import tabulate
 
     from neuronscope.config import default_output_root
+    from neuronscope.report.run_list import run_rows
     from neuronscope.units import fmt_us, shorten
 
     root = Path(args.root) if args.root else default_output_root()
@@ -246,7 +175,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
         raise NeuronscopeError(f"{root}: no such directory (pass the output root that holds your runs)")
     if not root.is_dir():
         raise NeuronscopeError(f"{root}: not a directory (pass the output root that holds your runs)")
-    rows = _run_rows(root)
+    rows = run_rows(root)
     if args.json:
         print(_json_text(rows))
         return 0
@@ -378,8 +307,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "run",
-        nargs="+",
-        help="run directory, its result.json, a torch.profiler trace (.json / .json.gz), a folder of "
+        nargs="*",
+        help="(none: the newest run under the output root) run directory, its result.json, a torch.profiler trace (.json / .json.gz), a folder of "
         "traces (one per rank, or tensorboard_trace_handler's), several trace files (the ranks of one "
         f"job), or RUN_DIR{VARIANT_SEP}LABEL for one variant of a comparison",
     )

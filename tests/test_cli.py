@@ -267,7 +267,7 @@ def test_unreadable_runs_exit_2_with_one_line(
 
 
 def test_bad_usage_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
-    for argv in ([], ["frobnicate"], ["show"], ["diff", "a"], ["show", "x", "--rows", "many"], ["demo", "--backend", "tpu"]):
+    for argv in ([], ["frobnicate"], ["diff", "a"], ["show", "x", "--rows", "many"], ["demo", "--backend", "tpu"]):
         code = main(argv)
         err = capsys.readouterr().err
         assert code == 2, argv
@@ -496,7 +496,8 @@ def test_show_reads_an_array_format_trace(tmp_path: Path, capsys: pytest.Capture
 
 def test_ls_names_no_winner_when_every_speedup_is_noise() -> None:
     """An identical pair is 1.00x [0.97-1.02] (noise): ls must not call either one fastest."""
-    from neuronscope.cli import _best_variant, _fastest_text
+    from neuronscope.report.run_list import best_variant as _best_variant
+    from neuronscope.report.run_list import fastest_text as _fastest_text
     from neuronscope.result.comparison import Comparison, ComparisonRow
 
     def row(label: str, speedup: float, low: float, high: float, verdict: str | None) -> ComparisonRow:

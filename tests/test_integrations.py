@@ -331,6 +331,28 @@ def test_lightning_profiler_captures_the_scheduled_batch_with_regions_and_hint(t
     assert not _hooks_of_ours_installed()
 
 
+def test_another_librarys_wrapper_of_backward_keeps_working(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another library that wraps ``Tensor.backward`` (before or during the run) meets no patch
+    of ours: a captured step once stored such a wrapper as "the original", after which every
+    ``backward()`` raised RecursionError. Backward is labelled from hooks now."""
+    calls = []
+    theirs = torch.Tensor.backward
+
+    def wrapper(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return theirs(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "backward", wrapper)
+    profiler = NeuronscopeProfiler(dirpath=tmp_path / "lightning", filename="perf", name="wrapped")
+    _fit(tmp_path, profiler, _Classifier(), max_steps=4)
+    (result,) = profiler.results
+    assert result.status == "ok" and result.regions["backward"].calls == 1
+    assert torch.Tensor.backward is wrapper and len(calls) >= 4  # every step's backward went through it
+    x = torch.ones(2, requires_grad=True)
+    (x * 2).sum().backward()  # and still does, after the capture
+    assert x.grad is not None and len(calls) >= 5
+
+
 def test_lightning_schedule_with_gradient_accumulation(tmp_path: Path) -> None:
     profiler = NeuronscopeProfiler(
         dirpath=tmp_path / "runs", schedule=torch.profiler.schedule(wait=0, warmup=1, active=2), name="acc"

@@ -45,24 +45,10 @@ def diff_results(a: ProfileResult | Sequence[ProfileResult], b: ProfileResult | 
     """
     side_a, side_b = _captures(a), _captures(b)
     a, b = side_a[0], side_b[0]
-    ops_a = {o.name: o for o in a.ops}
-    ops_b = {o.name: o for o in b.ops}
-    rows: list[dict[str, Any]] = []
-    for name in list(ops_a) + [n for n in ops_b if n not in ops_a]:
-        oa, ob = ops_a.get(name), ops_b.get(name)
-        ta = oa.time_us if oa else 0.0
-        tb = ob.time_us if ob else 0.0
-        rows.append(
-            {
-                "op": name,
-                "status": "removed" if ob is None else "added" if oa is None else "common",
-                "time_a_us": ta,
-                "time_b_us": tb,
-                "delta_us": tb - ta,
-                "calls_a": oa.calls if oa else 0,
-                "calls_b": ob.calls if ob else 0,
-            }
-        )
+    rows = [
+        {"op": name, **row, "calls_a": oa.calls if oa else 0, "calls_b": ob.calls if ob else 0}
+        for name, oa, ob, row in _paired(a.ops, b.ops)
+    ]
     rows.sort(key=lambda r: (abs(r["delta_us"]), r["time_a_us"] + r["time_b_us"]), reverse=True)
     total_a, total_b = a.total_op_us, b.total_op_us
     notes = []
@@ -107,24 +93,28 @@ def _captures(side: ProfileResult | Sequence[ProfileResult]) -> list[ProfileResu
     return captures
 
 
+def _paired(items_a: Sequence[Any], items_b: Sequence[Any]) -> list[tuple[str, Any, Any, dict[str, Any]]]:
+    """Each name in either list (A's order, then B's new ones), its item on each side (None
+    where missing) and the row both tables share: status, time on each side and the change."""
+    by_a = {i.name: i for i in items_a}
+    by_b = {i.name: i for i in items_b}
+    out = []
+    for name in list(by_a) + [n for n in by_b if n not in by_a]:
+        ia, ib = by_a.get(name), by_b.get(name)
+        ta = ia.time_us if ia else 0.0
+        tb = ib.time_us if ib else 0.0
+        status = "removed" if ib is None else "added" if ia is None else "common"
+        out.append((name, ia, ib, {"status": status, "time_a_us": ta, "time_b_us": tb, "delta_us": tb - ta}))
+    return out
+
+
 def _module_rows(a: ProfileResult, b: ProfileResult) -> list[dict[str, Any]]:
     """One row per module (qualified name) in either run: inclusive time in each and the
     change, largest change first; empty where neither run has a module tree."""
-    mods_a = {m.name: m for m in a.modules}
-    mods_b = {m.name: m for m in b.modules}
-    rows: list[dict[str, Any]] = []
-    for name in list(mods_a) + [n for n in mods_b if n not in mods_a]:
-        ma, mb = mods_a.get(name), mods_b.get(name)
-        ta = ma.time_us if ma else 0.0
-        tb = mb.time_us if mb else 0.0
-        rows.append({
-            "module": name,
-            "status": "removed" if mb is None else "added" if ma is None else "common",
-            "time_a_us": ta,
-            "time_b_us": tb,
-            "delta_us": tb - ta,
-            "ratio": (tb / ta) if ta and mb is not None else None,
-        })
+    rows = [
+        {"module": name, **row, "ratio": (row["time_b_us"] / row["time_a_us"]) if row["time_a_us"] and mb is not None else None}
+        for name, _ma, mb, row in _paired(a.modules, b.modules)
+    ]
     rows.sort(key=lambda r: abs(r["delta_us"]), reverse=True)
     return rows
 

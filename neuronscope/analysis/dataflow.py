@@ -55,6 +55,7 @@ from neuronscope.capture.frames import def_line, is_user_file
 from neuronscope.capture.observe import CONSTS_SEP, LOCATION_PREFIX
 from neuronscope.events import KIND_OP, EventTable, gc_paused
 from neuronscope.events.arrays import unique_first_inverse
+from neuronscope.events.modules import MODULE_RANGE_PREFIX
 from neuronscope.events.table import COMPILED_EVENT_PREFIXES as COMPILED_REGION_PREFIXES
 
 __all__ = [
@@ -341,9 +342,10 @@ def _graph_from_profiler(prof: Any, table: EventTable | None, infer: bool = True
         if ev.tag == torch_op and id(ev) in in_function:
             found.append((ev, None))
             continue
-        if ev.tag == torch_op and "::" not in name and ev.extra_fields.scope == function_scope:
+        if ev.tag == torch_op and "::" not in name and ev.extra_fields.scope == function_scope and not name.startswith(MODULE_RANGE_PREFIX):
             # A torch.autograd.Function's forward (Bloom's GeLUFunction): an op to the table,
-            # named after the class; the user's idioms are the ops it ran.
+            # named after the class; the user's idioms are the ops it ran. The capture's own
+            # module-call ranges share its record scope and pass through as annotations.
             in_function.update(id(c) for c in ev.children)
             stack.extend(reversed(ev.children))
             continue

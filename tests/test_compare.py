@@ -562,3 +562,15 @@ def test_a_profiled_call_far_from_its_siblings_is_flagged(inputs: Any) -> None:
     assert len(profiled) == 3
     notes = cmp.results["v"].notes
     assert any(n.startswith("times far apart: the 3 profiled calls of 'v' range from") for n in notes), notes
+
+
+def test_variants_that_run_modules_count_ops_not_module_calls(tmp_path: Path) -> None:
+    """The capture labels each module call with a range; to a comparison's columns it is a
+    label, never an op the variant dispatched (a transformers model's row once read
+    'Ops/call 1', top op 'nn.Module: MistralForCausalLM')."""
+    lin = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU())
+    x = torch.randn(4, 16)
+    cmp = compare({"a": lin, "b": lambda t: lin(t)}, x, output_dir=str(tmp_path), export=False, time_budget=0.3)
+    for row in cmp.rows:
+        assert row.top_op is not None and not row.top_op.startswith("nn.Module"), row.top_op
+        assert row.op_count >= 2, row  # linear and relu at least, not one module call

@@ -49,6 +49,7 @@ from neuronscope.drive.pipeline import now_iso
 from neuronscope.drive.scope import CAPTURE, enter, leave
 from neuronscope.errors import ConfigError, NeuronscopeError
 from neuronscope.events import table_from_profiler
+from neuronscope.events.modules import split_module_ranges
 from neuronscope.export.comparison import export_comparison
 from neuronscope.result.comparison import Comparison, ComparisonRow
 from neuronscope.result.hint import Hint
@@ -186,7 +187,8 @@ def _profile_variant(
     result = leave(entry, None)
     assert result is not None
     prof = entry.session.prof
-    table = table_from_profiler(prof, record_shapes=options.record_shapes)
+    # Module-call ranges are labels, not ops the variant dispatched (as in the result's tables).
+    _, table = split_module_ranges(table_from_profiler(prof, record_shapes=options.record_shapes))
     per_range = dispatched_ops(table, names)
     seen = [per_range[n] for n in names if n in result.regions]
     profiled = _Profiled(result=result, prof=prof)

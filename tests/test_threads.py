@@ -83,6 +83,30 @@ def test_a_capture_ended_on_another_thread_is_dropped_counted_and_stopped_by_its
     assert not torch.autograd.profiler._is_profiler_enabled
 
 
+def test_a_capture_stranded_on_an_idle_thread_takes_its_module_hooks_off_at_once() -> None:
+    """torch's module hooks are process-wide: a capture ended on another thread unregisters
+    them there and then, not when its own thread (idle, or dead: never) next enters
+    neuronscope; else every module call of the process kept going through them."""
+    from torch.nn.modules import module as torch_module
+
+    layer = torch.nn.Linear(4, 4)
+
+    def batches() -> Iterator[int]:
+        with neuron_region("stranded_hooks", backend="cpu", export=False):
+            layer(torch.ones(1, 4))
+            yield 1
+            yield 2
+
+    gen = batches()
+    next(gen)
+    assert torch_module._global_forward_hooks  # registered for the capture
+    worker = threading.Thread(target=lambda: list(gen))
+    with pytest.warns(NeuronscopeWarning, match="ended on another thread"):
+        _start_and_join(worker)
+    assert not torch_module._global_forward_hooks and not torch_module._global_forward_pre_hooks
+    assert ensure_no_capture_running()
+
+
 def test_work_left_for_a_thread_survives_a_ctrl_c_while_it_runs() -> None:
     """A Ctrl-C while one piece runs leaves the rest for the thread's next entry (a stranded
     session's stop among them: it holds the process's profiler claim)."""

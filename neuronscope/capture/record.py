@@ -151,6 +151,12 @@ class CaptureSession:
             options_added=self.options_added,
         )
 
+    def unhook(self) -> None:
+        """Unregister the module hooks now, from any thread: torch's module hooks are
+        process-wide (unlike its profiler session), and a capture stranded on an idle or dead
+        thread must not leave them firing on every module call of the process."""
+        self._remove_hooks()
+
     def _remove_hooks(self) -> ModuleFacts | None:
         hooks, self.module_hooks = self.module_hooks, None
         if hooks is None:

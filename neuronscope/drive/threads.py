@@ -44,6 +44,9 @@ def strand(entry: Any, release_profiler: Callable[[], None]) -> None:
         "thread that started it, so this capture is dropped (counted in skipped_calls) and "
         "stopped when its thread next enters neuronscope",
     )
+    capture = getattr(entry.session, "capture", None)
+    if capture is not None:  # the module hooks are process-wide: off now, not at the deferred stop
+        capture.unhook()
     for label in entry.inner or ():
         label.cut = True
         label.open = False

@@ -206,7 +206,14 @@ def cmd_diff(args: argparse.Namespace) -> int:
     sides: list[list[Any]] = []
     for paths in ([args.run_a, *(args.also_a or [])], [args.run_b, *(args.also_b or [])]):
         side = []
+        seen: set[str] = set()
         for label in paths:
+            # The same capture twice would count as two and shrink the side's spread, so a
+            # change could look told apart from noise that one capture cannot tell.
+            key = os.path.realpath(label.removesuffix("result.json").rstrip("/\\") or label)
+            if key in seen:
+                raise NeuronscopeError(f"{label}: given twice on one side; pass each capture once")
+            seen.add(key)
             obj = _open(label)
             if isinstance(obj, Comparison):
                 first = next(iter(obj.results), "LABEL")

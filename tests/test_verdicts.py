@@ -97,3 +97,13 @@ def test_the_diff_command_takes_several_captures_a_side(tmp_path: Path, capsys: 
     assert d["captures"] == [3, 3] and d["told_apart"] is True
     assert cli_main(["diff", a, b]) == 0
     assert "not told apart" in capsys.readouterr().out  # one capture a side cannot tell
+
+
+def test_the_diff_command_refuses_one_capture_given_twice_a_side(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A capture repeated with ``--also-a`` would count as two and shrink the spread: refused."""
+    a = export_result(_result(90.0), tmp_path / "runs", summary="s").run_dir
+    b = export_result(_result(40.0), tmp_path / "runs", summary="s").run_dir
+    assert a is not None and b is not None
+    assert cli_main(["diff", a, b, "--also-a", f"{a}/result.json"]) == 2
+    assert "given twice" in capsys.readouterr().err
+    assert cli_main(["diff", a, a]) == 0  # a run against itself stays a fine check

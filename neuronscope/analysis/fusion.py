@@ -41,7 +41,12 @@ from typing import TYPE_CHECKING, Any
 
 from neuronscope.analysis.cost import MIN_SAVING_NS, estimate_saving_ns, full_size, fused_forms_ns, measured_here, model_text
 from neuronscope.analysis.dataflow import graph_from_profiler, graph_from_table
-from neuronscope.analysis.observed_links import graph_from_observation, graph_with_observation, observed_graph
+from neuronscope.analysis.observed_links import (
+    graph_from_observation,
+    graph_with_observation,
+    lines_from_observation,
+    observed_graph,
+)
 from neuronscope.analysis.opgraph import VIEW_OPS, OpGraph, OpNode, short_name
 from neuronscope.analysis.optimizer import has_optimizer_steps, optimizer_hints, optimizer_steps
 from neuronscope.analysis.patterns import REGISTRY, Match, Pattern, pattern_named
@@ -416,6 +421,9 @@ def fusion_hints(ctx: AnalysisContext) -> list[Hint]:
                 graph = graph_with_observation(graph, observed)
             else:
                 confidence = "inferred"  # pointer guesses: no elementwise_chain is claimed on them
+        elif observed is not None:
+            # Its own exact links (profile_memory): the user's lines are still the observation's.
+            graph = lines_from_observation(graph, observed)
         # An optimizer's update is torch.optim's code, not the user's idioms: one hint for it.
         steps = optimizer_steps(graph, ctx.table)
         reserved = {i for updates in steps.values() for update in updates for i in update}

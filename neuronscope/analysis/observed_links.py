@@ -18,6 +18,7 @@ from neuronscope.events import EventTable
 __all__ = [
     "graph_from_observation",
     "graph_with_observation",
+    "lines_from_observation",
     "observed_graph",
 ]
 
@@ -36,21 +37,8 @@ def graph_with_observation(graph: OpGraph, observed: OpGraph) -> OpGraph:
     aligned, and an op that is not aligned has no links at all: nothing is guessed. The
     result's ``linking`` is ``"exact"``.
     """
-    import difflib
-
-    a = [n.name for n in graph.nodes]
-    one = [n.name for n in observed.nodes]
-    period = len(one)
-    # Observed op i of repetition r is index r * period + i of the repeated list.
-    b = one * max(1, -(-len(a) // max(period, 1)))
-    to_capture: dict[int, int] = {}
-    if a == b:
-        to_capture = {i: i for i in range(len(a))}
-    else:
-        sm = difflib.SequenceMatcher(None, a, b, autojunk=False)
-        for block in sm.get_matching_blocks():
-            for d in range(block.size):
-                to_capture[block.b + d] = block.a + d
+    to_capture = _aligned(graph, observed)
+    period = len(observed.nodes)
     aligned = {ci: oi for oi, ci in to_capture.items()}
     for n in graph.nodes:
         n.consumers = []
@@ -77,6 +65,37 @@ def graph_with_observation(graph: OpGraph, observed: OpGraph) -> OpGraph:
     graph.__dict__.pop("first_takers", None)
     return graph
 
+
+
+def lines_from_observation(graph: OpGraph, observed: OpGraph) -> OpGraph:
+    """``graph`` (a capture's own, exactly linked: it recorded ``profile_memory``) with the
+    code lines of ``observed`` on its aligned ops that have none: the capture's own event
+    tree names only the function around an operator (``def`` line), the observation the
+    user's line of each call. Its links are kept as they are."""
+    period = len(observed.nodes)
+    for oi, ci in _aligned(graph, observed).items():
+        n, o = graph.nodes[ci], observed.nodes[oi % period]
+        if o.location is not None and n.name == o.name:
+            n.location = o.location
+    return graph
+
+
+def _aligned(graph: OpGraph, observed: OpGraph) -> dict[int, int]:
+    """Index in the observed ops repeated (op ``i`` of repetition ``r`` is ``r * period + i``)
+    -> index in ``graph``, aligned by op name (``difflib``: the same code runs the same ops)."""
+    import difflib
+
+    a = [n.name for n in graph.nodes]
+    one = [n.name for n in observed.nodes]
+    b = one * max(1, -(-len(a) // max(len(one), 1)))
+    if a == b:
+        return {i: i for i in range(len(a))}
+    to_capture: dict[int, int] = {}
+    sm = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    for block in sm.get_matching_blocks():
+        for d in range(block.size):
+            to_capture[block.b + d] = block.a + d
+    return to_capture
 
 def graph_from_observation(observed: OpGraph, table: EventTable) -> OpGraph | None:
     """A capture's graph taken whole from the observation of an earlier call, where the capture

@@ -73,3 +73,26 @@ def test_profile_memory_keeps_hint_locations() -> None:
     assert rms and rms[0].location is not None
     file, line = rms[0].location.rsplit(":", 1)
     assert file.endswith("test_module_attribution.py") and int(line) in HELPER_LINES
+
+
+def test_a_hint_in_a_helper_function_sits_on_the_module_that_called_it() -> None:
+    net = Net()
+
+    @ns.profile_on_neuron(backend="cpu", export=False, print_summary=False)
+    def step(x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return net(x)
+
+    for _ in range(2):
+        step(torch.randn(4, 16, 64))
+    result = step.last_result
+    mods = _by_name(result)
+    rms = [i for i, h in enumerate(result.hints) if h.pattern == "rms_norm"]
+    assert rms, result.hints
+    # the deepest module that ran the helper's ops, in each block; not the block, not the head
+    assert set(rms) <= set(mods["blocks.0.norm"].hints) and set(rms) <= set(mods["blocks.1.norm"].hints)
+    assert not set(rms) & (set(mods["blocks.0"].hints) | set(mods["head"].hints) | set(mods["blocks.0.proj"].hints))
+    # the location is still the helper's line, the one to edit; the spans are not kept
+    file, line = result.hints[rms[0]].location.rsplit(":", 1)
+    assert int(line) in HELPER_LINES and "op_spans" not in result.hints[rms[0]].details
+    assert "blocks.0-1" in result.table()

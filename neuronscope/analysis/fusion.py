@@ -52,6 +52,7 @@ from neuronscope.analysis.optimizer import has_optimizer_steps, optimizer_hints,
 from neuronscope.analysis.patterns import REGISTRY, Match, Pattern, pattern_named
 from neuronscope.analysis.patterns.base import line_of, match_location
 from neuronscope.result.hint import Hint
+from neuronscope.result.placement import OP_SPANS
 
 if TYPE_CHECKING:
     from neuronscope.analysis.context import AnalysisContext
@@ -362,6 +363,8 @@ def hints_from_matches(
             **flags,
             **first.params,
         }
+        # Where each occurrence ran, to place the hint on the module that ran it (then dropped).
+        details[OP_SPANS] = [[m.nodes[0].tid, min(n.start_ns for n in m.nodes), max(n.end_ns for n in m.nodes)] for m in ms]
         if len(costed) > 1:
             details["shapes"] = [
                 {"shape": list(c.occurrences[0].x.sizes) if c.occurrences[0].x is not None else None, "calls": len(c.occurrences)}

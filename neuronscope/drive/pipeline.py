@@ -26,7 +26,8 @@ from neuronscope.events import EventTable, table_from_profiler
 from neuronscope.events.modules import split_module_ranges
 from neuronscope.events.table import promote_compiled_events
 from neuronscope.events.timeline import step_breakdown
-from neuronscope.result.modules import build_modules, place_hints
+from neuronscope.result.modules import build_modules
+from neuronscope.result.placement import place_hints, without_spans
 from neuronscope.result.summary import summarize
 from neuronscope.result.trust import scale_hints, wall_notes
 from neuronscope.result.types import HINTS_OFF_NOTE, ProfileResult
@@ -100,7 +101,9 @@ def build_result(
         wall_time_us=wall,
     )
     if tree and found:
-        tree = place_hints(tree, [h.location for h in found], getattr(modules, "sources", None) or {})
+        root = getattr(modules, "root", None)
+        tree = place_hints(tree, found, getattr(modules, "sources", None) or {}, module_ranges, root=root)
+    found = without_spans(found)
     # Cells of a notebook by the name the notebook shows (In [2], line 4), not a temp file.
     found = [h if readable_location(h.location) == h.location else replace(h, location=readable_location(h.location)) for h in found]
     if unprofiled_us is not None and wall_time_us is not None:

@@ -4,7 +4,7 @@ Built from the module-call ranges of the capture (:mod:`neuronscope.events.modul
 qualified name (``model.layers.1.mlp.down_proj``) gets its calls, inclusive and self time (CPU,
 and device where the backend records it: the device time of the ops launched inside it), its
 share of the capture, its top ops (by their self time inside the module, its children's left
-out) and the hints whose code is its ``forward``. :func:`collapse_repeats` folds repeated
+out) and the hints on its ops (:mod:`neuronscope.result.placement`). :func:`collapse_repeats` folds repeated
 layers (``layers.0`` ... ``layers.31``) into one row with their spread.
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 from neuronscope.events.modules import ModuleRanges
 from neuronscope.result.serial import known_fields, opt_float, opt_str
 
-__all__ = ["ModuleGroup", "ModuleStat", "build_modules", "collapse_repeats", "place_hints"]
+__all__ = ["ModuleGroup", "ModuleStat", "build_modules", "collapse_repeats"]
 
 #: Ops kept per module: the few that say what the module spends its time on.
 TOP_OPS = 5
@@ -33,7 +33,8 @@ class ModuleStat:
     them); ``share`` is its inclusive time over the capture's (device time where there is
     one, else CPU time over the wall time). ``top_ops`` are ``[name, self CPU us, self device
     us or None, calls]`` of the ops run by the module itself. ``hints`` index the result's
-    ``hints`` whose location lies in this module's ``forward``.
+    ``hints`` whose ops this module ran (its children's included, helper functions it called
+    too), or, for a hint with no ops placed, whose line its ``forward`` holds.
     """
 
     name: str
@@ -235,39 +236,6 @@ def _top_ops(ops: Mapping[str, list[int]], has_device: bool) -> tuple[tuple[Any,
         (name, cpu / 1e3, dev / 1e3 if has_device else None, calls)
         for name, (cpu, dev, calls) in sorted(ops.items(), key=rank)[:TOP_OPS]
     )
-
-
-def place_hints(
-    modules: Sequence[ModuleStat], locations: Sequence[str | None], sources: Mapping[str, Sequence[Any]]
-) -> list[ModuleStat]:
-    """``modules`` with each hint (by index, its ``location``: ``file:line``) given to the
-    modules whose class's ``forward`` (``sources``: class -> (file, first, last)) holds that
-    line. A hint in code no module's forward holds (the user's loop, a helper function)
-    stays unplaced."""
-    from dataclasses import replace
-
-    by_type: dict[str, list[int]] = defaultdict(list)
-    for h, loc in enumerate(locations):
-        where = _split_location(loc)
-        if where is None:
-            continue
-        file, line = where
-        for cls, src in sources.items():
-            sfile, first, last = src[0], int(src[1]), int(src[2])
-            if first <= line <= last and (sfile == file or sfile.endswith("/" + file.lstrip("./")) or file.endswith("/" + sfile.rsplit("/", 1)[-1])):
-                by_type[cls].append(h)
-    if not by_type:
-        return list(modules)
-    return [replace(m, hints=tuple(by_type[m.type])) if by_type.get(m.type) else m for m in modules]
-
-
-def _split_location(loc: str | None) -> tuple[str, int] | None:
-    if not loc:
-        return None
-    m = re.match(r"^(.*?):(\d+)", loc)
-    if m is None:
-        return None
-    return m.group(1), int(m.group(2))
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,9 @@ locations with ``profile_memory=True``, and the trust check under the default wi
 from __future__ import annotations
 
 import inspect
+import json
+import warnings
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -12,6 +15,8 @@ import torch
 from torch import nn
 
 import neuronscope as ns
+from neuronscope.result.types import ProfileResult
+from tests.real_models import MODELS
 
 
 def _rms(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -96,3 +101,103 @@ def test_a_hint_in_a_helper_function_sits_on_the_module_that_called_it() -> None
     file, line = result.hints[rms[0]].location.rsplit(":", 1)
     assert int(line) in HELPER_LINES and "op_spans" not in result.hints[rms[0]].details
     assert "blocks.0-1" in result.table()
+
+
+def test_backward_functions_go_to_the_module_whose_forward_made_them() -> None:
+    from neuronscope.events.modules import BACKWARD_PREFIX, ModuleRanges
+    from neuronscope.result.modules import build_modules
+
+    # forward: block [0, 100] holds lin [10, 50], whose mm (seq 7) made MmBackward0; a mul
+    # (seq 8) ran in block itself. backward on another thread: Mm's [200, 260] with a kernel
+    # launch inside it, Mul's [270, 280], and one (seq 99) made outside any module.
+    r = ModuleRanges(
+        names=["block", "block.lin"], tids=[1, 1], starts=[0, 10], ends=[100, 50],
+        op_names=["aten::mm", "aten::mul", BACKWARD_PREFIX + "MmBackward0", "aten::mm", BACKWARD_PREFIX + "MulBackward0", BACKWARD_PREFIX + "SumBackward0"],
+        op_tids=[1, 1, 2, 2, 2, 2], op_starts=[20, 60, 200, 210, 270, 300], op_ends=[40, 70, 260, 250, 280, 330],
+        op_device_ns=[5, 1, 0, 30, 0, 0], op_seq=[7, 8, 7, -1, 8, 99], op_fwd_tids=[0, 0, 1, 0, 1, 1], has_device=True,
+    )
+    mods = {m.name: m for m in build_modules(r, wall_time_us=1.0)}
+    lin, block = mods["block.lin"], mods["block"]
+    assert lin.backward_cpu_us == pytest.approx(0.060) and lin.backward_device_us == pytest.approx(0.030)
+    assert block.self_backward_cpu_us == pytest.approx(0.010) and block.backward_cpu_us == pytest.approx(0.070)
+    assert block.backward_device_us == pytest.approx(0.030)
+    # without sequence numbers (a trace file): no backward claimed
+    plain = build_modules(ModuleRanges(names=["block"], tids=[1], starts=[0], ends=[100]), wall_time_us=1.0)
+    assert plain[0].backward_cpu_us is None
+
+
+def test_training_step_shows_forward_and_backward_per_module() -> None:
+    net = Net()
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    x = torch.randn(4, 16, 64)
+
+    @ns.profile_on_neuron(backend="cpu", export=False, print_summary=False)
+    def train_step() -> torch.Tensor:
+        loss = net(x).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss.detach()
+
+    for _ in range(2):
+        train_step()
+    result = train_step.last_result
+    mods = _by_name(result)
+    for name in ("blocks.0.proj", "blocks.1.norm", "head"):
+        assert (mods[name].self_backward_cpu_us or 0) > 0, name
+    for m in result.modules:
+        if m.parent is not None:
+            parent = mods[m.parent]
+            kids = [c for c in result.modules if c.parent == parent.name]
+            assert sum(c.backward_cpu_us or 0 for c in kids) <= (parent.backward_cpu_us or 0) + 1e-6
+    text = result.table()
+    assert "Backward" in text and "forward and backward" in text
+    assert ProfileResult.from_dict(json.loads(result.to_json())).modules == result.modules
+
+
+def test_llama_training_step_tree_adds_up_against_independent_hooks() -> None:
+    """A real transformers model (Llama, from a tiny config) in a training step: the tree's
+    calls are those the test's own per-module hooks count, each module whose backward the
+    test's own backward hooks saw run has backward time, and children add up under parents,
+    forward and backward."""
+    spec = MODELS["llama"]
+    net = spec.build().train()
+    inputs = spec.inputs()
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-3)
+
+    def step() -> None:
+        net(**inputs).loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    step()  # warm-up
+    calls: Counter[str] = Counter()
+    backward_seen: set[str] = set()
+    handles = []
+    for name, mod in net.named_modules():
+        name = name or type(net).__name__
+        handles.append(mod.register_forward_pre_hook(lambda m, a, n=name: calls.update([n])))
+        if name != type(net).__name__:
+            handles.append(mod.register_full_backward_hook(lambda m, gi, go, n=name: backward_seen.add(n)))
+    try:
+        with warnings.catch_warnings():  # hooks on modules that return no tensor say so
+            warnings.simplefilter("ignore")
+            step()  # not captured: full backward hooks change the autograd graph
+    finally:
+        for h in handles:
+            h.remove()
+    with ns.neuron_region("train", backend="cpu", export=False, print_summary=False) as r:
+        step()
+    mods = _by_name(r.result)
+    assert {n: mods[n].calls for n in calls} == dict(calls)
+    with_params = {n for n, m in net.named_modules() if n and any(p.requires_grad for p in m.parameters(recurse=False))}
+    assert backward_seen & with_params
+    for n in backward_seen & with_params:
+        assert (mods[n].self_backward_cpu_us or 0) > 0, n
+    for m in r.result.modules:
+        kids = [c for c in r.result.modules if c.parent == m.name]
+        assert sum(c.cpu_total_us for c in kids) <= m.cpu_total_us + 1e-3
+        assert sum(c.backward_cpu_us or 0 for c in kids) <= (m.backward_cpu_us or 0) + 1e-3
+        assert m.self_cpu_us >= 0 and (m.self_backward_cpu_us or 0) >= 0
+    root = mods[type(net).__name__]
+    assert (root.backward_cpu_us or 0) <= r.result.wall_time_us and 0 < root.share <= 1

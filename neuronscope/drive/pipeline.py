@@ -23,7 +23,7 @@ from neuronscope.capture.cells import readable_location
 from neuronscope.config import Options, rank_info
 from neuronscope.errors import NeuronscopeError
 from neuronscope.events import EventTable, table_from_profiler
-from neuronscope.events.modules import split_module_ranges
+from neuronscope.events.modules import needs_links, sequence_links, split_module_ranges
 from neuronscope.events.table import promote_compiled_events
 from neuronscope.events.timeline import step_breakdown
 from neuronscope.result.modules import build_modules
@@ -76,7 +76,9 @@ def build_result(
     promote_compiled_events(table)  # compiled code recorded as a range is an op (torch 2.13)
     # The module calls' ranges are no regions of the user's: out of what is summarised. The
     # hint rules get the whole table, which they walk beside the profiler's event tree.
-    module_ranges, summarised = split_module_ranges(table)
+    # Backward functions go to the module whose forward made them, by autograd's numbers.
+    links = sequence_links(profiler) if profiler is not None and needs_links(table) else None
+    module_ranges, summarised = split_module_ranges(table, links)
     summary = summarize(summarised)
     # The device's busy and idle time; a CUPTI counter-mode trace replays each kernel, so its
     # timeline is the replays', not the run's (the caller says so with breakdown=False).

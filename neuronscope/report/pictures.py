@@ -91,7 +91,9 @@ def _icicle(result: ProfileResult, colours: dict[str, str]) -> str:
         flag = f" ⚑{','.join(str(h + 1) for h in m.hints)}" if m.hints else ""
         labels.append(_t(_short(m)) + flag)
         own = (m.self_device_us if device else m.self_cpu_us) or 0.0
-        values.append(max(own, 0.0))
+        own_bwd = (m.self_backward_device_us if device else m.self_backward_cpu_us) or 0.0
+        values.append(max(own, 0.0) + max(own_bwd, 0.0))
+        bwd = "" if m.backward_us is None else f"<br>forward {fmt_us(m.time_us)}, backward {fmt_us(m.backward_us)}"
         tops = "<br>".join(
             f"  {_t(op[0], 60)}: {fmt_us(op[2] if device and op[2] is not None else op[1])}" for op in m.top_ops[:3]
         )
@@ -99,6 +101,7 @@ def _icicle(result: ProfileResult, colours: dict[str, str]) -> str:
         hover.append(
             f"<b>{_t(m.name)}</b> ({_t(m.type or '?')})<br>{m.calls} call(s), total {fmt_us(m.time_us)}, "
             f"self {fmt_us((m.self_device_us if device else m.self_cpu_us) or 0.0)}, {100 * m.share:.1f}% of the capture"
+            + bwd
             + (f"<br>top ops:<br>{tops}" if tops else "")
             + hint_text
         )
@@ -112,9 +115,13 @@ def _icicle(result: ProfileResult, colours: dict[str, str]) -> str:
         "layout": _layout(margin={"l": 4, "r": 4, "t": 24, "b": 4}),
     }
     kind = "device" if device else "CPU"
+    if any(m.backward_us is not None for m in mods):
+        kind += " time, forward and backward"
+    else:
+        kind += " time"
     return (
-        f'<h3>Modules ({kind} time)</h3><p class="note">Each box is a module, as wide as its time '
-        "(its children below it). Click a box to zoom into it, the top bar to go back; hover for "
+        f'<h3>Modules ({kind})</h3><p class="note">Each box is a module, as wide as its time '
+        "(its children below it; backward counts for the module whose forward made it). Click a box to zoom into it, the top bar to go back; hover for "
         "calls, times and top ops. ⚑n: hint n is about this module's code.</p>" + _plot("ns-icicle", figure, 420)
     )
 

@@ -10,13 +10,15 @@ layers (``layers.0`` ... ``layers.31``) into one row with their spread.
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from itertools import accumulate
 from typing import Any
 
-from neuronscope.events.modules import ModuleRanges
+from neuronscope.events.modules import BACKWARD_PREFIX, ModuleRanges
 from neuronscope.result.serial import known_fields, opt_float, opt_str
 
 __all__ = ["ModuleGroup", "ModuleStat", "build_modules", "collapse_repeats"]
@@ -30,8 +32,8 @@ class ModuleStat:
     """One module instance (by qualified name) over a capture; times summed over its calls.
 
     ``self_*`` is the time not spent in a child module (its own ops, and the Python between
-    them); ``share`` is its inclusive time over the capture's (device time where there is
-    one, else CPU time over the wall time). ``top_ops`` are ``[name, self CPU us, self device
+    them); ``share`` is its inclusive time, forward and backward, over the capture's (device
+    time where there is one, else CPU time over the wall time). ``top_ops`` are ``[name, self CPU us, self device
     us or None, calls]`` of the ops run by the module itself. ``hints`` index the result's
     ``hints`` whose ops this module ran (its children's included, helper functions it called
     too), or, for a hint with no ops placed, whose line its ``forward`` holds.
@@ -49,6 +51,18 @@ class ModuleStat:
     share: float = 0.0
     top_ops: tuple[tuple[Any, ...], ...] = ()
     hints: tuple[int, ...] = ()
+    #: Backward time (inclusive, and its own): the backward functions autograd ran for the
+    #: ops of this module's forward (their CPU time, and the device time of their ops);
+    #: None where the capture ran no backward it could give to a module.
+    backward_cpu_us: float | None = None
+    self_backward_cpu_us: float | None = None
+    backward_device_us: float | None = None
+    self_backward_device_us: float | None = None
+
+    @property
+    def backward_us(self) -> float | None:
+        """The inclusive backward time that goes with :attr:`time_us` (device where recorded)."""
+        return self.backward_device_us if self.device_total_us is not None else self.backward_cpu_us
 
     @property
     def time_us(self) -> float:
@@ -82,6 +96,10 @@ class ModuleStat:
             share=float(d.get("share", 0.0)),
             top_ops=tuple(tuple(t) for t in d.get("top_ops") or ()),
             hints=tuple(int(h) for h in d.get("hints") or ()),
+            backward_cpu_us=opt_float(d.get("backward_cpu_us")),
+            self_backward_cpu_us=opt_float(d.get("self_backward_cpu_us")),
+            backward_device_us=opt_float(d.get("backward_device_us")),
+            self_backward_device_us=opt_float(d.get("self_backward_device_us")),
         )
 
 
@@ -125,6 +143,16 @@ def build_modules(
             dev_incl[n] = agg.self_dev.get(n, 0) + sum(device_of(c) for c in children.get(n, ()))
         return dev_incl[n]
 
+    bwd_cpu, bwd_dev = _backward(ranges, agg.fwd_owner, root)
+    bwd_incl: dict[str, tuple[int, int]] = {}
+
+    def backward_of(n: str) -> tuple[int, int]:
+        if n not in bwd_incl:
+            kids = [backward_of(c) for c in children.get(n, ())]
+            bwd_incl[n] = (bwd_cpu.get(n, 0) + sum(k[0] for k in kids), bwd_dev.get(n, 0) + sum(k[1] for k in kids))
+        return bwd_incl[n]
+
+    has_backward = bool(bwd_cpu)
     has_device = ranges.has_device
     total_dev = sum(ranges.op_device_ns)
     total_cpu = max(wall_time_us * 1e3, max((agg.cpu[n] for n in children[None]), default=0))
@@ -132,7 +160,12 @@ def build_modules(
 
     def visit(n: str, depth: int) -> None:
         dev = device_of(n) if has_device else None
-        share = (dev / total_dev if total_dev else 0.0) if dev is not None else (agg.cpu[n] / total_cpu if total_cpu else 0.0)
+        bwd = backward_of(n) if has_backward else None
+        # Forward and backward: in a training step the share of the model's work it caused.
+        if dev is not None:
+            share = (dev + (bwd[1] if bwd else 0)) / total_dev if total_dev else 0.0
+        else:
+            share = (agg.cpu[n] + (bwd[0] if bwd else 0)) / total_cpu if total_cpu else 0.0
         out.append(
             ModuleStat(
                 name=n,
@@ -146,6 +179,10 @@ def build_modules(
                 self_device_us=None if dev is None else agg.self_dev.get(n, 0) / 1e3,
                 share=min(share, 1.0),
                 top_ops=_top_ops(agg.ops.get(n, {}), has_device),
+                backward_cpu_us=None if bwd is None else bwd[0] / 1e3,
+                self_backward_cpu_us=None if bwd is None else bwd_cpu.get(n, 0) / 1e3,
+                backward_device_us=None if bwd is None or not has_device else bwd[1] / 1e3,
+                self_backward_device_us=None if bwd is None or not has_device else bwd_dev.get(n, 0) / 1e3,
             )
         )
         for c in sorted(children.get(n, ()), key=lambda c: -(device_of(c) if has_device else agg.cpu[c])):
@@ -165,6 +202,8 @@ class _Sums:
     parent: dict[str, str | None] = field(default_factory=dict)
     #: module -> op -> [self cpu ns, device ns, calls]
     ops: dict[str, dict[str, list[int]]] = field(default_factory=lambda: defaultdict(dict))
+    #: (thread, autograd sequence number) of a forward op -> the module call it ran in
+    fwd_owner: dict[tuple[int, int], str] = field(default_factory=dict)
 
 
 def _sweep(r: ModuleRanges) -> _Sums:
@@ -222,12 +261,45 @@ def _finish(stack: list[list[Any]], sums: _Sums, r: ModuleRanges) -> None:
     if owner is None:
         return
     name = r.names[owner]
+    if r.op_seq and r.op_seq[k] >= 0 and not r.op_fwd_tids[k]:  # a forward op autograd numbered
+        sums.fwd_owner.setdefault((r.op_tids[k], r.op_seq[k]), name)
     dev = r.op_device_ns[k]
     sums.self_dev[name] += dev
     row = sums.ops[name].setdefault(r.op_names[k], [0, 0, 0])
     row[0] += dur - child_op
     row[1] += dev
     row[2] += 1
+
+
+def _backward(r: ModuleRanges, fwd_owner: Mapping[tuple[int, int], str], root: str | None) -> tuple[dict[str, int], dict[str, int]]:
+    """Each module's own backward time (CPU ns, device ns): every backward function autograd
+    ran (``evaluate_function`` ranges, the outermost on their thread) goes to the module whose
+    forward op has its sequence number, else to ``root`` (the decorated module, whose own call
+    holds every op), else to none; its device time is that of the ops inside it."""
+    cpu: dict[str, int] = defaultdict(int)
+    dev: dict[str, int] = defaultdict(int)
+    if not r.op_seq or not fwd_owner and root is None:
+        return cpu, dev
+    per_tid: dict[int, list[int]] = defaultdict(list)
+    for j in range(len(r.op_names)):
+        per_tid[r.op_tids[j]].append(j)
+    for ops in per_tid.values():
+        ops.sort(key=lambda j: (r.op_starts[j], -r.op_ends[j]))
+        starts = [r.op_starts[j] for j in ops]
+        device = [0, *accumulate(r.op_device_ns[j] for j in ops)]
+        open_until = -1
+        for pos, j in enumerate(ops):
+            if not r.op_names[j].startswith(BACKWARD_PREFIX) or r.op_starts[j] < open_until:
+                continue  # not a backward function, or one run inside another (reentrant)
+            open_until = r.op_ends[j]
+            owner = fwd_owner.get((r.op_fwd_tids[j], r.op_seq[j])) if r.op_seq[j] >= 0 else None
+            owner = owner or root
+            if owner is None:
+                continue
+            cpu[owner] += r.op_ends[j] - r.op_starts[j]
+            last = bisect.bisect_left(starts, r.op_ends[j], lo=pos)
+            dev[owner] += device[last] - device[pos]
+    return cpu, dev
 
 
 def _top_ops(ops: Mapping[str, list[int]], has_device: bool) -> tuple[tuple[Any, ...], ...]:
@@ -270,6 +342,11 @@ class ModuleGroup:
     @property
     def calls(self) -> int:
         return sum(m.calls for m in self.members)
+
+    @property
+    def backward_us(self) -> float:
+        """The members' inclusive backward time (0 where none was given to them)."""
+        return sum(m.backward_us or 0.0 for m in self.members)
 
     @property
     def spread(self) -> tuple[float, float] | None:

@@ -16,7 +16,7 @@ from neuronscope.result.modules import ModuleGroup, ModuleStat, collapse_repeats
 from neuronscope.result.text import records_dataframe
 from neuronscope.units import fmt_us, safe_text
 
-__all__ = ["MODULE_COLUMNS", "module_records", "module_rows", "modules_dataframe", "modules_html", "render_modules"]
+__all__ = ["MODULE_COLUMNS", "has_backward", "module_records", "module_rows", "modules_dataframe", "modules_html", "render_modules"]
 
 #: How a name is made safe to show: the text report passes its terminal sanitiser.
 Namer = Callable[[object], str]
@@ -32,27 +32,40 @@ def module_rows(modules: Sequence[ModuleStat], name: Namer = str, max_rows: int 
     time, share, spread, top op, hint numbers), shared by the text and HTML tables; ``name``
     makes each name safe to show."""
     _name = name
+    backward = has_backward(modules)
     rows = []
     for g in collapse_repeats(modules, max_depth=max_depth)[:max_rows]:
         spread = g.spread
         top = g.first.top_ops[0][0] if g.first.top_ops else "-"
-        rows.append(
-            [
-                "  " * g.depth + _name(g.label),
-                _name(g.first.type or "-"),
-                g.calls,
-                fmt_us(g.time_us),
-                fmt_us(g.self_time_us),
-                f"{100 * g.share:.1f}%",
-                "" if spread is None else f"{fmt_us(spread[0])}-{fmt_us(spread[1])} each",
-                _name(top),
-                ",".join(str(h + 1) for h in g.hints),
-            ]
-        )
+        row = [
+            "  " * g.depth + _name(g.label),
+            _name(g.first.type or "-"),
+            g.calls,
+            fmt_us(g.time_us),
+            fmt_us(g.self_time_us),
+            f"{100 * g.share:.1f}%",
+            "" if spread is None else f"{fmt_us(spread[0])}-{fmt_us(spread[1])} each",
+            _name(top),
+            ",".join(str(h + 1) for h in g.hints),
+        ]
+        if backward:
+            row.insert(5, fmt_us(g.backward_us))
+        rows.append(row)
     return rows
 
 
 _HEADERS = ("Module", "Class", "Calls", "Total", "Self", "Share", "Spread", "Top op", "Hints")
+#: With backward work given to the modules: forward's inclusive and own time, backward's.
+_HEADERS_BACKWARD = ("Module", "Class", "Calls", "Forward", "Fwd self", "Backward", "Share", "Spread", "Top op", "Hints")
+
+
+def has_backward(modules: Sequence[ModuleStat]) -> bool:
+    """True where the capture's backward work was given to its modules."""
+    return any(m.backward_cpu_us is not None for m in modules)
+
+
+def _headers(modules: Sequence[ModuleStat]) -> tuple[str, ...]:
+    return _HEADERS_BACKWARD if has_backward(modules) else _HEADERS
 
 
 def render_modules(modules: Sequence[ModuleStat], name: Namer = str, max_rows: int = MODULE_ROWS) -> str:
@@ -62,10 +75,11 @@ def render_modules(modules: Sequence[ModuleStat], name: Namer = str, max_rows: i
         return ""
     kind = "device" if modules[0].device_total_us is not None else "CPU"
     rows = module_rows(modules, name=name, max_rows=max_rows)
-    text = tabulate(rows, headers=list(_HEADERS), tablefmt="simple", disable_numparse=True)
+    text = tabulate(rows, headers=list(_headers(modules)), tablefmt="simple", disable_numparse=True)
     shown = len(collapse_repeats(modules, max_depth=MODULE_DEPTH))
     more = f"\n... {shown - len(rows)} more rows (result.to_dataframe('modules') has every module)" if shown > len(rows) else ""
-    return f"Modules ({kind} time, inclusive; repeated layers folded, Spread: one layer's least-most):\n{text}{more}"
+    what = "forward and backward" if has_backward(modules) else "inclusive"
+    return f"Modules ({kind} time, {what}; repeated layers folded, Spread: one layer's least-most):\n{text}{more}"
 
 
 def modules_html(modules: Sequence[ModuleStat], max_rows: int = 40) -> str:
@@ -77,15 +91,17 @@ def modules_html(modules: Sequence[ModuleStat], max_rows: int = 40) -> str:
         bar = f'<span style="display:inline-block;height:8px;width:{min(100, 100 * g.share):.0f}px;background:#4e79a7"></span>'
         cells = [html.escape(safe_text(c)) for c in row]
         cells[0] = f'<span style="padding-left:{g.depth}em">{html.escape(safe_text(g.label))}</span>'
-        cells[5] = f"{bar} {cells[5]}"
+        share = 6 if has_backward(modules) else 5
+        cells[share] = f"{bar} {cells[share]}"
         body.append("<tr>" + "".join(f'<td style="text-align:left">{c}</td>' for c in cells) + "</tr>")
-    head = "".join(f'<th style="text-align:left">{h}</th>' for h in _HEADERS)
+    head = "".join(f'<th style="text-align:left">{h}</th>' for h in _headers(modules))
     return f"<p><b>Modules</b> (inclusive time)</p><table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
 MODULE_COLUMNS = (
     "name", "type", "parent", "depth", "calls", "cpu_total_us", "self_cpu_us",
     "device_total_us", "self_device_us", "share", "top_op", "hints",
+    "backward_cpu_us", "self_backward_cpu_us", "backward_device_us", "self_backward_device_us",
 )
 
 

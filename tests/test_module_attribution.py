@@ -201,3 +201,33 @@ def test_llama_training_step_tree_adds_up_against_independent_hooks() -> None:
         assert m.self_cpu_us >= 0 and (m.self_backward_cpu_us or 0) >= 0
     root = mods[type(net).__name__]
     assert (root.backward_cpu_us or 0) <= r.result.wall_time_us and 0 < root.share <= 1
+
+
+def test_trust_check_works_with_the_default_window() -> None:
+    """warmup=1 (the default): the one warm-up call is also the observed one; its time is the
+    yardstick, and a capture slowed by the machine (here: a sleep only the captured call
+    takes, as a load spike would) is told so, with hints capped by that call's time."""
+    import time
+
+    weight = torch.ones(64)
+    calls = []
+
+    @ns.profile_on_neuron(backend="cpu", export=False, print_summary=False)
+    def norm(x: torch.Tensor) -> torch.Tensor:
+        calls.append(1)
+        if len(calls) == 2:
+            time.sleep(0.5)  # the captured call: the machine's load, for the test
+        for _ in range(4):
+            x = _rms(x, weight)
+        return x
+
+    for _ in range(2):
+        norm(torch.randn(4, 64))
+    result = norm.last_result
+    note = next(n for n in result.notes if "warm-up call" in n)
+    assert "at least" in note and "observed" in note
+    ratio = float(note.split("at least ")[1].split("x")[0])
+    assert ratio >= 2
+    rms = [h for h in result.hints if h.pattern == "rms_norm"]
+    assert rms and rms[0].details["unprofiled_scale"] == pytest.approx(1 / ratio, rel=0.06)
+    assert rms[0].time_us <= result.wall_time_us / ratio * 1.06

@@ -51,6 +51,9 @@ class Owner:
     #: profiled wall time is checked against (:mod:`neuronscope.result.trust`). Class
     #: defaults, set on the instance when known (subclasses need not call this __init__).
     unprofiled_us: float | None = None
+    #: Whether that call was the observed one (the only warm-up call of the default window):
+    #: the observation's profiler ran through it, so it is no faster than the call unprofiled.
+    unprofiled_observed: bool = False
     _said_used_at: int | None = None  # the notebook cell told its window is used up
     captured_in_cell: int | None = None  # the notebook cell of the newest capture
     #: What was observed before a capture of this owner when it has no call window (a

@@ -61,6 +61,7 @@ def build_result(
     breakdown: bool = True,
     modules: Any = None,
     unprofiled_us: float | None = None,
+    unprofiled_observed: bool = False,
 ) -> ProfileResult:
     """Summarise ``table``, run the hint rules, and return the result.
 
@@ -110,7 +111,7 @@ def build_result(
     found = [h if readable_location(h.location) == h.location else replace(h, location=readable_location(h.location)) for h in found]
     if unprofiled_us is not None and wall_time_us is not None:
         found = scale_hints(found, wall, unprofiled_us)
-        result_notes.extend(wall_notes(wall, unprofiled_us))
+        result_notes.extend(wall_notes(wall, unprofiled_us, observed=unprofiled_observed))
     return ProfileResult(
         name=name,
         backend=backend,
@@ -146,6 +147,8 @@ class CaptureFacts:
     observation: Any = None
     #: How long an unprofiled warm-up call of the same callable took (us), where one ran.
     unprofiled_us: float | None = None
+    #: Whether that call was observed (no faster than unprofiled: the ratio is a floor).
+    unprofiled_observed: bool = False
 
 
 def result_from_record(record: CaptureRecord, facts: CaptureFacts) -> ProfileResult:
@@ -180,6 +183,7 @@ def result_from_record(record: CaptureRecord, facts: CaptureFacts) -> ProfileRes
         notes=notes,
         modules=record.modules,
         unprofiled_us=facts.unprofiled_us,
+        unprofiled_observed=facts.unprofiled_observed,
         facts={
             "target": facts.target,
             "options": facts.options.to_dict(),

@@ -75,7 +75,7 @@ class Entry:
     frame: FrameType | None = None  # where a region's quiet pass was entered ...
     line = 0  # ... and from which line
     observing: Any = None  # the observation pass over a last warm-up call (capture.observe)
-    timed_ns = 0  # when an unprofiled warm-up call began (perf_counter_ns), or 0
+    timed_ns = 0  # when a timed warm-up call began (perf_counter_ns), or 0
     #: The thread that opened the entry's profiler session or range: the only one that may
     #: stop or close it (torch keeps both in that thread's state; see capture.base).
     thread: threading.Thread | None = None
@@ -232,8 +232,10 @@ def enter(owner: Owner, frame: FrameType | None = None) -> Entry:
             # when another thread's session holds the profiler: then the capture records
             # allocations itself).
             entry.observing = begin_observation()
-        if not window.closed and entry.observing is None:
-            entry.timed_ns = time.perf_counter_ns()  # an unprofiled call: the capture's yardstick
+        if not window.closed:
+            # The capture's yardstick: an unprofiled call, or the observed one where it is the
+            # only warm-up call (the default window), timed without the observation's start.
+            entry.timed_ns = time.perf_counter_ns()
         return entry
     if profiler_running() and not profiler_claimed():
         # The user's own torch.profiler is running: no capture of ours (torch's profiler is
@@ -267,6 +269,7 @@ def _start_capture(owner: Owner) -> Entry:
         announce=owner.announce,
         observation=owner.observation(),
         unprofiled_us=owner.unprofiled_us,
+        unprofiled_observed=owner.unprofiled_observed,
     )
     entry = _push(CAPTURE, owner)
     entry.session = session
@@ -286,6 +289,15 @@ def _start_capture(owner: Owner) -> Entry:
         warn_user(f"neuronscope: could not start capture {owner.name!r} ({type(err).__name__}: {err}); this call runs unprofiled")
         return _push(OFF_KIND, owner)
     return entry
+
+
+def _keep_timing(owner: Owner, elapsed_ns: int, observed: bool) -> None:
+    """Keep a warm-up call's time as the capture's yardstick; an observed call's only where no
+    unobserved one was timed (it ran under the observation's profiler)."""
+    if observed and owner.unprofiled_us is not None and not owner.unprofiled_observed:
+        return
+    owner.unprofiled_us = elapsed_ns / 1e3
+    owner.unprofiled_observed = observed
 
 
 def _abandoned(scope: Entry, frame: FrameType | None) -> bool:
@@ -331,6 +343,7 @@ def leave(entry: Entry, exc: BaseException | None) -> ProfileResult | None:
     _close(entry)
     here = threading.current_thread()
     if kind is QUIET or kind is OFF_KIND:
+        elapsed_ns = time.perf_counter_ns() - entry.timed_ns if entry.timed_ns else 0  # before the observation stops
         observing, entry.observing = entry.observing, None
         if observing is not None and was_open:
             if observing.thread is not here:  # its session is that thread's to stop; nothing observed
@@ -341,7 +354,7 @@ def leave(entry: Entry, exc: BaseException | None) -> ProfileResult | None:
             else:
                 _keep_observation(entry.owner, end_observation(observing))
         if entry.timed_ns and was_open and exc is None and entry.owner is not None:
-            entry.owner.unprofiled_us = (time.perf_counter_ns() - entry.timed_ns) / 1e3
+            _keep_timing(entry.owner, elapsed_ns, observed=observing is not None)
         return None
     if kind == LABEL:
         holder = entry.holder

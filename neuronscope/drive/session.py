@@ -45,6 +45,7 @@ class Session:
         announce: bool = True,
         observation: Observation | None = None,
         unprofiled_us: float | None = None,
+        unprofiled_observed: bool = False,
     ) -> None:
         self.options = options
         self.observation = observation
@@ -53,6 +54,7 @@ class Session:
         self.skipped = skipped
         self.announce = announce
         self.unprofiled_us = unprofiled_us
+        self.unprofiled_observed = unprofiled_observed
         self.backend: Backend | None = None
         self.capture: CaptureSession | None = None
         self.record: CaptureRecord | None = None
@@ -131,6 +133,7 @@ class Session:
             backend_notes=self.backend.extra_notes,
             observation=self.observation,
             unprofiled_us=self.unprofiled_us,
+            unprofiled_observed=self.unprofiled_observed,
         )
         result = self.result = result_from_record(record, facts)
         save = self._save if self.options.export else None

@@ -1,8 +1,12 @@
 """Times you can trust, or are told not to: a capture's profiled wall time against an
 unprofiled call of the same code.
 
-A decorated function's (or a windowed region's) warm-up calls run without the profiler; the
-newest one's time is the yardstick. Where the capture's wall time is :data:`DOMINATED` times
+A decorated function's (or a windowed region's) warm-up calls run without the capture's
+profiler; the newest one that was not observed is the yardstick. Under the default window
+(``warmup=1``) the one warm-up call is also the observed one (:mod:`~neuronscope.capture.observe`):
+its own time (the observation's start and stop left out) is used, and since the observation's
+profiler ran through it, the ratio it gives is a floor: the machine's load shows, the profiler's
+own cost may not (``warmup=2`` times an unobserved call). Where the capture's wall time is :data:`DOMINATED` times
 it or more, the profiler's own cost (a Python-heavy call pays it per op) or the machine's load
 is most of what the capture shows: the result says so with the ratio, and the hints' stated
 costs and savings are scaled down by that ratio and never exceed the unprofiled call's time.
@@ -30,13 +34,22 @@ def ratio(wall_us: float, unprofiled_us: float) -> float | None:
     return wall_us / unprofiled_us
 
 
-def wall_notes(wall_us: float, unprofiled_us: float) -> list[str]:
-    """The note where the profiled time is dominated by the profiler or the load (else none)."""
+def wall_notes(wall_us: float, unprofiled_us: float, observed: bool = False) -> list[str]:
+    """The note where the profiled time is dominated by the profiler or the load (else none).
+    ``observed``: the yardstick is the observed warm-up call (the default window's only one),
+    which ran under the observation's profiler: the call's own time is at most that, so the
+    ratio is a floor."""
     r = ratio(wall_us, unprofiled_us)
     if r is None or r < DOMINATED:
         return []
+    call = (
+        "the warm-up call, which neuronscope observed and so is no faster than the call unprofiled"
+        if observed
+        else "the unprofiled warm-up call"
+    )
+    floor = "at least " if observed else ""
     note = (
-        f"profiled wall {fmt_us(wall_us)} is {r:.1f}x the unprofiled warm-up call ({fmt_us(unprofiled_us)}): "
+        f"profiled wall {fmt_us(wall_us)} is {floor}{r:.1f}x {call} ({fmt_us(unprofiled_us)}): "
         "the profiler's own cost or the machine's load is most of what these times show. Op times are "
         "inflated alike (their shares still hold); hint costs and savings are scaled to the unprofiled "
         "call. compare() or hint.verify() time the code without the profiler"

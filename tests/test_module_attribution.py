@@ -231,3 +231,22 @@ def test_trust_check_works_with_the_default_window() -> None:
     rms = [h for h in result.hints if h.pattern == "rms_norm"]
     assert rms and rms[0].details["unprofiled_scale"] == pytest.approx(1 / ratio, rel=0.06)
     assert rms[0].time_us <= result.wall_time_us / ratio * 1.06
+
+
+def test_fusion_hints_say_what_they_would_stop_allocating() -> None:
+    from neuronscope.report.html import render_report
+
+    net = Net()
+    x = torch.randn(4, 16, 64)
+    with ns.neuron_region("mem", backend="cpu", export=False, print_summary=False, profile_memory=True) as r:
+        with torch.no_grad():
+            net(x)
+    rms = next(h for h in r.result.hints if h.pattern == "rms_norm")
+    made = {t["op"]: t for t in rms.details["intermediates"]}
+    # x.pow(2): one float32 per element of x; its mean: one per row (the x_sq and mean_sq)
+    assert made["aten::pow"]["bytes"] == 4 * 16 * 64 * 4 and made["aten::pow"]["shape"] == [4, 16, 64]
+    assert made["aten::mean"]["bytes"] == 4 * 16 * 1 * 4
+    # the last mul's output leaves the idiom (the norm's result): not an intermediate
+    assert rms.details["intermediate_bytes"] == sum(t["bytes"] for t in made.values()) < 3 * 4 * 16 * 64 * 4
+    page = render_report(r.result)
+    assert "What each fusion would stop allocating" in page and "16.0 KB" in page

@@ -220,6 +220,41 @@ def _memory(view: TraceView) -> str:
     return "<h3>Memory</h3>" + _plot("ns-memory", figure, 260) + table
 
 
+def fmt_bytes(n: float) -> str:
+    """``n`` bytes for people: B, KB, MB or GB (powers of 1024)."""
+    for unit, size in (("GB", 2**30), ("MB", 2**20), ("KB", 2**10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def _not_allocated(result: ProfileResult) -> str:
+    """The fusion hints' intermediates: what each fused form would not allocate, per call
+    (the first occurrence's shapes) and over the capture's calls."""
+    rows = []
+    for i, h in enumerate(result.hints):
+        inner = h.details.get("intermediates") or []
+        if not inner:
+            continue
+        per_call = sum(int(t.get("bytes", 0)) for t in inner)
+        tensors = ", ".join(
+            f"<code>{_t(t.get('op'), 60)}</code> {_t(t.get('shape'), 60)} {_t(t.get('dtype'), 20)}: {fmt_bytes(int(t.get('bytes', 0)))}"
+            for t in inner[:8]
+        )
+        rows.append(
+            f"<tr><td>#{i + 1} {_t(h.pattern)}</td><td class=num>{fmt_bytes(per_call)}</td>"
+            f"<td class=num>{fmt_bytes(per_call * h.calls)}</td><td>{tensors}</td></tr>"
+        )
+    if not rows:
+        return ""
+    return (
+        '<p class="note">What each fusion would stop allocating: the tensors its ops make only for '
+        "each other (an output also read elsewhere is left out), at the first call's shapes.</p>"
+        "<table><thead><tr><th>Hint</th><th class=num>Per call</th><th class=num>All calls</th>"
+        f"<th>Intermediates (made by, shape, dtype, size)</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
 def hints_on_modules(result: ProfileResult) -> dict[int, list[str]]:
     """Each hint's modules (by index), repeated layers written once (``model.layers.*.mlp``)."""
     out: dict[int, list[str]] = defaultdict(list)
@@ -239,6 +274,9 @@ def _hint_cards(result: ProfileResult) -> str:
     for i, h in enumerate(result.hints):
         where = ", ".join(f"<code>{_t(n)}</code>" for n in placed.get(i, [])[:4]) or "code outside the module tree"
         saving = "no saving expected" if h.expects_no_saving else f"save {_t(h.saving_text)}"
+        inner = h.details.get("intermediates") or []
+        if inner:
+            saving += f"; would not allocate {len(inner)} intermediate(s), {fmt_bytes(sum(int(t.get('bytes', 0)) for t in inner))} a call"
         cards.append(
             f'<div class="hint"><div><b>#{i + 1} {_t(h.kind)}:{_t(h.pattern)}</b> in {where}</div>'
             f'<div class="loc"><code>{_t(h.location or "location unknown", 4 * MAX_NAME_CHARS)}</code></div>'
@@ -256,8 +294,11 @@ def pictures(result: ProfileResult, view: TraceView | None) -> str:
         parts.append(_icicle(result, colours))
     if view is not None and view.bars:
         parts.append(_timeline(view, colours))
+    not_allocated = _not_allocated(result)
     if view is not None and view.memory:
-        parts.append(_memory(view))
+        parts.append(_memory(view) + not_allocated)
+    elif not_allocated:
+        parts.append("<h3>Memory</h3>" + not_allocated)
     if view is not None and view.note:
         parts.append(f'<p class="note">{_t(view.note, 4 * MAX_NAME_CHARS)}</p>')
     parts.append(_hint_cards(result))

@@ -1,0 +1,47 @@
+"""What a fusion would stop materialising: the intermediate tensors of a matched idiom.
+
+Each op of an occurrence that hands its output only to later ops of the same occurrence
+(RMSNorm's ``x.pow(2)`` and its ``mean``, the ``+ eps`` and the ``rsqrt``) allocates a tensor
+the fused form never writes. Its size comes from the tensor as its reader received it (the
+shapes the capture recorded, or the observed call's): bytes = elements x element size. An
+output also read outside the occurrence (a residual) is still needed, and left out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from types import MappingProxyType
+from typing import Any
+
+from neuronscope.analysis.opgraph import OpNode
+
+__all__ = ["intermediates"]
+
+#: Bytes per element by the dtype names the profiler and the observation use.
+ITEMSIZE = MappingProxyType({
+    "float64": 8, "double": 8, "int64": 8, "long int": 8, "long": 8, "complex64": 8,
+    "float32": 4, "float": 4, "int32": 4, "int": 4,
+    "float16": 2, "half": 2, "c10::half": 2, "bfloat16": 2, "c10::bfloat16": 2, "int16": 2, "short int": 2,
+    "int8": 1, "uint8": 1, "bool": 1, "signed char": 1, "unsigned char": 1,
+})
+
+
+def intermediates(nodes: Sequence[OpNode]) -> list[dict[str, Any]]:
+    """The tensors one occurrence (``nodes``, linked) makes and uses only inside itself:
+    ``{"op", "shape", "dtype", "bytes"}`` in the order made. Empty without links or shapes."""
+    inside = {n.index for n in nodes}
+    by_index = {n.index: n for n in nodes}
+    seen: set[tuple[int, int]] = set()
+    out = []
+    for n in nodes:
+        for t, p in zip(n.inputs, n.producers):
+            if p not in inside or (p, t.key) in seen or not t.sizes:
+                continue
+            maker = by_index[p]
+            if any(c not in inside for c in maker.consumers):
+                continue  # read outside the idiom too: the fused form still writes it
+            seen.add((p, t.key))
+            size = ITEMSIZE.get(str(t.dtype).lower().removeprefix("torch."), 4)
+            out.append({"op": maker.name, "shape": list(t.sizes), "dtype": t.dtype, "bytes": math.prod(t.sizes) * size})
+    return out

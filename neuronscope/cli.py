@@ -229,6 +229,15 @@ def cmd_diff(args: argparse.Namespace) -> int:
         print(_json_text(d))
     else:
         _print(render_diff(d, row_limit=args.rows).rstrip("\n"))
+    if args.html:
+        from neuronscope.report.html import render_diff_report
+
+        try:
+            Path(args.html).write_text(render_diff_report(d), encoding="utf-8")
+        except OSError as exc:
+            raise NeuronscopeError(f"{args.html}: cannot write the page ({exc.strerror or exc})") from exc
+        if not args.json:  # the JSON alone on stdout
+            _print(f"page: {args.html}")
     return 0
 
 
@@ -343,6 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--also-b", action="append", metavar="RUN", help="another capture of the run compared (repeat it)")
     p.add_argument("--rows", type=_rows_arg, default=25, help="ops to show (default 25)")
     p.add_argument("--json", action="store_true", help="print the diff as JSON")
+    p.add_argument("--html", metavar="PAGE", help="also write the diff as a page with its pictures (modules, ops)")
     p.set_defaults(func=cmd_diff)
     p = sub.add_parser(
         "report",

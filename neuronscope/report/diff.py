@@ -109,14 +109,30 @@ def _paired(items_a: Sequence[Any], items_b: Sequence[Any]) -> list[tuple[str, A
 
 
 def _module_rows(a: ProfileResult, b: ProfileResult) -> list[dict[str, Any]]:
-    """One row per module (qualified name) in either run: inclusive time in each and the
-    change, largest change first; empty where neither run has a module tree."""
-    rows = [
-        {"module": name, **row, "ratio": (row["time_b_us"] / row["time_a_us"]) if row["time_a_us"] and mb is not None else None}
-        for name, _ma, mb, row in _paired(a.modules, b.modules)
-    ]
+    """One row per module (qualified name) in either run: inclusive time in each (forward and
+    backward) and the change, largest change first; empty where neither run has a module tree."""
+    rows = []
+    for name, ma, mb, row in _paired(a.modules, b.modules):
+        # Forward and backward: a training step's module got slower in either.
+        ta, tb = _module_time(ma), _module_time(mb)
+        sa, sb = _module_time(ma, own=True), _module_time(mb, own=True)
+        row = {**row, "time_a_us": ta, "time_b_us": tb, "delta_us": tb - ta, "self_a_us": sa, "self_b_us": sb, "self_delta_us": sb - sa}
+        rows.append({"module": name, **row, "ratio": (tb / ta) if ta and mb is not None else None})
     rows.sort(key=lambda r: abs(r["delta_us"]), reverse=True)
     return rows
+
+
+def _module_time(m: Any, own: bool = False) -> float:
+    """A module's time, forward and backward (0 for a module the run lacks): inclusive, or
+    its ``own`` (its children's left out)."""
+    if m is None:
+        return 0.0
+    if not own:
+        return float(m.time_us + (m.backward_us or 0.0))
+    device = m.device_total_us is not None
+    fwd = (m.self_device_us if device else m.self_cpu_us) or 0.0
+    bwd = (m.self_backward_device_us if device else m.self_backward_cpu_us) or 0.0
+    return float(fwd + bwd)
 
 
 #: Module rows shown by the text diff (the costliest changes).

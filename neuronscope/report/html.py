@@ -25,6 +25,7 @@ from neuronscope.errors import NeuronscopeError
 from neuronscope.export.runs import load
 from neuronscope.export.safe_io import held_dir, write_text_at
 from neuronscope.report.charts import Charts, device_label
+from neuronscope.report.diff_page import comparison_deltas, diff_section
 from neuronscope.report.pictures import DRAW_JS, pictures, plotly_js
 from neuronscope.report.trace_view import read_trace_view
 from neuronscope.result.comparison import Comparison
@@ -34,7 +35,7 @@ from neuronscope.result.text import render_breakdown
 from neuronscope.result.types import ProfileResult
 from neuronscope.units import MAX_NAME_CHARS, fmt_us, safe_text, shorten
 
-__all__ = ["OPS_IN_TABLE", "REPORT_FILE", "render_report", "write_report"]
+__all__ = ["OPS_IN_TABLE", "REPORT_FILE", "render_diff_report", "render_report", "write_report"]
 
 REPORT_FILE = "report.html"
 #: Rows of the op table under the chart (the full table is in result.json and summary.txt).
@@ -427,7 +428,8 @@ def _render_comparison(cmp: Comparison, charts: Charts) -> str:
         + charts.variants(cmp)
         + _comparison_table(cmp)
         + (f'<ul class="bad">{notes}</ul>' if notes else "")
-        + "</section>"
+        + "</section>",
+        comparison_deltas(cmp),
     ]
     for label, result in cmp.results.items():
         inner = "".join(_result_sections(result, charts, heading="h3", sfx=f"-{_slug(label)}"))
@@ -438,6 +440,19 @@ def _render_comparison(cmp: Comparison, charts: Charts) -> str:
         )
     body.append(_files_section(cmp.run_dir, {}))
     return _page(f"neuronscope compare: {shorten(cmp.name, MAX_NAME_CHARS)}", header, body)
+
+
+def render_diff_report(d: dict[str, Any]) -> str:
+    """The page of a diff (:func:`~neuronscope.report.diff.diff_results`): what got slower or
+    faster, modules and ops, in pictures."""
+    a, b = d["a"], d["b"]
+    header = (
+        f"<header><h1>neuronscope diff: {_n(a['name'])} → {_n(b['name'])}</h1><p class=\"meta\">"
+        f"A total {_e(fmt_us(a['total_us']))}, B total {_e(fmt_us(b['total_us']))}</p></header>\n"
+    )
+    notes = "".join(f"<li>{_e(n)}</li>" for n in d.get("notes") or [])
+    body = ['<section id="changes"><h2>What changed, in pictures</h2>' + diff_section(d) + (f'<ul class="note">{notes}</ul>' if notes else "") + "</section>"]
+    return _page(f"neuronscope diff: {shorten(a['name'], MAX_NAME_CHARS)}", header, body)
 
 
 def render_report(obj: ProfileResult | Comparison) -> str:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from neuronscope.report.diff import diff_results
-from neuronscope.report.pictures import _layout, _plot, _t
+from neuronscope.report.pictures import page_text, plot_block, plot_layout
 from neuronscope.result.comparison import Comparison
 from neuronscope.units import fmt_us
 
@@ -37,7 +37,7 @@ def delta_chart(
         return ""
     shown = shown[::-1]  # plotly draws the first bar at the bottom: the largest on top
     scale, unit = (1e3, "ms") if max(abs(r["bar_us"]) for r in shown) >= 1e3 else (1.0, "us")
-    names = [_t(r[key], 70) for r in shown]
+    names = [page_text(r[key], 70) for r in shown]
     # Two bars of one name would be drawn as one: a duplicate label (two names cut alike) gets a mark.
     seen: dict[str, int] = {}
     for i, n in enumerate(names):
@@ -45,8 +45,8 @@ def delta_chart(
         if seen[n] > 1:
             names[i] = f"{n} ({seen[n]})"
     hover = [
-        f"<b>{_t(r[key])}</b> ({_t(r.get('status', ''))})<br>{_t(label_a, 60)}: {fmt_us(r['time_a_us'])}<br>"
-        f"{_t(label_b, 60)}: {fmt_us(r['time_b_us'])}<br>change: {'+' if r['delta_us'] >= 0 else '-'}{fmt_us(abs(r['delta_us']))}"
+        f"<b>{page_text(r[key])}</b> ({page_text(r.get('status', ''))})<br>{page_text(label_a, 60)}: {fmt_us(r['time_a_us'])}<br>"
+        f"{page_text(label_b, 60)}: {fmt_us(r['time_b_us'])}<br>change: {'+' if r['delta_us'] >= 0 else '-'}{fmt_us(abs(r['delta_us']))}"
         + (f" ({r['ratio']:.2f}x)" if r.get("ratio") else "")
         + (f"<br>own time (children's left out): {'+' if r['bar_us'] >= 0 else '-'}{fmt_us(abs(r['bar_us']))}" if by != "delta_us" else "")
         for r in shown
@@ -59,9 +59,9 @@ def delta_chart(
             "text": [_number(r["bar_us"] / scale) for r in shown],
             "textposition": "outside", "cliponaxis": False,
         }],
-        "layout": _layout(
+        "layout": plot_layout(
             margin={"l": 10, "r": 50, "t": 34, "b": 40},  # the top clear of plotly's buttons
-            xaxis={"title": {"text": f"change in time ({unit}): {_t(label_b, 40)} minus {_t(label_a, 40)}"}, "zeroline": True,
+            xaxis={"title": {"text": f"change in time ({unit}): {page_text(label_b, 40)} minus {page_text(label_a, 40)}"}, "zeroline": True,
                    "zerolinecolor": "#1d2330", "zerolinewidth": 1},
             yaxis={"automargin": True, "type": "category"},
             bargap=0.25,
@@ -69,8 +69,8 @@ def delta_chart(
     }
     more = f" The {BARS} largest of {len(changed)} changes." if len(changed) > BARS else ""
     return (
-        f'<p class="note">{what}: red to the right took longer in {_t(label_b, 60)}, green to the left '
-        f"less; hover for both times.{more}</p>" + _plot(pid, figure, 60 + 26 * len(shown))
+        f'<p class="note">{what}: red to the right took longer in {page_text(label_b, 60)}, green to the left '
+        f"less; hover for both times.{more}</p>" + plot_block(pid, figure, 60 + 26 * len(shown))
     )
 
 
@@ -107,7 +107,7 @@ def comparison_deltas(cmp: Comparison) -> str:
     for k, label in enumerate(labels[1:], start=1):
         section = diff_section(diff_results(base, cmp.results[label]), labels[0], label, sfx=f"-{k}")
         if section:
-            out.append(f"<h3>{_t(label)} against {_t(labels[0])}</h3>{section}")
+            out.append(f"<h3>{page_text(label)} against {page_text(labels[0])}</h3>{section}")
     if not out:
         return ""
     return '<section id="changes"><h2>What changed, in pictures</h2>' + "".join(out) + "</section>"

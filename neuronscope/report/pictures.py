@@ -28,7 +28,7 @@ from neuronscope.units import MAX_NAME_CHARS, fmt_us, safe_text
 if TYPE_CHECKING:
     from neuronscope.result.types import ProfileResult
 
-__all__ = ["hints_on_modules", "pictures", "plotly_js"]
+__all__ = ["hints_on_modules", "page_text", "pictures", "plot_block", "plot_layout", "plotly_js"]
 
 #: Colours of the timeline's module classes, costliest first (Tableau 10, then 10 more).
 PALETTE = (
@@ -50,7 +50,7 @@ def plotly_js() -> str | None:
     return str(get_plotlyjs()).replace("</script", "<\\/script")
 
 
-def _t(value: Any, limit: int = MAX_LABEL) -> str:
+def page_text(value: Any, limit: int = MAX_LABEL) -> str:
     """A text for plotly or the page: bounded and made printable by the one sanitiser
     (:func:`~neuronscope.units.safe_text`), then HTML-escaped."""
     return html.escape(safe_text(value, limit))
@@ -60,7 +60,9 @@ def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=True).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-def _plot(pid: str, figure: dict[str, Any], height: int) -> str:
+def plot_block(pid: str, figure: dict[str, Any], height: int) -> str:
+    """A figure's place on the page and its JSON (drawn by :data:`DRAW_JS`), escaped so that no
+    text in it can end the script block."""
     return (
         f'<div class="plot" id="{pid}" style="height:{height}px"></div>'
         f'<script type="application/json" data-plot="{pid}">{_json(figure)}</script>'
@@ -76,7 +78,7 @@ document.querySelectorAll('script[data-plot]').forEach(function (s) {
 });
 """
 
-def _layout(**more: Any) -> dict[str, Any]:
+def plot_layout(**more: Any) -> dict[str, Any]:
     """A figure's layout: the page's font and margins, and ``more``."""
     return {"margin": {"l": 10, "r": 10, "t": 10, "b": 30}, "font": {"size": 12}, "paper_bgcolor": "#fff", **more}
 
@@ -86,20 +88,20 @@ def _icicle(result: ProfileResult, colours: dict[str, str]) -> str:
     device = mods[0].device_total_us is not None
     ids, labels, parents, values, hover = [], [], [], [], []
     for m in mods:
-        ids.append(_t(m.name, 10_000))
-        parents.append("" if m.parent is None else _t(m.parent, 10_000))
+        ids.append(page_text(m.name, 10_000))
+        parents.append("" if m.parent is None else page_text(m.parent, 10_000))
         flag = f" ⚑{','.join(str(h + 1) for h in m.hints)}" if m.hints else ""
-        labels.append(_t(_short(m)) + flag)
+        labels.append(page_text(_short(m)) + flag)
         own = (m.self_device_us if device else m.self_cpu_us) or 0.0
         own_bwd = (m.self_backward_device_us if device else m.self_backward_cpu_us) or 0.0
         values.append(max(own, 0.0) + max(own_bwd, 0.0))
         bwd = "" if m.backward_us is None else f"<br>forward {fmt_us(m.time_us)}, backward {fmt_us(m.backward_us)}"
         tops = "<br>".join(
-            f"  {_t(op[0], 60)}: {fmt_us(op[2] if device and op[2] is not None else op[1])}" for op in m.top_ops[:3]
+            f"  {page_text(op[0], 60)}: {fmt_us(op[2] if device and op[2] is not None else op[1])}" for op in m.top_ops[:3]
         )
         hint_text = f"<br>hints: {', '.join('#' + str(h + 1) for h in m.hints)}" if m.hints else ""
         hover.append(
-            f"<b>{_t(m.name)}</b> ({_t(m.type or '?')})<br>{m.calls} call(s), total {fmt_us(m.time_us)}, "
+            f"<b>{page_text(m.name)}</b> ({page_text(m.type or '?')})<br>{m.calls} call(s), total {fmt_us(m.time_us)}, "
             f"self {fmt_us((m.self_device_us if device else m.self_cpu_us) or 0.0)}, {100 * m.share:.1f}% of the capture"
             + bwd
             + (f"<br>top ops:<br>{tops}" if tops else "")
@@ -112,7 +114,7 @@ def _icicle(result: ProfileResult, colours: dict[str, str]) -> str:
             "tiling": {"orientation": "v"}, "maxdepth": 6, "textinfo": "label+percent root",
             "marker": {"colors": [colours.get(m.type, "#c7cbd1") for m in mods], "line": {"color": "#fff", "width": 1}},
         }],
-        "layout": _layout(margin={"l": 4, "r": 4, "t": 24, "b": 4}),
+        "layout": plot_layout(margin={"l": 4, "r": 4, "t": 24, "b": 4}),
     }
     kind = "device" if device else "CPU"
     if any(m.backward_us is not None for m in mods):
@@ -122,7 +124,7 @@ def _icicle(result: ProfileResult, colours: dict[str, str]) -> str:
     return (
         f'<h3>Modules ({kind})</h3><p class="note">Each box is a module, as wide as its time '
         "(its children below it; backward counts for the module whose forward made it). Click a box to zoom into it, the top bar to go back; hover for "
-        "calls, times and top ops. ⚑n: hint n is about this module's code.</p>" + _plot("ns-icicle", figure, 420)
+        "calls, times and top ops. ⚑n: hint n is about this module's code.</p>" + plot_block("ns-icicle", figure, 420)
     )
 
 
@@ -157,13 +159,13 @@ def _timeline(view: TraceView, colours: dict[str, str]) -> str:
     for key in sorted(by_key, key=lambda k: list(colours).index(k)):
         bars = by_key[key]
         traces.append({
-            "type": "bar", "orientation": "h", "name": _t(key, 60),
-            "y": [_t(b["lane"]) for b in bars], "base": [b["start"] / 1e3 for b in bars],
+            "type": "bar", "orientation": "h", "name": page_text(key, 60),
+            "y": [page_text(b["lane"]) for b in bars], "base": [b["start"] / 1e3 for b in bars],
             "x": [max(b["dur"], 0.05) / 1e3 for b in bars],
             "marker": {"color": colours[key], "line": {"width": 0}},
             "hovertext": [
-                f"<b>{_t(b['name'])}</b><br>{fmt_us(b['dur'])} at {b['start'] / 1e3:.3f} ms"
-                + (f"<br>in {_t(b['module'])}" if b["module"] else "")
+                f"<b>{page_text(b['name'])}</b><br>{fmt_us(b['dur'])} at {b['start'] / 1e3:.3f} ms"
+                + (f"<br>in {page_text(b['module'])}" if b["module"] else "")
                 for b in bars
             ],
             "hoverinfo": "text",
@@ -176,11 +178,11 @@ def _timeline(view: TraceView, colours: dict[str, str]) -> str:
     ]
     figure = {
         "data": traces,
-        "layout": _layout(
+        "layout": plot_layout(
             barmode="overlay", bargap=0.25, shapes=shapes,
             margin={"l": 170, "r": 10, "t": 70, "b": 40},
             xaxis={"title": {"text": "ms from the capture's start"}, "zeroline": False},
-            yaxis={"categoryorder": "array", "categoryarray": [_t(lane) for lane in view.lanes], "autorange": "reversed"},
+            yaxis={"categoryorder": "array", "categoryarray": [page_text(lane) for lane in view.lanes], "autorange": "reversed"},
             legend={"orientation": "h", "x": 0, "y": 1.0, "yanchor": "bottom"},
         ),
     }
@@ -189,13 +191,13 @@ def _timeline(view: TraceView, colours: dict[str, str]) -> str:
     return (
         '<h3>Timeline</h3><p class="note">Threads and device streams, the module calls by level, '
         "regions and steps (dotted lines: step starts). Ops are coloured by the class of the module "
-        f"they ran in. Drag to zoom, double-click to reset.{left}</p>" + _plot("ns-timeline", figure, height)
+        f"they ran in. Drag to zoom, double-click to reset.{left}</p>" + plot_block("ns-timeline", figure, height)
     )
 
 
 def _memory(view: TraceView) -> str:
     traces = [
-        {"type": "scatter", "mode": "lines", "name": _t(dev), "line": {"shape": "hv"},
+        {"type": "scatter", "mode": "lines", "name": page_text(dev), "line": {"shape": "hv"},
          "x": [t / 1e3 for t, _ in points], "y": [b / 2**20 for _, b in points]}
         for dev, points in view.memory.items()
     ]
@@ -204,20 +206,20 @@ def _memory(view: TraceView) -> str:
     if peak:
         annotations.append({"x": peak["t"] / 1e3, "y": peak["bytes"] / 2**20, "text": f"peak {peak['bytes'] / 2**20:.2f} MB",
                             "showarrow": True, "arrowhead": 2})
-    figure = {"data": traces, "layout": _layout(annotations=annotations, margin={"l": 60, "r": 10, "t": 10, "b": 40},
+    figure = {"data": traces, "layout": plot_layout(annotations=annotations, margin={"l": 60, "r": 10, "t": 10, "b": 40},
                                                 xaxis={"title": {"text": "ms from the capture's start"}},
                                                 yaxis={"title": {"text": "allocated (MB)"}})}
     holders = "".join(
-        f"<tr><td><code>{_t(where)}</code></td><td class=num>{size / 2**20:.3f} MB</td></tr>"
+        f"<tr><td><code>{page_text(where)}</code></td><td class=num>{size / 2**20:.3f} MB</td></tr>"
         for where, size in peak.get("holders", [])
     )
     table = (
-        f'<p class="note">Held at the peak ({_t(peak.get("device", ""))}), by where it was allocated '
+        f'<p class="note">Held at the peak ({page_text(peak.get("device", ""))}), by where it was allocated '
         f"(module / op):</p><table><thead><tr><th>Allocated in</th><th class=num>Live at the peak</th></tr></thead>"
         f"<tbody>{holders}</tbody></table>"
         if holders else ""
     )
-    return "<h3>Memory</h3>" + _plot("ns-memory", figure, 260) + table
+    return "<h3>Memory</h3>" + plot_block("ns-memory", figure, 260) + table
 
 
 def fmt_bytes(n: float) -> str:
@@ -238,11 +240,11 @@ def _not_allocated(result: ProfileResult) -> str:
             continue
         per_call = sum(int(t.get("bytes", 0)) for t in inner)
         tensors = ", ".join(
-            f"<code>{_t(t.get('op'), 60)}</code> {_t(t.get('shape'), 60)} {_t(t.get('dtype'), 20)}: {fmt_bytes(int(t.get('bytes', 0)))}"
+            f"<code>{page_text(t.get('op'), 60)}</code> {page_text(t.get('shape'), 60)} {page_text(t.get('dtype'), 20)}: {fmt_bytes(int(t.get('bytes', 0)))}"
             for t in inner[:8]
         )
         rows.append(
-            f"<tr><td>#{i + 1} {_t(h.pattern)}</td><td class=num>{fmt_bytes(per_call)}</td>"
+            f"<tr><td>#{i + 1} {page_text(h.pattern)}</td><td class=num>{fmt_bytes(per_call)}</td>"
             f"<td class=num>{fmt_bytes(per_call * h.calls)}</td><td>{tensors}</td></tr>"
         )
     if not rows:
@@ -272,16 +274,16 @@ def _hint_cards(result: ProfileResult) -> str:
     placed = hints_on_modules(result)
     cards = []
     for i, h in enumerate(result.hints):
-        where = ", ".join(f"<code>{_t(n)}</code>" for n in placed.get(i, [])[:4]) or "code outside the module tree"
-        saving = "no saving expected" if h.expects_no_saving else f"save {_t(h.saving_text)}"
+        where = ", ".join(f"<code>{page_text(n)}</code>" for n in placed.get(i, [])[:4]) or "code outside the module tree"
+        saving = "no saving expected" if h.expects_no_saving else f"save {page_text(h.saving_text)}"
         inner = h.details.get("intermediates") or []
         if inner:
             saving += f"; would not allocate {len(inner)} intermediate(s), {fmt_bytes(sum(int(t.get('bytes', 0)) for t in inner))} a call"
         cards.append(
-            f'<div class="hint"><div><b>#{i + 1} {_t(h.kind)}:{_t(h.pattern)}</b> in {where}</div>'
-            f'<div class="loc"><code>{_t(h.location or "location unknown", 4 * MAX_NAME_CHARS)}</code></div>'
-            f"<div>{' → '.join(_t(o) for o in h.ops[:8])} ×{h.calls}: costs {fmt_us(h.time_us)}, {saving}</div>"
-            f'<div class="note">{_t(h.suggestion if not h.expects_no_saving else "", 4 * MAX_NAME_CHARS)}</div></div>'
+            f'<div class="hint"><div><b>#{i + 1} {page_text(h.kind)}:{page_text(h.pattern)}</b> in {where}</div>'
+            f'<div class="loc"><code>{page_text(h.location or "location unknown", 4 * MAX_NAME_CHARS)}</code></div>'
+            f"<div>{' → '.join(page_text(o) for o in h.ops[:8])} ×{h.calls}: costs {fmt_us(h.time_us)}, {saving}</div>"
+            f'<div class="note">{page_text(h.suggestion if not h.expects_no_saving else "", 4 * MAX_NAME_CHARS)}</div></div>'
         )
     return "<h3>Hints, on the modules they are about</h3>" + "".join(cards)
 
@@ -300,7 +302,7 @@ def pictures(result: ProfileResult, view: TraceView | None) -> str:
     elif not_allocated:
         parts.append("<h3>Memory</h3>" + not_allocated)
     if view is not None and view.note:
-        parts.append(f'<p class="note">{_t(view.note, 4 * MAX_NAME_CHARS)}</p>')
+        parts.append(f'<p class="note">{page_text(view.note, 4 * MAX_NAME_CHARS)}</p>')
     parts.append(_hint_cards(result))
     body = "".join(p for p in parts if p)
     return f'<section id="pictures"><h2>Where the time went, in pictures</h2>{body}</section>' if body else ""

@@ -250,3 +250,17 @@ def test_fusion_hints_say_what_they_would_stop_allocating() -> None:
     assert rms.details["intermediate_bytes"] == sum(t["bytes"] for t in made.values()) < 3 * 4 * 16 * 64 * 4
     page = render_report(r.result)
     assert "What each fusion would stop allocating" in page and "16.0 KB" in page
+
+
+def test_a_long_chain_lists_a_few_intermediates_and_counts_them_all() -> None:
+    from neuronscope.analysis.intermediates import MAX_LISTED
+
+    with ns.neuron_region("chain", backend="cpu", export=False, print_summary=False) as r:
+        x = torch.randn(8, 8)
+        for _ in range(200):
+            x = torch.tanh(x) * 0.5
+    long = [h for h in r.result.hints if h.details.get("intermediates_left_out")]
+    assert long, [h.details.get("intermediates") for h in r.result.hints]
+    h = long[0]
+    assert len(h.details["intermediates"]) == MAX_LISTED
+    assert h.details["intermediate_bytes"] == (MAX_LISTED + h.details["intermediates_left_out"]) * 8 * 8 * 4

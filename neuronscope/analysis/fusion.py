@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from neuronscope.analysis.cost import MIN_SAVING_NS, estimate_saving_ns, full_size, fused_forms_ns, measured_here, model_text
 from neuronscope.analysis.dataflow import graph_from_profiler, graph_from_table
-from neuronscope.analysis.intermediates import intermediates
+from neuronscope.analysis.intermediates import MAX_LISTED, intermediates
 from neuronscope.analysis.observed_links import (
     graph_from_observation,
     graph_with_observation,
@@ -367,8 +367,10 @@ def hints_from_matches(
         # What the fused form would not allocate: the first occurrence's inner tensors.
         inner = intermediates(first.nodes)
         if inner:
-            details["intermediates"] = inner
+            details["intermediates"] = inner[:MAX_LISTED]  # a 3,000-op chain: the first few
             details["intermediate_bytes"] = sum(t["bytes"] for t in inner)
+            if len(inner) > MAX_LISTED:
+                details["intermediates_left_out"] = len(inner) - MAX_LISTED
         # Where each occurrence ran, to place the hint on the module that ran it (then dropped).
         details[OP_SPANS] = [[m.nodes[0].tid, min(n.start_ns for n in m.nodes), max(n.end_ns for n in m.nodes)] for m in ms]
         if len(costed) > 1:

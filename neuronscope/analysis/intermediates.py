@@ -16,7 +16,11 @@ from typing import Any
 
 from neuronscope.analysis.opgraph import OpNode
 
-__all__ = ["intermediates"]
+__all__ = ["MAX_LISTED", "intermediates"]
+
+#: Intermediates a hint lists by name (its total counts them all): a generic chain of
+#: thousands of ops would otherwise fill ``result.json`` with them.
+MAX_LISTED = 16
 
 #: Bytes per element by the dtype names the profiler and the observation use.
 ITEMSIZE = MappingProxyType({

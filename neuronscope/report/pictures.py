@@ -165,7 +165,7 @@ def _timeline(view: TraceView, colours: dict[str, str]) -> str:
             "marker": {"color": colours[key], "line": {"width": 0}},
             "hovertext": [
                 f"<b>{page_text(b['name'])}</b><br>{fmt_us(b['dur'])} at {b['start'] / 1e3:.3f} ms"
-                + (f"<br>in {page_text(b['module'])}" if b["module"] else "")
+                + (f"<br>{'backward of' if b.get('backward') else 'in'} {page_text(b['module'])}" if b["module"] else "")
                 for b in bars
             ],
             "hoverinfo": "text",
@@ -191,7 +191,8 @@ def _timeline(view: TraceView, colours: dict[str, str]) -> str:
     return (
         '<h3>Timeline</h3><p class="note">Threads and device streams, the module calls by level, '
         "regions and steps (dotted lines: step starts). Ops are coloured by the class of the module "
-        f"they ran in. Drag to zoom, double-click to reset.{left}</p>" + plot_block("ns-timeline", figure, height)
+        "they ran in, backward ops by the module whose forward made them."
+        f" Drag to zoom, double-click to reset.{left}</p>" + plot_block("ns-timeline", figure, height)
     )
 
 

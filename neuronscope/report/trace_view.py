@@ -5,6 +5,11 @@ which module) and the memory curve (``profile_memory``'s allocation records) are
 the run saved. :func:`read_trace_view` reads that file once, bounded (a file over
 :data:`MAX_TRACE_BYTES` is not read; at most :data:`MAX_BARS` bars are kept, the longest), and
 returns plain data for :mod:`neuronscope.report.pictures`.
+
+Backward work runs outside every module call; the trace names, for each backward function
+autograd ran, the sequence number of the forward op that made it (``args["Sequence number"]``),
+which the forward op carries too: a backward op is coloured, and its allocations held, by the
+module whose forward made it.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from neuronscope.events.modules import MODULE_RANGE_PREFIX
+from neuronscope.events.modules import BACKWARD_PREFIX, MODULE_RANGE_PREFIX
 from neuronscope.events.table import KIND_ANNOTATION, KIND_DEVICE, KIND_OP, category_kind
 
 __all__ = ["MAX_BARS", "MAX_TRACE_BYTES", "TraceView", "read_trace_view"]
@@ -89,6 +94,8 @@ def _view(events: list[Any], types: dict[str, str]) -> TraceView:
     regions: list[tuple[float, float, str]] = []
     device: dict[Any, list[tuple[float, float, str]]] = defaultdict(list)
     memory_raw: list[dict[str, Any]] = []
+    numbered: list[tuple[Any, float, float, int]] = []  # forward ops autograd numbered
+    backward: dict[tuple[Any, float, float], int] = {}  # backward functions: their number
     for e in events:
         if not isinstance(e, dict):
             continue
@@ -108,6 +115,12 @@ def _view(events: list[Any], types: dict[str, str]) -> TraceView:
             mods[thread].append((ts, ts + dur, name[len(MODULE_RANGE_PREFIX):]))
         elif kind == KIND_OP:
             ops[thread].append((ts, ts + dur, name))
+            seq = _sequence(e)
+            if seq is not None:
+                if name.startswith(BACKWARD_PREFIX):
+                    backward[(thread, ts, ts + dur)] = seq
+                elif not (e.get("args") or {}).get("Fwd thread id"):
+                    numbered.append((thread, ts, ts + dur, seq))
         elif kind == KIND_ANNOTATION:
             regions.append((ts, ts + dur, name))
         elif kind == KIND_DEVICE:
@@ -121,6 +134,7 @@ def _view(events: list[Any], types: dict[str, str]) -> TraceView:
     for s, end, name in sorted(regions):
         bars.append(_bar("regions and steps", s - t0, end - s, name, "region", None))
     module_index = {t: _Nesting(v) for t, v in mods.items()}
+    made_by = _backward_owners(module_index, numbered, backward)
     for thread in sorted(mods, key=str):
         for s, end, name, depth in module_index[thread].with_depth():
             if depth < MODULE_LANES:
@@ -130,7 +144,9 @@ def _view(events: list[Any], types: dict[str, str]) -> TraceView:
         nest = module_index.get(thread)
         for s, end, name in _outermost(items):
             owner = nest.innermost(s, end) if nest else None
-            bars.append(_bar(lane, s - t0, end - s, name, types.get(owner, owner) if owner else "outside modules", owner))
+            later = made_by.get((thread, s, end)) if owner is None else None
+            owner = owner or later
+            bars.append(_bar(lane, s - t0, end - s, name, types.get(owner, owner) if owner else "outside modules", owner, later is not None))
     for thread, items in sorted(device.items(), key=lambda kv: str(kv[0])):
         lane = f"device {thread[0]} stream {thread[1]}"
         for s, end, name in items:
@@ -142,12 +158,35 @@ def _view(events: list[Any], types: dict[str, str]) -> TraceView:
     order = {"regions and steps": 0}
     view.lanes = sorted({b["lane"] for b in bars}, key=lambda lane: (order.get(lane, 1 if lane.startswith("modules") else 2), lane))
     if memory_raw:
-        _memory(view, memory_raw, t0, module_index, ops, types)
+        _memory(view, memory_raw, t0, module_index, ops, made_by)
     return view
 
 
-def _bar(lane: str, start: float, dur: float, name: str, color: str, module: str | None) -> dict[str, Any]:
-    return {"lane": lane, "start": start, "dur": dur, "name": name, "color": color, "module": module}
+def _bar(lane: str, start: float, dur: float, name: str, color: str, module: str | None, backward: bool = False) -> dict[str, Any]:
+    return {"lane": lane, "start": start, "dur": dur, "name": name, "color": color, "module": module, "backward": backward}
+
+
+def _sequence(e: dict[str, Any]) -> int | None:
+    """The autograd sequence number the trace gives an op (None where it has none)."""
+    seq = (e.get("args") or {}).get("Sequence number")
+    return seq if isinstance(seq, int) and not isinstance(seq, bool) and seq >= 0 else None
+
+
+def _backward_owners(
+    modules: dict[Any, _Nesting], numbered: list[tuple[Any, float, float, int]], backward: dict[tuple[Any, float, float], int]
+) -> dict[tuple[Any, float, float], str]:
+    """Each backward function (thread, start, end) -> the module whose forward op has its
+    sequence number. The trace's forward thread id is not its ``tid``, so the number alone
+    links them: a number that forward ops of two modules carry (two forward threads) links none."""
+    if not backward or not modules:
+        return {}
+    owner_of: dict[int, set[str]] = defaultdict(set)
+    for thread, s, end, seq in numbered:
+        nest = modules.get(thread)
+        owner = nest.innermost(s, end) if nest else None
+        if owner is not None:
+            owner_of[seq].add(owner)
+    return {key: next(iter(owners)) for key, seq in backward.items() if len(owners := owner_of.get(seq, set())) == 1}
 
 
 def _outermost(items: list[tuple[float, float, str]]) -> list[tuple[float, float, str]]:
@@ -180,11 +219,16 @@ class _Nesting:
 
     def innermost(self, s: float, e: float) -> str | None:
         """The latest-starting call that holds [s, e] (calls nest, so it is the innermost)."""
+        found = self.around(s, e)
+        return found[2] if found else None
+
+    def around(self, s: float, e: float) -> tuple[float, float, str] | None:
+        """:meth:`innermost`'s call as (start, end, name)."""
         k = bisect.bisect_right(self.starts, s)
         for j in range(k - 1, max(k - 64, 0) - 1, -1):  # a few back: calls nest shallowly
             rs, re_, name = self.ranges[j]
             if rs <= s and e <= re_:
-                return name
+                return self.ranges[j]
         return None
 
 
@@ -194,7 +238,7 @@ def _memory(
     t0: float,
     modules: dict[Any, _Nesting],
     ops: dict[Any, list[tuple[float, float, str]]],
-    types: dict[str, str],
+    made_by: dict[tuple[Any, float, float], str],
 ) -> None:
     """Total allocated over time per device, the peak, and what was live at the peak by where
     it was allocated (module and op)."""
@@ -225,7 +269,10 @@ def _memory(
         nest = modules.get(r["tid"])
         owner = nest.innermost(r["ts"], r["ts"]) if nest else None
         op_nest = op_index.get(r["tid"])
-        op = op_nest.innermost(r["ts"], r["ts"]) if op_nest else None
+        around = op_nest.around(r["ts"], r["ts"]) if op_nest else None
+        op = around[2] if around else None
+        if owner is None and around is not None and (r["tid"], around[0], around[1]) in made_by:
+            owner = f"{made_by[(r['tid'], around[0], around[1])]} (backward)"
         holders[f"{owner or '(outside modules)'} / {op or '?'}"] += float(r.get("Bytes") or 0)
     best["holders"] = sorted(holders.items(), key=lambda kv: -kv[1])[:TOP_HOLDERS]
     view.peak = best

@@ -264,3 +264,42 @@ def test_a_long_chain_lists_a_few_intermediates_and_counts_them_all() -> None:
     h = long[0]
     assert len(h.details["intermediates"]) == MAX_LISTED
     assert h.details["intermediate_bytes"] == (MAX_LISTED + h.details["intermediates_left_out"]) * 8 * 8 * 4
+
+
+def test_report_timeline_and_memory_give_backward_work_to_its_module(tmp_path: Any) -> None:
+    from neuronscope.report.html import render_report
+    from neuronscope.report.trace_view import read_trace_view
+
+    net = Net()
+    x = torch.randn(4, 16, 64)
+    with ns.neuron_region("train", backend="cpu", output_dir=str(tmp_path), print_summary=False, profile_memory=True) as r:
+        net(x).square().mean().backward()
+    result = r.result
+    view = read_trace_view(result.run_dir, {m.name: m.type for m in result.modules})
+    assert view is not None
+    backward = [b for b in view.bars if b["backward"]]
+    assert {"head", "blocks.1.proj"} <= {b["module"] for b in backward}
+    # the backward bars add up to the tree's backward time (the same events, read from the file)
+    root = next(m for m in result.modules if m.parent is None)
+    assert sum(b["dur"] for b in backward) == pytest.approx(root.backward_cpu_us, rel=0.02)
+    assert view.peak is not None and any("(backward)" in where for where, _ in view.peak["holders"])
+    assert "backward of" in render_report(result)
+
+
+def test_steps_summary_counts_each_modules_backward() -> None:
+    net = Net()
+    x = torch.randn(4, 16, 64)
+
+    @ns.profile_on_neuron(backend="cpu", export=False, print_summary=False, active=2)
+    def train_step() -> None:
+        net(x).square().mean().backward()
+
+    for _ in range(3):
+        train_step()
+    steps = ns.summarize_steps(train_step.results)
+    row = steps.module("head")
+    assert row is not None
+    expected = tuple(next(m for m in r.modules if m.name == "head") for r in train_step.results)
+    assert row.times_us == pytest.approx(tuple(m.cpu_total_us + m.backward_cpu_us for m in expected))
+    assert all(m.backward_cpu_us > 0 for m in expected)
+    assert "forward and backward" in steps.table()

@@ -85,7 +85,7 @@ class StepsSummary:
         the step where each took longest."""
         walls = ", ".join(f"{label} {fmt_us(w)}" for label, w in zip(self.labels, self.wall_us))
         lines = [f"{len(self.labels)} steps: {walls}; slowest: {self.slowest}"]
-        for title, table in (("Ops", self.ops), ("Modules (inclusive)", self.modules)):
+        for title, table in (("Ops", self.ops), ("Modules (inclusive, forward and backward)", self.modules)):
             if not table:
                 continue
             width = max(len(title), *(len(r.name) for r in table[:rows]))
@@ -118,7 +118,8 @@ def summarize_steps(results: Sequence[Any], labels: Sequence[str] | None = None)
     if len(names) != len(results):
         raise NeuronscopeError(f"summarize_steps() got {len(names)} labels for {len(results)} results")
     ops = _rows([{o.name: (o.time_us, o.calls) for o in r.ops} for r in results])
-    modules = _rows([{m.name: (m.time_us, m.calls) for m in r.modules} for r in results])
+    # A module's forward and backward (a training step's module got slower in either).
+    modules = _rows([{m.name: (m.time_us + (m.backward_us or 0.0), m.calls) for m in r.modules} for r in results])
     notes = []
     if len({r.has_device_time for r in results}) > 1:
         notes.append("some steps have device time and others not: their op times mix device and CPU time")

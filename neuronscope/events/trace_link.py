@@ -15,13 +15,64 @@ from neuronscope.events.flows import flow_launches
 from neuronscope.events.nesting import add_inner_range_device_time, innermost_open, row_columns
 from neuronscope.events.table import DEVICE_WAIT, promote_compiled_events
 
-__all__ = ["link_file"]
+__all__ = ["RuntimeCalls", "link_file"]
 
 #: Timestamps beyond this (ns) are refused: they overflow the int64 arrays of the summary.
 _MAX_NS = 1 << 62
 #: Longest span of one file's events: float64 holds whole nanoseconds exactly up to 2**53 (104
 #: days), and the summary sums durations in it.
 _MAX_SPAN_NS = 1 << 53
+
+
+class RuntimeCalls:
+    """One file's runtime calls (and dispatches) that carry a correlation, in the order read:
+    the correlation, thread, start and end of each, as lists. A device event's launch is the
+    last one read with its correlation (:meth:`launches`), as a dict from correlation to call
+    had it; the dict's tuples took a third of a big file's memory while it was read."""
+
+    def __init__(self) -> None:
+        self.corr: list[Any] = []
+        self.thread: list[int] = []
+        self.start: list[int] = []
+        self.end: list[int] = []
+
+    def add(self, corr: Any, thread: int, start: int, end: int) -> None:
+        if corr.__class__ is not int:
+            hash(corr)  # an unhashable one is malformed (TypeError), as a dict's key was
+        self.corr.append(corr)
+        self.thread.append(thread)
+        self.start.append(start)
+        self.end.append(end)
+
+    def launches(self, dev_corr: list[Any]) -> list[tuple[int, int, int] | None]:
+        """For each correlation of ``dev_corr`` (an int or str; others name none): (thread,
+        start, end) of the last call read with it, or None."""
+        found = self._by_sorting(dev_corr)
+        if found is None:  # correlations other than int64 integers: as a dict finds them
+            get = dict(zip(self.corr, range(len(self.corr)))).get
+            found = [get(c, -1) if c.__class__ in (int, str) else -1 for c in dev_corr]
+        thread, start, end = self.thread, self.start, self.end
+        return [None if i < 0 else (thread[i], start[i], end[i]) for i in found]
+
+    def _by_sorting(self, dev_corr: list[Any]) -> list[int] | None:
+        """:meth:`launches`' places of the calls, by sorting, where every correlation is an
+        integer within int64 (as torch writes them); None where one is not."""
+        if not {int} >= set(map(type, self.corr)) or not {int, type(None)} >= set(map(type, dev_corr)):
+            return None
+        try:
+            keys = np.array(self.corr, dtype=np.int64)
+            wanted = np.array([-1 if c is None else c for c in dev_corr], dtype=np.int64)
+        except OverflowError:
+            return None
+        order = np.argsort(keys, kind="stable")
+        ordered = keys[order]
+        last = np.ones(ordered.size, dtype=bool)  # the last of each run: the last read
+        last[:-1] = ordered[1:] != ordered[:-1]
+        ordered, order = ordered[last], order[last]
+        at = np.minimum(np.searchsorted(ordered, wanted), max(ordered.size - 1, 0))
+        hit = (ordered[at] == wanted) if ordered.size else np.zeros(wanted.size, dtype=bool)
+        hit &= np.array([c is not None for c in dev_corr], dtype=bool)
+        return np.where(hit, order[at] if ordered.size else -1, -1).tolist()
 
 
 def link_file(reader: Any, base: int, base_others: int) -> None:
@@ -61,8 +112,7 @@ def link_file(reader: Any, base: int, base_others: int) -> None:
     # kernels it launches are its own.
     promote_compiled_events(table, base)
     # Device events -> their launches (by correlation): (thread, start, end), -1s for none.
-    get = reader.runtime.get
-    found = [get(c) if c.__class__ in (int, str) else None for c in dev_corr]
+    found = reader.runtime.launches(dev_corr)
     try:
         spans = np.array([_NO_LAUNCH if x is None else x for x in found], dtype=np.int64).reshape(-1, 3)
     except OverflowError:  # a runtime call of an ignored name, out of range
@@ -150,8 +200,7 @@ def _drop_off_clock(reader: Any, base: int, base_others: int) -> None:
     """Leave out this file's device records on another clock (events.clocks), counted."""
     t, o = reader.table, reader.others
     ends = list(map(operator.add, reader.dev_start, reader.dev_dur))
-    get = reader.runtime.get
-    found = [get(c) if c.__class__ in (int, str) else None for c in reader.dev_corr]
+    found = reader.runtime.launches(reader.dev_corr)
     launched = [f[1] for f in found if f is not None]
     window = host_window((t.starts[base:], t.ends[base:]), (o.starts[base_others:], o.ends[base_others:]))
     # Out of range or spanning too long is refused first, as the linking below refuses it.

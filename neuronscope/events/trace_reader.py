@@ -29,7 +29,7 @@ from neuronscope.events.table import (
     device_class,
     is_sync_call,
 )
-from neuronscope.events.trace_link import link_file
+from neuronscope.events.trace_link import RuntimeCalls, link_file
 from neuronscope.events.trace_meta import trace_metadata
 from neuronscope.events.trace_records import EventArgs, RawDimsArgs, TraceEvent, dims_value
 
@@ -84,7 +84,9 @@ class _Reader:
 
     # ---- per file --------------------------------------------------------------------------
     def _reset_file(self) -> None:
-        self.runtime: dict[Any, tuple[int, int, int]] = {}  # correlation -> (thread, start, end)
+        # Runtime calls (and dispatches) with a correlation, as read: its value, thread, start,
+        # end. Plain lists, not a dict of tuples: a third of a big file's memory while it was read.
+        self.runtime = RuntimeCalls()
         self.dev_corr: list[Any] = []
         self.dev_ext: list[Any] = []
         self.dev_dur: list[int] = []
@@ -169,7 +171,9 @@ class _Reader:
         o_names, o_kinds, o_tids = others.names.append, others.kinds.append, others.tids.append
         o_starts, o_ends, o_device = others.starts.append, others.ends.append, others.device_ns.append
         shapes_append = self.shapes.append
-        codes, thread_ids, runtime = self.cat_codes, self.thread_ids, self.runtime
+        codes, thread_ids = self.cat_codes, self.thread_ids
+        rt_corr, rt_thread = self.runtime.corr.append, self.runtime.thread.append
+        rt_start, rt_end = self.runtime.start.append, self.runtime.end.append
         dev_corr, dev_ext, dev_dur = self.dev_corr, self.dev_ext, self.dev_dur
         dev_start, dev_stream, dev_class = self.dev_start, self.dev_stream, self.dev_class
         dev_device = self.dev_device
@@ -321,7 +325,12 @@ class _Reader:
                         if args is not None:
                             corr = args.correlation
                             if corr is not None:
-                                runtime[corr] = (thread, start, start + dur_ns)
+                                if corr.__class__ is not int:
+                                    hash(corr)  # an unhashable one is malformed (as a key, it was)
+                                rt_corr(corr)
+                                rt_thread(thread)
+                                rt_start(start)
+                                rt_end(start + dur_ns)
                         blocks = sync_calls.get(ev_name)
                         if blocks is None:  # once per distinct name
                             hip = ev_name.startswith("hip")
@@ -359,7 +368,7 @@ class _Reader:
         args = e.args
         corr = args.correlation if args.__class__ is RawDimsArgs or args.__class__ is EventArgs else None
         if corr is not None:
-            self.runtime[corr] = (thread, start, end)
+            self.runtime.add(corr, thread, start, end)
 
     def _classify(self, cat: Any) -> int:
         if cat.__class__ is not str:

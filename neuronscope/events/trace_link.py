@@ -4,12 +4,14 @@ frames around them, and the checks on the file's span (see :mod:`neuronscope.dri
 from __future__ import annotations
 
 import operator
+from array import array
 from typing import Any
 
 import numpy as np
 
 from neuronscope.errors import TraceFormatError
 from neuronscope.events import KIND_ANNOTATION, KIND_OP, EventTable
+from neuronscope.events.arrays import int_column
 from neuronscope.events.clocks import host_window, off_clock
 from neuronscope.events.flows import flow_launches
 from neuronscope.events.nesting import add_inner_range_device_time, innermost_open, row_columns
@@ -33,16 +35,8 @@ class RuntimeCalls:
     def __init__(self) -> None:
         self.corr: list[Any] = []
         self.thread: list[int] = []
-        self.start: list[int] = []
-        self.end: list[int] = []
-
-    def add(self, corr: Any, thread: int, start: int, end: int) -> None:
-        if corr.__class__ is not int:
-            hash(corr)  # an unhashable one is malformed (TypeError), as a dict's key was
-        self.corr.append(corr)
-        self.thread.append(thread)
-        self.start.append(start)
-        self.end.append(end)
+        self.start: list[int] = int_column()
+        self.end: list[int] = int_column()
 
     def launches(self, dev_corr: list[Any]) -> list[tuple[int, int, int] | None]:
         """For each correlation of ``dev_corr`` (an int or str; others name none): (thread,
@@ -299,7 +293,7 @@ def _add_at(values: list[int], rows: np.ndarray, amounts: np.ndarray) -> None:
         lo = int(rows.min())
         part = np.array(values[lo:], dtype=np.int64)
         np.add.at(part, rows - lo, amounts)
-        values[lo:] = part.tolist()
+        values[lo:] = array(values.typecode, part.tobytes()) if values.__class__ is array else part.tolist()
 
 
 def _innermost(

@@ -93,9 +93,14 @@ def summarize(table: EventTable) -> Summary:
         return Summary(ops=[], regions={}, span_us=0.0, op_events=0)
     has_device = table.has_device
 
-    def col(attr: str) -> list[Any]:
+    def col(attr: str) -> Any:
         main = getattr(table, attr)
-        return main if others is None else main + getattr(others, attr)
+        if others is None:
+            return main
+        other = getattr(others, attr)
+        # A trace's columns are arrays of int64 (events.arrays.int_column), a live capture's
+        # lists; a copy of either (less some rows) may be a list.
+        return main + other if main.__class__ is other.__class__ else [*main, *other]
 
     # Name codes, with key_averages' grouping applied.
     def all_names() -> Iterable[str]:

@@ -115,8 +115,9 @@ def summarize(table: EventTable) -> Summary:
     codes = np.fromiter(map(code_of.__getitem__, all_names()), dtype=np.int64, count=n)
     kinds = np.array(col("kinds"), dtype=np.int8)
     tids = as_int64(col("tids"))
-    starts = np.array(col("starts"), dtype=np.int64)
-    ends = np.array(col("ends"), dtype=np.int64)
+    starts = _int64s(table.starts, None if others is None else others.starts)
+    ends = _int64s(table.ends, None if others is None else others.ends)
+    span_ns = int(ends[:n_main].max() - starts[:n_main].min())
     dur = ends - starts
     flags = np.zeros(n, dtype=np.int8)
     if table.flags and len(table.flags) == n_main:
@@ -128,6 +129,9 @@ def summarize(table: EventTable) -> Summary:
     order = sync[np.lexsort((-ends[sync], starts[sync], tids[sync]))]
     m = len(order)
     s_start, s_end, s_tid = starts[order], ends[order], tids[order]
+    # What is not needed again goes as soon as it is done with: a big trace's table is
+    # millions of rows, and each array of them tens of megabytes (memory follows the events).
+    del starts, ends, tids
     new_thread = np.ones(m, dtype=bool)
     new_thread[1:] = s_tid[1:] != s_tid[:-1]
     parent = parents(s_start, s_end, new_thread)
@@ -137,16 +141,19 @@ def summarize(table: EventTable) -> Summary:
     s_code = codes[order]
     s_kind = kinds[order]
     self_ns = s_dur - np.bincount(p_idx, weights=s_dur[has_p], minlength=m).astype(np.int64)
+    del sync
 
     # key_averages folds an event into a same-named parent whose only child it is.
     n_children = np.bincount(p_idx, minlength=m)
     safe_p = np.where(has_p, parent, 0)
     folded = has_p & (s_code[safe_p] == s_code) & (n_children[safe_p] == 1)
+    del n_children, safe_p
     s_dev_own: np.ndarray | None = None
     if has_device:
         dev_all = np.zeros(n, dtype=np.int64)
         dev_all[:n_main] = table.device_ns
         s_dev_own = dev_all[order]
+        del dev_all
     if folded.any():
         for i in np.flatnonzero(folded)[::-1].tolist():  # children after parents: bottom-up
             p = int(parent[i])
@@ -163,6 +170,8 @@ def summarize(table: EventTable) -> Summary:
         legacy = ((flags[order] & FLAG_LEGACY_DEVICE) != 0) & ~folded
         s_dev_total = device_totals(parent, s_dev_own, legacy)
         s_dev_self = s_dev_total - np.bincount(p_idx, weights=s_dev_total[has_p], minlength=m).astype(np.int64)
+        del legacy
+    del has_p, p_idx
 
     # ---- ops ----
     s_is_op = ((s_kind == KIND_OP) | (s_kind == KIND_RUNTIME)) & ~folded
@@ -198,6 +207,7 @@ def summarize(table: EventTable) -> Summary:
         [[_signature(s) for s in shapes_by_code.get(c, ())] for c in present.tolist()],
     )
     op_events = int(calls.sum())
+    del op_codes, a_idx, a_is_op, is_async
 
     # ---- regions: each range name, its inclusive time and the ops inside it ----
     regions: dict[str, RegionStat] = {}
@@ -210,9 +220,11 @@ def summarize(table: EventTable) -> Summary:
             "process); their ops' device time is short by them"
         )
     ann_all = np.flatnonzero(kinds == KIND_ANNOTATION)
+    del kinds
     if ann_all.size:
         r_calls = np.bincount(codes[ann_all], minlength=n_codes)
         r_time = np.bincount(codes[ann_all], weights=dur[ann_all], minlength=n_codes)
+        del dur
         r_dev = None
         if s_dev_total is not None:
             s_ann = np.flatnonzero(s_kind == KIND_ANNOTATION)
@@ -230,6 +242,7 @@ def summarize(table: EventTable) -> Summary:
         # ``## backward ##``): the range's too. By default a capture records only the threads
         # working for the one that started it (not so with profile_all_threads=True).
         cross = _other_thread_work(s_start, s_end, s_tid, s_kind, table.processes, n_main, order)
+        del codes, s_start, s_end, s_tid, order, flags
         if cross is _TOO_MANY:
             notes.append(
                 "regions count only their own thread's work here: the other threads' work inside "
@@ -276,8 +289,15 @@ def summarize(table: EventTable) -> Summary:
                 device_time_us=(round(r_dev_l[c]) / 1e3 if r_dev_l is not None else 0.0) if has_device else None,
                 ops=ops_in,
             )
-    span_ns = int(ends[:n_main].max() - starts[:n_main].min())
     return Summary(ops=op_stats, regions=regions, span_us=span_ns / 1e3, op_events=op_events, notes=notes)
+
+
+def _int64s(main: Any, other: Any) -> np.ndarray:
+    """Two columns of integers (lists, or a trace's arrays, read without a copy) as one int64
+    array."""
+    if other is None:
+        return np.array(main, dtype=np.int64)
+    return np.concatenate([np.asarray(main, dtype=np.int64), np.asarray(other, dtype=np.int64)])
 
 
 #: Most (range, other thread's event) pairs a summary builds: threads that all run ranges at

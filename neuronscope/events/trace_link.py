@@ -38,17 +38,25 @@ class RuntimeCalls:
         self.start: list[int] = int_column()
         self.end: list[int] = int_column()
 
-    def launches(self, dev_corr: list[Any]) -> list[tuple[int, int, int] | None]:
-        """For each correlation of ``dev_corr`` (an int or str; others name none): (thread,
-        start, end) of the last call read with it, or None."""
+    def launches(self, dev_corr: list[Any], fields: tuple[str, ...] = ("thread", "start", "end")) -> np.ndarray:
+        """For each correlation of ``dev_corr`` (an int or str; others name none): the
+        ``fields`` of the last call read with it, or -1s for none. OverflowError where one
+        found is beyond int64."""
         found = self._by_sorting(dev_corr)
         if found is None:  # correlations other than int64 integers: as a dict finds them
             get = dict(zip(self.corr, range(len(self.corr)))).get
-            found = [get(c, -1) if c.__class__ in (int, str) else -1 for c in dev_corr]
-        thread, start, end = self.thread, self.start, self.end
-        return [None if i < 0 else (thread[i], start[i], end[i]) for i in found]
+            found = np.array([get(c, -1) if c.__class__ in (int, str) else -1 for c in dev_corr], dtype=np.int64)
+        spans = np.full((found.size, len(fields)), -1, dtype=np.int64)
+        hit = found >= 0
+        at = found[hit]
+        for k, values in enumerate(getattr(self, f) for f in fields):
+            if values.__class__ is array:
+                spans[hit, k] = np.asarray(values)[at]
+            else:  # a list: beyond int64 somewhere, so only the calls found are converted
+                spans[hit, k] = np.array(list(map(values.__getitem__, at.tolist())), dtype=np.int64)
+        return spans
 
-    def _by_sorting(self, dev_corr: list[Any]) -> list[int] | None:
+    def _by_sorting(self, dev_corr: list[Any]) -> np.ndarray | None:
         """:meth:`launches`' places of the calls, by sorting, where every correlation is an
         integer within int64 (as torch writes them); None where one is not."""
         if not {int} >= set(map(type, self.corr)) or not {int, type(None)} >= set(map(type, dev_corr)):
@@ -66,7 +74,7 @@ class RuntimeCalls:
         at = np.minimum(np.searchsorted(ordered, wanted), max(ordered.size - 1, 0))
         hit = (ordered[at] == wanted) if ordered.size else np.zeros(wanted.size, dtype=bool)
         hit &= np.array([c is not None for c in dev_corr], dtype=bool)
-        return np.where(hit, order[at] if ordered.size else -1, -1).tolist()
+        return np.where(hit, order[at] if ordered.size else -1, -1)
 
 
 def link_file(reader: Any, base: int, base_others: int) -> None:
@@ -106,9 +114,8 @@ def link_file(reader: Any, base: int, base_others: int) -> None:
     # kernels it launches are its own.
     promote_compiled_events(table, base)
     # Device events -> their launches (by correlation): (thread, start, end), -1s for none.
-    found = reader.runtime.launches(dev_corr)
     try:
-        spans = np.array([_NO_LAUNCH if x is None else x for x in found], dtype=np.int64).reshape(-1, 3)
+        spans = reader.runtime.launches(dev_corr)
     except OverflowError:  # a runtime call of an ignored name, out of range
         raise _out_of_range(reader) from None
     has_launch = spans[:, 0] >= 0  # thread ids are not negative
@@ -194,13 +201,17 @@ def _drop_off_clock(reader: Any, base: int, base_others: int) -> None:
     """Leave out this file's device records on another clock (events.clocks), counted."""
     t, o = reader.table, reader.others
     ends = list(map(operator.add, reader.dev_start, reader.dev_dur))
-    found = reader.runtime.launches(reader.dev_corr)
-    launched = [f[1] for f in found if f is not None]
+    try:
+        spans = reader.runtime.launches(reader.dev_corr, ("thread", "start"))
+    except OverflowError:  # out of range, as _check_span below would say
+        raise _out_of_range(reader) from None
+    has_launch = spans[:, 0] >= 0
+    launched = spans[has_launch, 1]
     window = host_window((t.starts[base:], t.ends[base:]), (o.starts[base_others:], o.ends[base_others:]))
     # Out of range or spanning too long is refused first, as the linking below refuses it.
-    edges = [*(window or ()), min(reader.dev_start), max(ends), *([min(launched), max(launched)] if launched else [])]
+    edges = [*(window or ()), min(reader.dev_start), max(ends), *([int(launched.min()), int(launched.max())] if launched.size else [])]
     _check_span(reader, min(edges), max(edges))
-    launch = [-1 if f is None else f[1] for f in found]
+    launch = np.where(has_launch, spans[:, 1], -1)
     bad = off_clock(reader.dev_start, ends, launch, window).tolist()
     if any(bad):
         t.off_clock_device += sum(bad)
@@ -281,10 +292,6 @@ def _legacy_ranges(table: EventTable, base: int) -> None:
     for i in rows:
         if "::" not in names[i]:
             kinds[i] = KIND_ANNOTATION
-
-
-#: The launch of a device event whose correlation names no runtime call.
-_NO_LAUNCH = (-1, -1, -1)
 
 
 def _add_at(values: list[int], rows: np.ndarray, amounts: np.ndarray) -> None:

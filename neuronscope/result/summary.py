@@ -123,25 +123,39 @@ def summarize(table: EventTable) -> Summary:
     if table.flags and len(table.flags) == n_main:
         flags[:n_main] = table.flags
     is_async = (flags & FLAG_ASYNC) != 0
-
-    # ---- nesting (sync events only), in (thread, start, -end) order ----
-    sync = np.flatnonzero(~is_async) if is_async.any() else np.arange(n)
-    order = sync[np.lexsort((-ends[sync], starts[sync], tids[sync]))]
-    m = len(order)
-    s_start, s_end, s_tid = starts[order], ends[order], tids[order]
+    # What needs the durations in the table's order, before the nesting: async ops (a call
+    # and its duration, no self time, no device time) and the ranges' calls and times.
+    a_idx = np.flatnonzero(is_async)
+    a_is_op = a_idx[(kinds[a_idx] == KIND_OP) | (kinds[a_idx] == KIND_RUNTIME)] if a_idx.size else a_idx
+    a_calls = np.bincount(codes[a_is_op], minlength=n_codes)
+    a_total = np.bincount(codes[a_is_op], weights=dur[a_is_op], minlength=n_codes)
+    ann_all = np.flatnonzero(kinds == KIND_ANNOTATION)
+    r_calls = np.bincount(codes[ann_all], minlength=n_codes)
+    r_time = np.bincount(codes[ann_all], weights=dur[ann_all], minlength=n_codes)
     # What is not needed again goes as soon as it is done with: a big trace's table is
     # millions of rows, and each array of them tens of megabytes (memory follows the events).
+    del dur, a_idx
+
+    # ---- nesting (sync events only), in (thread, start, -end) order ----
+    if is_async.any():
+        sync = np.flatnonzero(~is_async)
+        order = sync[np.lexsort((-ends[sync], starts[sync], tids[sync]))]
+        del sync
+    else:
+        order = np.lexsort((-ends, starts, tids))
+    m = len(order)
+    s_start, s_end, s_tid = starts[order], ends[order], tids[order]
     del starts, ends, tids
     new_thread = np.ones(m, dtype=bool)
     new_thread[1:] = s_tid[1:] != s_tid[:-1]
     parent = parents(s_start, s_end, new_thread)
+    del new_thread
     has_p = parent >= 0
     p_idx = parent[has_p]
     s_dur = s_end - s_start
     s_code = codes[order]
     s_kind = kinds[order]
     self_ns = s_dur - np.bincount(p_idx, weights=s_dur[has_p], minlength=m).astype(np.int64)
-    del sync
 
     # key_averages folds an event into a same-named parent whose only child it is.
     n_children = np.bincount(p_idx, minlength=m)
@@ -184,12 +198,10 @@ def summarize(table: EventTable) -> Summary:
     if s_dev_self is not None and s_dev_total is not None:
         dev_self_sum = np.bincount(op_codes, weights=s_dev_self[op_pos], minlength=n_codes)
         dev_total_sum = np.bincount(op_codes, weights=s_dev_total[op_pos], minlength=n_codes)
-    a_idx = np.flatnonzero(is_async)
-    a_is_op = a_idx[(kinds[a_idx] == KIND_OP) | (kinds[a_idx] == KIND_RUNTIME)] if a_idx.size else a_idx
     if a_is_op.size:  # async: a call and its duration, no self time, no device time
-        calls += np.bincount(codes[a_is_op], minlength=n_codes)
+        calls += a_calls
         # Not in place: without a sync op, bincount of nothing gave integers.
-        total_sum = total_sum + np.bincount(codes[a_is_op], weights=dur[a_is_op], minlength=n_codes)
+        total_sum = total_sum + a_total
 
     shapes_by_code: dict[int, list[Any]] = {}
     if len(table.shapes) == n_main:
@@ -207,7 +219,7 @@ def summarize(table: EventTable) -> Summary:
         [[_signature(s) for s in shapes_by_code.get(c, ())] for c in present.tolist()],
     )
     op_events = int(calls.sum())
-    del op_codes, a_idx, a_is_op, is_async
+    del op_codes, a_is_op, is_async
 
     # ---- regions: each range name, its inclusive time and the ops inside it ----
     regions: dict[str, RegionStat] = {}
@@ -219,12 +231,8 @@ def summarize(table: EventTable) -> Summary:
             "than the profiler's (pytorch/pytorch#192021: profiler sessions after the first in a "
             "process); their ops' device time is short by them"
         )
-    ann_all = np.flatnonzero(kinds == KIND_ANNOTATION)
     del kinds
     if ann_all.size:
-        r_calls = np.bincount(codes[ann_all], minlength=n_codes)
-        r_time = np.bincount(codes[ann_all], weights=dur[ann_all], minlength=n_codes)
-        del dur
         r_dev = None
         if s_dev_total is not None:
             s_ann = np.flatnonzero(s_kind == KIND_ANNOTATION)

@@ -130,7 +130,7 @@ class RangesAround:
 
 #: Events whose ranges :func:`region_ops` finds at once: a few ranges around each (the usual
 #: nesting) keep a chunk's pairs at a few megabytes however many events a trace holds.
-_EVENTS_PER_CHUNK = PAIRS_PER_CHUNK >> 2
+_EVENTS_PER_CHUNK = PAIRS_PER_CHUNK >> 4
 
 
 def region_ops(around: RangesAround, positions: np.ndarray, n_codes: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:

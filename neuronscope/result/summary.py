@@ -156,6 +156,19 @@ def summarize(table: EventTable) -> Summary:
     s_code = codes[order]
     s_kind = kinds[order]
     self_ns = s_dur - np.bincount(p_idx, weights=s_dur[has_p], minlength=m).astype(np.int64)
+    # Work the range's thread handed to other threads of its process while it was open
+    # (CUDA backward runs on autograd's device threads while the caller waits in
+    # ``## backward ##``): the range's too (regions, below). By default a capture records only
+    # the threads working for the one that started it (not so with profile_all_threads=True).
+    cross = _other_thread_work(s_start, s_end, s_tid, s_kind, table.processes, n_main, order) if ann_all.size else None
+    del s_start, s_end, s_tid
+    r_dev_rows = None
+    if has_device and ann_all.size and table.range_device_ns:
+        # Work an op launched while a range inside it was open (nccl:all_reduce inside
+        # record_param_comms): the range's own, and not passed up (the op has it).
+        rows = np.fromiter(table.range_device_ns, dtype=np.int64, count=len(table.range_device_ns))
+        vals = np.fromiter(table.range_device_ns.values(), dtype=np.int64, count=len(rows))
+        r_dev_rows = np.bincount(codes[rows], weights=vals, minlength=n_codes)
 
     # key_averages folds an event into a same-named parent whose only child it is.
     n_children = np.bincount(p_idx, minlength=m)
@@ -231,26 +244,16 @@ def summarize(table: EventTable) -> Summary:
             "than the profiler's (pytorch/pytorch#192021: profiler sessions after the first in a "
             "process); their ops' device time is short by them"
         )
-    del kinds
+    del kinds, codes, order, flags
     if ann_all.size:
         r_dev = None
         if s_dev_total is not None:
             s_ann = np.flatnonzero(s_kind == KIND_ANNOTATION)
             r_dev = np.bincount(s_code[s_ann], weights=s_dev_total[s_ann], minlength=n_codes)
-            if table.range_device_ns:
-                # Work an op launched while a range inside it was open (nccl:all_reduce inside
-                # record_param_comms): the range's own, and not passed up (the op has it).
-                rows = np.fromiter(table.range_device_ns, dtype=np.int64, count=len(table.range_device_ns))
-                vals = np.fromiter(table.range_device_ns.values(), dtype=np.int64, count=len(rows))
-                r_dev += np.bincount(codes[rows], weights=vals, minlength=n_codes)
+            if r_dev_rows is not None:
+                r_dev += r_dev_rows
         around = RangesAround(parent, s_kind, s_code)
         pairs: Iterable[tuple[np.ndarray, np.ndarray]] = region_ops(around, op_pos, n_codes)
-        # Work the range's thread handed to other threads of its process while it was open
-        # (CUDA backward runs on autograd's device threads while the caller waits in
-        # ``## backward ##``): the range's too. By default a capture records only the threads
-        # working for the one that started it (not so with profile_all_threads=True).
-        cross = _other_thread_work(s_start, s_end, s_tid, s_kind, table.processes, n_main, order)
-        del codes, s_start, s_end, s_tid, order, flags
         if cross is _TOO_MANY:
             notes.append(
                 "regions count only their own thread's work here: the other threads' work inside "

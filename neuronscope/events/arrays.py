@@ -1,4 +1,5 @@
-"""``np.unique`` of integer arrays, by sorting; runs of positions concatenated; ids as int64.
+"""``np.unique`` of integer arrays, by sorting; runs of positions concatenated; ids as int64;
+the int64 columns a trace's table is read into (:func:`int_column`, :func:`extend_ints`).
 
 numpy 2.3 and later find the distinct values of an array without ``return_inverse`` by hashing,
 then sort them: on the arrays here (thousands of distinct event positions, thread ids, pairs

@@ -233,6 +233,8 @@ def test_region_ops_are_the_range_names_up_the_links(seed: int, climb_levels: in
     # most tables switch.
     monkeypatch.setattr(ranges, "_CLIMB_LEVELS", climb_levels)
     monkeypatch.setattr(ranges, "PAIRS_PER_CHUNK", 3)
+    # Events a few at a time, or all at once: an event's pairs are its own.
+    monkeypatch.setattr(ranges, "_EVENTS_PER_CHUNK", (1, 2, 1 << 18)[seed % 3])
     rng = random.Random(seed)
     starts, ends, tids = _sorted_random_table(rng)
     parent = _parents(starts, ends, tids)

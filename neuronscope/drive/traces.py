@@ -29,7 +29,8 @@ shared with live captures):
 
 Reading (:mod:`~neuronscope.trace.jsontext`): a file of up to 4 MiB of JSON is parsed at once,
 a larger one a megabyte of events at a time, so memory follows the events kept, not the JSON
-text; one event over 16 MiB is refused. msgspec decodes only the fields the reader reads
+text (their timestamps and device times in int64 columns, 8 bytes a value, once each chunk is
+read: :func:`~neuronscope.events.arrays.int_column`); one event over 16 MiB is refused. msgspec decodes only the fields the reader reads
 (:class:`~neuronscope.events.trace_records.TraceEvent`), the rest is skipped unparsed; a document
 msgspec refuses (NaN, lone surrogates, an odd layout) is read with the standard library's
 ``json``, which also names what is wrong. Modules (in :mod:`neuronscope.events`): ``jsontext``

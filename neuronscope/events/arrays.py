@@ -1,4 +1,5 @@
-"""``np.unique`` of integer arrays, by sorting; runs of positions concatenated; ids as int64.
+"""``np.unique`` of integer arrays, by sorting; runs of positions concatenated; ids as int64;
+the int64 columns a trace's table is read into (:func:`int_column`, :func:`extend_ints`).
 
 numpy 2.3 and later find the distinct values of an array without ``return_inverse`` by hashing,
 then sort them: on the arrays here (thousands of distinct event positions, thread ids, pairs
@@ -9,9 +10,13 @@ same as ``np.unique``'s.
 
 from __future__ import annotations
 
+from array import array
+from collections.abc import Iterable
+from typing import Any
+
 import numpy as np
 
-__all__ = ["as_int64", "runs_concatenated", "unique_first_inverse", "unique_sorted"]
+__all__ = ["as_int64", "extend_ints", "int_column", "reordered", "runs_concatenated", "unique_first_inverse", "unique_sorted"]
 
 
 def _starts(sorted_values: np.ndarray) -> np.ndarray:
@@ -56,3 +61,34 @@ def as_int64(ids: list[int]) -> np.ndarray:
     except OverflowError:
         codes: dict[int, int] = {}
         return np.array([codes.setdefault(v, len(codes)) for v in ids], dtype=np.int64)
+
+
+def int_column() -> array:  # type: ignore[type-arg]
+    """An empty column of integers, 8 bytes each (a list holds a 32-byte object per value
+    besides its 8-byte pointer); it reads as a list does (index, slice, iterate, ``np.asarray``
+    without a copy)."""
+    return array("q")
+
+
+def extend_ints(owner: Any, attr: str, values: Iterable[int]) -> None:
+    """Add ``values`` to ``owner``'s column ``attr`` (an :func:`int_column`, or a list). Where one
+    is beyond int64 (a hostile file's timestamp, refused later with its own message), the column
+    becomes a list, which holds any integer."""
+    column = getattr(owner, attr)
+    if column.__class__ is array:
+        n = len(column)
+        try:
+            column.extend(values)
+            return
+        except OverflowError:
+            del column[n:]
+            column = list(column)
+            setattr(owner, attr, column)
+    column.extend(values)
+
+
+def reordered(column: Any, order: np.ndarray) -> Any:
+    """``column`` (an :func:`int_column` or a list) in the ``order`` of its positions."""
+    if column.__class__ is array:
+        return array(column.typecode, np.asarray(column)[order].tobytes())
+    return list(map(column.__getitem__, order.tolist()))

@@ -41,16 +41,17 @@ def parents(starts: np.ndarray, ends: np.ndarray, new_thread: np.ndarray) -> np.
     thr = np.where(ends > starts, ends, starts + 1)
     ans = np.arange(-1, m - 1, dtype=np.int64)
     ans[new_thread] = -1
-    # Running max of ends within each thread, up to the previous event.
+    # Running max of ends within each thread, up to the previous event: written one place
+    # on, so that no second array of them is made (a thread's first place holds the previous
+    # thread's, which new_thread overrides).
     seg_starts = np.flatnonzero(new_thread)
-    run_max = np.empty(m, dtype=np.int64)
+    before = np.empty(m + 1, dtype=np.int64)
+    before[:1] = -1  # none where every event is async (m = 0)
     bounds = list(seg_starts) + [m]
     for a, b in itertools.pairwise(bounds):
-        np.maximum.accumulate(ends[a:b], out=run_max[a:b])
-    before = np.empty(m, dtype=np.int64)
-    before[:1] = -1  # none where every event is async (m = 0)
-    before[1:] = run_max[:-1]
-    orphan = new_thread | (before < thr)
+        np.maximum.accumulate(ends[a:b], out=before[a + 1 : b + 1])
+    orphan = new_thread | (before[:m] < thr)
+    del before
     ans[orphan] = -1
     todo = np.flatnonzero(~orphan)
     for _ in range(_JUMP_ROUNDS):

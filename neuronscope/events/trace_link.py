@@ -4,24 +4,77 @@ frames around them, and the checks on the file's span (see :mod:`neuronscope.dri
 from __future__ import annotations
 
 import operator
+from array import array
 from typing import Any
 
 import numpy as np
 
 from neuronscope.errors import TraceFormatError
 from neuronscope.events import KIND_ANNOTATION, KIND_OP, EventTable
+from neuronscope.events.arrays import int_column
 from neuronscope.events.clocks import host_window, off_clock
 from neuronscope.events.flows import flow_launches
 from neuronscope.events.nesting import add_inner_range_device_time, innermost_open, row_columns
 from neuronscope.events.table import DEVICE_WAIT, promote_compiled_events
 
-__all__ = ["link_file"]
+__all__ = ["RuntimeCalls", "link_file"]
 
 #: Timestamps beyond this (ns) are refused: they overflow the int64 arrays of the summary.
 _MAX_NS = 1 << 62
 #: Longest span of one file's events: float64 holds whole nanoseconds exactly up to 2**53 (104
 #: days), and the summary sums durations in it.
 _MAX_SPAN_NS = 1 << 53
+
+
+class RuntimeCalls:
+    """One file's runtime calls (and dispatches) that carry a correlation, in the order read:
+    the correlation, thread, start and end of each, as lists. A device event's launch is the
+    last one read with its correlation (:meth:`launches`), as a dict from correlation to call
+    had it; the dict's tuples took a third of a big file's memory while it was read."""
+
+    def __init__(self) -> None:
+        self.corr: list[Any] = []
+        self.thread: list[int] = []
+        self.start: list[int] = int_column()
+        self.end: list[int] = int_column()
+
+    def launches(self, dev_corr: list[Any], fields: tuple[str, ...] = ("thread", "start", "end")) -> np.ndarray:
+        """For each correlation of ``dev_corr`` (an int or str; others name none): the
+        ``fields`` of the last call read with it, or -1s for none. OverflowError where one
+        found is beyond int64."""
+        found = self._by_sorting(dev_corr)
+        if found is None:  # correlations other than int64 integers: as a dict finds them
+            get = dict(zip(self.corr, range(len(self.corr)))).get
+            found = np.array([get(c, -1) if c.__class__ in (int, str) else -1 for c in dev_corr], dtype=np.int64)
+        spans = np.full((found.size, len(fields)), -1, dtype=np.int64)
+        hit = found >= 0
+        at = found[hit]
+        for k, values in enumerate(getattr(self, f) for f in fields):
+            if values.__class__ is array:
+                spans[hit, k] = np.asarray(values)[at]
+            else:  # a list: beyond int64 somewhere, so only the calls found are converted
+                spans[hit, k] = np.array(list(map(values.__getitem__, at.tolist())), dtype=np.int64)
+        return spans
+
+    def _by_sorting(self, dev_corr: list[Any]) -> np.ndarray | None:
+        """:meth:`launches`' places of the calls, by sorting, where every correlation is an
+        integer within int64 (as torch writes them); None where one is not."""
+        if not {int} >= set(map(type, self.corr)) or not {int, type(None)} >= set(map(type, dev_corr)):
+            return None
+        try:
+            keys = np.array(self.corr, dtype=np.int64)
+            wanted = np.array([-1 if c is None else c for c in dev_corr], dtype=np.int64)
+        except OverflowError:
+            return None
+        order = np.argsort(keys, kind="stable")
+        ordered = keys[order]
+        last = np.ones(ordered.size, dtype=bool)  # the last of each run: the last read
+        last[:-1] = ordered[1:] != ordered[:-1]
+        ordered, order = ordered[last], order[last]
+        at = np.minimum(np.searchsorted(ordered, wanted), max(ordered.size - 1, 0))
+        hit = (ordered[at] == wanted) if ordered.size else np.zeros(wanted.size, dtype=bool)
+        hit &= np.array([c is not None for c in dev_corr], dtype=bool)
+        return np.where(hit, order[at] if ordered.size else -1, -1)
 
 
 def link_file(reader: Any, base: int, base_others: int) -> None:
@@ -61,10 +114,8 @@ def link_file(reader: Any, base: int, base_others: int) -> None:
     # kernels it launches are its own.
     promote_compiled_events(table, base)
     # Device events -> their launches (by correlation): (thread, start, end), -1s for none.
-    get = reader.runtime.get
-    found = [get(c) if c.__class__ in (int, str) else None for c in dev_corr]
     try:
-        spans = np.array([_NO_LAUNCH if x is None else x for x in found], dtype=np.int64).reshape(-1, 3)
+        spans = reader.runtime.launches(dev_corr)
     except OverflowError:  # a runtime call of an ignored name, out of range
         raise _out_of_range(reader) from None
     has_launch = spans[:, 0] >= 0  # thread ids are not negative
@@ -150,14 +201,17 @@ def _drop_off_clock(reader: Any, base: int, base_others: int) -> None:
     """Leave out this file's device records on another clock (events.clocks), counted."""
     t, o = reader.table, reader.others
     ends = list(map(operator.add, reader.dev_start, reader.dev_dur))
-    get = reader.runtime.get
-    found = [get(c) if c.__class__ in (int, str) else None for c in reader.dev_corr]
-    launched = [f[1] for f in found if f is not None]
+    try:
+        spans = reader.runtime.launches(reader.dev_corr, ("thread", "start"))
+    except OverflowError:  # out of range, as _check_span below would say
+        raise _out_of_range(reader) from None
+    has_launch = spans[:, 0] >= 0
+    launched = spans[has_launch, 1]
     window = host_window((t.starts[base:], t.ends[base:]), (o.starts[base_others:], o.ends[base_others:]))
     # Out of range or spanning too long is refused first, as the linking below refuses it.
-    edges = [*(window or ()), min(reader.dev_start), max(ends), *([min(launched), max(launched)] if launched else [])]
+    edges = [*(window or ()), min(reader.dev_start), max(ends), *([int(launched.min()), int(launched.max())] if launched.size else [])]
     _check_span(reader, min(edges), max(edges))
-    launch = [-1 if f is None else f[1] for f in found]
+    launch = np.where(has_launch, spans[:, 1], -1)
     bad = off_clock(reader.dev_start, ends, launch, window).tolist()
     if any(bad):
         t.off_clock_device += sum(bad)
@@ -240,17 +294,13 @@ def _legacy_ranges(table: EventTable, base: int) -> None:
             kinds[i] = KIND_ANNOTATION
 
 
-#: The launch of a device event whose correlation names no runtime call.
-_NO_LAUNCH = (-1, -1, -1)
-
-
 def _add_at(values: list[int], rows: np.ndarray, amounts: np.ndarray) -> None:
     """``values[rows[k]] += amounts[k]`` for every k (a row may repeat), in exact integers."""
     if rows.size:
         lo = int(rows.min())
         part = np.array(values[lo:], dtype=np.int64)
         np.add.at(part, rows - lo, amounts)
-        values[lo:] = part.tolist()
+        values[lo:] = array(values.typecode, part.tobytes()) if values.__class__ is array else part.tolist()
 
 
 def _innermost(

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import copy
+import itertools
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,6 +15,7 @@ from msgspec import UNSET, Raw
 
 from neuronscope.errors import TraceFormatError
 from neuronscope.events import IGNORED_NAMES, KIND_ANNOTATION, KIND_OP, KIND_PYTHON, KIND_RUNTIME, EventTable, gc_paused
+from neuronscope.events.arrays import extend_ints, int_column, reordered
 from neuronscope.events.flows import DISPATCH_CATEGORIES, FLOW_CATEGORIES
 from neuronscope.events.jsontext import Fallback, OnRead, stream, whole
 from neuronscope.events.locations import user_location
@@ -29,7 +31,7 @@ from neuronscope.events.table import (
     device_class,
     is_sync_call,
 )
-from neuronscope.events.trace_link import link_file
+from neuronscope.events.trace_link import RuntimeCalls, link_file
 from neuronscope.events.trace_meta import trace_metadata
 from neuronscope.events.trace_records import EventArgs, RawDimsArgs, TraceEvent, dims_value
 
@@ -52,10 +54,10 @@ class _Reader:
     """Reads trace files into one :class:`EventTable` (several files: one rank's captures)."""
 
     def __init__(self) -> None:
-        self.table = EventTable()
+        self.table = _columns_table()
         # Python frames and runtime calls: children in the nesting (they lower the self time
         # of the op around them, as in key_averages), never ops of their own.
-        self.others = EventTable()
+        self.others = _columns_table()
         self.exts: list[Any] = []  # "External id" per row (ops only), for the fallback link
         self.shapes: list[Any] = []
         self.locations: list[str | None] | None = None
@@ -79,16 +81,20 @@ class _Reader:
         self.saw_mtia = False
         self.saw_counters = False
         self.negative = 0  # events with a negative duration, read as 0
-        self.device = DeviceEvents()
+        self.device = DeviceEvents(
+            **{key: int_column() for key in ("starts", "ends", "launch_starts", "launch_ends", "sync_starts", "sync_ends")}
+        )
         self._reset_file()
 
     # ---- per file --------------------------------------------------------------------------
     def _reset_file(self) -> None:
-        self.runtime: dict[Any, tuple[int, int, int]] = {}  # correlation -> (thread, start, end)
+        # Runtime calls (and dispatches) with a correlation, as read: its value, thread, start,
+        # end. Plain lists, not a dict of tuples: a third of a big file's memory while it was read.
+        self.runtime = RuntimeCalls()
         self.dev_corr: list[Any] = []
         self.dev_ext: list[Any] = []
-        self.dev_dur: list[int] = []
-        self.dev_start: list[int] = []
+        self.dev_dur: list[int] = int_column()
+        self.dev_start: list[int] = int_column()
         self.dev_stream: list[int] = []
         self.dev_class: list[int] = []
         self.dev_device: list[int] = []
@@ -161,17 +167,27 @@ class _Reader:
         names_append = table.names.append
         kinds_append = table.kinds.append
         tids_append = table.tids.append
-        starts_append = table.starts.append
-        ends_append = table.ends.append
-        device_append = table.device_ns.append
+        # Timestamps go to lists, moved to the columns after the chunk (_to_columns): the
+        # integers made here live as long as the chunk's events, and no longer.
+        starts_l: list[int] = []
+        ends_l: list[int] = []
+        o_starts_l: list[int] = []
+        o_ends_l: list[int] = []
+        rt_start_l: list[int] = []
+        rt_end_l: list[int] = []
+        dev_start_l: list[int] = []
+        dev_dur_l: list[int] = []
+        starts_append, ends_append = starts_l.append, ends_l.append
         exts_append = self.exts.append
         others = self.others
         o_names, o_kinds, o_tids = others.names.append, others.kinds.append, others.tids.append
-        o_starts, o_ends, o_device = others.starts.append, others.ends.append, others.device_ns.append
+        o_starts, o_ends = o_starts_l.append, o_ends_l.append
         shapes_append = self.shapes.append
-        codes, thread_ids, runtime = self.cat_codes, self.thread_ids, self.runtime
-        dev_corr, dev_ext, dev_dur = self.dev_corr, self.dev_ext, self.dev_dur
-        dev_start, dev_stream, dev_class = self.dev_start, self.dev_stream, self.dev_class
+        codes, thread_ids = self.cat_codes, self.thread_ids
+        rt_corr, rt_thread = self.runtime.corr.append, self.runtime.thread.append
+        rt_start, rt_end = rt_start_l.append, rt_end_l.append
+        dev_corr, dev_ext, dev_dur = self.dev_corr, self.dev_ext, dev_dur_l
+        dev_start, dev_stream, dev_class = dev_start_l, self.dev_stream, self.dev_class
         dev_device = self.dev_device
         frames, syncs = self.frames, self.syncs
         ignored = IGNORED_NAMES
@@ -281,7 +297,6 @@ class _Reader:
                     tids_append(thread)
                     starts_append(start)
                     ends_append(start + dur_ns)
-                    device_append(0)
                     kinds_append(code)
                     args = e.args
                     if args.__class__ is not RawDimsArgs and args.__class__ is not EventArgs:
@@ -311,7 +326,12 @@ class _Reader:
                         shapes_append(None)
                 else:  # runtime call or Python frame: a child in the nesting, not an op
                     if code == _DISPATCH:  # a link to device work (flows.py), not an op
-                        self._dispatch(e, thread, start, start + dur_ns)
+                        corr = self._dispatch(e, thread, start, start + dur_ns)
+                        if corr is not None:  # a launch, as a runtime call's
+                            rt_corr(corr)
+                            rt_thread(thread)
+                            rt_start(start)
+                            rt_end(start + dur_ns)
                         continue
                     if code == KIND_RUNTIME:
                         args = e.args
@@ -321,7 +341,12 @@ class _Reader:
                         if args is not None:
                             corr = args.correlation
                             if corr is not None:
-                                runtime[corr] = (thread, start, start + dur_ns)
+                                if corr.__class__ is not int:
+                                    hash(corr)  # an unhashable one is malformed (as a key, it was)
+                                rt_corr(corr)
+                                rt_thread(thread)
+                                rt_start(start)
+                                rt_end(start + dur_ns)
                         blocks = sync_calls.get(ev_name)
                         if blocks is None:  # once per distinct name
                             hip = ev_name.startswith("hip")
@@ -345,21 +370,35 @@ class _Reader:
                     o_tids(thread)
                     o_starts(start)
                     o_ends(start + dur_ns)
-                    o_device(0)
         except (AttributeError, KeyError, TypeError, ValueError, OverflowError) as exc:
             raise TraceFormatError(
                 f"{name}: malformed trace event ({type(exc).__name__}: {_short(str(exc))}): {_short(repr(e))}"
             ) from None
+        self._to_columns(starts_l, ends_l, o_starts_l, o_ends_l, rt_start_l, rt_end_l, dev_start_l, dev_dur_l)
         self.raw_events += len(events)
         self.recognised += recognised
         self.negative += negative
 
-    def _dispatch(self, e: Any, thread: int, start: int, end: int) -> None:
+    def _to_columns(self, *lists: list[int]) -> None:
+        """A chunk's timestamps (in :meth:`_ingest`'s order) into the columns, 8 bytes each."""
+        starts, ends, o_starts, o_ends, rt_start, rt_end, dev_start, dev_dur = lists
+        table, others, runtime = self.table, self.others, self.runtime
+        for owner, attr, values in (
+            (table, "starts", starts), (table, "ends", ends), (others, "starts", o_starts), (others, "ends", o_ends),
+            (runtime, "start", rt_start), (runtime, "end", rt_end), (self, "dev_start", dev_start), (self, "dev_dur", dev_dur),
+        ):
+            extend_ints(owner, attr, values)
+        table.device_ns.extend(itertools.repeat(0, len(starts)))  # linked after the file
+        others.device_ns.extend(itertools.repeat(0, len(o_starts)))
+
+    def _dispatch(self, e: Any, thread: int, start: int, end: int) -> Any:
+        """Note an operator dispatch; its correlation (None for none), checked hashable."""
         self.dispatches[(thread, start)] = end
         args = e.args
         corr = args.correlation if args.__class__ is RawDimsArgs or args.__class__ is EventArgs else None
-        if corr is not None:
-            self.runtime[corr] = (thread, start, end)
+        if corr is not None and corr.__class__ is not int:
+            hash(corr)  # an unhashable one is malformed (as a key, it was)
+        return corr
 
     def _classify(self, cat: Any) -> int:
         if cat.__class__ is not str:
@@ -392,14 +431,12 @@ class _Reader:
             self.locations.extend([None] * (n - len(self.locations)))
         moved = _start_order(table.starts, table.ends)
         if moved is not None:
-            order = moved.tolist()
             for attr in ("names", "kinds", "tids", "starts", "ends", "device_ns"):
-                lst = getattr(table, attr)
-                lst[:] = map(lst.__getitem__, order)
+                setattr(table, attr, reordered(getattr(table, attr), moved))
             if table.shapes:
-                table.shapes = list(map(table.shapes.__getitem__, order))
+                table.shapes = reordered(table.shapes, moved)
             if self.locations is not None:
-                self.locations = list(map(self.locations.__getitem__, order))
+                self.locations = reordered(self.locations, moved)
             if table.range_device_ns:
                 new_row = np.empty(n, dtype=np.int64)
                 new_row[moved] = np.arange(n)
@@ -409,6 +446,11 @@ class _Reader:
         self.shapes = []
         table.others = self.others if len(self.others) else None
         return table
+
+
+def _columns_table() -> EventTable:
+    """A table whose timestamps and device times are :func:`int_column` s."""
+    return EventTable(starts=int_column(), ends=int_column(), device_ns=int_column())
 
 
 def _no_args_or_malformed(args: Any) -> None:

@@ -128,14 +128,26 @@ class RangesAround:
         return _Outermost(ranges[outer], last[outer], names[outer], stride)
 
 
+#: Events whose ranges :func:`region_ops` finds at once: a few ranges around each (the usual
+#: nesting) keep a chunk's pairs at a few megabytes however many events a trace holds.
+_EVENTS_PER_CHUNK = PAIRS_PER_CHUNK >> 4
+
+
 def region_ops(around: RangesAround, positions: np.ndarray, n_codes: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """(region code, event position) for each of the ascending ``positions`` and each
     distinct range name around it, in chunks of at most about :data:`PAIRS_PER_CHUNK` pairs.
 
     Each event climbs from range to range (:attr:`RangesAround.near`), at most
     :data:`_CLIMB_LEVELS` levels. Ranges nested deeper (hostile: a pair per level, 2 x 10^8 of
-    them for 20,000 levels) go by :func:`_in_outermost_ranges`, as much work as pairs.
+    them for 20,000 levels) go by :func:`_in_outermost_ranges`, as much work as pairs. An
+    event's pairs depend on it alone: the events go :data:`_EVENTS_PER_CHUNK` at a time.
     """
+    for k in range(0, positions.size, _EVENTS_PER_CHUNK):
+        yield from _climbed(around, positions[k : k + _EVENTS_PER_CHUNK], n_codes)
+
+
+def _climbed(around: RangesAround, positions: np.ndarray, n_codes: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """:func:`region_ops` of some events."""
     near, code = around.near, around.code
     ev_parts: list[np.ndarray] = []
     reg_parts: list[np.ndarray] = []

@@ -93,9 +93,14 @@ def summarize(table: EventTable) -> Summary:
         return Summary(ops=[], regions={}, span_us=0.0, op_events=0)
     has_device = table.has_device
 
-    def col(attr: str) -> list[Any]:
+    def col(attr: str) -> Any:
         main = getattr(table, attr)
-        return main if others is None else main + getattr(others, attr)
+        if others is None:
+            return main
+        other = getattr(others, attr)
+        # A trace's columns are arrays of int64 (events.arrays.int_column), a live capture's
+        # lists; a copy of either (less some rows) may be a list.
+        return main + other if main.__class__ is other.__class__ else [*main, *other]
 
     # Name codes, with key_averages' grouping applied.
     def all_names() -> Iterable[str]:
@@ -110,38 +115,72 @@ def summarize(table: EventTable) -> Summary:
     codes = np.fromiter(map(code_of.__getitem__, all_names()), dtype=np.int64, count=n)
     kinds = np.array(col("kinds"), dtype=np.int8)
     tids = as_int64(col("tids"))
-    starts = np.array(col("starts"), dtype=np.int64)
-    ends = np.array(col("ends"), dtype=np.int64)
+    starts = _int64s(table.starts, None if others is None else others.starts)
+    ends = _int64s(table.ends, None if others is None else others.ends)
+    span_ns = int(ends[:n_main].max() - starts[:n_main].min())
     dur = ends - starts
     flags = np.zeros(n, dtype=np.int8)
     if table.flags and len(table.flags) == n_main:
         flags[:n_main] = table.flags
     is_async = (flags & FLAG_ASYNC) != 0
+    # What needs the durations in the table's order, before the nesting: async ops (a call
+    # and its duration, no self time, no device time) and the ranges' calls and times.
+    a_idx = np.flatnonzero(is_async)
+    a_is_op = a_idx[(kinds[a_idx] == KIND_OP) | (kinds[a_idx] == KIND_RUNTIME)] if a_idx.size else a_idx
+    a_calls = np.bincount(codes[a_is_op], minlength=n_codes)
+    a_total = np.bincount(codes[a_is_op], weights=dur[a_is_op], minlength=n_codes)
+    ann_all = np.flatnonzero(kinds == KIND_ANNOTATION)
+    r_calls = np.bincount(codes[ann_all], minlength=n_codes)
+    r_time = np.bincount(codes[ann_all], weights=dur[ann_all], minlength=n_codes)
+    # What is not needed again goes as soon as it is done with: a big trace's table is
+    # millions of rows, and each array of them tens of megabytes (memory follows the events).
+    del dur, a_idx
 
     # ---- nesting (sync events only), in (thread, start, -end) order ----
-    sync = np.flatnonzero(~is_async) if is_async.any() else np.arange(n)
-    order = sync[np.lexsort((-ends[sync], starts[sync], tids[sync]))]
+    if is_async.any():
+        sync = np.flatnonzero(~is_async)
+        order = sync[np.lexsort((-ends[sync], starts[sync], tids[sync]))]
+        del sync
+    else:
+        order = np.lexsort((-ends, starts, tids))
     m = len(order)
     s_start, s_end, s_tid = starts[order], ends[order], tids[order]
+    del starts, ends, tids
     new_thread = np.ones(m, dtype=bool)
     new_thread[1:] = s_tid[1:] != s_tid[:-1]
     parent = parents(s_start, s_end, new_thread)
+    del new_thread
     has_p = parent >= 0
     p_idx = parent[has_p]
     s_dur = s_end - s_start
     s_code = codes[order]
     s_kind = kinds[order]
     self_ns = s_dur - np.bincount(p_idx, weights=s_dur[has_p], minlength=m).astype(np.int64)
+    # Work the range's thread handed to other threads of its process while it was open
+    # (CUDA backward runs on autograd's device threads while the caller waits in
+    # ``## backward ##``): the range's too (regions, below). By default a capture records only
+    # the threads working for the one that started it (not so with profile_all_threads=True).
+    cross = _other_thread_work(s_start, s_end, s_tid, s_kind, table.processes, n_main, order) if ann_all.size else None
+    del s_start, s_end, s_tid
+    r_dev_rows = None
+    if has_device and ann_all.size and table.range_device_ns:
+        # Work an op launched while a range inside it was open (nccl:all_reduce inside
+        # record_param_comms): the range's own, and not passed up (the op has it).
+        rows = np.fromiter(table.range_device_ns, dtype=np.int64, count=len(table.range_device_ns))
+        vals = np.fromiter(table.range_device_ns.values(), dtype=np.int64, count=len(rows))
+        r_dev_rows = np.bincount(codes[rows], weights=vals, minlength=n_codes)
 
     # key_averages folds an event into a same-named parent whose only child it is.
     n_children = np.bincount(p_idx, minlength=m)
     safe_p = np.where(has_p, parent, 0)
     folded = has_p & (s_code[safe_p] == s_code) & (n_children[safe_p] == 1)
+    del n_children, safe_p
     s_dev_own: np.ndarray | None = None
     if has_device:
         dev_all = np.zeros(n, dtype=np.int64)
         dev_all[:n_main] = table.device_ns
         s_dev_own = dev_all[order]
+        del dev_all
     if folded.any():
         for i in np.flatnonzero(folded)[::-1].tolist():  # children after parents: bottom-up
             p = int(parent[i])
@@ -158,6 +197,8 @@ def summarize(table: EventTable) -> Summary:
         legacy = ((flags[order] & FLAG_LEGACY_DEVICE) != 0) & ~folded
         s_dev_total = device_totals(parent, s_dev_own, legacy)
         s_dev_self = s_dev_total - np.bincount(p_idx, weights=s_dev_total[has_p], minlength=m).astype(np.int64)
+        del legacy
+    del has_p, p_idx
 
     # ---- ops ----
     s_is_op = ((s_kind == KIND_OP) | (s_kind == KIND_RUNTIME)) & ~folded
@@ -170,12 +211,10 @@ def summarize(table: EventTable) -> Summary:
     if s_dev_self is not None and s_dev_total is not None:
         dev_self_sum = np.bincount(op_codes, weights=s_dev_self[op_pos], minlength=n_codes)
         dev_total_sum = np.bincount(op_codes, weights=s_dev_total[op_pos], minlength=n_codes)
-    a_idx = np.flatnonzero(is_async)
-    a_is_op = a_idx[(kinds[a_idx] == KIND_OP) | (kinds[a_idx] == KIND_RUNTIME)] if a_idx.size else a_idx
     if a_is_op.size:  # async: a call and its duration, no self time, no device time
-        calls += np.bincount(codes[a_is_op], minlength=n_codes)
+        calls += a_calls
         # Not in place: without a sync op, bincount of nothing gave integers.
-        total_sum = total_sum + np.bincount(codes[a_is_op], weights=dur[a_is_op], minlength=n_codes)
+        total_sum = total_sum + a_total
 
     shapes_by_code: dict[int, list[Any]] = {}
     if len(table.shapes) == n_main:
@@ -193,6 +232,7 @@ def summarize(table: EventTable) -> Summary:
         [[_signature(s) for s in shapes_by_code.get(c, ())] for c in present.tolist()],
     )
     op_events = int(calls.sum())
+    del op_codes, a_is_op, is_async
 
     # ---- regions: each range name, its inclusive time and the ops inside it ----
     regions: dict[str, RegionStat] = {}
@@ -204,27 +244,16 @@ def summarize(table: EventTable) -> Summary:
             "than the profiler's (pytorch/pytorch#192021: profiler sessions after the first in a "
             "process); their ops' device time is short by them"
         )
-    ann_all = np.flatnonzero(kinds == KIND_ANNOTATION)
+    del kinds, codes, order, flags
     if ann_all.size:
-        r_calls = np.bincount(codes[ann_all], minlength=n_codes)
-        r_time = np.bincount(codes[ann_all], weights=dur[ann_all], minlength=n_codes)
         r_dev = None
         if s_dev_total is not None:
             s_ann = np.flatnonzero(s_kind == KIND_ANNOTATION)
             r_dev = np.bincount(s_code[s_ann], weights=s_dev_total[s_ann], minlength=n_codes)
-            if table.range_device_ns:
-                # Work an op launched while a range inside it was open (nccl:all_reduce inside
-                # record_param_comms): the range's own, and not passed up (the op has it).
-                rows = np.fromiter(table.range_device_ns, dtype=np.int64, count=len(table.range_device_ns))
-                vals = np.fromiter(table.range_device_ns.values(), dtype=np.int64, count=len(rows))
-                r_dev += np.bincount(codes[rows], weights=vals, minlength=n_codes)
+            if r_dev_rows is not None:
+                r_dev += r_dev_rows
         around = RangesAround(parent, s_kind, s_code)
         pairs: Iterable[tuple[np.ndarray, np.ndarray]] = region_ops(around, op_pos, n_codes)
-        # Work the range's thread handed to other threads of its process while it was open
-        # (CUDA backward runs on autograd's device threads while the caller waits in
-        # ``## backward ##``): the range's too. By default a capture records only the threads
-        # working for the one that started it (not so with profile_all_threads=True).
-        cross = _other_thread_work(s_start, s_end, s_tid, s_kind, table.processes, n_main, order)
         if cross is _TOO_MANY:
             notes.append(
                 "regions count only their own thread's work here: the other threads' work inside "
@@ -271,8 +300,15 @@ def summarize(table: EventTable) -> Summary:
                 device_time_us=(round(r_dev_l[c]) / 1e3 if r_dev_l is not None else 0.0) if has_device else None,
                 ops=ops_in,
             )
-    span_ns = int(ends[:n_main].max() - starts[:n_main].min())
     return Summary(ops=op_stats, regions=regions, span_us=span_ns / 1e3, op_events=op_events, notes=notes)
+
+
+def _int64s(main: Any, other: Any) -> np.ndarray:
+    """Two columns of integers (lists, or a trace's arrays, read without a copy) as one int64
+    array."""
+    if other is None:
+        return np.array(main, dtype=np.int64)
+    return np.concatenate([np.asarray(main, dtype=np.int64), np.asarray(other, dtype=np.int64)])
 
 
 #: Most (range, other thread's event) pairs a summary builds: threads that all run ranges at

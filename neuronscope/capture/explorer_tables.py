@@ -102,6 +102,29 @@ def _device_ns_by_flow(rows: list[dict[str, Any]]) -> dict[Any, int]:
     return {fid: e - s for fid, (s, e) in spans.items()}
 
 
+def _open_at(
+    spans: list[tuple[float, float, str, bool]], wanted: list[tuple[float, int]]
+) -> list[tuple[list[tuple[float, float, str, bool]], int]]:
+    """For each (instant, value) in ``wanted``: the spans open at the instant (start <= it <=
+    end), outermost first as sorted by (start, longest first), with its value. One sweep: spans
+    pushed in start order, those ended popped off the top; a span left under one still open
+    (overlapping, not nested) is filtered out at each instant."""
+    spans = sorted(spans, key=lambda s: (s[0], -s[1]))
+    out = []
+    stack: list[tuple[float, float, str, bool]] = []
+    i = 0
+    for at, value in sorted(wanted, key=lambda w: w[0]):
+        while i < len(spans) and spans[i][0] <= at:
+            while stack and stack[-1][1] < spans[i][0]:
+                stack.pop()
+            stack.append(spans[i])
+            i += 1
+        while stack and stack[-1][1] < at:
+            stack.pop()
+        out.append(([s for s in stack if s[1] >= at], value))
+    return out
+
+
 def ops_by_flow(trace: Path, rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, float], int]:
     """Device time per op and per range of the framework trace, joined by flow ids: each
     execution's flow starts at a dispatch (an ``ac2g`` flow start), and the dispatch runs inside
@@ -126,18 +149,23 @@ def ops_by_flow(trace: Path, rows: list[dict[str, Any]]) -> tuple[list[dict[str,
         elif cat in ("cpu_op", "user_annotation") and isinstance(e.get("dur"), (int, float)):
             ts = float(e.get("ts", 0))
             spans.setdefault((e.get("pid"), e.get("tid")), []).append((ts, ts + float(e["dur"]), str(e.get("name")), cat == "cpu_op"))
-    for lst in spans.values():
-        lst.sort(key=lambda s: (s[0], -s[1]))
+    # Each execution's launch, grouped by thread, to sweep each thread's spans once (sort,
+    # then a stack of the spans open): O(n log n), not executions x spans. Sums then run in
+    # the executions' own order, as before.
+    items = list(device.items())
+    queries: dict[tuple[Any, Any], list[tuple[float, int]]] = {}
+    for k, (fid, _) in enumerate(items):
+        launch = flows.get(fid)
+        if launch is not None:
+            queries.setdefault(launch[0], []).append((launch[1], k))
+    open_at: dict[int, list[tuple[float, float, str, bool]]] = {}
+    for thread, wanted in queries.items():
+        open_at.update((k, here) for here, k in _open_at(spans.get(thread, []), wanted))
     ops: dict[str, list[float]] = {}
     regions: dict[str, float] = {}
     unmatched = 0
-    for fid, ns in device.items():
-        launch = flows.get(fid)
-        if launch is None:
-            unmatched += 1
-            continue
-        thread, at = launch
-        open_here = [s for s in spans.get(thread, ()) if s[0] <= at <= s[1]]
+    for k, (_, ns) in enumerate(items):
+        open_here = open_at.get(k, [])
         inner_op = next((s for s in reversed(open_here) if s[3]), None)
         if inner_op is None:
             unmatched += 1

@@ -184,20 +184,20 @@ def announce_window_used(name: str, warmup: int, active: int | None, captured: i
     )
 
 
-def on_skipped(name: str, count: int | None = None) -> None:
-    """Log that a call ran uncaptured because another capture was running: the first time per
-    name, then (when the caller counts) at 10, 100, 1000... calls, with the count."""
-    if count is None or count <= 1:
-        if not _said.first(("skipped", name)):
-            return
-    elif str(count).rstrip("0") != "1":  # not 10, 100, 1000...
+def on_skipped(name: str, count: int | None = None, cause: str | None = None) -> None:
+    """Log that a call ran uncaptured because the profiler was not free, and what held it
+    (``cause``): the first time per name and cause, then (when the caller counts) at 10, 100,
+    1000... calls, with the count."""
+    cause = cause or "another capture (or the user's own torch.profiler) was running"
+    first = _said.first(("skipped", name, cause))
+    if not first and (count is None or count <= 1 or str(count).rstrip("0") != "1"):  # not 10, 100...
         return
     ensure_log_handler()
     log.warning(
-        "%s ran uncaptured%s: another capture (or the user's own torch.profiler, where it shows "
-        "as a labelled range) was running; torch's profiler runs one capture per process at a time",
+        "%s ran uncaptured%s: %s; torch's profiler runs one capture per process at a time",
         name,
         "" if count is None else f" ({count} call(s) so far; see .skipped_calls)",
+        cause,
     )
 
 

@@ -137,3 +137,49 @@ def test_work_left_for_a_thread_that_ended_runs_its_orphaned_part_elsewhere() ->
     defer_to_thread(gone, lambda: done.append("never here"), orphaned=lambda: done.append("released"))
     run_deferred()
     assert done == ["released"] and not has_deferred()
+
+
+def test_a_call_skipped_while_a_stranded_capture_holds_the_profiler_says_so(caplog) -> None:
+    """A capture ended on another thread keeps the profiler claimed until its own thread (here
+    alive and idle) comes back: a capture tried meanwhile is skipped, and the log names that
+    stranded capture and its thread, not "the user's own torch.profiler"."""
+    import logging
+
+    logger = logging.getLogger("neuronscope")
+    logger.addHandler(caplog.handler)
+    gens: list[Iterator[int]] = []
+    started, resume, done = threading.Event(), threading.Event(), threading.Event()
+
+    def batches() -> Iterator[int]:
+        with neuron_region("stranded_holder", backend="cpu", export=False):
+            yield 1
+            yield 2
+
+    def owner_thread() -> None:  # starts the capture, then idles until told
+        gens.append(batches())
+        next(gens[0])
+        started.set()
+        resume.wait(30)
+        ensure_no_capture_running()  # back in neuronscope: stops its stranded session
+        done.set()
+
+    owner = threading.Thread(target=owner_thread, name="batch-owner")
+    try:
+        owner.start()
+        assert started.wait(30)
+        with pytest.warns(NeuronscopeWarning, match="ended on another thread"):
+            list(gens[0])  # ended here, on the main thread: stranded
+        with neuron_region("meanwhile", backend="cpu", export=False) as meanwhile:
+            torch.ones(2).sum()
+        assert meanwhile.result is None and meanwhile.skipped_calls == 1
+        said = sorted({r.getMessage() for r in caplog.records if r.getMessage().startswith("meanwhile ran uncaptured")})
+        assert len(said) == 1 and "'stranded_holder'" in said[0] and "batch-owner" in said[0], said
+        assert "torch.profiler" not in said[0]
+    finally:
+        resume.set()
+        owner.join(30)
+        logger.removeHandler(caplog.handler)
+    assert done.is_set()
+    with neuron_region("after", backend="cpu", export=False) as after:
+        torch.ones(2).sum()
+    assert after.result is not None  # the claim went with the stranded session's stop

@@ -25,10 +25,12 @@ __all__ = [
     "Backend",
     "Capture",
     "WrongThreadError",
+    "claim_held_for",
     "claim_profiler",
     "defer_to_thread",
     "force_profiler_off",
     "has_deferred",
+    "hold_claim_for",
     "pending_work",
     "profiler_claimed",
     "profiler_running",
@@ -199,7 +201,26 @@ def claim_profiler() -> bool:
 
 def release_profiler() -> None:
     """Give back what :func:`claim_profiler` took (any thread may: the lock is plain)."""
+    global _held_for
+    _held_for = None
     _claim.release()
+
+
+#: Why the claim is held where that is not a capture running: a capture ended on another
+#: thread than its own keeps it until its thread comes back (drive/threads), and a call skipped
+#: meanwhile says so, not "another capture is running". Cleared with the claim.
+_held_for: str | None = None
+
+
+def hold_claim_for(reason: str) -> None:
+    """Say why the claim stays held (see :data:`_held_for`); the next release forgets it."""
+    global _held_for
+    _held_for = reason
+
+
+def claim_held_for() -> str | None:
+    """Why the claim is held, where it is held for something other than a running capture."""
+    return _held_for if _claim.locked() else None
 
 
 def profiler_claimed() -> bool:

@@ -11,6 +11,7 @@ import threading
 from typing import Any
 
 from neuronscope.announce import announce_window, announce_window_used, on_skipped
+from neuronscope.capture.base import claim_held_for, profiler_claimed, profiler_running
 from neuronscope.capture.cells import execution_count, in_kernel
 from neuronscope.capture.observe import Observation
 from neuronscope.config import Options
@@ -87,13 +88,18 @@ class Owner:
         return self.skipped
 
     def on_skip(self) -> None:
-        """A call ran uncaptured because another capture held the profiler."""
+        """A call ran uncaptured because the profiler was not free: the log names what held
+        it (the user's own torch.profiler, another capture, a capture stranded on a thread)."""
         with Owner._count_lock:
             self.skipped += 1
             count = self.skipped
         if self.window is not None:
             self.window.give_back()
-        on_skipped(self.name, count)
+        if profiler_running() and not profiler_claimed():
+            cause = "the user's own torch.profiler was running (the call shows in it as a labelled range)"
+        else:
+            cause = claim_held_for() or "another capture of neuronscope's (another thread or task) was running"
+        on_skipped(self.name, count, cause)
 
     def on_first_warmup(self) -> None:
         """The window's first warm-up call: say what will be captured, and when."""

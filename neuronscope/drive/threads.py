@@ -14,7 +14,13 @@ from collections.abc import Callable
 from typing import Any
 
 from neuronscope.announce import warn_once
-from neuronscope.capture.base import defer_to_thread, force_profiler_off, has_deferred, run_deferred
+from neuronscope.capture.base import (
+    defer_to_thread,
+    force_profiler_off,
+    has_deferred,
+    hold_claim_for,
+    run_deferred,
+)
 from neuronscope.drive.labels import close_range
 
 __all__ = ["finish_deferred", "strand"]
@@ -43,6 +49,10 @@ def strand(entry: Any, release_profiler: Callable[[], None]) -> None:
         "generator resumed on another thread?); torch's profiler can be stopped only by the "
         "thread that started it, so this capture is dropped (counted in skipped_calls) and "
         "stopped when its thread next enters neuronscope",
+    )
+    hold_claim_for(
+        f"a capture of {name!r} that ended on another thread than its own still holds the "
+        f"profiler until its thread ({entry.thread.name}) next enters neuronscope or ends"
     )
     capture = getattr(entry.session, "capture", None)
     if capture is not None:  # the module hooks are process-wide: off now, not at the deferred stop

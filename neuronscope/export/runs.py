@@ -96,6 +96,18 @@ def _first_sentence(exc: BaseException) -> str:
     return str(exc).split(";", 1)[0]
 
 
+def _kind(path: Path) -> str:
+    """What a path that is no regular file is, in words."""
+    try:
+        mode = path.lstat().st_mode
+    except OSError as exc:
+        return f"unreadable: {type(exc).__name__}"
+    if stat.S_ISLNK(mode):
+        return "a link to no regular file"
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a pipe"), (stat.S_ISSOCK, "a socket"))
+    return next((word for test, word in kinds if test(mode)), "a device")
+
+
 def load(run_dir: str | os.PathLike[str]) -> ProfileResult | Comparison:
     """Re-open an exported run (its directory, or its ``result.json``) as a ``ProfileResult``
     or ``Comparison``. Raises :class:`RunLoadError` for a missing path, a directory that is
@@ -110,6 +122,8 @@ def load(run_dir: str | os.PathLike[str]) -> ProfileResult | Comparison:
     if path.is_dir():
         result_file = path / RESULT_FILE
         if not result_file.is_file():
+            if os.path.lexists(result_file):  # a FIFO, a directory, a dangling link...
+                raise RunLoadError(f"{path}: its {RESULT_FILE} is not a regular file ({_kind(result_file)}); not a neuronscope run")
             if (path / INCOMPLETE_MARKER).exists():
                 raise RunLoadError(f"{path}: this run is incomplete (its export was interrupted){incomplete_trace_text(path)}")
             runs = find_runs(path)

@@ -9,12 +9,12 @@ import random
 from pathlib import Path
 from typing import Any
 
-from neuronscope.capture.explorer_tables import EXECUTION, _device_ns_by_flow, ops_by_flow
+from neuronscope.capture.explorer_tables import EXECUTION, device_ns_by_flow, ops_by_flow
 
 
 def _scan_per_execution(trace: Path, rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, float], int]:
     """The join as it was first written: for each execution, every span of its thread."""
-    device = _device_ns_by_flow(rows)
+    device = device_ns_by_flow(rows)
     events = json.loads(trace.read_text())["traceEvents"]
     flows: dict[Any, tuple[Any, float]] = {}
     spans: dict[Any, list[tuple[float, float, str, bool]]] = {}

@@ -218,3 +218,39 @@ def test_from_trace_finds_a_ranks_explorer_output_in_a_shared_root(tmp_path, mon
     found = device_profile_for_trace(session / "trace.json")
     assert found["summary"] == {"mfu_estimated_percent": 12.5} and found["read_from"] == str(out)
     assert device_profile_for_trace(tmp_path / "elsewhere.json") is None
+
+
+def test_system_profile_device_time_goes_into_the_op_table(standin, clean_env, explorer):
+    """The framework trace carries no device time: each op's self device time, its regions'
+    and the device totals come from the system profile, joined by flow id, and say so."""
+    record = standin()
+    record.BEHAVIOUR["device_events"] = False
+    result = _capture(clean_env, work=_step)
+    dev = DEVICE_NS / 1e3
+    joined = result.device_profile["ops_from_system_profile"]
+    assert {"aten::add", "aten::clamp_min"} <= set(joined)
+    for name in joined:
+        op = result.op(name)
+        profile_op = next(o for o in result.device_profile["ops"] if o["name"] == name)
+        assert op.self_device_us == pytest.approx(profile_op["device_us"]), name
+    assert result.op("aten::add").self_device_us == pytest.approx(dev)
+    assert result.regions["inner"].device_time_us == pytest.approx(dev)
+    assert any("system profile" in n and "flow id" in n for n in result.notes)
+    assert not any("per-op Neuron device time is None" in n for n in result.notes)
+    # the per-flow figures are transient: not in the result, nor in result.json
+    assert "_device_ns_by_flow" not in result.device_profile
+    loaded = load(result.run_dir)
+    assert loaded.op("aten::add").self_device_us == pytest.approx(dev)
+    read = from_trace(_session(result) / "trace.json")
+    assert read.op("aten::add").self_device_us == pytest.approx(dev)
+    assert read.device_profile["ops_from_system_profile"] == joined
+
+
+def test_device_time_the_framework_trace_carries_is_not_added_to_twice(standin, clean_env, explorer, monkeypatch):
+    standin()  # device events in the framework trace, and the same executions in the profile
+    with_profile = _capture(clean_env, work=_step)
+    assert "ops_from_system_profile" not in with_profile.device_profile
+    monkeypatch.setenv("PATH", "/nonexistent")
+    without = _capture(clean_env, name="without", work=_step)
+    for op in without.ops:
+        assert with_profile.op(op.name).self_device_us == pytest.approx(op.self_device_us), op.name

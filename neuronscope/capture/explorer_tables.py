@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["EXECUTION", "SUBMIT", "SWITCH", "core_activity", "ops_by_flow", "read_parquet_rows", "submissions"]
+__all__ = ["EXECUTION", "SUBMIT", "SWITCH", "core_activity", "device_ns_by_flow", "ops_by_flow", "read_parquet_rows", "submissions"]
 
 EXECUTION = "nc_exec_running"
 SUBMIT = "nrt_model_submit"
@@ -90,7 +90,7 @@ def submissions(rows: list[dict[str, Any]]) -> dict[str, int]:
     return counts
 
 
-def _device_ns_by_flow(rows: list[dict[str, Any]]) -> dict[Any, int]:
+def device_ns_by_flow(rows: list[dict[str, Any]]) -> dict[Any, int]:
     """Device time per flow id: a flow's executions on several cores (LNC > 1 runs one
     execution as a row per physical core) count once, from the first start to the last end."""
     spans: dict[Any, tuple[int, int]] = {}
@@ -133,7 +133,7 @@ def ops_by_flow(trace: Path, rows: list[dict[str, Any]]) -> tuple[list[dict[str,
     that matched no dispatch)."""
     import json
 
-    device = _device_ns_by_flow(rows)
+    device = device_ns_by_flow(rows)
     if not device:
         return [], {}, 0
     with open(trace, "rb") as fh:

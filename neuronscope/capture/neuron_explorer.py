@@ -31,9 +31,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from neuronscope.capture.explorer_tables import core_activity, ops_by_flow, read_parquet_rows, submissions
+from neuronscope.capture.explorer_tables import core_activity, device_ns_by_flow, ops_by_flow, read_parquet_rows, submissions
 
 __all__ = [
+    "BY_FLOW",
     "DEFAULT_TIMEOUT_S",
     "EXPLORER",
     "KEY_FIGURES",
@@ -56,6 +57,8 @@ DEFAULT_TIMEOUT_S = 180.0
 OUTPUT_DIR = "explorer"
 SUMMARY_FILE = "summary.json"
 DATA_DIR = "data"
+#: The record's transient key: device ns per flow id, joined into the op table.
+BY_FLOW = "_device_ns_by_flow"
 #: Environment variable that overrides the time bound (seconds).
 TIMEOUT_ENV = "NEURONSCOPE_EXPLORER_TIMEOUT_S"
 #: The Summary figures a result's table shows first (profile schema reference); every numeric
@@ -233,6 +236,9 @@ def read_output(out_dir: Path, trace: Path | None, record: dict[str, Any] | None
         return record
     record["cores"] = core_activity(events)
     record["submissions"] = submissions(events)
+    # Per flow, for the op table (events.flows.fold_system_profile takes it out of the record
+    # before the result is built: one entry per execution is no part of result.json).
+    record[BY_FLOW] = device_ns_by_flow(events)
     if trace is not None and trace.is_file():
         try:
             ops, regions, unmatched = ops_by_flow(trace, events)

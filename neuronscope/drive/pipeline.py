@@ -23,6 +23,7 @@ from neuronscope.capture.cells import readable_location
 from neuronscope.config import Options, rank_info
 from neuronscope.errors import NeuronscopeError
 from neuronscope.events import EventTable, table_from_profiler
+from neuronscope.events.flows import fold_system_profile
 from neuronscope.events.modules import needs_links, sequence_links, split_module_ranges
 from neuronscope.events.table import promote_compiled_events
 from neuronscope.events.timeline import step_breakdown
@@ -164,6 +165,8 @@ def result_from_record(record: CaptureRecord, facts: CaptureFacts) -> ProfileRes
         error = error or f"profiler failed: {type(err).__name__}: {err}"
     if record.interrupted is not None and not len(table):
         notes.append("interrupted while the capture stopped: its events could not be read")
+    # Device time a Neuron build's framework trace lacks, from Neuron Explorer's system profile.
+    notes.extend(fold_system_profile(table, record.artifacts.get("device_profile")))
     if facts.backend_notes is not None:
         notes.extend(facts.backend_notes(table.has_device))
     ranks = rank_info()

@@ -58,6 +58,7 @@ from neuronscope.drive.pipeline import build_result
 from neuronscope.drive.progress import progress_bar
 from neuronscope.errors import TraceFormatError
 from neuronscope.events import KIND_OP, EventTable, gc_paused
+from neuronscope.events.flows import fold_system_profile
 from neuronscope.events.trace_files import TracePath, group_by_rank, resolve_paths
 from neuronscope.events.trace_reader import read_files
 from neuronscope.result.types import ProfileResult
@@ -104,6 +105,7 @@ def _result(
         if found is not None:
             artifacts["device_profile"] = found
             notes.extend(found.get("notes", ()))
+            notes.extend(fold_system_profile(table, found))
     facts: dict[str, Any] = {
         "device_name": meta.get("device_name"),
         "platform": meta["platform"] if meta["platform"] in ("rocm", "mtia") else None,

@@ -21,14 +21,18 @@ from typing import Any
 
 import numpy as np
 
+from neuronscope.capture.neuron_explorer import BY_FLOW
 from neuronscope.events.nesting import innermost_open, row_columns
 from neuronscope.events.table import FLAG_ASYNC, KIND_OP, EventTable
 
 __all__ = [
     "DISPATCH_CATEGORIES",
     "FLOW_CATEGORIES",
+    "add_flow_device_time",
+    "dispatch_flows_from_points",
     "drop_dispatches",
     "drop_others",
+    "fold_system_profile",
     "flow_launches",
     "flow_ns",
     "launches_by_flow_id",
@@ -145,13 +149,103 @@ def drop_others(others: EventTable, keep: list[bool]) -> EventTable | None:
     return others
 
 
-def drop_dispatches(table: EventTable, acts: list[str]) -> None:
+def drop_dispatches(
+    table: EventTable, acts: list[str], flow_ids: Sequence[int] = (), starts_flow: Sequence[bool] = ()
+) -> None:
     """Leave operator dispatches (``acts``: the activity of each of ``table.others``) out of
     the table once they linked device work, each a step of its op's host work, never an op
-    of its own; their (thread, start) stay in ``table.dispatches`` for the hints."""
+    of its own; their (thread, start) stay in ``table.dispatches`` for the hints, and the
+    flows they start (``flow_ids``, ``starts_flow``: each of ``table.others``', where read) in
+    ``table.dispatch_flows``."""
     others = table.others
     if others is None or DISPATCH_CATEGORIES.isdisjoint(acts):
         return
     keep = [a not in DISPATCH_CATEGORIES for a in acts]
-    table.dispatches = [(others.tids[j], others.starts[j]) for j, k in enumerate(keep) if not k]
+    rows = [j for j, k in enumerate(keep) if not k]
+    table.dispatches = [(others.tids[j], others.starts[j]) for j in rows]
+    if flow_ids and starts_flow:
+        table.dispatch_flows = launches_by_flow_id(
+            [flow_ids[j] for j in rows],
+            [starts_flow[j] for j in rows],
+            [others.tids[j] for j in rows],
+            [others.starts[j] for j in rows],
+            [others.ends[j] for j in rows],
+        )
     table.others = drop_others(others, keep)
+
+
+def dispatch_flows_from_points(
+    raw_points: Iterable[tuple[Any, Any, Any, Any]],
+    thread_ids: dict[tuple[Any, Any], int],
+    dispatch_at: dict[tuple[int, int], int],
+) -> dict[Any, tuple[int, int, int]]:
+    """A trace file's flows that start at a dispatch: flow id -> (thread, start, end) of the
+    dispatch (``raw_points`` and ``thread_ids`` as :func:`flow_launches` takes them;
+    ``dispatch_at``: (thread, start) -> end of each dispatch). An id at two dispatches links
+    nothing (ambiguous)."""
+    out: dict[Any, tuple[int, int, int]] = {}
+    twice: set[Any] = set()
+    for fid, pid, tid, ts in raw_points:
+        ns = flow_ns(ts)
+        thread = thread_ids.get((pid, tid), -1)
+        if ns is None or (thread, ns) not in dispatch_at or fid.__class__ not in (int, str):
+            continue
+        if fid in out:
+            twice.add(fid)
+        out[fid] = (thread, ns, dispatch_at[(thread, ns)])
+    for fid in twice:
+        del out[fid]
+    return out
+
+
+def add_flow_device_time(table: EventTable, device_ns_by_flow: dict[Any, int]) -> tuple[int, int, set[str]]:
+    """Device time measured elsewhere (Neuron Explorer's system profile: per flow id, the
+    executions it started) into the ops whose dispatches started those flows, through
+    ``table.dispatch_flows``: each flow's time to the innermost synchronous op open on its
+    dispatch's thread then. Only ops with no device time of the table's own take it (where the
+    framework trace carries device time for an op, that is kept, never added to twice).
+    Returns (executions joined, their ns, the names of the ops that took device time)."""
+    if not device_ns_by_flow or not table.dispatch_flows:
+        return 0, 0, set()
+    keys = [fid for fid in device_ns_by_flow if fid in table.dispatch_flows]
+    found = ops_at_launches(table, {k: table.dispatch_flows[fid] for k, fid in enumerate(keys)})
+    if not found:
+        return 0, 0, set()
+    if not table.device_ns:
+        table.device_ns = [0] * len(table)
+    own = {row for row, _ in found.values() if table.device_ns[row]}
+    count = total = 0
+    names: set[str] = set()
+    for k, (row, _) in found.items():
+        if row in own:
+            continue
+        ns = int(device_ns_by_flow[keys[k]])
+        table.device_ns[row] += ns
+        count += 1
+        total += ns
+        names.add(table.names[row])
+    if count:
+        table.has_device = True
+    return count, total, names
+
+
+def fold_system_profile(table: EventTable, profile: dict[str, Any] | None) -> list[str]:
+    """Neuron Explorer's device time per flow (``profile``: the device-profile record of
+    :mod:`neuronscope.capture.neuron_explorer`) into the op table where the framework trace
+    carries none for an op (:func:`add_flow_device_time`); the per-flow figures leave the record
+    (transient), which then says which ops took device time from the system profile. Returns
+    the note for the result."""
+    if not profile:
+        return []
+    by_flow = profile.pop(BY_FLOW, None)
+    if not by_flow:
+        return []
+    count, ns, names = add_flow_device_time(table, by_flow)
+    if not count:
+        return []
+    profile["ops_from_system_profile"] = sorted(names)
+    return [
+        f"device time of {len(names):,} op(s) ({count:,} device execution(s), {ns / 1e3:,.1f} us) is Neuron "
+        "Explorer's system profile's, joined to their dispatches by flow id (the framework trace "
+        "carries none for them); the step breakdown has no device timeline from it"
+    ]

@@ -295,7 +295,12 @@ def _table_from_events(raw: list[Any], record_shapes: bool, legacy_device: bool)
     if device_events or (others is not None and KIND_RUNTIME in set(others.kinds)):
         _link_device(table, ev_type, main_events, device_events, other_events)
     if others is not None and other_events:  # dispatches linked device work: no ops themselves
-        drop_dispatches(table, list(map(_activity_getter(ev_type), other_events)))
+        acts = list(map(_activity_getter(ev_type), other_events))
+        get_flow, get_first = getattr(ev_type, "flow_id", None), getattr(ev_type, "flow_start", None)
+        if get_flow is None or get_first is None or DISPATCH_CATEGORIES.isdisjoint(acts):
+            drop_dispatches(table, acts)
+        else:  # their flows kept: a system profile's executions join the ops by them
+            drop_dispatches(table, acts, list(map(get_flow, other_events)), list(map(get_first, other_events)))
     return table
 
 

@@ -256,6 +256,10 @@ class EventTable:
     #: (thread, start) of each operator dispatch to the device (TorchNeuron's
     #: ``privateuse1_runtime``): no rows of their own (events.flows), counted by the hints
     dispatches: list[tuple[int, int]] = field(default_factory=list)
+    #: flow id -> (thread, start, end) of the dispatch that started that flow: where a
+    #: device's executions are only in another file (Neuron Explorer's system profile, by
+    #: ``flow_id``), they are joined to the ops here (events.flows.add_flow_device_time)
+    dispatch_flows: dict[Any, tuple[int, int, int]] = field(default_factory=dict)
     #: device records left out as on another clock (events.clocks): how many, their duration
     off_clock_device: int = 0
     off_clock_device_ns: int = 0

@@ -13,7 +13,7 @@ from neuronscope.errors import TraceFormatError
 from neuronscope.events import KIND_ANNOTATION, KIND_OP, EventTable
 from neuronscope.events.arrays import int_column
 from neuronscope.events.clocks import host_window, off_clock
-from neuronscope.events.flows import flow_launches
+from neuronscope.events.flows import dispatch_flows_from_points, flow_launches
 from neuronscope.events.nesting import add_inner_range_device_time, innermost_open, row_columns
 from neuronscope.events.table import DEVICE_WAIT, promote_compiled_events
 
@@ -196,6 +196,8 @@ def link_file(reader: Any, base: int, base_others: int) -> None:
         _locate(reader, base)
     table.raw_event_count += reader.raw_events
     table.dispatches.extend(reader.dispatches)  # (thread, start): counted by the hints
+    if reader.flow_points and reader.dispatches:  # a system profile's executions join by them
+        table.dispatch_flows.update(dispatch_flows_from_points(reader.flow_points, reader.thread_ids, reader.dispatches))
 
 def _drop_off_clock(reader: Any, base: int, base_others: int) -> None:
     """Leave out this file's device records on another clock (events.clocks), counted."""

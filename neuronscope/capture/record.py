@@ -10,15 +10,20 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from neuronscope.capture import dynamo
-from neuronscope.capture.base import Backend, Capture, WrongThreadError, force_profiler_off, profiler_running
+from neuronscope.capture import dynamo, torch_private
+from neuronscope.capture.base import Backend, Capture, WrongThreadError, force_profiler_off, profiler_running, quiet_native_stderr
 from neuronscope.capture.modules import ModuleFacts, ModuleHooks
 
-__all__ = ["CaptureRecord", "CaptureSession"]
+__all__ = ["MARKER", "CaptureRecord", "CaptureSession", "SharedSession"]
+
+#: The range that bounds each capture of a shared session (left out of its events).
+MARKER = "neuronscope::capture#"
+#: What torch prints (C++, stderr) at each toggle of CPU collection with another activity on.
+_TOGGLE_NOTE = b"Toggling CPU activity"
 
 
 @dataclass(frozen=True)
@@ -46,8 +51,93 @@ class CaptureRecord:
     options_added: dict[str, Any] = field(default_factory=dict)
 
 
+class SharedSession:
+    """One ``torch.profiler`` session kept over several captures (a call window's), each a
+    range marked ``neuronscope::capture#<n>``, split into one profile per capture after the
+    session stops (:func:`~neuronscope.capture.torch_private.profile_slice`).
+
+    Why: each profiler session torch starts prepares Kineto afresh, and on CUDA that registers
+    CUPTI's timestamp callback again; kernel records of every session after the first in a
+    process can come back on another clock (pytorch/pytorch#192021, #175790). torch's own
+    ``schedule`` does not avoid it: each of its cycles prepares a new trace. Between two
+    captures, collection is toggled off (``toggle_collection_dynamic``): the user's code in
+    between is not recorded. The session lives in the state of the thread that started it;
+    only that thread opens, closes and finishes it.
+    """
+
+    def __init__(self, backend: Backend, scratch_dir: Path | None = None) -> None:
+        self.backend = backend
+        self.capture = Capture(backend, scratch_dir=scratch_dir)
+        #: profiler sessions this object started (one at most)
+        self.sessions_started = 0
+        self.captures = 0
+        self.prof: Any = None
+        self._marker: Any = None
+
+    @property
+    def thread(self) -> threading.Thread | None:
+        return self.capture.thread
+
+    @property
+    def finished(self) -> bool:
+        return self.prof is not None
+
+    def open(self) -> str:
+        """Begin one capture: the session's start for the first, collection back on for the
+        others; returns the capture's marker name."""
+        import torch.autograd.profiler as autograd_profiler
+
+        if self.capture.runner is None:
+            self.capture.start()
+            self.sessions_started += 1
+        else:
+            self._toggle(True)
+        name = f"{MARKER}{self.captures}"
+        self.captures += 1
+        marker = autograd_profiler.record_function(name)
+        marker.__enter__()
+        self._marker = marker
+        return name
+
+    def close(self, on_synced: Callable[[], None] | None = None) -> None:
+        """End the open capture: the device synchronised (its work inside the range), the
+        marker closed, collection off until the next :meth:`open`."""
+        marker, self._marker = self._marker, None
+        try:
+            self.backend.synchronize()
+            if on_synced is not None:
+                on_synced()
+        finally:
+            if marker is not None:
+                marker.__exit__(None, None, None)
+            self._toggle(False)
+
+    def finish(self) -> Any:
+        """Stop the session (the device synchronised, the profiler off whatever happens)."""
+        if self.prof is None:
+            self.prof = self.capture.stop()
+        return self.prof
+
+    def slice(self, marker: str) -> Any:
+        """The finished session seen through one capture's range; None where it has none."""
+        span = torch_private.marker_span(self.prof, marker)
+        return None if span is None else torch_private.profile_slice(self.prof, span[0], span[1], marker)
+
+    def _toggle(self, enable: bool) -> None:
+        toggle = getattr(self.capture.runner, "toggle_collection_dynamic", None)
+        if toggle is None:  # a vendor's wrapper of torch's profiler: it records throughout
+            return
+        try:
+            with quiet_native_stderr((_TOGGLE_NOTE,)):
+                toggle(enable, self.backend.activities())
+        except Exception:  # the user's code recorded between captures costs time, not results
+            pass
+
+
 class CaptureSession:
-    """Start and stop one capture. ``clock`` (ns) defaults to the backend's own."""
+    """Start and stop one capture. ``clock`` (ns) defaults to the backend's own. With
+    ``shared``, the capture is one range of that :class:`SharedSession`: :meth:`stop` gives a
+    record without its profile, which :meth:`complete` adds once the shared session ends."""
 
     def __init__(
         self,
@@ -56,11 +146,14 @@ class CaptureSession:
         clock: Callable[[], int] | None = None,
         scratch_dir: Path | None = None,
         options_added: dict[str, Any] | None = None,
+        shared: SharedSession | None = None,
     ) -> None:
         self.backend = backend
         self.options_added = dict(options_added or {})
         self.clock = clock or backend.now_ns
-        self.capture = Capture(backend, scratch_dir=scratch_dir)
+        self.shared = shared
+        self.marker: str | None = None
+        self.capture = shared.capture if shared is not None else Capture(backend, scratch_dir=scratch_dir)
         self._compile_before: dict[str, Any] = {}
         self._started_ns = 0
         self.module_hooks: ModuleHooks | None = None
@@ -74,7 +167,10 @@ class CaptureSession:
         """Take Dynamo's snapshot and start the profiler; on failure the profiler is left off."""
         self._compile_before = dynamo.snapshot()
         try:
-            self.capture.start()
+            if self.shared is not None:
+                self.marker = self.shared.open()
+            else:
+                self.capture.start()
         except BaseException:
             self.abandon()
             raise
@@ -95,6 +191,11 @@ class CaptureSession:
         if not self.on_own_thread():
             raise WrongThreadError("a capture can be abandoned only by the thread that started it")
         self._remove_hooks()
+        if self.shared is not None and self.marker is not None:  # the shared session ends with it
+            try:
+                self.shared.close()
+            except Exception:
+                pass
         if self.capture.runner is not None and profiler_running():
             try:
                 self.capture.stop()
@@ -114,7 +215,11 @@ class CaptureSession:
         interrupted: BaseException | None = None
         work_end: list[int] = []  # when the device finished the work, before the profiler's flush
         try:
-            prof = self.capture.stop(on_synced=lambda: work_end.append(self.clock()))
+            if self.shared is not None:
+                self.shared.close(on_synced=lambda: work_end.append(self.clock()))
+                prof = None  # the shared session's slice, once it ends (complete())
+            else:
+                prof = self.capture.stop(on_synced=lambda: work_end.append(self.clock()))
         except Exception as err:  # the profiler failing must not break the user's program
             error = f"profiler failed: {type(err).__name__}: {err}"
             prof = self.capture.prof
@@ -129,10 +234,8 @@ class CaptureSession:
         module_facts = self._remove_hooks()
         notes: list[str] = []
         artifacts: dict[str, Any] = {}
-        try:
-            artifacts = dict(self.backend.collect_artifacts(prof, self.capture.scratch_dir))
-        except Exception as err:  # listing files must not lose the measurement
-            notes.append(f"could not list the backend's session files: {type(err).__name__}: {err}")
+        if self.shared is None:
+            artifacts = self._artifacts(prof, notes)
         try:
             device = self.backend.device_name()
         except Exception:
@@ -150,6 +253,25 @@ class CaptureSession:
             modules=module_facts,
             options_added=self.options_added,
         )
+
+    def complete(self, record: CaptureRecord) -> CaptureRecord:
+        """A shared session's capture, once the session ended: its record with its own slice
+        of the session as the profile, and the backend's artifacts for it."""
+        if self.shared is None or self.marker is None:
+            return record
+        prof = self.shared.slice(self.marker) if self.shared.finished else None
+        notes = list(record.notes)
+        artifacts = self._artifacts(prof, notes)
+        if prof is None:
+            notes.append("the shared profiler session gave no events for this capture")
+        return replace(record, prof=prof, artifacts=artifacts, notes=tuple(notes))
+
+    def _artifacts(self, prof: Any, notes: list[str]) -> dict[str, Any]:
+        try:
+            return dict(self.backend.collect_artifacts(prof, self.capture.scratch_dir))
+        except Exception as err:  # listing files must not lose the measurement
+            notes.append(f"could not list the backend's session files: {type(err).__name__}: {err}")
+            return {}
 
     def unhook(self) -> None:
         """Unregister the module hooks now, from any thread: torch's module hooks are

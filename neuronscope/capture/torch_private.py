@@ -24,8 +24,10 @@ __all__ = [
     "dynamo_utils",
     "experimental_config_class",
     "kineto_results",
+    "marker_span",
     "native_profiler_enabled",
     "privateuse1_backend_name",
+    "profile_slice",
     "profiler_flag_on",
     "record_function_fast",
     "record_scope_and_event_type",
@@ -164,3 +166,102 @@ def record_scope_and_event_type() -> tuple[Any, Any]:
     from torch._C._profiler import RecordScope, _EventType
 
     return RecordScope, _EventType
+
+
+class _ResultsSlice:
+    """One time range of a finished session's Kineto results (:func:`profile_slice`)."""
+
+    def __init__(self, results: Any, lo_ns: int, hi_ns: int, marker: str) -> None:
+        self._results, self._lo, self._hi, self._marker = results, lo_ns, hi_ns, marker
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._results, name)
+
+    def _inside(self, start_ns: int, name: str) -> bool:
+        return self._lo <= start_ns <= self._hi and name != self._marker
+
+    def events(self) -> list[Any]:
+        return [e for e in self._results.events() if self._inside(e.start_ns(), e.name())]
+
+    def experimental_event_tree(self) -> list[Any]:
+        # The nodes inside the range whose parent is not: the roots a session of the range's own
+        # would have had (the marker's children among them).
+        roots: list[Any] = []
+        stack = list(reversed(self._results.experimental_event_tree()))
+        while stack:
+            node = stack.pop()
+            if self._inside(node.start_time_ns, node.name):
+                roots.append(node)
+            elif node.start_time_ns <= self._hi:
+                stack.extend(reversed(node.children))
+        return roots
+
+    def save(self, path: str) -> None:
+        """The session's Chrome trace, less the events outside the range (metadata kept)."""
+        import json
+
+        self._results.save(path)
+        with open(path, encoding="utf-8") as fh:
+            trace = json.load(fh)
+        base = int(trace.get("baseTimeNanoseconds", 0) or 0)
+        lo_us, hi_us = (self._lo - base) / 1e3, (self._hi - base) / 1e3
+
+        def keep(e: Any) -> bool:
+            if not isinstance(e, dict) or e.get("ph") == "M" or not isinstance(e.get("ts"), (int, float)):
+                return True
+            return lo_us - 1e-3 <= e["ts"] <= hi_us + 1e-3 and e.get("name") != self._marker
+
+        trace["traceEvents"] = [e for e in trace.get("traceEvents", []) if keep(e)]
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump(trace, fh)
+
+
+class _ProfilerSlice:
+    def __init__(self, profiler: Any, results: _ResultsSlice) -> None:
+        self._profiler = profiler
+        self.kineto_results = results
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._profiler, name)
+
+    def export_chrome_trace(self, path: str) -> None:
+        self.kineto_results.save(path)
+
+
+class _ProfileSlice:
+    """A finished ``torch.profiler.profile`` seen through one time range: what a session of
+    that range alone would have given to the readers here (``events()``, the event tree, the
+    Chrome trace); everything else is the session's."""
+
+    def __init__(self, prof: Any, results: _ResultsSlice) -> None:
+        self._prof = prof
+        self.profiler = _ProfilerSlice(prof.profiler, results)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._prof, name)
+
+    def export_chrome_trace(self, path: str) -> None:
+        self.profiler.export_chrome_trace(path)
+
+
+def profile_slice(prof: Any, lo_ns: int, hi_ns: int, marker: str) -> Any:
+    """``prof`` (a finished ``torch.profiler.profile``) restricted to the events that start
+    within [``lo_ns``, ``hi_ns``] (Kineto's clock), less the ``marker`` range that bounds them:
+    one capture of a session kept over several (:class:`neuronscope.capture.record.SharedSession`).
+    Wraps ``prof.profiler.kineto_results`` (torch 1.8-2.13: ``events()``,
+    ``experimental_event_tree()``, ``save()``); None where ``prof`` has none."""
+    results = kineto_results(prof)
+    if results is None:
+        return None
+    return _ProfileSlice(prof, _ResultsSlice(results, lo_ns, hi_ns, marker))
+
+
+def marker_span(prof: Any, marker: str) -> tuple[int, int] | None:
+    """(start, end) in ns of the range named ``marker`` in a finished session, or None."""
+    results = kineto_results(prof)
+    if results is None:
+        return None
+    for e in results.events():
+        if e.name() == marker:
+            return int(e.start_ns()), int(e.end_ns())
+    return None

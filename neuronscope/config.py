@@ -107,6 +107,10 @@ class Options:
     neuron_explorer: str | bool | None = None
     warmup: int = 0
     active: int | None = None
+    #: A call window's captures in one profiler session, split per capture (their results
+    #: come at the window's end): True, False, or None for CUDA only, where every session
+    #: after a process's first can return kernel records on another clock (pytorch#192021).
+    one_session: bool | None = None
     hints: bool = True
     print_summary: bool = False
     trace_format: str = "auto"
@@ -284,6 +288,8 @@ def _validated(merged: dict[str, Any]) -> Options:
         _check_count("warmup", merged["warmup"], 0)
     if merged.get("active") is not None:
         _check_count("active", merged["active"], 1)
+    if merged.get("one_session") is not None:
+        _check_bool("one_session", merged["one_session"])
     if merged.get("max_events_per_nc") is not None:
         _check_count("max_events_per_nc", merged["max_events_per_nc"], 1)
     explorer = merged.get("neuron_explorer")

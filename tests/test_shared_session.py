@@ -112,3 +112,114 @@ def test_a_slice_saves_only_its_capture_in_the_chrome_trace(tmp_path: Path) -> N
     assert "step0" in names and "step1" not in names and not any(str(n).startswith(MARKER) for n in names)
     tree = first.profiler.kineto_results.experimental_event_tree()
     assert [n.name for n in tree][:1] == ["step0"] or "step0" in [n.name for n in tree]
+
+
+# ---- a call window's captures in one session, through the decorator and regions --------------
+
+import logging  # noqa: E402
+import threading  # noqa: E402
+
+from neuronscope import neuron_region, profile_on_neuron  # noqa: E402
+from neuronscope.region import ensure_no_capture_running  # noqa: E402
+
+
+def _model_step(x: torch.Tensor) -> torch.Tensor:
+    with neuron_region("inner"):
+        y = torch.nn.functional.gelu(x @ x)
+    return (y * 2 + 1).sum()
+
+
+def _decorated(one_session: bool, tmp_path: Path, active: int = 3):
+    return profile_on_neuron(
+        backend="cpu", warmup=0, active=active, one_session=one_session, output_dir=str(tmp_path / str(one_session))
+    )(_model_step)
+
+
+def _shape(result) -> tuple:
+    ops = sorted((o.name, o.calls) for o in result.ops)
+    regions = sorted((name, r.calls, sorted((o.name, o.calls) for o in r.ops)) for name, r in result.regions.items())
+    hints = sorted((h.kind, h.pattern, tuple(h.ops), h.calls) for h in result.hints)
+    return ops, regions, hints, result.status, result.backend, result.breakdown is None
+
+
+def test_a_decorated_window_shares_one_session_and_gives_the_same_results(sessions, tmp_path: Path) -> None:
+    x = torch.randn(24, 24)
+    shared = _decorated(True, tmp_path)
+    for i in range(3):
+        assert len(shared.results) == 0  # delivered at the window's end
+        shared(x)
+        _between()
+    assert sessions["prepare"] == 1 and len(shared.results) == 3
+    assert ensure_no_capture_running()
+    alone = _decorated(False, tmp_path)
+    for _ in range(3):
+        alone(x)
+    assert sessions["prepare"] == 4  # a session per capture: what the window avoids
+    for a, b in zip(shared.results, alone.results):
+        assert _shape(a) == _shape(b)
+        assert a.wall_time_us > 0 and a.run_dir is not None
+        trace = json.loads((Path(a.run_dir) / "trace.json").read_text())["traceEvents"]
+        names = [e.get("name") for e in trace]
+        assert names.count("inner") == 1 and "aten::sigmoid" not in names  # its own capture only
+        assert not any(str(n).startswith(MARKER) for n in names)
+    assert shared.last_result is shared.results[-1]
+
+
+def test_a_capture_tried_while_a_window_holds_its_session_says_why(tmp_path: Path, caplog) -> None:
+    logger = logging.getLogger("neuronscope")
+    logger.addHandler(caplog.handler)
+    try:
+        x = torch.randn(8, 8)
+        shared = _decorated(True, tmp_path, active=2)
+        shared(x)
+        with neuron_region("other", backend="cpu", export=False) as other:
+            x.relu()
+        assert other.result is None and other.skipped_calls == 1
+        said = sorted({r.getMessage() for r in caplog.records if r.getMessage().startswith("other ran uncaptured")})
+        assert len(said) == 1 and "one_session" in said[0] and "_model_step" in said[0], said
+        shared(x)
+        assert len(shared.results) == 2
+        with neuron_region("after", backend="cpu", export=False) as after:
+            x.relu()
+        assert after.result is not None  # the claim went back at the window's end
+    finally:
+        logger.removeHandler(caplog.handler)
+
+
+def test_the_users_own_profiler_is_still_detected(tmp_path: Path) -> None:
+    x = torch.randn(8, 8)
+    shared = _decorated(True, tmp_path)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as theirs:
+        shared(x)
+    assert shared.results == [] and shared.skipped_calls == 1
+    assert "_model_step" in [e.name for e in theirs.events()]  # a labelled range in theirs
+    assert ensure_no_capture_running()
+
+
+def test_reset_mid_window_delivers_what_was_captured(tmp_path: Path) -> None:
+    import neuronscope
+
+    x = torch.randn(8, 8)
+    shared = _decorated(True, tmp_path)
+    shared(x)
+    shared(x)
+    assert shared.results == [] and profiler_running()
+    neuronscope.reset()
+    assert len(shared.results) == 2 and not profiler_running()
+    assert all(r.op("aten::gelu") is not None for r in shared.results)
+    assert ensure_no_capture_running()
+
+
+def test_another_thread_skips_and_an_error_passes_through(tmp_path: Path) -> None:
+    x = torch.randn(8, 8)
+    shared = _decorated(True, tmp_path)
+    shared(x)
+    worker = threading.Thread(target=lambda: shared(x))  # the session is this thread's
+    worker.start()
+    worker.join()
+    assert shared.skipped_calls == 1 and shared.results == []
+    with pytest.raises(TypeError):
+        shared("not a tensor")  # the user's exception, unchanged
+    shared(x)
+    assert [r.status for r in shared.results] == ["ok", "error", "ok"]
+    assert ensure_no_capture_running() and not profiler_running()

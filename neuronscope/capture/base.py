@@ -30,7 +30,6 @@ __all__ = [
     "defer_to_thread",
     "force_profiler_off",
     "has_deferred",
-    "hold_claim_for",
     "pending_work",
     "profiler_claimed",
     "profiler_running",
@@ -201,26 +200,22 @@ def claim_profiler() -> bool:
 
 def release_profiler() -> None:
     """Give back what :func:`claim_profiler` took (any thread may: the lock is plain)."""
-    global _held_for
-    _held_for = None
     _claim.release()
 
 
-#: Why the claim is held where that is not a capture running: a capture ended on another
-#: thread than its own keeps it until its thread comes back (drive/threads), and a call skipped
-#: meanwhile says so, not "another capture is running". Cleared with the claim.
-_held_for: str | None = None
-
-
-def hold_claim_for(reason: str) -> None:
-    """Say why the claim stays held (see :data:`_held_for`); the next release forgets it."""
-    global _held_for
-    _held_for = reason
-
-
 def claim_held_for() -> str | None:
-    """Why the claim is held, where it is held for something other than a running capture."""
-    return _held_for if _claim.locked() else None
+    """Why the claim is held where that is not a capture running: work left for a thread
+    that keeps it (a capture ended on another thread than its own: drive/threads) says so in
+    its ``holds_claim`` attribute. None where no such work is waiting."""
+    if not _claim.locked():
+        return None
+    with _deferred_lock:
+        for pieces in _deferred.values():
+            for work, _ in pieces:
+                reason = getattr(work, "holds_claim", None)
+                if reason:
+                    return str(reason)
+    return None
 
 
 def profiler_claimed() -> bool:

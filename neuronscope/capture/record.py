@@ -8,6 +8,7 @@ directories or logging: the later stages build those from the record.
 
 from __future__ import annotations
 
+import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -73,6 +74,7 @@ class SharedSession:
         self.captures = 0
         self.prof: Any = None
         self._marker: Any = None
+        self._trace_cache: tempfile.TemporaryDirectory[str] | None = None  # removed with the object
 
     @property
     def thread(self) -> threading.Thread | None:
@@ -121,7 +123,11 @@ class SharedSession:
     def slice(self, marker: str) -> Any:
         """The finished session seen through one capture's range; None where it has none."""
         span = torch_private.marker_span(self.prof, marker)
-        return None if span is None else torch_private.profile_slice(self.prof, span[0], span[1], marker)
+        if span is None:
+            return None
+        if self._trace_cache is None:
+            self._trace_cache = tempfile.TemporaryDirectory(prefix="neuronscope-session-")
+        return torch_private.profile_slice(self.prof, span[0], span[1], marker, self._trace_cache.name)
 
     def _toggle(self, enable: bool) -> None:
         toggle = getattr(self.capture.runner, "toggle_collection_dynamic", None)
@@ -203,6 +209,8 @@ class CaptureSession:
                 pass
         if profiler_running() and self.capture.runner is not None:
             force_profiler_off()
+        if self.shared is not None and self.shared.prof is None:  # ended: its slices stay readable
+            self.shared.prof = self.capture.prof
 
     def stop(self) -> CaptureRecord:
         """Stop the profiler and return the record. Never raises: a failure or an interrupt

@@ -171,8 +171,9 @@ def record_scope_and_event_type() -> tuple[Any, Any]:
 class _ResultsSlice:
     """One time range of a finished session's Kineto results (:func:`profile_slice`)."""
 
-    def __init__(self, results: Any, lo_ns: int, hi_ns: int, marker: str) -> None:
+    def __init__(self, results: Any, lo_ns: int, hi_ns: int, marker: str, trace_cache: str) -> None:
         self._results, self._lo, self._hi, self._marker = results, lo_ns, hi_ns, marker
+        self._cache = trace_cache
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._results, name)
@@ -197,11 +198,16 @@ class _ResultsSlice:
         return roots
 
     def save(self, path: str) -> None:
-        """The session's Chrome trace, less the events outside the range (metadata kept)."""
+        """The session's Chrome trace, less the events outside the range (metadata kept).
+        torch saves a session's trace once: the first slice saves it into ``trace_cache``
+        (a directory the session keeps), and every slice reads it from there."""
         import json
+        import os
 
-        self._results.save(path)
-        with open(path, encoding="utf-8") as fh:
+        full = os.path.join(self._cache, "session_trace.json")
+        if not os.path.isfile(full):
+            self._results.save(full)
+        with open(full, encoding="utf-8") as fh:
             trace = json.load(fh)
         base = int(trace.get("baseTimeNanoseconds", 0) or 0)
         lo_us, hi_us = (self._lo - base) / 1e3, (self._hi - base) / 1e3
@@ -244,16 +250,17 @@ class _ProfileSlice:
         self.profiler.export_chrome_trace(path)
 
 
-def profile_slice(prof: Any, lo_ns: int, hi_ns: int, marker: str) -> Any:
+def profile_slice(prof: Any, lo_ns: int, hi_ns: int, marker: str, trace_cache: str) -> Any:
     """``prof`` (a finished ``torch.profiler.profile``) restricted to the events that start
     within [``lo_ns``, ``hi_ns``] (Kineto's clock), less the ``marker`` range that bounds them:
     one capture of a session kept over several (:class:`neuronscope.capture.record.SharedSession`).
     Wraps ``prof.profiler.kineto_results`` (torch 1.8-2.13: ``events()``,
-    ``experimental_event_tree()``, ``save()``); None where ``prof`` has none."""
+    ``experimental_event_tree()``, ``save()``); None where ``prof`` has none. ``trace_cache``:
+    a directory where the session's one Chrome trace is saved for all its slices."""
     results = kineto_results(prof)
     if results is None:
         return None
-    return _ProfileSlice(prof, _ResultsSlice(results, lo_ns, hi_ns, marker))
+    return _ProfileSlice(prof, _ResultsSlice(results, lo_ns, hi_ns, marker, trace_cache))
 
 
 def marker_span(prof: Any, marker: str) -> tuple[int, int] | None:

@@ -15,7 +15,7 @@ from neuronscope.capture.base import claim_held_for, profiler_claimed, profiler_
 from neuronscope.capture.cells import execution_count, in_kernel
 from neuronscope.capture.observe import Observation
 from neuronscope.config import Options
-from neuronscope.drive.window import CallWindow
+from neuronscope.drive.window import CallWindow, windows
 from neuronscope.result.types import ProfileResult
 
 __all__ = ["KERNEL_MODULE", "MAX_KEPT_RESULTS", "Owner", "keep_result"]
@@ -98,7 +98,11 @@ class Owner:
         if profiler_running() and not profiler_claimed():
             cause = "the user's own torch.profiler was running (the call shows in it as a labelled range)"
         else:
-            cause = claim_held_for() or "another capture of neuronscope's (another thread or task) was running"
+            cause = (
+                windows.shared_note()
+                or claim_held_for()
+                or "another capture of neuronscope's (another thread or task) was running"
+            )
         on_skipped(self.name, count, cause)
 
     def on_first_warmup(self) -> None:

@@ -41,6 +41,7 @@ from neuronscope.drive.labels import close_range, open_range
 from neuronscope.drive.owner import KERNEL_MODULE, Owner
 from neuronscope.drive.session import Session
 from neuronscope.drive.threads import strand
+from neuronscope.drive.window import end_shared, keep_shared
 from neuronscope.result.types import ProfileResult
 
 __all__ = [
@@ -237,6 +238,14 @@ def enter(owner: Owner, frame: FrameType | None = None) -> Entry:
             # only warm-up call (the default window), timed without the observation's start.
             entry.timed_ns = time.perf_counter_ns()
         return entry
+    shared = None if window is None else window.shared
+    if shared is not None and not shared.finished:
+        # Its window's captures share one profiler session, open since its first capture and
+        # holding the claim: this one is a range of it, on the session's own thread only.
+        if shared.thread is threading.current_thread():
+            return _start_capture(owner)
+        owner.on_skip()
+        return _push(SKIP, owner)
     if profiler_running() and not profiler_claimed():
         # The user's own torch.profiler is running: no capture of ours (torch's profiler is
         # process-wide and not re-entrant), but the block shows in theirs as a labelled range.
@@ -270,6 +279,7 @@ def _start_capture(owner: Owner) -> Entry:
         observation=owner.observation(),
         unprofiled_us=owner.unprofiled_us,
         unprofiled_observed=owner.unprofiled_observed,
+        window=owner.window,
     )
     entry = _push(CAPTURE, owner)
     entry.session = session
@@ -380,6 +390,7 @@ def leave(entry: Entry, exc: BaseException | None) -> ProfileResult | None:
     if entry.thread is not here:
         strand(entry, release_profiler)
         return None
+    keep_claim = False
     try:
         for label in reversed(entry.inner or ()):  # ranges still open: cut at the capture's end
             label.cut = True
@@ -387,10 +398,21 @@ def leave(entry: Entry, exc: BaseException | None) -> ProfileResult | None:
             _close_range(label)
         entry.inner = None
         _close_range(entry)
-        return session.stop(exc)
+        window = getattr(entry.owner, "window", None)
+        if session.shared is None or window is None:
+            return session.stop(exc)
+        session.end(exc)
+        window.pending.append((session, entry.owner))
+        if not window.closed and session.shared is window.shared:
+            keep_claim = True  # more captures of its window to come: the session stays open
+            keep_shared(window, entry.owner.name)
+            return None
+        return end_shared(window, deliver_last=False)
     finally:
-        release_profiler()
+        if not keep_claim:
+            release_profiler()
         _profiler.captures_done += 1
+
 
 
 def _keep_observation(owner: Owner | None, observation: Observation | None) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 
 from neuronscope.announce import announce_result, backend_ignores, log, warn_once, warn_user
 from neuronscope.capture import Backend, CaptureRecord, CaptureSession, resolve_backend, torch_private
+from neuronscope.capture.record import SharedSession
 from neuronscope.capture.observe import Observation, options_added
 from neuronscope.config import Options
 from neuronscope.drive import distributed as _distributed
@@ -24,7 +25,16 @@ from neuronscope.export import run_dir as _export
 from neuronscope.export import trace_out
 from neuronscope.result.types import ProfileResult
 
-__all__ = ["Session"]
+__all__ = ["Session", "shares_session"]
+
+
+def shares_session(options: Options, backend: Backend, window: Any) -> bool:
+    """Whether a call window's captures share one profiler session: ``one_session`` (None:
+    CUDA only), a window of several captures, and a backend that writes no session files of
+    its own per capture (Neuron does)."""
+    wanted = options.one_session if options.one_session is not None else backend.name == "cuda"
+    active = getattr(window, "active", None)
+    return bool(wanted) and active is not None and active > 1 and not backend.writes_session_files
 
 
 
@@ -46,8 +56,13 @@ class Session:
         observation: Observation | None = None,
         unprofiled_us: float | None = None,
         unprofiled_observed: bool = False,
+        window: Any = None,
     ) -> None:
         self.options = options
+        #: The call window whose captures may share one profiler session (see shares_session).
+        self.window = window
+        self.shared: SharedSession | None = None
+        self._facts: CaptureFacts | None = None
         self.observation = observation
         self.name = name
         self.target = target
@@ -66,7 +81,10 @@ class Session:
 
     @property
     def prof(self) -> Any:
-        """The torch profile of this capture (finished once the session has stopped)."""
+        """The torch profile of this capture (finished once the session has stopped; a shared
+        session's: this capture's slice of it, once built)."""
+        if self.shared is not None:
+            return None if self.record is None else self.record.prof
         return None if self.capture is None else self.capture.prof
 
     def start(self) -> None:
@@ -80,6 +98,12 @@ class Session:
         added = options_added(self.options, observed=observed)
         run_options = replace(self.options, **{k: v["value"] for k, v in added.items()})
         backend = self.backend = resolve_backend(run_options.with_name(self.name))
+        window = self.window
+        if window is not None and shares_session(self.options, backend, window):
+            if window.shared is None or window.shared.finished:
+                window.shared = SharedSession(backend)
+            self.shared = window.shared
+            backend = self.backend = self.shared.backend  # the session's, as its first capture's
         for message in backend.environment_warnings():
             warn_user(message)
         backend_ignores(backend.name, self.options)
@@ -95,7 +119,7 @@ class Session:
                 scratch = self.run_dir / "neuron"
             except Exception as err:  # OSError, or ValueError for a path the OS cannot name
                 self._run_dir_error = err
-        self.capture = CaptureSession(backend, scratch_dir=scratch, options_added=added)
+        self.capture = CaptureSession(backend, scratch_dir=scratch, options_added=added, shared=self.shared)
         try:
             self.capture.start()
         except BaseException:
@@ -121,10 +145,16 @@ class Session:
         stopped is raised again here, after the result was built (``self.result``) and
         exported: what was measured is kept.
         """
+        self.end(exc)
+        return self.build()
+
+    def end(self, exc: BaseException | None) -> None:
+        """End the capture (a shared session's: its range only) and keep what the result is
+        built from; :meth:`build` builds it (for a shared session, once the session ended)."""
         assert self.capture is not None and self.backend is not None
-        record = self.record = self.capture.stop()
+        self.record = self.capture.stop()
         _distributed.mark_stopped(self.dist)  # rank 0: no rank joins this capture from now on
-        facts = CaptureFacts(
+        self._facts = CaptureFacts(
             name=self.name,
             options=self.options,
             target=self.target,
@@ -135,6 +165,13 @@ class Session:
             unprofiled_us=self.unprofiled_us,
             unprofiled_observed=self.unprofiled_observed,
         )
+
+    def build(self, reraise: bool = True) -> ProfileResult:
+        """The result of the ended capture: built, exported, gathered, announced. With
+        ``reraise``, an interrupt that landed while the profiler stopped is raised again."""
+        assert self.capture is not None and self.record is not None and self._facts is not None
+        record = self.record = self.capture.complete(self.record)
+        facts = self._facts
         result = self.result = result_from_record(record, facts)
         save = self._save if self.options.export else None
         try:
@@ -149,7 +186,7 @@ class Session:
         self.result = final
         if self.announce:
             announce_result(final, self.options.print_summary)
-        if record.interrupted is not None:
+        if record.interrupted is not None and reraise:
             raise record.interrupted
         return final
 

@@ -18,7 +18,6 @@ from neuronscope.capture.base import (
     defer_to_thread,
     force_profiler_off,
     has_deferred,
-    hold_claim_for,
     run_deferred,
 )
 from neuronscope.drive.labels import close_range
@@ -50,10 +49,6 @@ def strand(entry: Any, release_profiler: Callable[[], None]) -> None:
         "thread that started it, so this capture is dropped (counted in skipped_calls) and "
         "stopped when its thread next enters neuronscope",
     )
-    hold_claim_for(
-        f"a capture of {name!r} that ended on another thread than its own still holds the "
-        f"profiler until its thread ({entry.thread.name}) next enters neuronscope or ends"
-    )
     capture = getattr(entry.session, "capture", None)
     if capture is not None:  # the module hooks are process-wide: off now, not at the deferred stop
         capture.unhook()
@@ -73,6 +68,12 @@ def strand(entry: Any, release_profiler: Callable[[], None]) -> None:
                 entry.session.abandon()
         finally:
             release_profiler()
+
+    # What a call skipped meanwhile is told (capture.base.claim_held_for).
+    finish.holds_claim = (  # type: ignore[attr-defined]
+        f"a capture of {name!r} that ended on another thread than its own still holds the "
+        f"profiler until its thread ({entry.thread.name}) next enters neuronscope or ends"
+    )
 
     def orphaned() -> None:  # its thread ended: torch's session went with the thread's state
         force_profiler_off()

@@ -6,12 +6,14 @@
 
 from __future__ import annotations
 
+import atexit
 import threading
 from typing import Any
 
+from neuronscope.capture.base import release_profiler
 from neuronscope.result.types import ProfileResult
 
-__all__ = ["CallWindow", "Windows", "windows"]
+__all__ = ["CallWindow", "Windows", "end_open_windows", "end_shared", "keep_shared", "windows"]
 
 
 class CallWindow:
@@ -31,6 +33,13 @@ class CallWindow:
         #: What its last warm-up call observed (capture.observe): its captures' exact data
         #: flow. The window's own, so that two callables of one name never share one.
         self.observation: Any = None
+        #: The profiler session its captures share (capture.record.SharedSession), while open,
+        #: and its captures that ended in it, waiting for its end: (Session, Owner) each.
+        self.shared: Any = None
+        self.pending: list[Any] = []
+        #: Ends the shared session and delivers its captures' results (set by the scope).
+        self.end_shared: Any = None
+        self.shared_name = ""
         self._lock = threading.Lock()
 
     def next_call_captured(self) -> bool:
@@ -45,7 +54,11 @@ class CallWindow:
             return self.active is None or index < self.warmup + self.active
 
     def restart(self) -> None:
-        """Count from zero again: warm-up first, then the captures (``neuronscope.reset()``)."""
+        """Count from zero again: warm-up first, then the captures (``neuronscope.reset()``).
+        A shared session still open ends first: its captures' results are delivered."""
+        end = self.end_shared
+        if end is not None:
+            end()
         with self._lock:
             self.calls = 0
             self.closed = False
@@ -69,6 +82,17 @@ class Windows:
         self._lock = threading.Lock()
         self._by_name: dict[str, CallWindow] = {}
         self.owners: list[Any] = []  # decorated callables, for reset() and the note at exit
+        #: Windows whose shared profiler session is open between two of their captures.
+        self.open_shared: set[CallWindow] = set()
+
+    def shared_note(self) -> str | None:
+        """Why the profiler is held between captures, where a window's shared session is."""
+        for window in list(self.open_shared):
+            return (
+                f"the call window of {window.shared_name!r} keeps one profiler session over its "
+                f"{window.active} captures (one_session) until its last capture ends"
+            )
+        return None
 
     def for_name(self, name: str, warmup: int, active: int | None) -> CallWindow:
         """The name's window; a fresh one when asked for another (a re-run notebook cell with
@@ -97,3 +121,59 @@ class Windows:
 
 # Process-wide by nature: a region name's window outlives its objects (one a pass in a loop).
 windows = Windows()
+
+
+# ---- a window's captures in one profiler session (Options.one_session) ----------------------
+
+
+def keep_shared(window: CallWindow, name: str) -> None:
+    """A capture of ``window`` ended and more are to come: its shared session stays open and
+    holds the profiler's claim (a capture tried meanwhile says why it skipped:
+    :meth:`Windows.shared_note`), until the window's last capture, ``neuronscope.reset()`` or
+    the exit ends it."""
+    window.end_shared = lambda: end_shared(window, release=True)
+    window.shared_name = name
+    windows.open_shared.add(window)
+
+
+def end_shared(window: CallWindow, deliver_last: bool = True, release: bool = False) -> ProfileResult | None:
+    """End ``window``'s shared profiler session on the thread that started it (elsewhere:
+    nothing, its thread ends it): stop it, then build each of its captures' results from
+    its slice, oldest first, and hand them to their owners; the last one is returned instead
+    where ``deliver_last`` is False (the last capture's own exit delivers it). ``release``
+    gives back the claim kept between the captures (an end not at a capture's exit)."""
+    shared = window.shared
+    if shared is not None and shared.thread is not None and shared.thread is not threading.current_thread():
+        return None
+    window.shared = window.end_shared = None
+    windows.open_shared.discard(window)
+    pending, window.pending = window.pending, []
+    try:
+        if shared is not None:
+            try:
+                shared.finish()
+            except Exception:  # the stop failing: each capture's result says it has no events
+                pass
+        last: ProfileResult | None = None
+        for i, (session, owner) in enumerate(pending):
+            final = i == len(pending) - 1 and not deliver_last
+            result = session.build(reraise=final)
+            if final:
+                last = result
+            elif owner is not None:
+                owner.on_result(result)
+        return last
+    finally:
+        if release and shared is not None:
+            release_profiler()
+
+
+@atexit.register
+def end_open_windows() -> None:
+    """At exit, shared sessions still open (windows whose last captures never came) end, and
+    their captures' results are built and exported: what was measured is kept."""
+    for window in list(windows.open_shared):
+        try:
+            end_shared(window, release=True)
+        except Exception:  # pragma: no cover - at exit: nothing more to do
+            pass

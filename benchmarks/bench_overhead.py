@@ -11,8 +11,11 @@ Three sections, each printing medians and the ratio to its target:
 6. Calls that are not captured: ``enabled=False`` / ``NEURONSCOPE_DISABLE=1`` and calls after
    the call window closed (target: at most 2 us per call over the bare function; issue 34 set
    one budget for both, which no user can tell from 1 us).
+7. The user's code between two captures of a window that shares one profiler session
+   (``one_session``): the session open with collection toggled off, against no profiler and
+   against a profiler recording. Target: not measurably slower than bare.
 
-    python benchmarks/bench_overhead.py [--quick] [--runs R] [--section 4,5,6] [--clock wall|cpu]
+    python benchmarks/bench_overhead.py [--quick] [--runs R] [--section 4,5,6,7] [--clock wall|cpu]
 
 ``--quick`` (a CI smoke run): small sizes, few repeats. ``--clock cpu`` times section 6 in this
 thread's CPU time, steadier than wall time on a loaded machine.
@@ -254,11 +257,51 @@ def section_calls(calls: int, repeats: int, clock_name: str = "wall") -> None:
     assert neuronscope  # the package itself is what is measured
 
 
+# ---- 7. between a shared session's captures ------------------------------------------------------
+def section_between(steps: int, rounds: int, clock_name: str = "wall") -> None:
+    """The user's training steps run bare, inside a shared session between two captures
+    (collection toggled off: what ``one_session`` leaves running), and recorded."""
+    from neuronscope.capture import resolve_backend
+    from neuronscope.capture.record import SharedSession
+    from neuronscope.config import build_options
+
+    clock = CLOCKS[clock_name]
+    print(f"\n== 7. between two captures of a shared session: {steps} training steps, median of {rounds} rounds ({clock_name} time) ==")
+    step, _ = make_model()
+    for _ in range(20):
+        step()
+
+    def work() -> float:
+        t0 = clock()
+        for _ in range(steps):
+            step()
+        return clock() - t0
+
+    times: dict[str, list[float]] = {"bare": [], "session open, toggled off": [], "recorded": []}
+    backend = resolve_backend(build_options(None, backend="cpu", export=False))
+    for _ in range(rounds):
+        gc.collect()
+        times["bare"].append(work())
+        shared = SharedSession(backend)
+        shared.open()
+        shared.close()  # between captures: collection off
+        gc.collect()
+        times["session open, toggled off"].append(work())
+        shared.open()
+        times["recorded"].append(work())
+        shared.close()
+        shared.finish()
+    bare = statistics.median(times["bare"])
+    for k, v in times.items():
+        med = statistics.median(v)
+        print(f"  {k:<27} {fmt_s(med):>9}  ({(med - bare) / bare * 100:+5.1f}% over bare; spread {fmt_s(min(v))} to {fmt_s(max(v))})")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="small sizes, few repeats: a smoke test")
     p.add_argument("--runs", type=int, default=5)
-    p.add_argument("--section", default="4,5,6")
+    p.add_argument("--section", default="4,5,6,7")
     p.add_argument("--clock", choices=sorted(CLOCKS), default="wall", help="section 6: wall time, or this thread's CPU time (steadier on a loaded machine)")
     args = p.parse_args(argv)
     sections = {s.strip() for s in args.section.split(",")}
@@ -270,6 +313,8 @@ def main(argv: list[str] | None = None) -> int:
         section_capture(20 if args.quick else 100, 3 if args.quick else max(args.runs, 9))
     if "6" in sections:
         section_calls(2_000 if args.quick else 200_000, 3 if args.quick else 7, args.clock)
+    if "7" in sections:
+        section_between(20 if args.quick else 100, 3 if args.quick else max(args.runs, 9), args.clock)
     return 0
 
 

@@ -223,3 +223,44 @@ def test_another_thread_skips_and_an_error_passes_through(tmp_path: Path) -> Non
     shared(x)
     assert [r.status for r in shared.results] == ["ok", "error", "ok"]
     assert ensure_no_capture_running() and not profiler_running()
+
+
+def test_which_windows_share_a_session() -> None:
+    from neuronscope.capture.cpu import CpuBackend
+    from neuronscope.capture.cuda import CudaBackend
+    from neuronscope.drive.session import shares_session
+    from neuronscope.drive.window import CallWindow
+
+    def opts(**kw):
+        return build_options(None, **kw)
+
+    three, one, every = CallWindow(0, 3), CallWindow(0, 1), CallWindow(0, None)
+    assert shares_session(opts(), CudaBackend(opts()), three)  # CUDA: on by default
+    assert not shares_session(opts(one_session=False), CudaBackend(opts()), three)
+    assert not shares_session(opts(), CudaBackend(opts()), one)  # one capture: nothing to share
+    assert not shares_session(opts(), CudaBackend(opts()), every)  # a region's open-ended window
+    assert not shares_session(opts(), CpuBackend(opts()), three)
+    assert shares_session(opts(one_session=True), CpuBackend(opts()), three)
+
+
+def test_a_ctrl_c_while_a_capture_stops_ends_the_window_and_goes_on(tmp_path: Path, monkeypatch) -> None:
+    """An interrupt that lands while a shared capture stops (in the device sync) is not held
+    until the window's end: the window ends there, its results are delivered, then it is
+    raised; the profiler is off and free."""
+    from neuronscope.capture.cpu import CpuBackend
+
+    x = torch.randn(8, 8)
+    shared = _decorated(True, tmp_path)
+    shared(x)
+    calls = {"n": 0}
+
+    def sync(self) -> None:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(CpuBackend, "synchronize", sync)
+    with pytest.raises(KeyboardInterrupt):
+        shared(x)
+    assert len(shared.results) == 2 and shared.results[1].op("aten::gelu") is not None
+    assert not profiler_running() and ensure_no_capture_running()

@@ -403,7 +403,8 @@ def leave(entry: Entry, exc: BaseException | None) -> ProfileResult | None:
             return session.stop(exc)
         session.end(exc)
         window.pending.append((session, entry.owner))
-        if not window.closed and session.shared is window.shared:
+        interrupted = session.record is not None and session.record.interrupted is not None
+        if not window.closed and session.shared is window.shared and not interrupted:
             keep_claim = True  # more captures of its window to come: the session stays open
             keep_shared(window, entry.owner.name)
             return None

@@ -264,3 +264,33 @@ def test_a_ctrl_c_while_a_capture_stops_ends_the_window_and_goes_on(tmp_path: Pa
         shared(x)
     assert len(shared.results) == 2 and shared.results[1].op("aten::gelu") is not None
     assert not profiler_running() and ensure_no_capture_running()
+
+
+def test_a_shared_capture_ended_on_another_thread_is_dropped_and_the_rest_kept(tmp_path: Path) -> None:
+    """A generator holds a region of a shared window across its yields and is finished on
+    another thread: that capture is dropped (counted), its own thread stops the session when it
+    next enters neuronscope, and what the window captured before is still delivered."""
+    import neuronscope
+    from neuronscope.announce import NeuronscopeWarning
+
+    x = torch.randn(8, 8)
+    kept = []
+
+    def block():
+        with neuron_region("shared_gen", backend="cpu", active=3, one_session=True, export=False) as r:
+            kept.append(r)
+            x.relu()
+            yield 1
+
+    first = block()
+    list(first)  # one capture, in the session
+    moved = block()
+    next(moved)
+    worker = threading.Thread(target=lambda: list(moved))
+    with pytest.warns(NeuronscopeWarning, match="ended on another thread"):
+        worker.start()
+        worker.join()
+    assert ensure_no_capture_running() and not profiler_running()  # stopped by its own thread
+    neuronscope.reset()
+    assert kept[0].result is not None and kept[0].result.op("aten::relu") is not None
+    assert kept[1].result is None and kept[1].skipped_calls == 1

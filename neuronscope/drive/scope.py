@@ -415,7 +415,6 @@ def leave(entry: Entry, exc: BaseException | None) -> ProfileResult | None:
         _profiler.captures_done += 1
 
 
-
 def _keep_observation(owner: Owner | None, observation: Observation | None) -> None:
     """A finished observation goes to the call window that made it (its next capture's)."""
     if observation is not None and owner is not None and owner.window is not None:

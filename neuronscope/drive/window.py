@@ -148,6 +148,9 @@ def end_shared(window: CallWindow, deliver_last: bool = True, release: bool = Fa
     window.shared = window.end_shared = None
     windows.open_shared.discard(window)
     pending, window.pending = window.pending, []
+    # The claim is still the window's only while its session runs (an abandoned one, stopped
+    # by its own thread after a capture ended elsewhere, gave the claim back then).
+    release = release and shared is not None and not shared.finished
     try:
         if shared is not None:
             try:
@@ -164,7 +167,7 @@ def end_shared(window: CallWindow, deliver_last: bool = True, release: bool = Fa
                 owner.on_result(result)
         return last
     finally:
-        if release and shared is not None:
+        if release:
             release_profiler()
 
 

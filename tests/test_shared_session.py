@@ -116,11 +116,11 @@ def test_a_slice_saves_only_its_capture_in_the_chrome_trace(tmp_path: Path) -> N
 
 # ---- a call window's captures in one session, through the decorator and regions --------------
 
-import logging  # noqa: E402
-import threading  # noqa: E402
+import logging
+import threading
 
-from neuronscope import neuron_region, profile_on_neuron  # noqa: E402
-from neuronscope.region import ensure_no_capture_running  # noqa: E402
+from neuronscope import neuron_region, profile_on_neuron
+from neuronscope.region import ensure_no_capture_running
 
 
 def _model_step(x: torch.Tensor) -> torch.Tensor:
@@ -287,10 +287,58 @@ def test_a_shared_capture_ended_on_another_thread_is_dropped_and_the_rest_kept(t
     moved = block()
     next(moved)
     worker = threading.Thread(target=lambda: list(moved))
-    with pytest.warns(NeuronscopeWarning, match="ended on another thread"):
+
+    def finish_elsewhere() -> None:
         worker.start()
         worker.join()
+
+    with pytest.warns(NeuronscopeWarning, match="ended on another thread"):
+        finish_elsewhere()
     assert ensure_no_capture_running() and not profiler_running()  # stopped by its own thread
     neuronscope.reset()
     assert kept[0].result is not None and kept[0].result.op("aten::relu") is not None
     assert kept[1].result is None and kept[1].skipped_calls == 1
+
+
+def test_compares_profiled_calls_share_one_session(sessions) -> None:
+    """compare()'s variants: one session for all their profiled calls with one_session (CUDA's
+    default), each variant's op table as with a session of its own."""
+    from neuronscope import compare
+
+    x = torch.randn(16, 16)
+    variants = {"eager": lambda t: (t * 2 + 1).relu(), "fewer": lambda t: torch.relu(t.mul(2).add_(1))}
+    common = {"backend": "cpu", "export": False, "hints": False, "rounds": 3, "check_outputs": False}
+    one = compare(variants, x, one_session=True, **common)
+    shared_sessions = dict(sessions)
+    each = compare(variants, x, one_session=False, **common)
+    assert shared_sessions["prepare"] == 1 and sessions["prepare"] - shared_sessions["prepare"] == 2
+    for label in variants:
+        a, b = one.results[label], each.results[label]
+        assert sorted((o.name, o.calls) for o in a.ops) == sorted((o.name, o.calls) for o in b.ops)
+        assert sorted(a.regions) == sorted(b.regions)
+    assert [(r.label, r.op_count, r.top_op is None) for r in one.rows] == [
+        (r.label, r.op_count, r.top_op is None) for r in each.rows
+    ]
+    assert ensure_no_capture_running() and not profiler_running()
+
+
+def test_a_variant_that_raises_ends_the_shared_session(sessions) -> None:
+    from neuronscope import compare
+
+    def broken(t):
+        if profiler_running():  # only its profiled calls fail
+            raise ValueError("variant broke")
+        return t
+
+    with pytest.raises(ValueError, match="variant broke"):
+        compare(
+            {"ok": lambda t: t + 1, "broken": broken},
+            torch.ones(4),
+            backend="cpu",
+            export=False,
+            hints=False,
+            rounds=3,
+            check_outputs=False,
+            one_session=True,
+        )
+    assert ensure_no_capture_running() and not profiler_running()

@@ -15,12 +15,10 @@ Four phases, each announced on the ``neuronscope`` logger before it starts:
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import statistics
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from neuronscope.announce import ensure_log_handler, log, warn_user
@@ -42,14 +40,13 @@ from neuronscope.capture.timing import (
 from neuronscope.compare import intervals as stats
 from neuronscope.compare.options import COMPARE_PROFILED, COMPARE_WARMUP, Settings, split_options
 from neuronscope.compare.outputs import outputs_agree
-from neuronscope.compare.range_ops import dispatched_ops
+from neuronscope.compare.range_ops import Profiled, variant_figures
 from neuronscope.config import Options, build_options, disabled_by_env
 from neuronscope.drive.owner import Owner
 from neuronscope.drive.pipeline import now_iso
 from neuronscope.drive.scope import CAPTURE, enter, leave
+from neuronscope.drive.window import CallWindow
 from neuronscope.errors import ConfigError, NeuronscopeError
-from neuronscope.events import table_from_profiler
-from neuronscope.events.modules import split_module_ranges
 from neuronscope.export.comparison import export_comparison
 from neuronscope.result.comparison import Comparison, ComparisonRow
 from neuronscope.result.hint import Hint
@@ -63,27 +60,22 @@ __all__ = [
 
 class _VariantOwner(Owner):
     """A variant's profiled calls: a capture like a region's, whose end compare() reports
-    itself (the comparison is exported as a whole)."""
+    itself (the comparison is exported as a whole). The variants may share one call window
+    (one profiler session for all: ``one_session``); each keeps its own observation."""
 
     announce = False
+    result: ProfileResult | None = None
+
+    def observation(self) -> Observation | None:
+        return self.observed
+
+    def on_result(self, result: ProfileResult) -> None:
+        self.result = result
 
 
 # ---- phases --------------------------------------------------------------------------------------
 def _call_names(label: str, calls: int) -> list[str]:
     return [f"{label}#{i}" for i in range(calls)]
-
-
-@dataclass
-class _Profiled:
-    """What a variant's profiled calls gave."""
-
-    result: ProfileResult
-    prof: Any = None
-    op_count: int = 0
-    all_op_count: int | None = None
-    top_op: str | None = None
-    device_us: float | None = None
-    calls_us: float = 0.0  # the profiled calls' inclusive time, together
 
 
 def _warm_up(
@@ -157,14 +149,17 @@ def _profile_variant(
     options: Options,
     where: str,
     observed: Observation | None = None,
-) -> _Profiled:
-    """``options.active`` calls of ``fn`` in one capture, each its own range ``label#i``.
-    The user's exception passes through unchanged (the capture is stopped first)."""
+    window: CallWindow | None = None,
+) -> Callable[[], Profiled]:
+    """``options.active`` calls of ``fn`` in one capture, each its own range ``label#i``;
+    returns what makes the variant's figures once its result is in (with a ``window`` shared
+    by the variants, at the last variant's end). The user's exception passes through
+    unchanged (the capture is stopped first)."""
     import torch.autograd.profiler as autograd_profiler
 
     calls = options.active or COMPARE_PROFILED
     log.info("neuronscope compare: %s %s: profiling %d call%s for the op table and hints...", where, label, calls, "" if calls == 1 else "s")
-    owner = _VariantOwner(options.with_name(label), label, getattr(fn, "__qualname__", label), None)
+    owner = _VariantOwner(options.with_name(label), label, getattr(fn, "__qualname__", label), window)
     owner.observed = observed
     entry = enter(owner)
     if entry.kind != CAPTURE:
@@ -184,31 +179,11 @@ def _profile_variant(
     except BaseException as exc:
         leave(entry, exc)
         raise
-    result = leave(entry, None)
-    assert result is not None
-    prof = entry.session.prof
-    # Module-call ranges are labels, not ops the variant dispatched (as in the result's tables).
-    _, table = split_module_ranges(table_from_profiler(prof, record_shapes=options.record_shapes))
-    per_range = dispatched_ops(table, names)
-    seen = [per_range[n] for n in names if n in result.regions]
-    profiled = _Profiled(result=result, prof=prof)
-    if seen:
-        profiled.op_count = int(statistics.median(r.dispatched for r in seen))
-        profiled.all_op_count = int(statistics.median(r.total for r in seen))
-        inclusive: dict[str, float] = {}
-        for r in seen:
-            for op, us in (r.inclusive_us or {}).items():
-                inclusive[op] = inclusive.get(op, 0.0) + us
-        profiled.top_op = max(inclusive, key=lambda op: inclusive[op]) if inclusive else None
-    regions = [result.regions[n] for n in names if n in result.regions]
-    profiled.calls_us = sum(r.time_us for r in regions)
-    if result.has_device_time:
-        device = [r.device_time_us for r in regions if r.device_time_us is not None]
-        profiled.device_us = statistics.median(device) if device else None
-    note = stats.spread_note([r.time_us for r in regions], f"the {len(regions)} profiled calls of {label!r}", fmt_us)
-    if note:
-        profiled.result = dataclasses.replace(result, notes=[*result.notes, note])
-    return profiled
+    done = leave(entry, None)
+    if done is not None:
+        owner.on_result(done)
+    session = entry.session
+    return lambda: variant_figures(label, names, options, owner.result, session.prof)
 
 
 def _unprofiled_result(label: str, fn: Callable[..., Any], backend: Backend, times_us: list[float]) -> ProfileResult:
@@ -327,16 +302,27 @@ def compare(variants: Mapping[str, Callable[..., Any]], *args: Any, **options: A
     rounds = _time_variants(variants, args, call_kwargs, backend.synchronize, settings)
     rounds_note = None if settings.rounds is not None else budget_note(rounds.count, rounds.seconds, settings.time_budget)
     capture_opts = build_options(None, **{**opts.to_dict(), "export": False, "print_summary": False})
-    profiled: dict[str, _Profiled] = {}
+    profiled: dict[str, Profiled] = {}
     results: dict[str, ProfileResult] = {}
-    for label, fn in variants.items():
-        if opts.enabled:
-            profiled[label] = _profile_variant(label, fn, args, call_kwargs, capture_opts, where[label], observed[label])
-        else:
-            profiled[label] = _Profiled(_unprofiled_result(label, fn, backend, rounds.per_call_us[label]))
+    # The variants' captures in one profiler session where the options say so (CUDA: each
+    # session after a process's first can return kernel records on another clock).
+    window = CallWindow(0, len(variants)) if opts.enabled else None
+    figures: dict[str, Callable[[], Profiled]] = {}
+    try:
+        for label, fn in variants.items():
+            if opts.enabled:
+                figures[label] = _profile_variant(label, fn, args, call_kwargs, capture_opts, where[label], observed[label], window)
+            else:
+                profiled[label] = Profiled(_unprofiled_result(label, fn, backend, rounds.per_call_us[label]))
+            if opts.warmup == 0 and settings.check_outputs:
+                outputs[label] = fn(*args, **call_kwargs)  # no warm-up output to check
+    finally:
+        if window is not None and window.end_shared is not None:  # a variant failed: the rest is kept
+            window.end_shared()
+    for label in variants:
+        if label in figures:
+            profiled[label] = figures[label]()
         results[label] = profiled[label].result
-        if opts.warmup == 0 and settings.check_outputs:
-            outputs[label] = fn(*args, **call_kwargs)  # no warm-up output to check
     rows, notes = _fill_rows(variants, rounds, profiled, outputs, settings, opts, warm_s)
     notes += [note for note in (rounds_note, _busy_rounds_note(rounds, backend.name)) if note]
     if not opts.enabled:
@@ -380,7 +366,7 @@ def compare(variants: Mapping[str, Callable[..., Any]], *args: Any, **options: A
 def _fill_rows(
     variants: Mapping[str, Callable[..., Any]],
     rounds: Rounds,
-    profiled: dict[str, _Profiled],
+    profiled: dict[str, Profiled],
     outputs: dict[str, Any],
     settings: Settings,
     opts: Options,

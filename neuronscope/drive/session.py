@@ -16,8 +16,8 @@ from typing import Any
 
 from neuronscope.announce import announce_result, backend_ignores, log, warn_once, warn_user
 from neuronscope.capture import Backend, CaptureRecord, CaptureSession, resolve_backend, torch_private
-from neuronscope.capture.record import SharedSession
 from neuronscope.capture.observe import Observation, options_added
+from neuronscope.capture.record import SharedSession
 from neuronscope.config import Options
 from neuronscope.drive import distributed as _distributed
 from neuronscope.drive.pipeline import CaptureFacts, result_from_record

@@ -32,9 +32,9 @@ __all__ = [
     "dispatch_flows_from_points",
     "drop_dispatches",
     "drop_others",
-    "fold_system_profile",
     "flow_launches",
     "flow_ns",
+    "fold_system_profile",
     "launches_by_flow_id",
     "ops_at_launches",
 ]
@@ -244,8 +244,9 @@ def fold_system_profile(table: EventTable, profile: dict[str, Any] | None) -> li
     if not count:
         return []
     profile["ops_from_system_profile"] = sorted(names)
-    return [
+    note = (
         f"device time of {len(names):,} op(s) ({count:,} device execution(s), {ns / 1e3:,.1f} us) is Neuron "
         "Explorer's system profile's, joined to their dispatches by flow id (the framework trace "
         "carries none for them); the step breakdown has no device timeline from it"
-    ]
+    )
+    return [note]

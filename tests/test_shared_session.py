@@ -119,7 +119,7 @@ def test_a_slice_saves_only_its_capture_in_the_chrome_trace(tmp_path: Path) -> N
 import logging
 import threading
 
-from neuronscope import neuron_region, profile_on_neuron
+from neuronscope import from_trace, neuron_region, profile_on_neuron
 from neuronscope.region import ensure_no_capture_running
 
 
@@ -161,6 +161,9 @@ def test_a_decorated_window_shares_one_session_and_gives_the_same_results(sessio
         trace = json.loads((Path(a.run_dir) / "trace.json").read_text())["traceEvents"]
         names = [e.get("name") for e in trace]
         assert names.count("inner") == 1 and "aten::sigmoid" not in names  # its own capture only
+        assert [e["name"] for e in trace if e.get("cat") == "Trace"] == ["PyTorch Profiler (0)"]  # its span, clipped
+        read = from_trace(Path(a.run_dir) / "trace.json")
+        assert sorted((o.name, o.calls) for o in read.ops) == sorted((o.name, o.calls) for o in a.ops)
         assert not any(str(n).startswith(MARKER) for n in names)
     assert shared.last_result is shared.results[-1]
 

@@ -215,6 +215,9 @@ class _ResultsSlice:
         def keep(e: Any) -> bool:
             if not isinstance(e, dict) or e.get("ph") == "M" or not isinstance(e.get("ts"), (int, float)):
                 return True
+            if e.get("cat") == "Trace" and e.get("ph") == "X":  # the session's span: this capture's
+                e["ts"], e["dur"] = lo_us, round(hi_us - lo_us, 3)
+                return True
             return lo_us - 1e-3 <= e["ts"] <= hi_us + 1e-3 and e.get("name") != self._marker
 
         trace["traceEvents"] = [e for e in trace.get("traceEvents", []) if keep(e)]

@@ -98,7 +98,7 @@ def test_a_hint_in_a_helper_function_sits_on_the_module_that_called_it() -> None
     assert set(rms) <= set(mods["blocks.0.norm"].hints) and set(rms) <= set(mods["blocks.1.norm"].hints)
     assert not set(rms) & (set(mods["blocks.0"].hints) | set(mods["head"].hints) | set(mods["blocks.0.proj"].hints))
     # the location is still the helper's line, the one to edit; the spans are not kept
-    file, line = result.hints[rms[0]].location.rsplit(":", 1)
+    _file, line = result.hints[rms[0]].location.rsplit(":", 1)
     assert int(line) in HELPER_LINES and "op_spans" not in result.hints[rms[0]].details
     assert "blocks.0-1" in result.table()
 

@@ -398,15 +398,16 @@ def leave(entry: Entry, exc: BaseException | None) -> ProfileResult | None:
             _close_range(label)
         entry.inner = None
         _close_range(entry)
-        window = getattr(entry.owner, "window", None)
-        if session.shared is None or window is None:
+        owner = entry.owner
+        window = getattr(owner, "window", None)
+        if session.shared is None or window is None or owner is None:
             return session.stop(exc)
         session.end(exc)
-        window.pending.append((session, entry.owner))
+        window.pending.append((session, owner))
         interrupted = session.record is not None and session.record.interrupted is not None
         if not window.closed and session.shared is window.shared and not interrupted:
             keep_claim = True  # more captures of its window to come: the session stays open
-            keep_shared(window, entry.owner.name)
+            keep_shared(window, owner.name)
             return None
         return end_shared(window, deliver_last=False)
     finally:

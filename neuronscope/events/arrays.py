@@ -63,7 +63,7 @@ def as_int64(ids: list[int]) -> np.ndarray:
         return np.array([codes.setdefault(v, len(codes)) for v in ids], dtype=np.int64)
 
 
-def int_column() -> array:  # type: ignore[type-arg]
+def int_column() -> array[int]:
     """An empty column of integers, 8 bytes each (a list holds a 32-byte object per value
     besides its 8-byte pointer); it reads as a list does (index, slice, iterate, ``np.asarray``
     without a copy)."""

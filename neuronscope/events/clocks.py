@@ -32,7 +32,7 @@ FAR_OUTSIDE_NS = 60_000_000_000
 
 
 def off_clock(
-    starts: Sequence[int], ends: Sequence[int], launch_starts: Sequence[int], window: tuple[int, int] | None
+    starts: Sequence[int], ends: Sequence[int], launch_starts: Sequence[int] | np.ndarray, window: tuple[int, int] | None
 ) -> np.ndarray:
     """Which device records are on another clock: they start more than
     :data:`BEFORE_LAUNCH_SLACK_NS` before their launch call (``launch_starts``: -1 where the

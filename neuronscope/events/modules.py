@@ -15,7 +15,6 @@ breakdown gives each backward function to the module whose forward made it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-
 from typing import Any
 
 from neuronscope.capture import torch_private

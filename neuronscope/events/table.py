@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import itertools
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, MutableSequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -162,6 +162,10 @@ MAX_SHAPES_PER_OP = 8
 #: alive at once to a few megabytes however large the capture.
 READ_CHUNK = 1 << 16
 
+#: A column of integers: a list for live captures, an ``array("q")`` for tables read from
+#: trace files (8 bytes a value; it indexes, slices and converts to numpy as a list does).
+IntColumn = MutableSequence[int]
+
 
 @dataclass
 class DeviceEvents:
@@ -169,14 +173,14 @@ class DeviceEvents:
     the interval of the runtime call that launched it (-1 when unknown); plus the host's
     intervals blocked in a synchronisation. What the step breakdown is computed from."""
 
-    starts: list[int] = field(default_factory=list)
-    ends: list[int] = field(default_factory=list)
+    starts: IntColumn = field(default_factory=list)
+    ends: IntColumn = field(default_factory=list)
     streams: list[int] = field(default_factory=list)
     classes: list[int] = field(default_factory=list)
-    launch_starts: list[int] = field(default_factory=list)
-    launch_ends: list[int] = field(default_factory=list)
-    sync_starts: list[int] = field(default_factory=list)
-    sync_ends: list[int] = field(default_factory=list)
+    launch_starts: IntColumn = field(default_factory=list)
+    launch_ends: IntColumn = field(default_factory=list)
+    sync_starts: IntColumn = field(default_factory=list)
+    sync_ends: IntColumn = field(default_factory=list)
     #: each event's device (a trace's ``args.device`` or ``pid``; a live event's device index):
     #: one process may drive several devices, each with its own busy time and streams
     devices: list[int] = field(default_factory=list)
@@ -236,9 +240,9 @@ class EventTable:
     names: list[str] = field(default_factory=list)
     kinds: list[int] = field(default_factory=list)
     tids: list[int] = field(default_factory=list)
-    starts: list[int] = field(default_factory=list)
-    ends: list[int] = field(default_factory=list)
-    device_ns: list[int] = field(default_factory=list)
+    starts: IntColumn = field(default_factory=list)
+    ends: IntColumn = field(default_factory=list)
+    device_ns: IntColumn = field(default_factory=list)
     shapes: list[Any] = field(default_factory=list)  # per event, or empty when not recorded
     has_device: bool = False
     unattributed_device_ns: int = 0

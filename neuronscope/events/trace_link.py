@@ -15,7 +15,7 @@ from neuronscope.events.arrays import int_column
 from neuronscope.events.clocks import host_window, off_clock
 from neuronscope.events.flows import dispatch_flows_from_points, flow_launches
 from neuronscope.events.nesting import add_inner_range_device_time, innermost_open, row_columns
-from neuronscope.events.table import DEVICE_WAIT, promote_compiled_events
+from neuronscope.events.table import DEVICE_WAIT, IntColumn, promote_compiled_events
 
 __all__ = ["RuntimeCalls", "link_file"]
 
@@ -35,8 +35,8 @@ class RuntimeCalls:
     def __init__(self) -> None:
         self.corr: list[Any] = []
         self.thread: list[int] = []
-        self.start: list[int] = int_column()
-        self.end: list[int] = int_column()
+        self.start: IntColumn = int_column()
+        self.end: IntColumn = int_column()
 
     def launches(self, dev_corr: list[Any], fields: tuple[str, ...] = ("thread", "start", "end")) -> np.ndarray:
         """For each correlation of ``dev_corr`` (an int or str; others name none): the

@@ -25,6 +25,7 @@ from neuronscope.events.table import (
     KIND_SPAN,
     SYNC_CATEGORIES,
     DeviceEvents,
+    IntColumn,
     blocks_host,
     category_kind,
     clean_name,
@@ -82,7 +83,8 @@ class _Reader:
         self.saw_counters = False
         self.negative = 0  # events with a negative duration, read as 0
         self.device = DeviceEvents(
-            **{key: int_column() for key in ("starts", "ends", "launch_starts", "launch_ends", "sync_starts", "sync_ends")}
+            starts=int_column(), ends=int_column(), launch_starts=int_column(), launch_ends=int_column(),
+            sync_starts=int_column(), sync_ends=int_column(),
         )
         self._reset_file()
 
@@ -93,8 +95,8 @@ class _Reader:
         self.runtime = RuntimeCalls()
         self.dev_corr: list[Any] = []
         self.dev_ext: list[Any] = []
-        self.dev_dur: list[int] = int_column()
-        self.dev_start: list[int] = int_column()
+        self.dev_dur: IntColumn = int_column()
+        self.dev_start: IntColumn = int_column()
         self.dev_stream: list[int] = []
         self.dev_class: list[int] = []
         self.dev_device: list[int] = []
@@ -464,7 +466,7 @@ def _short(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def _start_order(starts: list[int], ends: list[int]) -> np.ndarray | None:
+def _start_order(starts: Sequence[int], ends: Sequence[int]) -> np.ndarray | None:
     """The rows by start, and for equal starts the longer (the parent) first; None where they
     are in that order already. Timestamps are within int64 (checked as each file is read)."""
     s = np.array(starts, dtype=np.int64)

@@ -226,7 +226,7 @@ class _Nesting:
         """:meth:`innermost`'s call as (start, end, name)."""
         k = bisect.bisect_right(self.starts, s)
         for j in range(k - 1, max(k - 64, 0) - 1, -1):  # a few back: calls nest shallowly
-            rs, re_, name = self.ranges[j]
+            rs, re_, _name = self.ranges[j]
             if rs <= s and e <= re_:
                 return self.ranges[j]
         return None

@@ -83,7 +83,7 @@ class _Innermost:
         k = bisect.bisect_right(self._starts[tid], start)
         while k > 0:
             k -= 1
-            c_start, c_end, name = calls[k]
+            _c_start, c_end, name = calls[k]
             if c_end >= end:
                 return name
             # a call that ended before the span (a sibling) holds nothing after it: look further up

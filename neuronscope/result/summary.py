@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,7 +59,7 @@ def _without_python_frames(others: EventTable) -> EventTable | None:
     if not any(keep):
         return None
 
-    def kept(values: list[Any]) -> list[Any]:
+    def kept(values: Sequence[Any]) -> list[Any]:
         return list(itertools.compress(values, keep))
 
     return EventTable(

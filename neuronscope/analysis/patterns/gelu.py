@@ -8,9 +8,42 @@ from typing import Any
 
 from neuronscope.analysis.opgraph import OpGraph, OpNode
 from neuronscope.analysis.patterns.base import Match, Pattern, input_from, only_big, root_value, single_consumer
+from neuronscope.analysis.patterns.spelling import Spelling
 from neuronscope.capture import idioms
 
 __all__ = ["GELU"]
+
+
+_C = math.sqrt(2.0 / math.pi)
+
+
+def _spelling(t: Any, half: str, inner: str) -> Any:
+    """GELU written out: ``0.5 * x * (1 + tanh(...))`` or ``x * 0.5 * (1 + erf(...))`` (or the
+    halving last: ``x * (1 + erf(...)) / 2``), the argument as GPT-2's NewGELU writes it
+    (``c * (x + 0.044715 * x**3)``), FastGELU / Bloom (``x * c * (1 + 0.044715 * x * x)``), with
+    a square (``c * x * (1 + 0.044715 * x**2)``), divided by ``sqrt(pi / 2)``, or BERT's
+    ``x / sqrt(2)`` / ``x * (1 / sqrt(2))`` under erf."""
+    import torch
+
+    x = t.x
+    head = {"0.5 * x": lambda: 0.5 * x, "x * 0.5": lambda: x * 0.5, "last": lambda: x}[half]()
+    u = {
+        "cubic": lambda: torch.tanh(_C * (x + 0.044715 * torch.pow(x, 3.0))),
+        "fast": lambda: torch.tanh(x * _C * (1.0 + 0.044715 * x * x)),
+        "bloom": lambda: torch.tanh(_C * x * (1 + 0.044715 * x * x)),
+        "square": lambda: torch.tanh(_C * x * (1 + 0.044715 * x**2)),
+        "root_divided": lambda: torch.tanh((x + 0.044715 * x**3) / math.sqrt(math.pi / 2)),
+        "erf_div": lambda: torch.erf(x / math.sqrt(2.0)),
+        "erf_mul": lambda: torch.erf(x * (1.0 / math.sqrt(2.0))),
+    }[inner]()
+    y = head * (1.0 + u)
+    return y / 2 if half == "last" else y
+
+
+SPELLINGS = (
+    Spelling(_spelling, {"half": ("0.5 * x", "x * 0.5"), "inner": ("cubic", "fast", "bloom", "square", "root_divided", "erf_div", "erf_mul")}),
+    Spelling(_spelling, {"half": ("last",), "inner": ("erf_div", "erf_mul")}),
+)
 
 
 #: Most ops in the polynomial inside a GELU's tanh/erf (``x + 0.044715 * x**3`` scaled, or
@@ -158,24 +191,6 @@ def _suggest(m: Match, backend: str) -> str:
     return "use torch.nn.functional.gelu(x)"
 
 
-def _sequence_check(members: list[OpNode]) -> bool:
-    """In op order, the ops before tanh must make a cubic term and then add it to the linear
-    one: an ``add`` after a ``pow`` or after two multiplies (``0.044715 * x * x``), and tanh's
-    argument a sum or its scaling (``x * 0.5 * (1 + tanh(x / 2))``, SiLU, ends in a division;
-    a residual add and scales before it are not GELU's). A trace records no numbers: an erf's
-    argument cannot be told from GELU's ``x / sqrt(2)``."""
-    ops = [m.op for m in members]
-    k = next((i for i, op in enumerate(ops) if op in ("tanh", "erf")), None)
-    if k is None or ops[k] == "erf":
-        return k is not None
-    head = ops[:k]
-    if not head or head[-1] not in ("mul", "add") or "add" not in head:
-        return False
-    add = len(head) - 1 - head[::-1].index("add")  # the last add: linear + cubic
-    before = head[:add]
-    return "pow" in before or before.count("mul") >= 2
-
-
 def _sequence_params(members: list[OpNode]) -> dict[str, Any]:
     return {"approximate": "tanh" if any(m.op == "tanh" for m in members) else "none"}
 
@@ -183,9 +198,8 @@ def _sequence_params(members: list[OpNode]) -> dict[str, Any]:
 GELU = Pattern(
     name="gelu",
     match=match_gelu,
-    sequence=r"(?:(?:mul|div|pow|add) ){2,7}(?:tanh|erf) add mul (?:mul |div )?",
+    spellings=SPELLINGS,
     suggest=_suggest,
     verify=idioms.gelu,
     sequence_params=_sequence_params,
-    sequence_check=_sequence_check,
 )

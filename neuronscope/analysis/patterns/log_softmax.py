@@ -5,17 +5,52 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 from neuronscope.analysis.opgraph import OpGraph, OpNode
 from neuronscope.analysis.patterns.base import SOFTMAXES, Match, Pattern, same_value, single_consumer
 from neuronscope.analysis.patterns.softmax import UNKNOWN_DIM, match_softmax, reduced_dims
+from neuronscope.analysis.patterns.softmax import _spelling as softmax_spelling
+from neuronscope.analysis.patterns.spelling import Spelling
 from neuronscope.capture import idioms
 
 __all__ = ["LOG_SOFTMAX", "match_log_softmax"]
 
 #: What reads log-probabilities in a hand-written cross-entropy (the loss the fused call computes).
 LOSSES = frozenset({"gather", "nll_loss", "nll_loss_nd", "nll_loss2d"})
+
+
+def _spelling(t: Any, form: str, shift: str | None, division: str, loss: str | None) -> Any:
+    """Log-softmax written out (``z - log(sum(exp(z)))``, ``z`` shifted by ``max`` / ``amax`` or
+    not), through ``logsumexp``, or ``log(softmax(x))`` (softmax fused or written out); alone or
+    read by ``gather`` / ``nll_loss`` (a hand-written cross-entropy)."""
+    import torch
+
+    x = t.x.reshape(-1, t.x.shape[-1])
+    if form == "logsumexp":
+        logp = x - torch.logsumexp(x, -1, keepdim=True)
+    elif form == "log(softmax)":
+        logp = torch.log(torch.softmax(x, -1))
+    elif form == "log(written softmax)":
+        logp = torch.log(softmax_spelling(SimpleNamespace(x=x), shift=shift, form=division))
+    else:
+        z = x if shift is None else x - (x.amax(-1, keepdim=True) if shift == "amax" else x.max(dim=-1, keepdim=True).values)
+        logp = z - torch.log(torch.exp(z).sum(-1, keepdim=True))
+    if loss == "gather":
+        return logp.gather(-1, t.target[:, None])
+    if loss == "nll_loss":
+        return torch.nn.functional.nll_loss(logp, t.target)
+    return logp
+
+
+SPELLINGS = (
+    Spelling(
+        _spelling,
+        {"form": ("written", "logsumexp", "log(softmax)", "log(written softmax)"), "shift": (None, "max", "amax"),
+         "division": ("div", "twice", "reciprocal"), "loss": (None, "gather", "nll_loss")},
+    ),
+)
 
 
 def _written_out(g: OpGraph, n: OpNode) -> tuple[list[OpNode], Any, int | None] | None:
@@ -90,11 +125,7 @@ def _sequence_params(members: list[OpNode]) -> dict[str, Any]:
 LOG_SOFTMAX = Pattern(
     name="log_softmax",
     match=match_log_softmax,
-    sequence=(
-        r"(?:(?:(?:max|amax) sub )?exp sum log sub |logsumexp sub "
-        r"|(?:_?softmax |(?:(?:max|amax) sub )?exp (?:exp )?sum (?:div |reciprocal mul ))log )"
-        r"(?:gather |nll_loss_nd |nll_loss2d |nll_loss )?"
-    ),
+    spellings=SPELLINGS,
     sequence_shapes="row",
     fused_passes=2,
     suggest=_suggest,

@@ -3,10 +3,31 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from neuronscope.analysis.opgraph import OpGraph, OpNode
 from neuronscope.analysis.patterns.base import Match, Pattern
+from neuronscope.analysis.patterns.spelling import Spelling
 
 __all__ = ["ROTARY_EMBEDDING"]
+
+
+def _spelling(t: Any, rotate: str) -> Any:
+    """``x * cos + rotate_half(x) * sin``: Llama's ``rotate_half`` (``cat((-x2, x1))``) or GPT-J's
+    interleaved ``rotate_every_two`` (``stack((-x2, x1), -1).flatten(-2)``)."""
+    import torch
+
+    def rotated(x: Any) -> Any:
+        if rotate == "half":
+            x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
+            return torch.cat((-x2, x1), dim=-1)
+        x1, x2 = x[..., ::2], x[..., 1::2]
+        return torch.stack((-x2, x1), dim=-1).flatten(-2)
+
+    return (t.x * t.cos) + (rotated(t.x) * t.sin)
+
+
+SPELLINGS = (Spelling(_spelling, {"rotate": ("half", "every_two")}),)
 
 
 def match_rotary(g: OpGraph, n: OpNode) -> Match | None:
@@ -58,7 +79,7 @@ def _suggest(m: Match, backend: str) -> str:
 ROTARY_EMBEDDING = Pattern(
     name="rotary_embedding",
     match=match_rotary,
-    sequence=r"mul neg (?:cat|stack) (?:flatten |reshape )?mul add ",
+    spellings=SPELLINGS,
     sequence_shapes="rotary",
     suggest=_suggest,
     eager_replacement=False,

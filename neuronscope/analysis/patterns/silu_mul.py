@@ -7,9 +7,26 @@ from typing import Any
 
 from neuronscope.analysis.opgraph import OpGraph, OpNode
 from neuronscope.analysis.patterns.base import Match, Pattern
+from neuronscope.analysis.patterns.spelling import Spelling
 from neuronscope.capture import idioms
 
 __all__ = ["SILU_MUL"]
+
+
+def _spelling(t: Any, activation: str, up: str | None) -> Any:
+    """The GLU product: ``silu(gate) * up`` (SwiGLU), ``gate * sigmoid(gate) * up``,
+    ``gelu(gate) * up`` (GeGLU); the up projection made before it, or between the activation
+    and the product (``act(gate_proj(x)) * up_proj(x)``: a trace shows it in between)."""
+    import torch
+
+    F = torch.nn.functional
+    gate = t.x
+    act = {"silu": lambda: F.silu(gate), "gelu": lambda: F.gelu(gate), "sigmoid": lambda: gate * torch.sigmoid(gate)}[activation]()
+    other = {None: lambda: t.up, "linear": lambda: F.linear(t.up, t.proj), "matmul": lambda: t.up @ t.proj}[up]()
+    return act * other
+
+
+SPELLINGS = (Spelling(_spelling, {"activation": ("silu", "gelu", "sigmoid"), "up": (None, "linear", "matmul")}),)
 
 
 def match_silu_mul(g: OpGraph, n: OpNode) -> Match | None:
@@ -59,7 +76,7 @@ def _sequence_params(members: list[OpNode]) -> dict[str, Any]:
 SILU_MUL = Pattern(
     name="silu_mul",
     match=match_silu_mul,
-    sequence=r"(?:silu |gelu |sigmoid mul )(?:linear |matmul |mm |addmm )?mul ",
+    spellings=SPELLINGS,
     suggest=_suggest,
     verify=idioms.silu_mul,
     sequence_skip=frozenset({"linear", "matmul", "mm", "addmm"}),

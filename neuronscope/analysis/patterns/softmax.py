@@ -7,9 +7,26 @@ from typing import Any
 
 from neuronscope.analysis.opgraph import VIEW_OPS, OpGraph, OpNode, TensorArg
 from neuronscope.analysis.patterns.base import Match, Pattern, input_from, same_value
+from neuronscope.analysis.patterns.spelling import Spelling
 from neuronscope.capture import idioms
 
 __all__ = ["SOFTMAX", "UNKNOWN_DIM", "match_softmax", "reduced_dims"]
+
+
+def _spelling(t: Any, shift: str | None, form: str) -> Any:
+    """Softmax written out: ``exp(x - max) / sum``, the shift by ``max`` / ``amax`` or none, the
+    exp once or twice (``exp(z) / exp(z).sum()``), or ``e * (1 / sum)``."""
+    import torch
+
+    x = t.x
+    z = {None: lambda: x, "max": lambda: x - x.max(dim=-1, keepdim=True).values, "amax": lambda: x - x.amax(-1, keepdim=True)}[shift]()
+    if form == "twice":
+        return torch.exp(z) / torch.exp(z).sum(-1, keepdim=True)
+    e = torch.exp(z)
+    return e * e.sum(-1, keepdim=True).reciprocal() if form == "reciprocal" else e / e.sum(-1, keepdim=True)
+
+
+SPELLINGS = (Spelling(_spelling, {"shift": (None, "max", "amax"), "form": ("div", "twice", "reciprocal")}),)
 
 
 def match_softmax(g: OpGraph, n: OpNode) -> Match | None:
@@ -91,7 +108,7 @@ def _sequence_params(members: list[OpNode]) -> dict[str, Any]:
 SOFTMAX = Pattern(
     name="softmax",
     match=match_softmax,
-    sequence=r"(?:(?:max|amax) sub )?exp (?:exp )?sum (?:div |reciprocal mul )",
+    spellings=SPELLINGS,
     sequence_shapes="row",
     fused_passes=2,
     suggest=_suggest,

@@ -1,0 +1,174 @@
+"""An idiom's spellings, written once in PyTorch, and what the matchers derive from them.
+
+A :class:`Spelling` is a function written the way model code writes the idiom, over example
+tensors (``t.x``, ``t.weight``...), with keyword choices the engine runs it under (weight or
+none, a mask by ``add`` or by ``masked_fill``). :func:`op_orders` runs every spelling once per
+choice and dtype on small tensors under a :class:`torch.overrides.TorchFunctionMode` and keeps
+the ops in the order torch's profiler records them at the user's level (``aten::pow``,
+``aten::mean``...; views, and casts that copied nothing, are no ops there): the op orders a
+trace shows for that idiom. Derived once per process, on first use (a few milliseconds), never
+for a capture that has data flow.
+
+A mode rather than the profiler: it sees the user-level calls (a mode is off inside its own
+handler, so a call's internals are not recorded, as they are not user-level ops to the
+profiler), costs nothing to start, and cannot disturb a profiler the user has running. That it
+names the same ops as the profiler is a test (``tests/test_idiom_spellings.py``).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType, SimpleNamespace
+from typing import Any
+
+from neuronscope.analysis.opgraph import MAYBE_ALIAS_OPS, VIEW_OPS
+
+__all__ = ["EXAMPLE_DIM", "Orders", "Spelling", "examples", "op_orders", "recorded_ops"]
+
+#: The last dim of the example tensors: even (rotary halves it), and unlike their other dims,
+#: so that a per-row statistic, a weight and the input all have other shapes.
+EXAMPLE_DIM = 8
+
+
+@dataclass(frozen=True, eq=False)  # by identity: the derived orders are cached per spelling
+class Spelling:
+    """One way code writes an idiom: ``fn(t, **choice)`` over example tensors ``t`` (see
+    :func:`examples`), run under every combination of ``choices`` (name -> values)."""
+
+    fn: Callable[..., Any]
+    choices: Mapping[str, tuple[Any, ...]] = field(default_factory=lambda: MappingProxyType({}))
+
+    def variants(self) -> Iterable[dict[str, Any]]:
+        names = list(self.choices)
+        for values in itertools.product(*(self.choices[n] for n in names)):
+            yield dict(zip(names, values))
+
+
+def examples(dtype: Any) -> SimpleNamespace:
+    """Small example tensors by the names spellings use, of ``dtype`` (a float dtype)."""
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+
+    def r(*shape: int) -> Any:
+        return torch.randn(*shape, generator=g).to(dtype)
+
+    d = EXAMPLE_DIM
+    x = r(2, 4, d)
+    q, k, v = r(2, 2, 4, d), r(2, 2, 4, d), r(2, 2, 4, d)
+    return SimpleNamespace(
+        x=x, weight=r(d), bias=r(d), up=r(2, 4, d), cos=r(2, 4, d), sin=r(2, 4, d), proj=r(d, d),
+        q=q, k=k, v=v, mask=r(2, 2, 4, 4), bool_mask=torch.ones(2, 2, 4, 4, dtype=torch.bool),
+        target=torch.randint(0, d, (8,), generator=g),
+    )
+
+
+#: Python-level callables named otherwise than the op the profiler records for them, or that
+#: run two user-level ops (``1 / t`` is ``reciprocal`` then ``mul``); () records nothing.
+_OP_NAMES = MappingProxyType({
+    "truediv": ("div",), "rtruediv": ("reciprocal", "mul"), "rdiv": ("reciprocal", "mul"), "radd": ("add",), "rmul": ("mul",),
+    "rpow": ("pow",), "rmatmul": ("matmul",), "iadd": ("add",), "imul": ("mul",), "isub": ("sub",),
+    "itruediv": ("div",), "float": ("to",), "half": ("to",), "bfloat16": ("to",), "double": ("to",),
+    "nll_loss": ("nll_loss_nd",), "getitem": (), "setitem": (), "get": (),
+})
+
+
+def _op_names(func: Any) -> tuple[str, ...]:
+    name = getattr(func, "__name__", "") or ""
+    base = name.strip("_")
+    if base in _OP_NAMES:
+        return _OP_NAMES[base]
+    return (base,) if base else ()  # ``mul_`` in place: ``mul``, as short_name names it
+
+
+def _storages(value: Any) -> set[int]:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return {value.untyped_storage().data_ptr()} if value.numel() else set()
+    if isinstance(value, (list, tuple)):
+        return set().union(*map(_storages, value)) if value else set()
+    return set()
+
+
+def recorded_ops(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[str]:
+    """The user-level ops a profiler would record for ``fn(*args, **kwargs)``, in order, named
+    as :func:`~neuronscope.analysis.opgraph.short_name` names them; views and casts that copied
+    nothing left out (they are no op in a trace's op order)."""
+    from torch.overrides import TorchFunctionMode
+
+    ops: list[str] = []
+
+    class _Record(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            out = func(*args, **(kwargs or {}))
+            names = _op_names(func)
+            made = _storages(out)
+            if not names or not made or names[0] in VIEW_OPS:
+                return out  # no tensor made (``x.shape``), or a view
+            if names[0] in MAYBE_ALIAS_OPS and made <= _storages((args, list((kwargs or {}).values()))):
+                return out  # a cast to the dtype it had, a reshape that viewed: no op in op order
+            ops.extend(names)
+            return out
+
+    with _Record():
+        fn(*args, **kwargs)
+    return ops
+
+
+@functools.lru_cache(maxsize=None)
+def op_orders(spellings: tuple[Spelling, ...]) -> frozenset[tuple[str, ...]]:
+    """Every op order the spellings show, each run once per choice, in float32 and bfloat16
+    (a cast that copies shows only in the second)."""
+    import torch
+
+    found: set[tuple[str, ...]] = set()
+    threads = torch.get_num_threads()
+    # One thread: on a busy machine a parallel op (softmax) waited milliseconds for its workers
+    # on these tiny tensors, hundreds of times over.
+    torch.set_num_threads(1)
+    try:
+        with torch.no_grad():
+            for dtype in (torch.float32, torch.bfloat16):
+                t = examples(dtype)
+                for spelling in spellings:
+                    for choice in spelling.variants():
+                        found.add(tuple(recorded_ops(spelling.fn, t, **choice)))
+    finally:
+        torch.set_num_threads(threads)
+    found.discard(())
+    return frozenset(found)
+
+
+class Orders:
+    """The op orders of one idiom, as the op-order matcher asks about them."""
+
+    def __init__(self, orders: Iterable[tuple[str, ...]]) -> None:
+        self.orders = frozenset(orders)
+        self.lengths = sorted({len(o) for o in self.orders}, reverse=True)
+        self.words = frozenset(w for o in self.orders for w in o)
+        self.firsts = frozenset(o[0] for o in self.orders)
+
+    def fullmatch(self, tokens: list[str], i: int, j: int) -> bool:
+        """Are ``tokens[i:j]`` one of the orders?"""
+        return tuple(tokens[i:j]) in self.orders
+
+    def longest_at(self, tokens: list[str], i: int) -> int | None:
+        """The end of the longest order starting at ``tokens[i]``, or None."""
+        if i >= len(tokens) or tokens[i] not in self.firsts:
+            return None
+        for n in self.lengths:
+            if i + n <= len(tokens) and tuple(tokens[i : i + n]) in self.orders:
+                return i + n
+        return None
+
+    def search(self, tokens: list[str], i: int) -> tuple[int, int] | None:
+        """The first order at ``tokens[i]`` or after, as (start, end of the longest there)."""
+        firsts = self.firsts
+        for p in range(i, len(tokens)):
+            if tokens[p] in firsts and (end := self.longest_at(tokens, p)) is not None:
+                return p, end
+        return None

@@ -1,0 +1,83 @@
+"""Tests of the idioms' declared spellings (neuronscope.analysis.patterns.spelling): what the
+op-order matcher derives from them is what torch's profiler records for the same code."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from neuronscope.analysis.dataflow import graph_from_table
+from neuronscope.analysis.fusion import NOT_FROM_OP_ORDER
+from neuronscope.analysis.opgraph import VIEW_OPS
+from neuronscope.analysis.patterns import REGISTRY
+from neuronscope.analysis.patterns.spelling import Spelling, examples, op_orders, recorded_ops
+from neuronscope.events import table_from_profiler
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _profiled_ops(fn: Any, t: Any, **choice: Any) -> list[str]:
+    """The user-level ops torch's profiler records for ``fn(t, **choice)`` (views left out, as
+    the op-order matcher leaves them out)."""
+    fn(t, **choice)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        fn(t, **choice)
+    graph = graph_from_table(table_from_profiler(prof, record_shapes=True))
+    return [n.op for n in graph.nodes if n.op not in VIEW_OPS]
+
+
+def _one_axis_at_a_time(spelling: Spelling) -> list[dict[str, Any]]:
+    """Each choice's every value at least once: the first variant, then one axis changed."""
+    base = {name: values[0] for name, values in spelling.choices.items()}
+    out = [base]
+    for name, values in spelling.choices.items():
+        out += [{**base, name: v} for v in values[1:]]
+    return out
+
+
+SPELLINGS = [(p.name, i, s) for p in REGISTRY for i, s in enumerate(p.spellings)]
+
+
+@pytest.mark.parametrize(("pattern", "index", "spelling"), SPELLINGS, ids=[f"{n}-{i}" for n, i, _ in SPELLINGS])
+def test_recorded_ops_are_the_profilers(pattern: str, index: int, spelling: Spelling) -> None:
+    """The ops a spelling is recorded with (a torch function mode, no profiler) are the
+    user-level ops the profiler records for it, in order, in float32 and in bfloat16 (where
+    casts copy)."""
+    for dtype in (torch.float32, torch.bfloat16):
+        t = examples(dtype)
+        for choice in _one_axis_at_a_time(spelling):
+            assert recorded_ops(spelling.fn, t, **choice) == _profiled_ops(spelling.fn, t, **choice), (pattern, choice, dtype)
+
+
+def test_every_idiom_a_trace_can_show_is_declared_in_pytorch() -> None:
+    """Each pattern but the generic chain (a claim about data flow) has spellings, and their
+    op orders are derived, distinct per spelling choice, and never empty."""
+    assert {p.name for p in REGISTRY if not p.spellings} == set(NOT_FROM_OP_ORDER)
+    for p in REGISTRY:
+        if p.spellings:
+            orders = op_orders(p.spellings)
+            assert orders and all(orders), p.name
+
+
+def test_a_new_spelling_is_matched_in_a_trace() -> None:
+    """Adding a spelling is declaring it: the op-order matcher takes its orders as they are
+    derived, with no pattern text to write (here: an RMSNorm through ``torch.sqrt`` and a
+    ``reciprocal`` call, which no declared spelling runs)."""
+
+    def written(t: Any) -> Any:
+        x = t.x
+        return x * torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6).reciprocal() * t.weight
+
+    new = Spelling(written)
+    (order,) = op_orders((new,))
+    assert order == ("pow", "mean", "add", "sqrt", "reciprocal", "mul", "mul")

@@ -132,7 +132,7 @@ def find_sequence_matches(g: OpGraph) -> list[Match]:
                     continue
                 i0 = ops.yielding_head(record.name, rx, i0, end, claimed)
                 end = ops.yielding_tail(record.name, rx, i0, end)
-                members = [m for m in seq[i0:end] if m.op not in record.sequence_skip]
+                members = [m for m, own in zip(seq[i0:end], rx.own(ops.tokens, i0, end)) if own]
                 i = end
                 claimed.update(m.index for m in members)
                 x = members[0].inputs[0] if members[0].inputs else None

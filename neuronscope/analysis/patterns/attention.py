@@ -76,14 +76,15 @@ def _spelling(t: Any, matmul: str, scale: str | None, mask: str | None, softmax:
     return torch.matmul(p, v)
 
 
-_ATTENTION_CHOICES = {
+_ATTENTION_CHOICES = MappingProxyType({
     "mask": (None, "add", "bias, add", "masked_fill", "eq, masked_fill", "where"),
     "softmax": ("fused", "float32", "amax", "plain"),
     "dropout": (False, True),
-}
+})
+_MASKS = ("mask", "bool_mask")
 SPELLINGS = (
-    Spelling(_spelling, {"matmul": ("matmul", "bmm", "einsum"), "scale": (None, "mul", "div", "q"), **_ATTENTION_CHOICES}),
-    Spelling(_spelling, {"matmul": ("baddbmm",), "scale": (None,), **_ATTENTION_CHOICES}),
+    Spelling(_spelling, {"matmul": ("matmul", "bmm", "einsum"), "scale": (None, "mul", "div", "q"), **_ATTENTION_CHOICES}, side=_MASKS),
+    Spelling(_spelling, {"matmul": ("baddbmm",), "scale": (None,), **_ATTENTION_CHOICES}, side=_MASKS),
 )
 
 

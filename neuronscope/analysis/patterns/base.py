@@ -101,8 +101,6 @@ class Pattern:
     #: Whether torch has an eager fused replacement; False: the fused form is torch.compile's,
     #: and the cost model charges compiled code's entry cost.
     eager_replacement: bool = True
-    #: Ops a trace match of this idiom may span but does not include (silu_mul's up projection).
-    sequence_skip: frozenset[str] = frozenset()
     #: Where a hint points: False, the line of the idiom's result (its last op: a norm's
     #: ``return``, rotary's ``q_embed = ...``); True, the line of its first op, where a
     #: multi-line idiom starts (attention's ``q @ k^T``, not the ``@ v`` lines later).

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import Any
 
 from neuronscope.analysis.opgraph import OpGraph, OpNode
@@ -65,7 +66,7 @@ def _late(t: Any, **choice: Any) -> Any:
     return y + t.bias if choice["bias"] else y
 
 
-_AFFINE = {"weight": (False, True), "bias": (False, True)}
+_AFFINE = MappingProxyType({"weight": (False, True), "bias": (False, True)})
 SPELLINGS = (
     Spelling(_spelling, {"stats": ("centred", "centred_twice", "var", "var_mean"), "root": ("rsqrt", "sqrt"), **_AFFINE}),
     Spelling(_spelling, {"stats": ("std",), "root": ("none",), **_AFFINE}),

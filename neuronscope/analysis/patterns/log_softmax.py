@@ -10,8 +10,7 @@ from typing import Any
 
 from neuronscope.analysis.opgraph import OpGraph, OpNode
 from neuronscope.analysis.patterns.base import SOFTMAXES, Match, Pattern, same_value, single_consumer
-from neuronscope.analysis.patterns.softmax import UNKNOWN_DIM, match_softmax, reduced_dims
-from neuronscope.analysis.patterns.softmax import _spelling as softmax_spelling
+from neuronscope.analysis.patterns.softmax import UNKNOWN_DIM, match_softmax, reduced_dims, written_softmax
 from neuronscope.analysis.patterns.spelling import Spelling
 from neuronscope.capture import idioms
 
@@ -33,7 +32,7 @@ def _spelling(t: Any, form: str, shift: str | None, division: str, loss: str | N
     elif form == "log(softmax)":
         logp = torch.log(torch.softmax(x, -1))
     elif form == "log(written softmax)":
-        logp = torch.log(softmax_spelling(SimpleNamespace(x=x), shift=shift, form=division))
+        logp = torch.log(written_softmax(SimpleNamespace(x=x), shift=shift, form=division))
     else:
         z = x if shift is None else x - (x.amax(-1, keepdim=True) if shift == "amax" else x.max(dim=-1, keepdim=True).values)
         logp = z - torch.log(torch.exp(z).sum(-1, keepdim=True))

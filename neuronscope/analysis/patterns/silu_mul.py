@@ -26,7 +26,7 @@ def _spelling(t: Any, activation: str, up: str | None) -> Any:
     return act * other
 
 
-SPELLINGS = (Spelling(_spelling, {"activation": ("silu", "gelu", "sigmoid"), "up": (None, "linear", "matmul")}),)
+SPELLINGS = (Spelling(_spelling, {"activation": ("silu", "gelu", "sigmoid"), "up": (None, "linear", "matmul")}, side=("up", "proj")),)
 
 
 def match_silu_mul(g: OpGraph, n: OpNode) -> Match | None:
@@ -79,7 +79,6 @@ SILU_MUL = Pattern(
     spellings=SPELLINGS,
     suggest=_suggest,
     verify=idioms.silu_mul,
-    sequence_skip=frozenset({"linear", "matmul", "mm", "addmm"}),
     eager_replacement=False,
     sequence_params=_sequence_params,
 )

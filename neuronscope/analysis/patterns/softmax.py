@@ -10,10 +10,10 @@ from neuronscope.analysis.patterns.base import Match, Pattern, input_from, same_
 from neuronscope.analysis.patterns.spelling import Spelling
 from neuronscope.capture import idioms
 
-__all__ = ["SOFTMAX", "UNKNOWN_DIM", "match_softmax", "reduced_dims"]
+__all__ = ["SOFTMAX", "UNKNOWN_DIM", "match_softmax", "reduced_dims", "written_softmax"]
 
 
-def _spelling(t: Any, shift: str | None, form: str) -> Any:
+def written_softmax(t: Any, shift: str | None, form: str) -> Any:
     """Softmax written out: ``exp(x - max) / sum``, the shift by ``max`` / ``amax`` or none, the
     exp once or twice (``exp(z) / exp(z).sum()``), or ``e * (1 / sum)``."""
     import torch
@@ -26,7 +26,7 @@ def _spelling(t: Any, shift: str | None, form: str) -> Any:
     return e * e.sum(-1, keepdim=True).reciprocal() if form == "reciprocal" else e / e.sum(-1, keepdim=True)
 
 
-SPELLINGS = (Spelling(_spelling, {"shift": (None, "max", "amax"), "form": ("div", "twice", "reciprocal")}),)
+SPELLINGS = (Spelling(written_softmax, {"shift": (None, "max", "amax"), "form": ("div", "twice", "reciprocal")}),)
 
 
 def match_softmax(g: OpGraph, n: OpNode) -> Match | None:

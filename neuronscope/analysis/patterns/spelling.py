@@ -36,10 +36,18 @@ EXAMPLE_DIM = 8
 @dataclass(frozen=True, eq=False)  # by identity: the derived orders are cached per spelling
 class Spelling:
     """One way code writes an idiom: ``fn(t, **choice)`` over example tensors ``t`` (see
-    :func:`examples`), run under every combination of ``choices`` (name -> values)."""
+    :func:`examples`), run under every combination of ``choices`` (name -> values).
+
+    ``side`` names example tensors whose own computations run amid the idiom but are not part
+    of it (attention's ``mask == 0``, a GLU's up projection): a trace match spans their ops and
+    leaves them out, as the live matchers, following data flow, never reach them."""
 
     fn: Callable[..., Any]
     choices: Mapping[str, tuple[Any, ...]] = field(default_factory=lambda: MappingProxyType({}))
+    side: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "choices", MappingProxyType(dict(self.choices)))  # read-only, as the record is
 
     def variants(self) -> Iterable[dict[str, Any]]:
         names = list(self.choices)
@@ -94,24 +102,44 @@ def _storages(value: Any) -> set[int]:
     return set()
 
 
-def recorded_ops(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[str]:
-    """The user-level ops a profiler would record for ``fn(*args, **kwargs)``, in order, named
-    as :func:`~neuronscope.analysis.opgraph.short_name` names them; views and casts that copied
-    nothing left out (they are no op in a trace's op order)."""
+def _tensors(value: Any) -> list[Any]:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors(v)]
+    if isinstance(value, dict):
+        return _tensors(list(value.values()))
+    return []
+
+
+def _record(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], side: list[Any]) -> list[tuple[str, bool]]:
+    """``fn(*args, **kwargs)``'s user-level ops, each with whether it is the idiom's (False:
+    made from ``side`` tensors alone, see :class:`Spelling`)."""
     from torch.overrides import TorchFunctionMode
 
-    ops: list[str] = []
+    ops: list[tuple[str, bool]] = []
+    side_ids = {id(t) for t in side}
+    keep = list(side)  # alive, so that no id is reused by a tensor made later
 
     class _Record(TorchFunctionMode):
         def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             out = func(*args, **(kwargs or {}))
+            inputs = _tensors((args, kwargs or {}))
+            if inputs and all(id(t) in side_ids for t in inputs):
+                keep.extend(_tensors(out))
+                side_ids.update(id(t) for t in _tensors(out))  # views of side tensors are side too
+                is_side = True
+            else:
+                is_side = False
             names = _op_names(func)
             made = _storages(out)
             if not names or not made or names[0] in VIEW_OPS:
                 return out  # no tensor made (``x.shape``), or a view
-            if names[0] in MAYBE_ALIAS_OPS and made <= _storages((args, list((kwargs or {}).values()))):
+            if names[0] in MAYBE_ALIAS_OPS and made <= _storages(inputs):
                 return out  # a cast to the dtype it had, a reshape that viewed: no op in op order
-            ops.extend(names)
+            ops.extend((name, not is_side) for name in names)
             return out
 
     with _Record():
@@ -119,13 +147,20 @@ def recorded_ops(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[str]
     return ops
 
 
+def recorded_ops(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[str]:
+    """The user-level ops a profiler would record for ``fn(*args, **kwargs)``, in order, named
+    as :func:`~neuronscope.analysis.opgraph.short_name` names them; views and casts that copied
+    nothing left out (they are no op in a trace's op order)."""
+    return [name for name, _ in _record(fn, args, kwargs, [])]
+
+
 @functools.lru_cache(maxsize=None)
-def op_orders(spellings: tuple[Spelling, ...]) -> frozenset[tuple[str, ...]]:
+def op_orders(spellings: tuple[Spelling, ...]) -> Mapping[tuple[str, ...], tuple[bool, ...]]:
     """Every op order the spellings show, each run once per choice, in float32 and bfloat16
-    (a cast that copies shows only in the second)."""
+    (a cast that copies shows only in the second), with which of its ops are the idiom's."""
     import torch
 
-    found: set[tuple[str, ...]] = set()
+    found: dict[tuple[str, ...], tuple[bool, ...]] = {}
     threads = torch.get_num_threads()
     # One thread: on a busy machine a parallel op (softmax) waited milliseconds for its workers
     # on these tiny tensors, hundreds of times over.
@@ -135,19 +170,21 @@ def op_orders(spellings: tuple[Spelling, ...]) -> frozenset[tuple[str, ...]]:
             for dtype in (torch.float32, torch.bfloat16):
                 t = examples(dtype)
                 for spelling in spellings:
+                    side = [getattr(t, name) for name in spelling.side]
                     for choice in spelling.variants():
-                        found.add(tuple(recorded_ops(spelling.fn, t, **choice)))
+                        ops = _record(spelling.fn, (t,), choice, side)
+                        if ops:
+                            found.setdefault(tuple(n for n, _ in ops), tuple(own for _, own in ops))
     finally:
         torch.set_num_threads(threads)
-    found.discard(())
-    return frozenset(found)
+    return MappingProxyType(found)
 
 
 class Orders:
     """The op orders of one idiom, as the op-order matcher asks about them."""
 
-    def __init__(self, orders: Iterable[tuple[str, ...]]) -> None:
-        self.orders = frozenset(orders)
+    def __init__(self, orders: Mapping[tuple[str, ...], tuple[bool, ...]]) -> None:
+        self.orders = orders
         self.lengths = sorted({len(o) for o in self.orders}, reverse=True)
         self.words = frozenset(w for o in self.orders for w in o)
         self.firsts = frozenset(o[0] for o in self.orders)
@@ -155,6 +192,10 @@ class Orders:
     def fullmatch(self, tokens: list[str], i: int, j: int) -> bool:
         """Are ``tokens[i:j]`` one of the orders?"""
         return tuple(tokens[i:j]) in self.orders
+
+    def own(self, tokens: list[str], i: int, j: int) -> tuple[bool, ...]:
+        """Which of ``tokens[i:j]`` (one of the orders) are the idiom's own ops."""
+        return self.orders.get(tuple(tokens[i:j]), (True,) * (j - i))
 
     def longest_at(self, tokens: list[str], i: int) -> int | None:
         """The end of the longest order starting at ``tokens[i]``, or None."""

@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from neuronscope.analysis.opgraph import OpGraph, OpNode
 from neuronscope.analysis.patterns.base import Match, Pattern, input_from, only_big, root_value, single_consumer
-from neuronscope.analysis.patterns.spelling import Spelling
-from neuronscope.capture import idioms
+from neuronscope.analysis.patterns.spelling import Spelling, builder
 
 __all__ = ["GELU"]
 
@@ -38,6 +38,15 @@ def _spelling(t: Any, half: str, inner: str) -> Any:
     }[inner]()
     y = head * (1.0 + u)
     return y / 2 if half == "last" else y
+
+
+def _replacement(t: Any, inner: str, **_: Any) -> tuple[str, Callable[[], Any]]:
+    import torch
+
+    F = torch.nn.functional
+    if inner.startswith("erf"):
+        return "torch.nn.functional.gelu", lambda: F.gelu(t.x)
+    return 'torch.nn.functional.gelu(approximate="tanh")', lambda: F.gelu(t.x, approximate="tanh")
 
 
 SPELLINGS = (
@@ -200,6 +209,6 @@ GELU = Pattern(
     match=match_gelu,
     spellings=SPELLINGS,
     suggest=_suggest,
-    verify=idioms.gelu,
+    verify=builder(SPELLINGS, _replacement),
     sequence_params=_sequence_params,
 )

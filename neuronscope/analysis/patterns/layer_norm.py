@@ -4,14 +4,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import MappingProxyType
 from typing import Any
 
 from neuronscope.analysis.opgraph import OpGraph, OpNode
 from neuronscope.analysis.patterns.base import Match, Pattern, dims
 from neuronscope.analysis.patterns.norm import UNKNOWN_BIAS, UNKNOWN_EPS, UNKNOWN_WEIGHT, match_norm, param_text
-from neuronscope.analysis.patterns.spelling import Spelling
-from neuronscope.capture import idioms
+from neuronscope.analysis.patterns.spelling import Spelling, builder
 
 __all__ = ["LAYER_NORM"]
 
@@ -24,9 +24,9 @@ def _spelling(t: Any, stats: str, root: str, weight: bool, bias: bool) -> Any:
 
     x = t.x
     if stats == "std":  # the weight multiplies the centred x, before the division
-        mean, std = x.mean(-1, keepdim=True), x.std(-1, keepdim=True)
+        mean, std = x.mean(-1, keepdim=True), x.std(-1, keepdim=True, correction=t.correction)
         y = t.weight * (x - mean) if weight else x - mean
-        y = y / (std + 1e-6)
+        y = y / (std + t.eps)
         return y + t.bias if bias else y
     if stats in ("centred", "centred_twice"):
         mean = x.mean(-1, keepdim=True)
@@ -35,18 +35,18 @@ def _spelling(t: Any, stats: str, root: str, weight: bool, bias: bool) -> Any:
         if stats == "centred_twice":
             centred = x - mean
     elif stats == "var_mean":
-        var, mean = torch.var_mean(x, dim=-1, keepdim=True, unbiased=False)
+        var, mean = torch.var_mean(x, dim=-1, keepdim=True, correction=t.correction)
         centred = x - mean
     else:
-        mean, var = x.mean(-1, keepdim=True), x.var(-1, keepdim=True, unbiased=False)
+        mean, var = x.mean(-1, keepdim=True), x.var(-1, keepdim=True, correction=t.correction)
         centred = x - mean
     if root == "rsqrt":
-        y = centred * torch.rsqrt(var + 1e-5)
+        y = centred * torch.rsqrt(var + t.eps)
     elif root == "rsqrt_first":  # the root, then the centring: ``rsqrt(var + eps) * (x - mean)``
-        inv = torch.rsqrt(var + 1e-5)
+        inv = torch.rsqrt(var + t.eps)
         y = (x - mean) * inv
     else:
-        y = centred / torch.sqrt(var + 1e-5)
+        y = centred / torch.sqrt(var + t.eps)
     y = y * t.weight if weight else y
     return y + t.bias if bias else y
 
@@ -57,13 +57,21 @@ def _late(t: Any, **choice: Any) -> Any:
 
     x = t.x
     if choice["stats"] == "var_mean":
-        var, mean = torch.var_mean(x, dim=-1, keepdim=True, unbiased=False)
+        var, mean = torch.var_mean(x, dim=-1, keepdim=True, correction=t.correction)
     else:
-        mean, var = x.mean(-1, keepdim=True), x.var(-1, keepdim=True, unbiased=False)
-    root = torch.rsqrt(var + 1e-5) if choice["root"] == "rsqrt" else torch.sqrt(var + 1e-5)
+        mean, var = x.mean(-1, keepdim=True), x.var(-1, keepdim=True, correction=t.correction)
+    root = torch.rsqrt(var + t.eps) if choice["root"] == "rsqrt" else torch.sqrt(var + t.eps)
     y = (x - mean) * root if choice["root"] == "rsqrt" else (x - mean) / root
     y = y * t.weight if choice["weight"] else y
     return y + t.bias if choice["bias"] else y
+
+
+def _replacement(t: Any, weight: bool, bias: bool, **_: Any) -> tuple[str, Callable[[], Any]]:
+    import torch
+
+    d = t.x.shape[-1]
+    w, b = (t.weight if weight else None), (t.bias if bias else None)
+    return "torch.nn.functional.layer_norm", lambda: torch.nn.functional.layer_norm(t.x, (d,), w, b, t.eps)
 
 
 _AFFINE = MappingProxyType({"weight": (False, True), "bias": (False, True)})
@@ -130,6 +138,6 @@ LAYER_NORM = Pattern(
     sequence_shapes="row",
     fused_passes=2,
     suggest=_suggest,
-    verify=idioms.layer_norm,
+    verify=builder(SPELLINGS, _replacement),
     sequence_params=_sequence_params,
 )

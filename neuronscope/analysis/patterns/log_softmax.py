@@ -5,14 +5,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
 from neuronscope.analysis.opgraph import OpGraph, OpNode
 from neuronscope.analysis.patterns.base import SOFTMAXES, Match, Pattern, same_value, single_consumer
 from neuronscope.analysis.patterns.softmax import UNKNOWN_DIM, match_softmax, reduced_dims, written_softmax
-from neuronscope.analysis.patterns.spelling import Spelling
-from neuronscope.capture import idioms
+from neuronscope.analysis.patterns.spelling import Spelling, builder
 
 __all__ = ["LOG_SOFTMAX", "match_log_softmax"]
 
@@ -26,21 +26,31 @@ def _spelling(t: Any, form: str, shift: str | None, division: str, loss: str | N
     read by ``gather`` / ``nll_loss`` (a hand-written cross-entropy)."""
     import torch
 
-    x = t.x.reshape(-1, t.x.shape[-1])
+    x, dim = (t.x.reshape(-1, t.x.shape[-1]), -1) if loss else (t.x, t.dim)  # a loss reads rows
     if form == "logsumexp":
-        logp = x - torch.logsumexp(x, -1, keepdim=True)
+        logp = x - torch.logsumexp(x, dim, keepdim=True)
     elif form == "log(softmax)":
-        logp = torch.log(torch.softmax(x, -1))
+        logp = torch.log(torch.softmax(x, dim))
     elif form == "log(written softmax)":
-        logp = torch.log(written_softmax(SimpleNamespace(x=x), shift=shift, form=division))
+        logp = torch.log(written_softmax(SimpleNamespace(x=x, dim=dim), shift=shift, form=division))
     else:
-        z = x if shift is None else x - (x.amax(-1, keepdim=True) if shift == "amax" else x.max(dim=-1, keepdim=True).values)
-        logp = z - torch.log(torch.exp(z).sum(-1, keepdim=True))
+        z = x if shift is None else x - (x.amax(dim, keepdim=True) if shift == "amax" else x.max(dim=dim, keepdim=True).values)
+        logp = z - torch.log(torch.exp(z).sum(dim, keepdim=True))
     if loss == "gather":
         return logp.gather(-1, t.target[:, None])
     if loss == "nll_loss":
         return torch.nn.functional.nll_loss(logp, t.target)
     return logp
+
+
+def _replacement(t: Any, loss: str | None, **_: Any) -> tuple[str, Callable[[], Any]]:
+    import torch
+
+    F = torch.nn.functional
+    if loss:
+        rows = t.x.reshape(-1, t.x.shape[-1])
+        return "torch.nn.functional.cross_entropy", lambda: F.cross_entropy(rows, t.target)
+    return "torch.nn.functional.log_softmax", lambda: F.log_softmax(t.x, t.dim)
 
 
 SPELLINGS = (
@@ -128,6 +138,6 @@ LOG_SOFTMAX = Pattern(
     sequence_shapes="row",
     fused_passes=2,
     suggest=_suggest,
-    verify=idioms.log_softmax,
+    verify=builder(SPELLINGS, _replacement),
     sequence_params=_sequence_params,
 )

@@ -4,13 +4,13 @@ models use (casts to float32 and back, ``pow(2)`` or ``x*x``, ``1/sqrt``, Gemma'
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from neuronscope.analysis.opgraph import OpGraph, OpNode
 from neuronscope.analysis.patterns.base import Match, Pattern, dims
 from neuronscope.analysis.patterns.norm import UNKNOWN_EPS, UNKNOWN_WEIGHT, match_norm, param_text
-from neuronscope.analysis.patterns.spelling import Spelling
-from neuronscope.capture import idioms
+from neuronscope.analysis.patterns.spelling import Spelling, builder
 
 __all__ = ["RMS_NORM"]
 
@@ -23,7 +23,7 @@ def _spelling(t: Any, square: str, root: str, weight: str | None, cast: str | No
     x = t.x
     h = x.float() if cast else x
     sq = {"pow": lambda: h.pow(2), "square": lambda: h.square(), "mul": lambda: h * h}[square]()
-    ms = sq.mean(-1, keepdim=True) + 1e-6
+    ms = sq.mean(-1, keepdim=True) + t.eps
     if root == "rsqrt":
         h = h * torch.rsqrt(ms)
     elif root == "sqrt":
@@ -37,6 +37,16 @@ def _spelling(t: Any, square: str, root: str, weight: str | None, cast: str | No
     elif weight == "1 + weight":
         h = h * (1.0 + t.weight)
     return h.type_as(x) if cast == "after weight" else h
+
+
+def _replacement(t: Any, weight: str | None, **_: Any) -> tuple[str, Callable[[], Any]]:
+    import torch
+
+    def fused() -> Any:
+        w = None if weight is None else t.weight if weight == "weight" else 1.0 + t.weight
+        return torch.rms_norm(t.x, (t.x.shape[-1],), w, t.eps)
+
+    return "torch.rms_norm", fused
 
 
 SPELLINGS = (
@@ -90,6 +100,6 @@ RMS_NORM = Pattern(
     sequence_shapes="row",
     fused_passes=2,
     suggest=_suggest,
-    verify=idioms.rms_norm,
+    verify=builder(SPELLINGS, _replacement),
     sequence_params=_sequence_params,
 )

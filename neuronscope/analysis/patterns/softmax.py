@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from neuronscope.analysis.opgraph import VIEW_OPS, OpGraph, OpNode, TensorArg
 from neuronscope.analysis.patterns.base import Match, Pattern, input_from, same_value
-from neuronscope.analysis.patterns.spelling import Spelling
-from neuronscope.capture import idioms
+from neuronscope.analysis.patterns.spelling import Spelling, builder
 
 __all__ = ["SOFTMAX", "UNKNOWN_DIM", "match_softmax", "reduced_dims", "written_softmax"]
 
@@ -19,11 +19,18 @@ def written_softmax(t: Any, shift: str | None, form: str) -> Any:
     import torch
 
     x = t.x
-    z = {None: lambda: x, "max": lambda: x - x.max(dim=-1, keepdim=True).values, "amax": lambda: x - x.amax(-1, keepdim=True)}[shift]()
+    dim = t.dim
+    z = {None: lambda: x, "max": lambda: x - x.max(dim=dim, keepdim=True).values, "amax": lambda: x - x.amax(dim, keepdim=True)}[shift]()
     if form == "twice":
-        return torch.exp(z) / torch.exp(z).sum(-1, keepdim=True)
+        return torch.exp(z) / torch.exp(z).sum(dim, keepdim=True)
     e = torch.exp(z)
-    return e * e.sum(-1, keepdim=True).reciprocal() if form == "reciprocal" else e / e.sum(-1, keepdim=True)
+    return e * e.sum(dim, keepdim=True).reciprocal() if form == "reciprocal" else e / e.sum(dim, keepdim=True)
+
+
+def _replacement(t: Any, **_: Any) -> tuple[str, Callable[[], Any]]:
+    import torch
+
+    return "torch.softmax", lambda: torch.softmax(t.x, t.dim)
 
 
 SPELLINGS = (Spelling(written_softmax, {"shift": (None, "max", "amax"), "form": ("div", "twice", "reciprocal")}),)
@@ -112,6 +119,6 @@ SOFTMAX = Pattern(
     sequence_shapes="row",
     fused_passes=2,
     suggest=_suggest,
-    verify=idioms.softmax,
+    verify=builder(SPELLINGS, _replacement),
     sequence_params=_sequence_params,
 )

@@ -55,22 +55,33 @@ class Spelling:
             yield dict(zip(names, values))
 
 
-def examples(dtype: Any) -> SimpleNamespace:
-    """Small example tensors by the names spellings use, of ``dtype`` (a float dtype)."""
+#: The named parameters a spelling reads from ``t`` besides tensors, at the values a derived
+#: op order does not depend on: ``verify`` sets the ones a hint recorded (its ``details``).
+PARAMETERS = MappingProxyType({"eps": 1e-6, "dim": -1, "correction": 0})
+
+
+def examples(dtype: Any, x: Any = None, device: Any = None, **params: Any) -> SimpleNamespace:
+    """Example tensors by the names spellings use, of ``dtype`` (a float dtype): small ones
+    around ``(2, 4, EXAMPLE_DIM)``, or, given ``x``, ``x`` itself and tensors that fit it (a
+    weight of its last dim, an up projection and cos / sin like it, a target per row), on
+    ``device``; and the :data:`PARAMETERS`, overridden by ``params``."""
     import torch
 
     g = torch.Generator().manual_seed(0)
+    if x is None:
+        x = torch.randn(2, 4, EXAMPLE_DIM, generator=g).to(dtype)
+    d = x.shape[-1]
 
     def r(*shape: int) -> Any:
-        return torch.randn(*shape, generator=g).to(dtype)
+        return torch.randn(*shape, generator=g).to(device=device, dtype=dtype)
 
-    d = EXAMPLE_DIM
-    x = r(2, 4, d)
-    q, k, v = r(2, 2, 4, d), r(2, 2, 4, d), r(2, 2, 4, d)
+    q, k, v = r(2, 2, 4, EXAMPLE_DIM), r(2, 2, 4, EXAMPLE_DIM), r(2, 2, 4, EXAMPLE_DIM)
+    rows = max(1, x.numel() // max(d, 1))
     return SimpleNamespace(
-        x=x, weight=r(d), bias=r(d), up=r(2, 4, d), cos=r(2, 4, d), sin=r(2, 4, d), proj=r(d, d),
-        q=q, k=k, v=v, mask=r(2, 2, 4, 4), bool_mask=torch.ones(2, 2, 4, 4, dtype=torch.bool),
-        target=torch.randint(0, d, (8,), generator=g),
+        x=x, weight=r(d), bias=r(d), up=r(*x.shape), cos=r(*x.shape), sin=r(*x.shape), proj=r(d, d),
+        q=q, k=k, v=v, mask=r(2, 2, 4, 4), bool_mask=torch.ones(2, 2, 4, 4, dtype=torch.bool, device=device),
+        target=torch.randint(0, d, (rows,), generator=g).to(device),
+        **{**PARAMETERS, **params},
     )
 
 
@@ -178,6 +189,51 @@ def op_orders(spellings: tuple[Spelling, ...]) -> Mapping[tuple[str, ...], tuple
     finally:
         torch.set_num_threads(threads)
     return MappingProxyType(found)
+
+
+#: What a verify builder returns: the hand-written chain, the replacement (or None) and the
+#: replacement's name (see :mod:`neuronscope.capture.idioms`).
+Builders = tuple[Callable[[], Any], "Callable[[], Any] | None", "str | None"]
+#: An idiom's replacement: ``(t, **choice) -> (name, thunk)`` over the same example tensors
+#: and choice as the spelling it replaces; None where torch has no eager one.
+Replacement = Callable[..., tuple[str, Callable[[], Any]] | None]
+
+
+@functools.lru_cache(maxsize=None)
+def _variants(spellings: tuple[Spelling, ...]) -> tuple[tuple[tuple[str, ...], Spelling, dict[str, Any]], ...]:
+    """Each spelling choice with its op order in float32 (what the builder picks among)."""
+    import torch
+
+    t = examples(torch.float32)
+    with torch.no_grad():
+        return tuple((tuple(recorded_ops(s.fn, t, **c)), s, c) for s in spellings for c in s.variants())
+
+
+def builder(spellings: tuple[Spelling, ...], replacement: Replacement) -> Callable[[Any, Any, Any], Builders]:
+    """The verify builder of an idiom, from its declaration: the spelling choice whose op order
+    is closest to the hint's ops (the spelling family captured: ``pow`` / ``rsqrt`` or
+    ``sqrt`` / ``div``, the weight and bias the code applies...), run on the hint's input ``x``
+    with the parameters the hint recorded, against the declared replacement."""
+    import difflib
+
+    def build(hint: Any, x: Any, device: Any) -> Builders:
+        ops = [o.rsplit("::", 1)[-1] for o in hint.ops]
+        ops = [o[:-1] if o.endswith("_") and not o.startswith("_") else o for o in ops]
+        _, spelling, choice = max(
+            _variants(spellings), key=lambda v: difflib.SequenceMatcher(None, v[0], ops, autojunk=False).ratio()
+        )
+        details = hint.details
+        params: dict[str, Any] = {}
+        dim = details.get("dim")
+        if isinstance(dim, int) and not isinstance(dim, bool) and -x.dim() <= dim < x.dim():
+            params["dim"] = dim
+        if details.get("correction"):
+            params["correction"] = float(details["correction"])
+        t = examples(x.dtype, x, device, **params)
+        fused = replacement(t, **choice)
+        return (lambda: spelling.fn(t, **choice)), (fused[1] if fused else None), (fused[0] if fused else None)
+
+    return build
 
 
 class Orders:

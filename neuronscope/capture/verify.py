@@ -38,7 +38,6 @@ from neuronscope.capture.timing import block_timer, calibrate, run_rounds
 from neuronscope.errors import NeuronscopeError
 
 __all__ = [
-    "VERIFIABLE_PATTERNS",
     "Verification",
     "floating_dtype",
     "measure",

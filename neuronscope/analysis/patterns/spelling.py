@@ -22,11 +22,11 @@ import itertools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType, SimpleNamespace
-from typing import Any
+from typing import Any, NamedTuple
 
 from neuronscope.analysis.opgraph import MAYBE_ALIAS_OPS, VIEW_OPS
 
-__all__ = ["EXAMPLE_DIM", "Orders", "Spelling", "examples", "op_orders", "recorded_ops"]
+__all__ = ["EXAMPLE_DIM", "Orders", "Spelling", "TemplateOp", "builder", "examples", "op_orders", "recorded_ops", "templates"]
 
 #: The last dim of the example tensors: even (rotary halves it), and unlike their other dims,
 #: so that a per-row statistic, a weight and the input all have other shapes.
@@ -125,47 +125,71 @@ def _tensors(value: Any) -> list[Any]:
     return []
 
 
-def _record(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], side: list[Any]) -> list[tuple[str, bool]]:
-    """``fn(*args, **kwargs)``'s user-level ops, each with whether it is the idiom's (False:
-    made from ``side`` tensors alone, see :class:`Spelling`)."""
+class TemplateOp(NamedTuple):
+    """One op a spelling ran: its name, whether it is the idiom's own (not made from side
+    tensors alone), and its dimensioned tensor arguments in order, each ``("op", j, True)``
+    (op ``j``'s output, or a view of it), ``("in", name, direct)`` (example tensor ``name``;
+    ``direct`` False: a view of it) or ``("side", name, False)``."""
+
+    op: str
+    own: bool
+    args: tuple[tuple[str, Any, bool], ...]
+
+
+def _record(fn: Callable[..., Any], t: Any, kwargs: dict[str, Any], side: tuple[str, ...] = ()) -> list[TemplateOp]:
+    """``fn(t, **kwargs)``'s user-level ops with their data flow (see :class:`TemplateOp`)."""
+    import torch
     from torch.overrides import TorchFunctionMode
 
-    ops: list[tuple[str, bool]] = []
-    side_ids = {id(t) for t in side}
-    keep = list(side)  # alive, so that no id is reused by a tensor made later
+    ops: list[TemplateOp] = []
+    refs: dict[int, tuple[str, Any, bool]] = {}
+    keep: list[Any] = []  # alive, so that no id is reused by a tensor made later
+    for name, value in vars(t).items():
+        if isinstance(value, torch.Tensor):
+            refs[id(value)] = ("side" if name in side else "in", name, True)
+            keep.append(value)
 
     class _Record(TorchFunctionMode):
         def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             out = func(*args, **(kwargs or {}))
             inputs = _tensors((args, kwargs or {}))
-            if inputs and all(id(t) in side_ids for t in inputs):
-                keep.extend(_tensors(out))
-                side_ids.update(id(t) for t in _tensors(out))  # views of side tensors are side too
-                is_side = True
-            else:
-                is_side = False
+            in_refs = [refs.get(id(a)) for a in inputs]
+            is_side = bool(inputs) and all(r is not None and r[0] == "side" for r in in_refs)
             names = _op_names(func)
             made = _storages(out)
-            if not names or not made or names[0] in VIEW_OPS:
-                return out  # no tensor made (``x.shape``), or a view
-            if names[0] in MAYBE_ALIAS_OPS and made <= _storages(inputs):
-                return out  # a cast to the dtype it had, a reshape that viewed: no op in op order
-            ops.extend((name, not is_side) for name in names)
+            recorded = bool(names and made) and names[0] not in VIEW_OPS
+            if recorded and names[0] in MAYBE_ALIAS_OPS and made <= _storages(inputs):
+                recorded = False  # a cast to the dtype it had, a reshape that viewed: no op in op order
+            out_ref: tuple[str, Any, bool] | None
+            if recorded:
+                first = len(ops)
+                args_refs = tuple(r for r, a in zip(in_refs, inputs) if r is not None and a.dim())
+                for i, name in enumerate(names):  # ``1 / t``: reciprocal, then mul
+                    ops.append(TemplateOp(name, not is_side, args_refs if i == 0 else (("op", first + i - 1, True),)))
+                out_ref = ("side", "", False) if is_side else ("op", len(ops) - 1, True)
+            else:  # a view, or no op: what its first tensor input is, seen through a view
+                base = next((r for r in in_refs if r is not None), None)
+                out_ref = None if base is None else (base[0], base[1], False)
+            if out_ref is not None:
+                for o in _tensors(out):
+                    refs[id(o)] = out_ref
+                    keep.append(o)
             return out
 
     with _Record():
-        fn(*args, **kwargs)
+        fn(t, **kwargs)
     return ops
 
 
 def recorded_ops(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[str]:
-    """The user-level ops a profiler would record for ``fn(*args, **kwargs)``, in order, named
+    """The user-level ops a profiler would record for ``fn(t, **kwargs)``, in order, named
     as :func:`~neuronscope.analysis.opgraph.short_name` names them; views and casts that copied
     nothing left out (they are no op in a trace's op order)."""
-    return [name for name, _ in _record(fn, args, kwargs, [])]
+    (t,) = args
+    return [op.op for op in _record(fn, t, kwargs)]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def op_orders(spellings: tuple[Spelling, ...]) -> Mapping[tuple[str, ...], tuple[bool, ...]]:
     """Every op order the spellings show, each run once per choice, in float32 and bfloat16
     (a cast that copies shows only in the second), with which of its ops are the idiom's."""
@@ -181,14 +205,36 @@ def op_orders(spellings: tuple[Spelling, ...]) -> Mapping[tuple[str, ...], tuple
             for dtype in (torch.float32, torch.bfloat16):
                 t = examples(dtype)
                 for spelling in spellings:
-                    side = [getattr(t, name) for name in spelling.side]
                     for choice in spelling.variants():
-                        ops = _record(spelling.fn, (t,), choice, side)
+                        ops = _record(spelling.fn, t, choice, spelling.side)
                         if ops:
-                            found.setdefault(tuple(n for n, _ in ops), tuple(own for _, own in ops))
+                            found.setdefault(tuple(op.op for op in ops), tuple(op.own for op in ops))
     finally:
         torch.set_num_threads(threads)
     return MappingProxyType(found)
+
+
+@functools.cache
+def templates(spellings: tuple[Spelling, ...]) -> tuple[tuple[tuple[TemplateOp, ...], Mapping[str, Any]], ...]:
+    """Each distinct op graph the spellings run (float32 and bfloat16), with the choice that
+    ran it, the most ops first: what the graph matcher looks for."""
+    import torch
+
+    found: dict[tuple[TemplateOp, ...], Mapping[str, Any]] = {}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # see op_orders
+    try:
+        with torch.no_grad():
+            for dtype in (torch.float32, torch.bfloat16):
+                t = examples(dtype)
+                for spelling in spellings:
+                    for choice in spelling.variants():
+                        ops = tuple(_record(spelling.fn, t, choice, spelling.side))
+                        if ops:
+                            found.setdefault(ops, MappingProxyType(choice))
+    finally:
+        torch.set_num_threads(threads)
+    return tuple(sorted(found.items(), key=lambda kv: -sum(op.own for op in kv[0])))
 
 
 #: What a verify builder returns: the hand-written chain, the replacement (or None) and the
@@ -199,7 +245,7 @@ Builders = tuple[Callable[[], Any], "Callable[[], Any] | None", "str | None"]
 Replacement = Callable[..., tuple[str, Callable[[], Any]] | None]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _variants(spellings: tuple[Spelling, ...]) -> tuple[tuple[tuple[str, ...], Spelling, dict[str, Any]], ...]:
     """Each spelling choice with its op order in float32 (what the builder picks among)."""
     import torch

@@ -11,7 +11,11 @@ last op and walked back through the producers of its inputs:
   and different example tensors are different values (``x * silu(x)`` is no GLU: its ``up``
   would be its ``x``);
 - a side tensor (attention's mask, a GLU's up projection) is any input, other than the
-  example tensors' values.
+  example tensors' values;
+- shapes relate to ``x`` as the spelling's did (a per-row statistic is ``x`` with its reduced
+  dim 1: a sum over another dim, or over two, is another template or none), and an op's output
+  the template takes as it is is not read through a view there (``e.sum(-2).transpose(...)``
+  has a per-row statistic's shape on a square ``x``, not its dims).
 
 What a match says (``details``) comes from the spelling choice that ran the template.
 """
@@ -21,9 +25,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from neuronscope.analysis.opgraph import OpGraph, OpNode, TensorArg
+from neuronscope.analysis.opgraph import VIEW_OPS, OpGraph, OpNode, TensorArg
 from neuronscope.analysis.patterns.base import Match, root_value
-from neuronscope.analysis.patterns.spelling import Spelling, TemplateOp, templates
+from neuronscope.analysis.patterns.spelling import EXAMPLE_DIM, Spelling, TemplateOp, templates
 
 __all__ = ["graph_matcher"]
 
@@ -39,12 +43,13 @@ class _Walk:
         self.assign: dict[int, OpNode] = {}
         self.bound: dict[str, list[Any]] = {}  # name -> [value, impl or None, TensorArg]
         self.sides: list[tuple[Any, int]] = []
+        self.shapes: list[tuple[tuple[int, ...], tuple[int, ...]]] = []  # (template's, capture's)
 
     def _state(self) -> tuple[Any, ...]:
-        return dict(self.assign), {k: list(v) for k, v in self.bound.items()}, list(self.sides)
+        return dict(self.assign), {k: list(v) for k, v in self.bound.items()}, list(self.sides), list(self.shapes)
 
     def _restore(self, state: tuple[Any, ...]) -> None:
-        self.assign, self.bound, self.sides = state[0], state[1], state[2]
+        self.assign, self.bound, self.sides, self.shapes = state
 
     def op(self, j: int, node: OpNode) -> bool:
         if j in self.assign:
@@ -58,16 +63,20 @@ class _Walk:
         for order in (big, big[::-1]) if node.op in COMMUTATIVE and len(big) == 2 else (big,):
             state = self._state()
             self.assign[j] = node
-            if all(self.arg(ref, node, k) for ref, k in zip(t.args, order)):
+            if all(self.arg(ref, node, k, shape) for ref, k, shape in zip(t.args, order, t.shapes)):
                 return True
             self._restore(state)
         return False
 
-    def arg(self, ref: tuple[str, Any, bool], node: OpNode, k: int) -> bool:
+    def arg(self, ref: tuple[str, Any, bool], node: OpNode, k: int, shape: tuple[int, ...]) -> bool:
         kind, name, direct = ref
+        if kind == "op" or name == "x":
+            self.shapes.append((shape, node.inputs[k].sizes))
         if kind == "op":
             p = self.g.producer(node, k)
-            return p is not None and self.op(name, p)
+            if p is None or (direct and any(v.op in VIEW_OPS and p.index in v.producers for v in self.g.nodes[p.index + 1 : node.index])):
+                return False
+            return self.op(name, p)
         value, impl = root_value(self.g, node, k), node.inputs[k].impl
         if kind == "side":
             self.sides.append((value, impl))
@@ -90,23 +99,66 @@ class _Walk:
         seen = [(b[0], b[1]) for b in self.bound.values()]
         return len(set(seen)) == len(seen) and not any(s in seen for s in self.sides)
 
+    def shaped(self) -> bool:
+        """Every shape the template relates to ``x`` relates so to the capture's ``x``."""
+        x = self.bound.get("x")
+        return x is None or all(_fits(ts, cs, x[2].sizes) for ts, cs in self.shapes)
+
+
+#: The example ``x`` every spelling runs on (see :func:`~.spelling.examples`).
+_EXAMPLE_X = (2, 4, EXAMPLE_DIM)
+
+
+def _fits(template: tuple[int, ...], capture: tuple[int, ...], x: tuple[int, ...]) -> bool:
+    """Does ``capture`` relate to the capture's ``x`` as ``template`` to the example ``x``: dim
+    for dim (from the last) the same, or 1 where the template's is 1? A template shape not of
+    that form (another rank, a matmul's) is not checked."""
+    if len(template) != len(_EXAMPLE_X):
+        return True
+    pattern = []
+    for t, e in zip(template, _EXAMPLE_X):
+        if t == e:
+            pattern.append(True)
+        elif t == 1:
+            pattern.append(False)
+        else:
+            return True
+    if len(capture) != len(x) or not all(pattern[: max(0, len(pattern) - len(x))]):
+        return False
+    pattern = pattern[max(0, len(pattern) - len(x)) :]
+    lead = len(x) - len(pattern)
+    return list(capture) == [*x[:lead], *(x[lead + i] if same else 1 for i, same in enumerate(pattern))]
+
 
 def graph_matcher(
-    pattern: str, spellings: tuple[Spelling, ...], params: Callable[[Mapping[str, Any]], dict[str, Any]]
+    pattern: str, spellings: tuple[Spelling, ...], params: Callable[[Mapping[str, Any], list[OpNode]], dict[str, Any]]
 ) -> Callable[[OpGraph, OpNode], Match | None]:
     """The ``match(graph, node)`` of an idiom: its largest spelling template anchored at
     ``node``, as a :class:`~.base.Match` of ``pattern`` whose ``x`` is the capture's tensor for
-    the spelling's ``x`` and whose params are ``params(choice)``."""
+    the spelling's ``x`` and whose params are ``params(choice, nodes)``."""
 
     def match(g: OpGraph, n: OpNode) -> Match | None:
+        """The largest template at ``n``, or at an op reading its output whose template holds
+        it (a spelling's optional last ops: a loss after a log-softmax), and so on."""
+        found = at(g, n)
+        while found is not None:
+            last = found.nodes[-1]
+            longer = (at(g, g.nodes[c]) for c in sorted(set(last.consumers)))
+            better = next((m for m in longer if m is not None and last in m.nodes and len(m.nodes) > len(found.nodes)), None)
+            if better is None:
+                return found
+            found = better
+        return None
+
+    def at(g: OpGraph, n: OpNode) -> Match | None:
         for ops, choice in templates(spellings):
             if ops[-1].op != n.op:
                 continue
             walk = _Walk(g, ops)
-            if walk.op(len(ops) - 1, n) and len(walk.assign) == sum(op.own for op in ops) and walk.distinct():
+            if walk.op(len(ops) - 1, n) and len(walk.assign) == sum(op.own for op in ops) and walk.distinct() and walk.shaped():
                 nodes = sorted((walk.assign[j] for j, op in enumerate(ops) if op.own), key=lambda m: m.index)
                 x: TensorArg | None = walk.bound["x"][2] if "x" in walk.bound else None
-                return Match(pattern, nodes, x, params(choice))
+                return Match(pattern, nodes, x, params(choice, nodes))
         return None
 
     return match

@@ -39,7 +39,7 @@ def _suggest(m: Match, backend: str) -> str:
 
 ROTARY_EMBEDDING = Pattern(
     name="rotary_embedding",
-    match=graph_matcher("rotary_embedding", SPELLINGS, lambda choice: {}),
+    match=graph_matcher("rotary_embedding", SPELLINGS, lambda choice, nodes: {}),
     spellings=SPELLINGS,
     sequence_shapes="rotary",
     suggest=_suggest,

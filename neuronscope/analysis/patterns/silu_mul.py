@@ -43,7 +43,7 @@ def _sequence_params(members: list[OpNode]) -> dict[str, Any]:
 
 SILU_MUL = Pattern(
     name="silu_mul",
-    match=graph_matcher("silu_mul", SPELLINGS, lambda choice: {"activation": "gelu" if choice["activation"] == "gelu" else "silu"}),
+    match=graph_matcher("silu_mul", SPELLINGS, lambda choice, nodes: {"activation": "gelu" if choice["activation"] == "gelu" else "silu"}),
     spellings=SPELLINGS,
     suggest=_suggest,
     verify=builder(SPELLINGS, lambda t, **_: None),  # torch has no eager fused GLU: torch.compile is the fix

@@ -134,6 +134,8 @@ class TemplateOp(NamedTuple):
     op: str
     own: bool
     args: tuple[tuple[str, Any, bool], ...]
+    #: each argument's shape as the spelling ran on the example tensors
+    shapes: tuple[tuple[int, ...], ...] = ()
 
 
 def _record(fn: Callable[..., Any], t: Any, kwargs: dict[str, Any], side: tuple[str, ...] = ()) -> list[TemplateOp]:
@@ -163,9 +165,12 @@ def _record(fn: Callable[..., Any], t: Any, kwargs: dict[str, Any], side: tuple[
             out_ref: tuple[str, Any, bool] | None
             if recorded:
                 first = len(ops)
-                args_refs = tuple(r for r, a in zip(in_refs, inputs) if r is not None and a.dim())
+                taken = [(r, tuple(a.shape)) for r, a in zip(in_refs, inputs) if r is not None and a.dim()]
                 for i, name in enumerate(names):  # ``1 / t``: reciprocal, then mul
-                    ops.append(TemplateOp(name, not is_side, args_refs if i == 0 else (("op", first + i - 1, True),)))
+                    if i == 0:
+                        ops.append(TemplateOp(name, not is_side, tuple(r for r, _ in taken), tuple(s for _, s in taken)))
+                    else:
+                        ops.append(TemplateOp(name, not is_side, (("op", first + i - 1, True),), (tuple(out.shape),)))
                 out_ref = ("side", "", False) if is_side else ("op", len(ops) - 1, True)
             else:  # a view, or no op: what its first tensor input is, seen through a view
                 base = next((r for r in in_refs if r is not None), None)
@@ -220,7 +225,7 @@ def templates(spellings: tuple[Spelling, ...]) -> tuple[tuple[tuple[TemplateOp, 
     ran it, the most ops first: what the graph matcher looks for."""
     import torch
 
-    found: dict[tuple[TemplateOp, ...], Mapping[str, Any]] = {}
+    found: dict[tuple[TemplateOp, ...], dict[str, Any]] = {}
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # see op_orders
     try:
@@ -230,11 +235,18 @@ def templates(spellings: tuple[Spelling, ...]) -> tuple[tuple[tuple[TemplateOp, 
                 for spelling in spellings:
                     for choice in spelling.variants():
                         ops = tuple(_record(spelling.fn, t, choice, spelling.side))
-                        if ops:
-                            found.setdefault(ops, MappingProxyType(choice))
+                        if not ops:
+                            continue
+                        # Choices that run the same graph on the same shapes (a fused softmax's
+                        # dim) cannot be told apart by a match: None, not known.
+                        known = found.setdefault(ops, dict(choice))
+                        for k, v in choice.items():
+                            if known.get(k) != v:
+                                known[k] = None
     finally:
         torch.set_num_threads(threads)
-    return tuple(sorted(found.items(), key=lambda kv: -sum(op.own for op in kv[0])))
+    ordered = sorted(found.items(), key=lambda kv: -sum(op.own for op in kv[0]))
+    return tuple((ops, MappingProxyType(choice)) for ops, choice in ordered)
 
 
 #: What a verify builder returns: the hand-written chain, the replacement (or None) and the
@@ -269,6 +281,8 @@ def builder(spellings: tuple[Spelling, ...], replacement: Replacement) -> Callab
             _variants(spellings), key=lambda v: difflib.SequenceMatcher(None, v[0], ops, autojunk=False).ratio()
         )
         details = hint.details
+        # A choice the hint recorded (a softmax's dim, a cross-entropy's loss) is the code's.
+        choice = {k: (details[k] if k in details and details[k] in spelling.choices[k] else v) for k, v in choice.items()}
         params: dict[str, Any] = {}
         dim = details.get("dim")
         if isinstance(dim, int) and not isinstance(dim, bool) and -x.dim() <= dim < x.dim():

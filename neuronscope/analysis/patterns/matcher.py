@@ -22,6 +22,7 @@ What a match says (``details``) comes from the spelling choice that ran the temp
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -58,7 +59,7 @@ class _Walk:
         if node.op != t.op or not node.writes or any(n is node for n in self.assign.values()):
             return False
         big = node.big_inputs()
-        if len(big) != len(t.args):
+        if len(big) != len(t.args) or not _same_numbers(t.consts, node.consts):
             return False
         for order in (big, big[::-1]) if node.op in COMMUTATIVE and len(big) == 2 else (big,):
             state = self._state()
@@ -103,6 +104,14 @@ class _Walk:
         """Every shape the template relates to ``x`` relates so to the capture's ``x``."""
         x = self.bound.get("x")
         return x is None or all(_fits(ts, cs, x[2].sizes) for ts, cs in self.shapes)
+
+
+def _same_numbers(template: tuple[float, ...], recorded: tuple[float, ...]) -> bool:
+    """The user's numbers (where an observation recorded them) are the spelling's, where the
+    spelling's numbers are the idiom's (``exact_numbers``); 0.1% apart at most."""
+    if not template or not recorded:
+        return True
+    return len(template) == len(recorded) and all(math.isclose(a, b, rel_tol=1e-3) for a, b in zip(sorted(template), sorted(recorded)))
 
 
 #: The example ``x`` every spelling runs on (see :func:`~.spelling.examples`).

@@ -21,6 +21,7 @@ import functools
 import itertools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from numbers import Real
 from types import MappingProxyType, SimpleNamespace
 from typing import Any, NamedTuple
 
@@ -45,6 +46,10 @@ class Spelling:
     fn: Callable[..., Any]
     choices: Mapping[str, tuple[Any, ...]] = field(default_factory=lambda: MappingProxyType({}))
     side: tuple[str, ...] = ()
+    #: The Python numbers the spelling writes are the idiom's (GELU's 0.5, 0.044715): where an
+    #: observation recorded the user's numbers, they must be these. False: they are parameters
+    #: (an eps, a dim).
+    exact_numbers: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "choices", MappingProxyType(dict(self.choices)))  # read-only, as the record is
@@ -136,9 +141,11 @@ class TemplateOp(NamedTuple):
     args: tuple[tuple[str, Any, bool], ...]
     #: each argument's shape as the spelling ran on the example tensors
     shapes: tuple[tuple[int, ...], ...] = ()
+    #: the Python numbers of the call, as an observation records them (see ``exact_numbers``)
+    consts: tuple[float, ...] = ()
 
 
-def _record(fn: Callable[..., Any], t: Any, kwargs: dict[str, Any], side: tuple[str, ...] = ()) -> list[TemplateOp]:
+def _record(fn: Callable[..., Any], t: Any, kwargs: dict[str, Any], side: tuple[str, ...] = (), numbers: bool = False) -> list[TemplateOp]:
     """``fn(t, **kwargs)``'s user-level ops with their data flow (see :class:`TemplateOp`)."""
     import torch
     from torch.overrides import TorchFunctionMode
@@ -166,9 +173,11 @@ def _record(fn: Callable[..., Any], t: Any, kwargs: dict[str, Any], side: tuple[
             if recorded:
                 first = len(ops)
                 taken = [(r, tuple(a.shape)) for r, a in zip(in_refs, inputs) if r is not None and a.dim()]
+                # The call's numbers as the observation pass records them (capture/observe.py).
+                nums = tuple(float(a) for a in (*args, *(kwargs or {}).values()) if isinstance(a, Real) and a.__class__ is not bool)
                 for i, name in enumerate(names):  # ``1 / t``: reciprocal, then mul
                     if i == 0:
-                        ops.append(TemplateOp(name, not is_side, tuple(r for r, _ in taken), tuple(s for _, s in taken)))
+                        ops.append(TemplateOp(name, not is_side, tuple(r for r, _ in taken), tuple(s for _, s in taken), nums if numbers else ()))
                     else:
                         ops.append(TemplateOp(name, not is_side, (("op", first + i - 1, True),), (tuple(out.shape),)))
                 out_ref = ("side", "", False) if is_side else ("op", len(ops) - 1, True)
@@ -234,7 +243,7 @@ def templates(spellings: tuple[Spelling, ...]) -> tuple[tuple[tuple[TemplateOp, 
                 t = examples(dtype)
                 for spelling in spellings:
                     for choice in spelling.variants():
-                        ops = tuple(_record(spelling.fn, t, choice, spelling.side))
+                        ops = tuple(_record(spelling.fn, t, choice, spelling.side, spelling.exact_numbers))
                         if not ops:
                             continue
                         # Choices that run the same graph on the same shapes (a fused softmax's

@@ -159,10 +159,17 @@ def graph_matcher(
             found = better
         return None
 
+    by_last: dict[str, list[tuple[tuple[TemplateOp, ...], Mapping[str, Any]]]] = {}
+
+    def anchored(op: str) -> list[tuple[tuple[TemplateOp, ...], Mapping[str, Any]]]:
+        """The templates ending in ``op``, largest first (derived on first use)."""
+        if not by_last:
+            for ops, choice in templates(spellings):
+                by_last.setdefault(ops[-1].op, []).append((ops, choice))
+        return by_last.get(op, [])
+
     def at(g: OpGraph, n: OpNode) -> Match | None:
-        for ops, choice in templates(spellings):
-            if ops[-1].op != n.op:
-                continue
+        for ops, choice in anchored(n.op):
             walk = _Walk(g, ops)
             if walk.op(len(ops) - 1, n) and len(walk.assign) == sum(op.own for op in ops) and walk.distinct() and walk.shaped():
                 nodes = sorted((walk.assign[j] for j, op in enumerate(ops) if op.own), key=lambda m: m.index)

@@ -81,3 +81,33 @@ def test_a_new_spelling_is_matched_in_a_trace() -> None:
     new = Spelling(written)
     (order,) = op_orders((new,))
     assert order == ("pow", "mean", "add", "sqrt", "reciprocal", "mul", "mul")
+
+
+def test_a_new_spelling_is_matched_in_a_live_graph() -> None:
+    """The graph matcher is derived from spellings too: a spelling declared here is found in a
+    capture's op graph (exact links) with its ops and its ``x``, and not where its ``x`` is two
+    different tensors."""
+    from neuronscope.analysis.dataflow import graph_from_profiler
+    from neuronscope.analysis.patterns.matcher import graph_matcher
+
+    def written(t: Any) -> Any:
+        x = t.x
+        return x * torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6).reciprocal() * t.weight
+
+    match = graph_matcher("rms_norm", (Spelling(written),), lambda choice, nodes: {})
+    x, other, w = torch.randn(4, 16, 32), torch.randn(4, 16, 32), torch.randn(32)
+
+    def graph(fn: Any) -> Any:
+        fn()
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True, profile_memory=True) as prof:
+            fn()
+        g = graph_from_profiler(prof, table_from_profiler(prof, record_shapes=True))
+        assert g is not None and g.linking == "exact"
+        return g
+
+    g = graph(lambda: x * torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6).reciprocal() * w)
+    (m,) = [m for n in g.nodes if (m := match(g, n)) is not None]
+    assert [n.op for n in m.nodes] == ["pow", "mean", "add", "sqrt", "reciprocal", "mul", "mul"]
+    assert m.x is not None and m.x.sizes == (4, 16, 32)
+    g = graph(lambda: other * torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6).reciprocal() * w)
+    assert not [m for n in g.nodes if match(g, n) is not None]

@@ -22,7 +22,6 @@ __all__ = [
     "SOFTMAXES",
     "Match",
     "Pattern",
-    "affine",
     "const_of",
     "dims",
     "input_from",
@@ -186,14 +185,6 @@ def input_from(n: OpNode, producer: OpNode) -> int | None:
 def is_float(dtype: str) -> bool:
     """A floating-point dtype name (``float32``, ``bfloat16``...); an unknown one counts as float."""
     return not dtype or "float" in dtype or "complex" in dtype
-
-
-def affine(y: Any, w: Any, b: Any) -> Any:
-    if w is not None:
-        y = w * y
-    if b is not None:
-        y = y + b
-    return y
 
 
 def dims(m: Match) -> str:

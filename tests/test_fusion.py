@@ -977,3 +977,17 @@ def test_a_gemma_norm_from_its_trace_is_the_live_hint(tmp_path: Any) -> None:
     (traced,) = [h for h in from_trace(tmp_path / "t.json").hints if h.pattern == "rms_norm"]
     assert traced.ops == live.ops and traced.details.get("weight_plus_one") is True
     assert "1 + weight" in traced.suggestion and "1 + weight" in live.suggestion
+
+
+def test_a_gelu_times_a_per_channel_statistic_is_no_glu() -> None:
+    """ConvNeXtV2: a GELU, then its global response norm multiplies it by a per-channel
+    statistic of itself: not a second projection of the same shape, so no silu_mul."""
+    x = torch.randn(2, 8, 8, 64)
+
+    def block() -> torch.Tensor:
+        h = torch.nn.functional.gelu(x)
+        gx = torch.norm(h, p=2, dim=(1, 2), keepdim=True)
+        return h * (gx / (gx.mean(dim=-1, keepdim=True) + 1e-6))
+
+    for prof in (capture(block), capture(block, profile_memory=True)):
+        assert "silu_mul" not in {h.pattern for h in from_profiler(prof).hints}

@@ -13,7 +13,8 @@ last op and walked back through the producers of its inputs:
 - a side tensor (attention's mask, a GLU's up projection) is any input, other than the
   example tensors' values;
 - shapes relate to ``x`` as the spelling's did (a per-row statistic is ``x`` with its reduced
-  dim 1: a sum over another dim, or over two, is another template or none), and an op's output
+  dim 1: a sum over another dim, or over two, is another template or none; an example tensor the
+  spelling declares broadcast, such as rotary's ``cos``, is not checked), and an op's output
   the template takes as it is is not read through a view there (``e.sum(-2).transpose(...)``
   has a per-row statistic's shape on a square ``x``, not its dims).
 
@@ -39,8 +40,8 @@ COMMUTATIVE = frozenset({"add", "mul"})
 class _Walk:
     """One attempt to find a template anchored at a node."""
 
-    def __init__(self, g: OpGraph, ops: tuple[TemplateOp, ...]) -> None:
-        self.g, self.ops = g, ops
+    def __init__(self, g: OpGraph, ops: tuple[TemplateOp, ...], broadcast: frozenset[str]) -> None:
+        self.g, self.ops, self.broadcast = g, ops, broadcast
         self.assign: dict[int, OpNode] = {}
         self.bound: dict[str, list[Any]] = {}  # name -> [value, impl or None, TensorArg]
         self.sides: list[tuple[Any, int]] = []
@@ -71,7 +72,7 @@ class _Walk:
 
     def arg(self, ref: tuple[str, Any, bool], node: OpNode, k: int, shape: tuple[int, ...]) -> bool:
         kind, name, direct = ref
-        if kind == "op" or name == "x":
+        if name not in self.broadcast:
             self.shapes.append((shape, node.inputs[k].sizes))
         if kind == "op":
             p = self.g.producer(node, k)
@@ -160,6 +161,7 @@ def graph_matcher(
         return None
 
     by_last: dict[str, list[tuple[tuple[TemplateOp, ...], Mapping[str, Any]]]] = {}
+    broadcast = frozenset(name for s in spellings for name in s.broadcast)
 
     def anchored(op: str) -> list[tuple[tuple[TemplateOp, ...], Mapping[str, Any]]]:
         """The templates ending in ``op``, largest first (derived on first use)."""
@@ -170,7 +172,7 @@ def graph_matcher(
 
     def at(g: OpGraph, n: OpNode) -> Match | None:
         for ops, choice in anchored(n.op):
-            walk = _Walk(g, ops)
+            walk = _Walk(g, ops, broadcast)
             if walk.op(len(ops) - 1, n) and len(walk.assign) == sum(op.own for op in ops) and walk.distinct() and walk.shaped():
                 nodes = sorted((walk.assign[j] for j, op in enumerate(ops) if op.own), key=lambda m: m.index)
                 x: TensorArg | None = walk.bound["x"][2] if "x" in walk.bound else None

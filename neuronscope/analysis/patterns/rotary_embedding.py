@@ -27,7 +27,7 @@ def _spelling(t: Any, rotate: str) -> Any:
     return (t.x * t.cos) + (rotated(t.x) * t.sin)
 
 
-SPELLINGS = (Spelling(_spelling, {"rotate": ("half", "every_two")}),)
+SPELLINGS = (Spelling(_spelling, {"rotate": ("half", "every_two")}, broadcast=("cos", "sin")),)
 
 
 def _suggest(m: Match, backend: str) -> str:

@@ -50,6 +50,10 @@ class Spelling:
     #: observation recorded the user's numbers, they must be these. False: they are parameters
     #: (an eps, a dim).
     exact_numbers: bool = False
+    #: Example tensors the code may broadcast against ``x`` (rotary's ``cos`` and ``sin``); any
+    #: other is shaped in a capture as in the spelling (a GLU's ``up`` is ``gate``'s shape: a
+    #: per-channel statistic times a GELU is no GLU).
+    broadcast: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "choices", MappingProxyType(dict(self.choices)))  # read-only, as the record is

@@ -111,3 +111,38 @@ def test_a_new_spelling_is_matched_in_a_live_graph() -> None:
     assert m.x is not None and m.x.sizes == (4, 16, 32)
     g = graph(lambda: other * torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6).reciprocal() * w)
     assert not [m for n in g.nodes if match(g, n) is not None]
+
+
+def test_the_kept_op_orders_are_what_the_spellings_run() -> None:
+    """A trace is matched on the op orders kept with the package (reading one needs no torch);
+    they are the spellings' own: after a spelling changes, ``python -m
+    neuronscope.analysis.patterns`` keeps them again."""
+    from neuronscope.analysis.patterns.spelling import ORDERS_FILE, orders_text
+
+    derived = orders_text({p.name: op_orders(p.spellings) for p in REGISTRY if p.spellings})
+    assert ORDERS_FILE.read_text() == derived, "run: python -m neuronscope.analysis.patterns"
+
+
+def test_reading_a_trace_imports_no_torch(tmp_path: Any) -> None:
+    """from_trace on a trace with idioms, in a fresh process: torch is never imported."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    x, r, w = [4, 8, 64], [4, 8, 1], [64]
+    rms = [("aten::pow", [x, []]), ("aten::mean", [x, [], [], []]), ("aten::add", [r, [], []]),
+           ("aten::rsqrt", [r]), ("aten::mul", [x, r]), ("aten::mul", [w, x])]
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": 10 * i, "dur": 5, "args": {"Input Dims": dims}}
+        for i, (name, dims) in enumerate(rms)
+    ]
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    code = (
+        "import sys; from neuronscope import from_trace; r = from_trace(sys.argv[1]); "
+        "print([h.pattern for h in r.hints], 'torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, cwd=root, env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"}, timeout=120)
+    assert out.stdout.strip() == "['rms_norm'] False", out.stderr

@@ -50,7 +50,7 @@ from neuronscope.analysis.opgraph import VIEW_OPS, OpGraph, OpNode, short_name
 from neuronscope.analysis.optimizer import has_optimizer_steps, optimizer_hints, optimizer_steps
 from neuronscope.analysis.patterns import REGISTRY, Match, Pattern, pattern_named
 from neuronscope.analysis.patterns.base import line_of, match_location
-from neuronscope.analysis.patterns.spelling import Orders, op_orders
+from neuronscope.analysis.patterns.spelling import Orders, kept_orders, op_orders
 from neuronscope.result.hint import Hint
 from neuronscope.result.placement import OP_SPANS
 
@@ -98,8 +98,10 @@ NOT_FROM_OP_ORDER = tuple(p.name for p in REGISTRY if p.exact_only)
 
 @functools.cache
 def _orders() -> MappingProxyType[str, Orders]:
-    """Each idiom's op orders, derived from its declared spellings on first use."""
-    return MappingProxyType({p.name: Orders(op_orders(p.spellings)) for p in REGISTRY if p.spellings})
+    """Each idiom's op orders: those derived from its spellings and kept with the package (no
+    torch needed to read a trace), else derived now (an idiom added since they were kept)."""
+    kept = kept_orders()
+    return MappingProxyType({p.name: Orders(kept.get(p.name) or op_orders(p.spellings)) for p in REGISTRY if p.spellings})
 
 
 @functools.cache

@@ -22,12 +22,26 @@ import itertools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from numbers import Real
+from pathlib import Path
 from types import MappingProxyType, SimpleNamespace
 from typing import Any, NamedTuple
 
 from neuronscope.analysis.opgraph import MAYBE_ALIAS_OPS, VIEW_OPS
 
-__all__ = ["EXAMPLE_DIM", "Orders", "Spelling", "TemplateOp", "builder", "examples", "op_orders", "recorded_ops", "templates"]
+__all__ = [
+    "EXAMPLE_DIM",
+    "ORDERS_FILE",
+    "Orders",
+    "Spelling",
+    "TemplateOp",
+    "builder",
+    "examples",
+    "kept_orders",
+    "op_orders",
+    "orders_text",
+    "recorded_ops",
+    "templates",
+]
 
 #: The last dim of the example tensors: even (rotary halves it), and unlike their other dims,
 #: so that a per-row statistic, a weight and the input all have other shapes.
@@ -149,54 +163,107 @@ class TemplateOp(NamedTuple):
     consts: tuple[float, ...] = ()
 
 
-def _record(fn: Callable[..., Any], t: Any, kwargs: dict[str, Any], side: tuple[str, ...] = (), numbers: bool = False) -> list[TemplateOp]:
-    """``fn(t, **kwargs)``'s user-level ops with their data flow (see :class:`TemplateOp`)."""
-    import torch
+class _Run:
+    """What one run of a spelling recorded: its ops, and whether a cast copied nothing (then
+    its op order in another dtype may differ: the cast would copy)."""
+
+    def __init__(self, t: Any, side: tuple[str, ...], numbers: bool) -> None:
+        import torch
+
+        self.ops: list[TemplateOp] = []
+        self.numbers = numbers
+        self.cast_skipped = False
+        self.refs: dict[int, tuple[str, Any, bool]] = {}
+        self.keep: list[Any] = []  # alive, so that no id is reused by a tensor made later
+        for name, value in vars(t).items():
+            if isinstance(value, torch.Tensor):
+                self.refs[id(value)] = ("side" if name in side else "in", name, True)
+                self.keep.append(value)
+
+    def call(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+        out = func(*args, **kwargs)
+        refs, ops = self.refs, self.ops
+        inputs = _tensors((args, kwargs))
+        in_refs = [refs.get(id(a)) for a in inputs]
+        is_side = bool(inputs) and all(r is not None and r[0] == "side" for r in in_refs)
+        names = _op_names(func)
+        made = _storages(out)
+        recorded = bool(names and made) and names[0] not in VIEW_OPS
+        if recorded and names[0] in MAYBE_ALIAS_OPS and made <= _storages(inputs):
+            recorded = False  # a cast to the dtype it had, a reshape that viewed: no op in op order
+            self.cast_skipped = True
+        out_ref: tuple[str, Any, bool] | None
+        if recorded:
+            first = len(ops)
+            taken = [(r, tuple(a.shape)) for r, a in zip(in_refs, inputs) if r is not None and a.dim()]
+            # The call's numbers as the observation pass records them (capture/observe.py).
+            nums = tuple(float(a) for a in (*args, *kwargs.values()) if isinstance(a, Real) and a.__class__ is not bool)
+            for i, name in enumerate(names):  # ``1 / t``: reciprocal, then mul
+                if i == 0:
+                    ops.append(TemplateOp(name, not is_side, tuple(r for r, _ in taken), tuple(s for _, s in taken), nums if self.numbers else ()))
+                else:
+                    ops.append(TemplateOp(name, not is_side, (("op", first + i - 1, True),), (tuple(out.shape),)))
+            out_ref = ("side", "", False) if is_side else ("op", len(ops) - 1, True)
+        else:  # a view, or no op: what its first tensor input is, seen through a view
+            base = next((r for r in in_refs if r is not None), None)
+            out_ref = None if base is None else (base[0], base[1], False)
+        if out_ref is not None:
+            for o in _tensors(out):
+                refs[id(o)] = out_ref
+                self.keep.append(o)
+        return out
+
+
+@functools.cache
+def _mode() -> Any:
+    """The torch function mode a run records under (one class, made on first use)."""
     from torch.overrides import TorchFunctionMode
 
-    ops: list[TemplateOp] = []
-    refs: dict[int, tuple[str, Any, bool]] = {}
-    keep: list[Any] = []  # alive, so that no id is reused by a tensor made later
-    for name, value in vars(t).items():
-        if isinstance(value, torch.Tensor):
-            refs[id(value)] = ("side" if name in side else "in", name, True)
-            keep.append(value)
-
     class _Record(TorchFunctionMode):
-        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-            out = func(*args, **(kwargs or {}))
-            inputs = _tensors((args, kwargs or {}))
-            in_refs = [refs.get(id(a)) for a in inputs]
-            is_side = bool(inputs) and all(r is not None and r[0] == "side" for r in in_refs)
-            names = _op_names(func)
-            made = _storages(out)
-            recorded = bool(names and made) and names[0] not in VIEW_OPS
-            if recorded and names[0] in MAYBE_ALIAS_OPS and made <= _storages(inputs):
-                recorded = False  # a cast to the dtype it had, a reshape that viewed: no op in op order
-            out_ref: tuple[str, Any, bool] | None
-            if recorded:
-                first = len(ops)
-                taken = [(r, tuple(a.shape)) for r, a in zip(in_refs, inputs) if r is not None and a.dim()]
-                # The call's numbers as the observation pass records them (capture/observe.py).
-                nums = tuple(float(a) for a in (*args, *(kwargs or {}).values()) if isinstance(a, Real) and a.__class__ is not bool)
-                for i, name in enumerate(names):  # ``1 / t``: reciprocal, then mul
-                    if i == 0:
-                        ops.append(TemplateOp(name, not is_side, tuple(r for r, _ in taken), tuple(s for _, s in taken), nums if numbers else ()))
-                    else:
-                        ops.append(TemplateOp(name, not is_side, (("op", first + i - 1, True),), (tuple(out.shape),)))
-                out_ref = ("side", "", False) if is_side else ("op", len(ops) - 1, True)
-            else:  # a view, or no op: what its first tensor input is, seen through a view
-                base = next((r for r in in_refs if r is not None), None)
-                out_ref = None if base is None else (base[0], base[1], False)
-            if out_ref is not None:
-                for o in _tensors(out):
-                    refs[id(o)] = out_ref
-                    keep.append(o)
-            return out
+        def __init__(self, run: _Run) -> None:
+            super().__init__()
+            self.run = run
 
-    with _Record():
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            return self.run.call(func, args, kwargs or {})
+
+    return _Record
+
+
+def _record(fn: Callable[..., Any], t: Any, kwargs: dict[str, Any], side: tuple[str, ...] = (), numbers: bool = False) -> _Run:
+    """``fn(t, **kwargs)``'s user-level ops with their data flow (see :class:`TemplateOp`)."""
+    run = _Run(t, side, numbers)
+    with _mode()(run):
         fn(t, **kwargs)
-    return ops
+    return run
+
+
+@functools.cache
+def _runs(spellings: tuple[Spelling, ...]) -> tuple[tuple[tuple[TemplateOp, ...], Mapping[str, Any], Spelling], ...]:
+    """Every spelling choice run once on float32 examples, and once more on bfloat16 ones where
+    a cast copied nothing: its ops, its choice and its spelling. Derived once per process."""
+    import torch
+
+    from neuronscope.events import gc_paused
+
+    found: list[tuple[tuple[TemplateOp, ...], Mapping[str, Any], Spelling]] = []
+    threads = torch.get_num_threads()
+    # One thread: on a busy machine a parallel op (softmax) waited milliseconds for its workers
+    # on these tiny tensors, hundreds of times over.
+    torch.set_num_threads(1)
+    try:
+        with torch.no_grad(), gc_paused():
+            t32, t16 = examples(torch.float32), examples(torch.bfloat16)
+            for spelling in spellings:
+                for choice in spelling.variants():
+                    run = _record(spelling.fn, t32, choice, spelling.side, spelling.exact_numbers)
+                    found.append((tuple(run.ops), MappingProxyType(choice), spelling))
+                    if run.cast_skipped:
+                        run = _record(spelling.fn, t16, choice, spelling.side, spelling.exact_numbers)
+                        found.append((tuple(run.ops), MappingProxyType(choice), spelling))
+    finally:
+        torch.set_num_threads(threads)
+    return tuple(run for run in found if run[0])
 
 
 def recorded_ops(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[str]:
@@ -204,60 +271,30 @@ def recorded_ops(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[str]
     as :func:`~neuronscope.analysis.opgraph.short_name` names them; views and casts that copied
     nothing left out (they are no op in a trace's op order)."""
     (t,) = args
-    return [op.op for op in _record(fn, t, kwargs)]
+    return [op.op for op in _record(fn, t, kwargs).ops]
 
 
 @functools.cache
 def op_orders(spellings: tuple[Spelling, ...]) -> Mapping[tuple[str, ...], tuple[bool, ...]]:
-    """Every op order the spellings show, each run once per choice, in float32 and bfloat16
-    (a cast that copies shows only in the second), with which of its ops are the idiom's."""
-    import torch
-
+    """Every op order the spellings show, in float32 and bfloat16 (a cast that copies shows
+    only in the second), with which of its ops are the idiom's."""
     found: dict[tuple[str, ...], tuple[bool, ...]] = {}
-    threads = torch.get_num_threads()
-    # One thread: on a busy machine a parallel op (softmax) waited milliseconds for its workers
-    # on these tiny tensors, hundreds of times over.
-    torch.set_num_threads(1)
-    try:
-        with torch.no_grad():
-            for dtype in (torch.float32, torch.bfloat16):
-                t = examples(dtype)
-                for spelling in spellings:
-                    for choice in spelling.variants():
-                        ops = _record(spelling.fn, t, choice, spelling.side)
-                        if ops:
-                            found.setdefault(tuple(op.op for op in ops), tuple(op.own for op in ops))
-    finally:
-        torch.set_num_threads(threads)
+    for ops, _, _ in _runs(spellings):
+        found.setdefault(tuple(op.op for op in ops), tuple(op.own for op in ops))
     return MappingProxyType(found)
 
 
 @functools.cache
 def templates(spellings: tuple[Spelling, ...]) -> tuple[tuple[tuple[TemplateOp, ...], Mapping[str, Any]], ...]:
-    """Each distinct op graph the spellings run (float32 and bfloat16), with the choice that
-    ran it, the most ops first: what the graph matcher looks for."""
-    import torch
-
+    """Each distinct op graph the spellings run, with the choice that ran it, the most ops
+    first: what the graph matcher looks for. Choices that run the same graph on the same
+    shapes (a fused softmax's dim) cannot be told apart by a match: None there, not known."""
     found: dict[tuple[TemplateOp, ...], dict[str, Any]] = {}
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # see op_orders
-    try:
-        with torch.no_grad():
-            for dtype in (torch.float32, torch.bfloat16):
-                t = examples(dtype)
-                for spelling in spellings:
-                    for choice in spelling.variants():
-                        ops = tuple(_record(spelling.fn, t, choice, spelling.side, spelling.exact_numbers))
-                        if not ops:
-                            continue
-                        # Choices that run the same graph on the same shapes (a fused softmax's
-                        # dim) cannot be told apart by a match: None, not known.
-                        known = found.setdefault(ops, dict(choice))
-                        for k, v in choice.items():
-                            if known.get(k) != v:
-                                known[k] = None
-    finally:
-        torch.set_num_threads(threads)
+    for ops, choice, _ in _runs(spellings):
+        known = found.setdefault(ops, dict(choice))
+        for k, v in choice.items():
+            if known.get(k) != v:
+                known[k] = None
     ordered = sorted(found.items(), key=lambda kv: -sum(op.own for op in kv[0]))
     return tuple((ops, MappingProxyType(choice)) for ops, choice in ordered)
 
@@ -270,16 +307,6 @@ Builders = tuple[Callable[[], Any], "Callable[[], Any] | None", "str | None"]
 Replacement = Callable[..., tuple[str, Callable[[], Any]] | None]
 
 
-@functools.cache
-def _variants(spellings: tuple[Spelling, ...]) -> tuple[tuple[tuple[str, ...], Spelling, dict[str, Any]], ...]:
-    """Each spelling choice with its op order in float32 (what the builder picks among)."""
-    import torch
-
-    t = examples(torch.float32)
-    with torch.no_grad():
-        return tuple((tuple(recorded_ops(s.fn, t, **c)), s, c) for s in spellings for c in s.variants())
-
-
 def builder(spellings: tuple[Spelling, ...], replacement: Replacement) -> Callable[[Any, Any, Any], Builders]:
     """The verify builder of an idiom, from its declaration: the spelling choice whose op order
     is closest to the hint's ops (the spelling family captured: ``pow`` / ``rsqrt`` or
@@ -290,8 +317,8 @@ def builder(spellings: tuple[Spelling, ...], replacement: Replacement) -> Callab
     def build(hint: Any, x: Any, device: Any) -> Builders:
         ops = [o.rsplit("::", 1)[-1] for o in hint.ops]
         ops = [o[:-1] if o.endswith("_") and not o.startswith("_") else o for o in ops]
-        _, spelling, choice = max(
-            _variants(spellings), key=lambda v: difflib.SequenceMatcher(None, v[0], ops, autojunk=False).ratio()
+        _, choice, spelling = max(
+            _runs(spellings), key=lambda v: difflib.SequenceMatcher(None, [op.op for op in v[0]], ops, autojunk=False).ratio()
         )
         details = hint.details
         # A choice the hint recorded (a softmax's dim, a cross-entropy's loss) is the code's.
@@ -307,6 +334,37 @@ def builder(spellings: tuple[Spelling, ...], replacement: Replacement) -> Callab
         return (lambda: spelling.fn(t, **choice)), (fused[1] if fused else None), (fused[0] if fused else None)
 
     return build
+
+
+#: The op orders of every idiom, derived from the spellings and kept with the package, so that
+#: reading a trace file needs no torch (importing it costs seconds): one line per order,
+#: ``pattern<TAB>op op ...<TAB>own flags`` (1: the idiom's op, 0: a side op). Rebuilt by
+#: ``python -m neuronscope.analysis.patterns``; a test checks it is what the spellings run.
+ORDERS_FILE = Path(__file__).with_name("op_orders.txt")
+
+
+def orders_text(derived: Mapping[str, Mapping[tuple[str, ...], tuple[bool, ...]]]) -> str:
+    """The text of :data:`ORDERS_FILE` for ``derived`` (pattern -> its :func:`op_orders`)."""
+    lines = [
+        f"{name}\t{' '.join(order)}\t{''.join('1' if own else '0' for own in flags)}"
+        for name, orders in derived.items()
+        for order, flags in sorted(orders.items())
+    ]
+    return "\n".join(lines) + "\n"
+
+
+@functools.cache
+def kept_orders() -> Mapping[str, Mapping[tuple[str, ...], tuple[bool, ...]]]:
+    """The op orders :data:`ORDERS_FILE` keeps, by pattern (empty where it is missing)."""
+    found: dict[str, dict[tuple[str, ...], tuple[bool, ...]]] = {}
+    try:
+        text = ORDERS_FILE.read_text()
+    except OSError:
+        return MappingProxyType({})
+    for line in text.splitlines():
+        name, ops, flags = line.split("\t")
+        found.setdefault(name, {})[tuple(ops.split())] = tuple(c == "1" for c in flags)
+    return MappingProxyType({name: MappingProxyType(orders) for name, orders in found.items()})
 
 
 class Orders:

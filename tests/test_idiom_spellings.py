@@ -123,6 +123,19 @@ def test_the_kept_op_orders_are_what_the_spellings_run() -> None:
     assert ORDERS_FILE.read_text() == derived, "run: python -m neuronscope.analysis.patterns"
 
 
+def test_the_kept_graph_templates_are_what_the_spellings_run() -> None:
+    """A capture is matched on the graph templates kept with the package (a first capture
+    derives nothing), which are its spellings' own, read back as they were derived."""
+    from neuronscope.analysis.patterns.spelling import TEMPLATES_FILE, kept_templates, templates, templates_text
+
+    matched = {p.name: templates(p.match.derived_from) for p in REGISTRY if hasattr(p.match, "derived_from")}
+    assert {"softmax", "log_softmax", "gelu", "silu_mul", "rotary_embedding"} <= set(matched)
+    assert TEMPLATES_FILE.read_text() == templates_text(matched), "run: python -m neuronscope.analysis.patterns"
+    assert {name: [(ops, dict(c)) for ops, c in found] for name, found in kept_templates().items()} == {
+        name: [(ops, dict(c)) for ops, c in found] for name, found in matched.items()
+    }
+
+
 def test_reading_a_trace_imports_no_torch(tmp_path: Any) -> None:
     """from_trace on a trace with idioms, in a fresh process: torch is never imported."""
     import json

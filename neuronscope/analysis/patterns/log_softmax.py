@@ -54,13 +54,15 @@ def _replacement(t: Any, loss: str | None, dim: int, **_: Any) -> tuple[str, Cal
     return "torch.nn.functional.log_softmax", lambda: F.log_softmax(t.x, dim)
 
 
-SPELLINGS = (
-    Spelling(
-        _spelling,
-        {"form": ("written", "logsumexp", "log(softmax)", "log(written softmax)"), "shift": (None, "max", "amax"),
-         "division": ("div", "twice", "reciprocal"), "loss": (None, "gather", "nll_loss"), "dim": DIMS},
-    ),
+_SHIFTS = (None, "max", "amax")
+_FORMS = (
+    {"form": ("written",), "shift": _SHIFTS, "division": ("div",)},
+    {"form": ("logsumexp", "log(softmax)"), "shift": (None,), "division": ("div",)},
+    {"form": ("log(written softmax)",), "shift": _SHIFTS, "division": ("div", "twice", "reciprocal")},
 )
+#: Alone over a dim, or read by a loss (over rows: the last dim).
+_READS = ({"loss": (None,), "dim": DIMS}, {"loss": ("gather", "nll_loss"), "dim": (-1,)})
+SPELLINGS = tuple(Spelling(_spelling, {**form, **reads}) for form in _FORMS for reads in _READS)
 
 
 def _params(choice: Any, nodes: list[OpNode]) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from typing import Any
 
 from neuronscope.analysis.opgraph import VIEW_OPS, OpGraph, OpNode, TensorArg
 from neuronscope.analysis.patterns.base import Match, root_value
-from neuronscope.analysis.patterns.spelling import EXAMPLE_DIM, Spelling, TemplateOp, templates
+from neuronscope.analysis.patterns.spelling import EXAMPLE_DIM, Spelling, TemplateOp, kept_templates, templates
 
 __all__ = ["graph_matcher"]
 
@@ -145,7 +145,8 @@ def graph_matcher(
 ) -> Callable[[OpGraph, OpNode], Match | None]:
     """The ``match(graph, node)`` of an idiom: its largest spelling template anchored at
     ``node``, as a :class:`~.base.Match` of ``pattern`` whose ``x`` is the capture's tensor for
-    the spelling's ``x`` and whose params are ``params(choice, nodes)``."""
+    the spelling's ``x`` and whose params are ``params(choice, nodes)``. The templates are those
+    kept with the package (:data:`~.spelling.TEMPLATES_FILE`), else derived on first use."""
 
     def match(g: OpGraph, n: OpNode) -> Match | None:
         """The largest template at ``n``, or at an op reading its output whose template holds
@@ -166,7 +167,7 @@ def graph_matcher(
     def anchored(op: str) -> list[tuple[tuple[TemplateOp, ...], Mapping[str, Any]]]:
         """The templates ending in ``op``, largest first (derived on first use)."""
         if not by_last:
-            for ops, choice in templates(spellings):
+            for ops, choice in kept_templates().get(pattern) or templates(spellings):
                 by_last.setdefault(ops[-1].op, []).append((ops, choice))
         return by_last.get(op, [])
 
@@ -179,4 +180,5 @@ def graph_matcher(
                 return Match(pattern, nodes, x, params(choice, nodes))
         return None
 
+    match.derived_from = spellings  # type: ignore[attr-defined]  # what keeping its templates runs
     return match

@@ -31,16 +31,19 @@ from neuronscope.analysis.opgraph import MAYBE_ALIAS_OPS, VIEW_OPS
 __all__ = [
     "EXAMPLE_DIM",
     "ORDERS_FILE",
+    "TEMPLATES_FILE",
     "Orders",
     "Spelling",
     "TemplateOp",
     "builder",
     "examples",
     "kept_orders",
+    "kept_templates",
     "op_orders",
     "orders_text",
     "recorded_ops",
     "templates",
+    "templates_text",
 ]
 
 #: The last dim of the example tensors: even (rotary halves it), and unlike their other dims,
@@ -365,6 +368,38 @@ def kept_orders() -> Mapping[str, Mapping[tuple[str, ...], tuple[bool, ...]]]:
         name, ops, flags = line.split("\t")
         found.setdefault(name, {})[tuple(ops.split())] = tuple(c == "1" for c in flags)
     return MappingProxyType({name: MappingProxyType(orders) for name, orders in found.items()})
+
+
+#: The graph templates of the idioms matched on them (see :func:`templates`), kept with the
+#: package like :data:`ORDERS_FILE`, so that a first capture derives nothing.
+TEMPLATES_FILE = Path(__file__).with_name("graph_templates.json")
+Templates = tuple[tuple[tuple[TemplateOp, ...], Mapping[str, Any]], ...]
+
+
+def templates_text(derived: Mapping[str, Templates]) -> str:
+    """The text of :data:`TEMPLATES_FILE` for ``derived`` (pattern -> its :func:`templates`)."""
+    import json
+
+    return json.dumps({name: [[[list(op) for op in ops], dict(choice)] for ops, choice in found] for name, found in derived.items()}, indent=0) + "\n"
+
+
+def _tuples(value: Any) -> Any:
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
+
+
+@functools.cache
+def kept_templates() -> Mapping[str, Templates]:
+    """The graph templates :data:`TEMPLATES_FILE` keeps, by pattern (empty where it is missing)."""
+    import json
+
+    try:
+        kept = json.loads(TEMPLATES_FILE.read_text())
+    except (OSError, ValueError):
+        return MappingProxyType({})
+    return MappingProxyType({
+        name: tuple((tuple(TemplateOp(*_tuples(op)) for op in ops), MappingProxyType(choice)) for ops, choice in found)
+        for name, found in kept.items()
+    })
 
 
 class Orders:

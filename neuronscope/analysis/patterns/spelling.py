@@ -380,7 +380,11 @@ def templates_text(derived: Mapping[str, Templates]) -> str:
     """The text of :data:`TEMPLATES_FILE` for ``derived`` (pattern -> its :func:`templates`)."""
     import json
 
-    return json.dumps({name: [[[list(op) for op in ops], dict(choice)] for ops, choice in found] for name, found in derived.items()}, indent=0) + "\n"
+    parts = []
+    for name, found in derived.items():  # one template a line: a spelling's change is its lines
+        rows = ",\n".join(json.dumps([[list(op) for op in ops], dict(choice)], separators=(",", ":")) for ops, choice in found)
+        parts.append(f"{json.dumps(name)}: [\n{rows}\n]")
+    return "{\n" + ",\n".join(parts) + "\n}\n"
 
 
 def _tuples(value: Any) -> Any:

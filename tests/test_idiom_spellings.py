@@ -157,5 +157,5 @@ def test_reading_a_trace_imports_no_torch(tmp_path: Any) -> None:
         "import sys; from neuronscope import from_trace; r = from_trace(sys.argv[1]); "
         "print([h.pattern for h in r.hints], 'torch' in sys.modules)"
     )
-    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, cwd=root, env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"}, timeout=120)
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, cwd=root, env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"}, timeout=120, check=False)
     assert out.stdout.strip() == "['rms_norm'] False", out.stderr

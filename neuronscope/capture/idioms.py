@@ -37,7 +37,8 @@ class Evidence(Protocol):
 
 
 #: The builder of each pattern ``hint.verify()`` can rebuild, by pattern name, in the order
-#: the patterns registered; filled once, when :mod:`neuronscope.analysis.patterns` is imported.
+#: the patterns registered; filled once, when :mod:`neuronscope.analysis.patterns` is imported
+#: (``import neuronscope`` imports it, through the drivers).
 BUILDERS: dict[str, Callable[[Evidence, Any, Any], Builders]] = {}
 
 

@@ -172,7 +172,15 @@ def graph_matcher(
         return by_last.get(op, [])
 
     def at(g: OpGraph, n: OpNode) -> Match | None:
-        for ops, choice in anchored(n.op):
+        templates_here = anchored(n.op)
+        if not templates_here:
+            return None
+        big = n.big_inputs()
+        made_by = {g.nodes[p].op for k in big if (p := n.producers[k]) >= 0}
+        for ops, choice in templates_here:
+            last = ops[-1]
+            if len(last.args) != len(big) or any(r[0] == "op" and ops[r[1]].op not in made_by for r in last.args):
+                continue  # the anchor's inputs are not made by the ops the template's are
             walk = _Walk(g, ops, broadcast)
             if walk.op(len(ops) - 1, n) and len(walk.assign) == sum(op.own for op in ops) and walk.distinct() and walk.shaped():
                 nodes = sorted((walk.assign[j] for j, op in enumerate(ops) if op.own), key=lambda m: m.index)

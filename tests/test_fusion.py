@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -556,27 +555,26 @@ def test_op_names_with_spaces_do_not_break_the_sequence_text() -> None:
     assert hints[0].ops == ["aten::mul", "aten::neg", "aten::cat", "aten::mul", "aten::add"]
 
 
-def test_sequence_text_leaves_out_only_ops_no_pattern_can_match(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The sequence patterns search a text in which an op whose name holds no word of any
-    pattern is written "?" (a short text: the search tries every character). Over every case
-    and a real training trace, the matches are the ones the full op names give."""
+def test_sequence_matching_reads_each_idiom_from_its_spellings() -> None:
+    """A trace's idioms are matched on the op orders their declared PyTorch spellings run (no
+    regular expression per idiom): over every case and a real training trace, every pattern a
+    trace can show is found, each match's ops are one of its pattern's orders (views aside),
+    and no op that no order names (an autograd node's) is ever part of one."""
+    from neuronscope.analysis.opgraph import VIEW_OPS
+    from neuronscope.analysis.patterns.spelling import op_orders
     from neuronscope.drive.traces import table_from_trace
 
     tables = [table_from_profiler(capture(case.run), record_shapes=True) for case in CASES.values()]
     tables.append(table_from_trace(Path(__file__).parent / "data" / "traces" / "training_mm_record_shapes.json.gz")[0])
-    graphs = [graph_from_table(t) for t in tables]
-
-    def matches() -> list[list[tuple[str, list[int]]]]:
-        return [[(m.pattern, [n.index for n in m.nodes]) for m in find_sequence_matches(g)] for g in graphs]
-
-    # The shortening holds while each pattern is made of lowercase op names and plain regex
-    # grouping only: a wildcard or a character class could match a name it turns into "?".
-    assert all(re.fullmatch(r"[a-z_ ()?:|{},0-9]+", p.sequence) for p in REGISTRY if p.sequence)
-    assert fusion_mod._token("evaluate_function: MulBackward0") == "?"  # an op name as the graph has it
-    short = matches()
-    monkeypatch.setattr(fusion_mod, "_token", lambda op: op)
-    assert short == matches()
-    assert sum(map(len, short)) >= len(PATTERNS)  # the cases match every pattern, some more than once
+    found: set[str] = set()
+    for g in map(graph_from_table, tables):
+        for m in find_sequence_matches(g):
+            record = pattern_named(m.pattern)
+            assert record is not None and record.spellings
+            ops = tuple(n.op for n in g.nodes[m.nodes[0].index : m.nodes[-1].index + 1] if n.op not in VIEW_OPS)
+            assert ops in op_orders(record.spellings), (m.pattern, ops)
+            found.add(m.pattern)
+    assert found == {p.name for p in REGISTRY if p.spellings} == set(PATTERNS) - set(fusion_mod.NOT_FROM_OP_ORDER)
 
 
 def test_graph_from_table_takes_user_level_ops_only() -> None:
@@ -979,3 +977,17 @@ def test_a_gemma_norm_from_its_trace_is_the_live_hint(tmp_path: Any) -> None:
     (traced,) = [h for h in from_trace(tmp_path / "t.json").hints if h.pattern == "rms_norm"]
     assert traced.ops == live.ops and traced.details.get("weight_plus_one") is True
     assert "1 + weight" in traced.suggestion and "1 + weight" in live.suggestion
+
+
+def test_a_gelu_times_a_per_channel_statistic_is_no_glu() -> None:
+    """ConvNeXtV2: a GELU, then its global response norm multiplies it by a per-channel
+    statistic of itself: not a second projection of the same shape, so no silu_mul."""
+    x = torch.randn(2, 8, 8, 64)
+
+    def block() -> torch.Tensor:
+        h = torch.nn.functional.gelu(x)
+        gx = torch.norm(h, p=2, dim=(1, 2), keepdim=True)
+        return h * (gx / (gx.mean(dim=-1, keepdim=True) + 1e-6))
+
+    for prof in (capture(block), capture(block, profile_memory=True)):
+        assert "silu_mul" not in {h.pattern for h in from_profiler(prof).hints}

@@ -4,7 +4,8 @@
 :func:`~neuronscope.analysis.rules.analyze`); one module per rule (:mod:`.fusion` with one
 module per idiom in :mod:`.patterns`, :mod:`.compile`, :mod:`.launch`, :mod:`.optimizer`,
 :mod:`.straggler`). This package module imports none of them, so that reaching one does not
-load the rest. ``hint.verify()`` is the capture stage's (:mod:`neuronscope.capture.verify`,
-timing the PyTorch idioms of :mod:`neuronscope.capture.idioms`), so a result reaches it without
-importing this stage.
+load the rest. ``hint.verify()`` is the capture stage's (:mod:`neuronscope.capture.verify`), so
+a result reaches it without importing this stage; it times the idioms as :mod:`.patterns`
+declares them, whose builders register with :mod:`neuronscope.capture.idioms` when the patterns
+are imported (``import neuronscope`` does).
 """

@@ -30,8 +30,6 @@ when the estimated saving is small; a generic chain only above :data:`~.cost.MIN
 from __future__ import annotations
 
 import functools
-import itertools
-import re
 import statistics
 from collections.abc import Iterable
 from collections.abc import Set as AbstractSet
@@ -52,6 +50,7 @@ from neuronscope.analysis.opgraph import VIEW_OPS, OpGraph, OpNode, short_name
 from neuronscope.analysis.optimizer import has_optimizer_steps, optimizer_hints, optimizer_steps
 from neuronscope.analysis.patterns import REGISTRY, Match, Pattern, pattern_named
 from neuronscope.analysis.patterns.base import line_of, match_location
+from neuronscope.analysis.patterns.spelling import Orders, kept_orders, op_orders
 from neuronscope.result.hint import Hint
 from neuronscope.result.placement import OP_SPANS
 
@@ -96,20 +95,19 @@ def find_matches(g: OpGraph, reserved: Iterable[int] = ()) -> list[Match]:
 #: a claim about data flow. Sequence hints name these in ``details["not_from_op_order"]``.
 NOT_FROM_OP_ORDER = tuple(p.name for p in REGISTRY if p.exact_only)
 
-_SEQUENCE_RE = MappingProxyType({p.name: re.compile(p.sequence) for p in REGISTRY if p.sequence})
-#: Any word the sequence patterns name. An op whose name holds none of them cannot be matched
-#: by any pattern: it is written as "?" in the text the patterns search, which keeps that text
-#: short (the regular expressions try every character: a backward pass of long autograd names
-#: cost milliseconds).
-_PATTERN_WORD = re.compile("|".join(sorted({w for p in REGISTRY if p.sequence for w in re.findall(r"[a-z]\w*", p.sequence)})))
+
+@functools.cache
+def _orders() -> MappingProxyType[str, Orders]:
+    """Each idiom's op orders: those derived from its spellings and kept with the package (no
+    torch needed to read a trace), else derived now (an idiom added since they were kept)."""
+    kept = kept_orders()
+    return MappingProxyType({p.name: Orders(kept.get(p.name) or op_orders(p.spellings)) for p in REGISTRY if p.spellings})
 
 
-@functools.lru_cache(maxsize=4096)
-def _token(op: str) -> str:
-    """``op`` as the sequence patterns see it: itself (white space as "_": the text the patterns
-    search is tokens separated by spaces), or "?" where no pattern can match it (an autograd
-    node's name, ``evaluate_function: SoftmaxBackward0``, holds a space and a pattern's word)."""
-    return "_".join(op.split()) if _PATTERN_WORD.search(op) else "?"
+@functools.cache
+def _words() -> frozenset[str]:
+    """Every op any idiom's op order names: a trace holding none of them has no idiom."""
+    return frozenset().union(*(o.words for o in _orders().values()))
 
 
 def find_sequence_matches(g: OpGraph) -> list[Match]:
@@ -124,11 +122,11 @@ def find_sequence_matches(g: OpGraph) -> list[Match]:
         ops = _OpText(seq)
         claimed: set[int] = set()
         for record in REGISTRY:
-            rx = _SEQUENCE_RE.get(record.name)
+            rx = _orders().get(record.name)
             if rx is None:
                 continue
             i = 0
-            while (found := ops.next_match(rx, i)) is not None:
+            while (found := rx.search(ops.tokens, i)) is not None:
                 i0, i1 = found
                 end = ops.fitting_end(record.name, rx, i0, i1, claimed)
                 if end is None:
@@ -136,10 +134,7 @@ def find_sequence_matches(g: OpGraph) -> list[Match]:
                     continue
                 i0 = ops.yielding_head(record.name, rx, i0, end, claimed)
                 end = ops.yielding_tail(record.name, rx, i0, end)
-                members = [m for m in seq[i0:end] if m.op not in record.sequence_skip]
-                if record.sequence_check is not None and not record.sequence_check(members):
-                    i = i0 + 1  # the names fit, what they compute does not
-                    continue
+                members = [m for m, own in zip(seq[i0:end], rx.own(ops.tokens, i0, end)) if own]
                 i = end
                 claimed.update(m.index for m in members)
                 x = members[0].inputs[0] if members[0].inputs else None
@@ -154,39 +149,21 @@ MAX_IDIOM_OPS = 16
 
 
 class _OpText:
-    """One thread's user-level ops as the text the sequence patterns search (each op's token
-    and a space), and the questions the matching asks of it, in op indices."""
+    """One thread's user-level ops as the idioms' op orders see them (each op's short name),
+    and the questions the matching asks of them, in op indices."""
 
     def __init__(self, seq: list[OpNode]) -> None:
         self.seq = seq
-        tokens = [_token(n.op) for n in seq]
-        self.text = "".join(t + " " for t in tokens)
-        #: where op ``i`` starts in the text; the last entry is the text's end
-        self.offsets = list(itertools.accumulate((len(t) + 1 for t in tokens), initial=0))
-        self._op_at = {o: i for i, o in enumerate(self.offsets)}
+        self.tokens = [n.op for n in seq]
 
-    def next_match(self, rx: re.Pattern[str], i: int) -> tuple[int, int] | None:
-        """The ops of the first match of ``rx`` starting at op ``i`` or after, as (first op,
-        end): a match must start at an op's start."""
-        text, pos = self.text, self.offsets[i]
-        while pos < len(text):
-            mo = rx.search(text, pos)
-            if mo is None:
-                return None
-            start = self._op_at.get(mo.start())
-            if start is not None:
-                return start, self._op_at[mo.end()]
-            pos = text.find(" ", mo.start()) + 1
-        return None
-
-    def fitting_end(self, name: str, rx: re.Pattern[str], i0: int, i1: int, claimed: AbstractSet[int] = frozenset()) -> int | None:
+    def fitting_end(self, name: str, rx: Orders, i0: int, i1: int, claimed: AbstractSet[int] = frozenset()) -> int | None:
         """The end of the longest whole match of pattern ``name`` from op ``i0``, ``i1`` at most,
         whose ops are unclaimed and whose shapes fit; None: none. An optional trailing op that
         does not fit (the next op on another shape) leaves the rest a match: taking the longest
         match or nothing lost the GELU before such an op."""
         for j in range(i1, i0, -1):
             members = self.seq[i0:j]
-            if (j == i1 or rx.fullmatch(self.text, self.offsets[i0], self.offsets[j])) and not any(
+            if (j == i1 or rx.fullmatch(self.tokens, i0, j)) and not any(
                 m.index in claimed for m in members
             ) and _sequence_shapes_ok(name, members):
                 return j
@@ -195,10 +172,10 @@ class _OpText:
     def idiom_length_at(self, i: int) -> int:
         """Ops in the longest idiom that starts at op ``i`` with its shapes fitting; 0: none."""
         longest = 0
-        for name, rx in _SEQUENCE_RE.items():
-            mo = rx.match(self.text, self.offsets[i])
-            if mo is not None:
-                j = self.fitting_end(name, rx, i, self._op_at[mo.end()])
+        for name, rx in _orders().items():
+            end = rx.longest_at(self.tokens, i)
+            if end is not None:
+                j = self.fitting_end(name, rx, i, end)
                 if j is not None:
                     longest = max(longest, j - i)
         return longest
@@ -207,29 +184,29 @@ class _OpText:
         """Ops in the longest idiom of unclaimed ops that ends right before op ``i`` with its
         shapes fitting."""
         longest = 0
-        for name, rx in _SEQUENCE_RE.items():
+        for name, rx in _orders().items():
             for t in range(i - 1, max(-1, i - 1 - MAX_IDIOM_OPS), -1):
                 if self.seq[t].index in claimed:
                     break
-                if rx.fullmatch(self.text, self.offsets[t], self.offsets[i]) and _sequence_shapes_ok(name, self.seq[t:i]):
+                if rx.fullmatch(self.tokens, t, i) and _sequence_shapes_ok(name, self.seq[t:i]):
                     longest = max(longest, i - t)
         return longest
 
-    def yielding_head(self, name: str, rx: re.Pattern[str], i0: int, i1: int, claimed: AbstractSet[int]) -> int:
+    def yielding_head(self, name: str, rx: Orders, i0: int, i1: int, claimed: AbstractSet[int]) -> int:
         """Where a match of ops ``i0`` to ``i1`` should start. A pattern with optional leading
         ops (GELU's two to seven muls and adds before its tanh or erf) can take the last op of
         an idiom right before it (a rotary embedding's add, which was then lost): the start
         moves past the fewest ops that such an idiom, ending there, wholly takes."""
         for b in range(i0 + 1, i1):
             if (
-                rx.fullmatch(self.text, self.offsets[b], self.offsets[i1])
+                rx.fullmatch(self.tokens, b, i1)
                 and _sequence_shapes_ok(name, self.seq[b:i1])
                 and self.idiom_length_ending_at(b, claimed) >= b - i0
             ):
                 return b
         return i0
 
-    def yielding_tail(self, name: str, rx: re.Pattern[str], i0: int, i1: int) -> int:
+    def yielding_tail(self, name: str, rx: Orders, i0: int, i1: int) -> int:
         """Where a match of ops ``i0`` to ``i1`` should end. An optional trailing op (GELU's last
         mul, a norm's weight) can as well be the next idiom's first op, which op order alone
         does not tell apart: the end is the one, among ``i1`` and the shorter whole matches that
@@ -240,7 +217,7 @@ class _OpText:
             return i1
         end, reach = i1, i1 + self.idiom_length_at(i1)
         for b in range(i1 - 1, i0, -1):
-            if rx.fullmatch(self.text, self.offsets[i0], self.offsets[b]) and _sequence_shapes_ok(name, self.seq[i0:b]):
+            if rx.fullmatch(self.tokens, i0, b) and _sequence_shapes_ok(name, self.seq[i0:b]):
                 after = b + self.idiom_length_at(b)
                 if after > b and after >= reach:
                     end, reach = b, after
@@ -443,7 +420,8 @@ def fusion_hints(ctx: AnalysisContext) -> list[Hint]:
         return hints
     # No op any sequence pattern names, and no optimizer step: nothing to match. The names first:
     # on most traces the first few settle it, and optimizer_steps looks for steps itself.
-    if all(_token(short_name(nm)) == "?" for nm in dict.fromkeys(ctx.table.names)) and not has_optimizer_steps(ctx.table):
+    words = _words()
+    if not any(short_name(nm) in words for nm in dict.fromkeys(ctx.table.names)) and not has_optimizer_steps(ctx.table):
         return []
     locations = ctx.extra.get("locations") if isinstance(ctx.extra, dict) else None
     graph = graph_from_table(ctx.table, locations if isinstance(locations, list) else None)

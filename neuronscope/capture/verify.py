@@ -38,7 +38,6 @@ from neuronscope.capture.timing import block_timer, calibrate, run_rounds
 from neuronscope.errors import NeuronscopeError
 
 __all__ = [
-    "VERIFIABLE_PATTERNS",
     "Verification",
     "floating_dtype",
     "measure",
@@ -47,9 +46,15 @@ __all__ = [
     "time_variants",
 ]
 
-#: Patterns :func:`measure` can rebuild. Attention, rotary and elementwise chains have too
-#: many shapes and spellings to rebuild from a hint's evidence.
-VERIFIABLE_PATTERNS = tuple(BUILDERS)
+
+
+def __getattr__(name: str) -> Any:
+    """``VERIFIABLE_PATTERNS``: the patterns :func:`measure` can rebuild (those whose
+    declaration registered a builder; attention, rotary and elementwise chains have too many
+    shapes and spellings to rebuild from a hint's evidence)."""
+    if name == "VERIFIABLE_PATTERNS":
+        return tuple(BUILDERS)
+    raise AttributeError(name)
 
 #: Rounds of the interleaved timing; the median of an odd count is one real measurement.
 DEFAULT_REPEATS = 9
@@ -223,10 +228,10 @@ def measure(
     torch = _torch()
     if hint.kind != "fusion":
         raise NeuronscopeError(f"only fusion hints can be verified; this one is {hint.kind!r}")
-    if hint.pattern not in VERIFIABLE_PATTERNS:
+    if hint.pattern not in BUILDERS:
         raise NeuronscopeError(
             f"verification is not available for pattern {hint.pattern!r}; it is for "
-            f"{', '.join(VERIFIABLE_PATTERNS)}"
+            f"{', '.join(BUILDERS)}"
         )
     shape = hint.details.get("shape")
     if not shape:

@@ -17,6 +17,7 @@ from neuronscope.analysis.patterns.rms_norm import RMS_NORM
 from neuronscope.analysis.patterns.rotary_embedding import ROTARY_EMBEDDING
 from neuronscope.analysis.patterns.silu_mul import SILU_MUL
 from neuronscope.analysis.patterns.softmax import SOFTMAX
+from neuronscope.capture import idioms
 
 __all__ = ["PATTERNS", "REGISTRY", "Match", "Pattern", "pattern_named"]
 
@@ -31,6 +32,9 @@ REGISTRY: tuple[Pattern, ...] = (
     SILU_MUL,
     ELEMENTWISE_CHAIN,
 )
+for _record in REGISTRY:  # hint.verify() rebuilds an idiom from its declaration
+    if _record.verify is not None:
+        idioms.register(_record.name, _record.verify)
 #: The contract's pattern vocabulary, in claim order.
 PATTERNS: tuple[str, ...] = tuple(p.name for p in REGISTRY)
 _BY_NAME = MappingProxyType({p.name: p for p in REGISTRY})

@@ -5,6 +5,7 @@ mask, softmax (fused or written out), ``@ v``.
 from __future__ import annotations
 
 import functools
+import math
 import sys
 from types import MappingProxyType
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 from neuronscope.analysis.opgraph import OpGraph, OpNode
 from neuronscope.analysis.patterns.base import MATMULS, SOFTMAXES, Match, Pattern, input_from
 from neuronscope.analysis.patterns.softmax import match_softmax
+from neuronscope.analysis.patterns.spelling import Spelling
 
 __all__ = ["ATTENTION"]
 
@@ -21,6 +23,69 @@ __all__ = ["ATTENTION"]
 MAX_ATTENTION_HOPS = 4
 _ATTENTION_PRE = frozenset({"div", "mul", "add", "sub", "masked_fill", "where", "to", "_to_copy", "type_as"})
 _ATTENTION_POST = frozenset({"to", "_to_copy", "type_as", "dropout", "masked_fill"})
+
+
+def _spelling(t: Any, matmul: str, scale: str | None, mask: str | None, softmax: str, dropout: bool) -> Any:
+    """Attention written out: ``q @ k^T`` (``matmul``, ``bmm``, ``einsum``, or Bloom's
+    ``baddbmm`` with the scale as its alpha), scaled on the scores (``*`` or ``/``) or on q
+    first (timm), masked by an add, ``masked_fill`` (of a boolean mask, or of ``mask == 0``) or
+    ``where``, softmax (fused, fused in float32 and cast back, or written out), dropout, ``@ v``."""
+    import torch
+
+    F = torch.nn.functional
+    q, k, v = t.q, t.k, t.v
+    d = q.shape[-1]
+    if scale == "q":
+        q = q * d**-0.5
+    if matmul == "baddbmm":
+        q3, k3 = q.reshape(-1, *q.shape[-2:]), k.reshape(-1, *k.shape[-2:])
+        s = torch.baddbmm(t.mask.reshape(-1, *t.mask.shape[-2:]), q3, k3.transpose(1, 2), beta=1.0, alpha=d**-0.5).view(t.mask.shape)
+    elif matmul == "einsum":
+        s = torch.einsum("bhqd,bhkd->bhqk", q, k)
+    elif matmul == "bmm":
+        s = torch.bmm(q.reshape(-1, *q.shape[-2:]), k.reshape(-1, *k.shape[-2:]).transpose(1, 2)).view(t.mask.shape)
+    else:
+        s = torch.matmul(q, k.transpose(-2, -1))
+    if scale == "mul":
+        s = s * d**-0.5
+    elif scale == "div":
+        s = s / math.sqrt(d)
+    if mask in ("add", "bias, add"):  # T5: a position bias, then the mask
+        s = s + t.mask
+    if mask == "bias, add":
+        s = s + t.mask
+    elif mask == "masked_fill":
+        s = s.masked_fill(t.bool_mask, -1e9)
+    elif mask == "eq, masked_fill":
+        s = s.masked_fill(t.mask == 0, -1e9)
+    elif mask == "where":
+        s = torch.where(t.bool_mask, s, -1e9)
+    if softmax == "fused":
+        p = s.softmax(dim=-1)
+    elif softmax == "float32":
+        p = F.softmax(s, dim=-1, dtype=torch.float32).to(q.dtype)
+    else:
+        e = torch.exp(s - s.amax(-1, keepdim=True)) if softmax == "amax" else torch.exp(s)
+        p = e / e.sum(-1, keepdim=True)
+    if dropout:
+        p = F.dropout(p, p=0.1, training=True)
+    if matmul == "einsum":
+        return torch.einsum("bhqk,bhkd->bhqd", p, v)
+    if matmul in ("bmm", "baddbmm"):
+        return torch.bmm(p.reshape(-1, *p.shape[-2:]), v.reshape(-1, *v.shape[-2:]))
+    return torch.matmul(p, v)
+
+
+_ATTENTION_CHOICES = MappingProxyType({
+    "mask": (None, "add", "bias, add", "masked_fill", "eq, masked_fill", "where"),
+    "softmax": ("fused", "float32", "amax", "plain"),
+    "dropout": (False, True),
+})
+_MASKS = ("mask", "bool_mask")
+SPELLINGS = (
+    Spelling(_spelling, {"matmul": ("matmul", "bmm", "einsum"), "scale": (None, "mul", "div", "q"), **_ATTENTION_CHOICES}, side=_MASKS),
+    Spelling(_spelling, {"matmul": ("baddbmm",), "scale": (None,), **_ATTENTION_CHOICES}, side=_MASKS),
+)
 
 
 def _scores_matmul(g: OpGraph, n: OpNode, k: int, hops: int, path: list[OpNode]) -> OpNode | None:
@@ -179,7 +244,7 @@ def _sequence_params(members: list[OpNode]) -> dict[str, Any]:
     softmax; a scale is a mul / div there, by a number the trace does not record (the
     profiler writes it as a 0-dim tensor), so its value stays unknown; no scale op: 1.0."""
     soft = next((i for i, n in enumerate(members) if n.op in SOFTMAXES or n.op in ("exp", "max", "amax")), len(members))
-    pre = members[1:soft]
+    pre = [n for n in members[:soft] if n.op not in MATMULS]  # a scale of q (timm) comes before the scores
     params: dict[str, Any] = {"masked": any(n.op in ("add", "masked_fill", "where") for n in pre)}
     params["scale"] = UNKNOWN_SCALE if any(n.op in ("mul", "div") for n in pre) else 1.0
     return params
@@ -188,10 +253,7 @@ def _sequence_params(members: list[OpNode]) -> dict[str, Any]:
 ATTENTION = Pattern(
     name="attention",
     match=match_attention,
-    sequence=(
-        r"(?:matmul|bmm|einsum|baddbmm) (?:div |mul )?(?:eq )?(?:masked_fill |add |where ){0,3}"
-        r"(?:_?softmax |(?:(?:max|amax) sub )?exp (?:exp )?sum div )(?:to )?(?:dropout )?(?:matmul|bmm|einsum) "
-    ),
+    spellings=SPELLINGS,
     sequence_shapes="any",
     suggest=_suggest,
     cost_excludes=MATMULS,

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from neuronscope.analysis.dataflow import UserLine, user_line
 from neuronscope.analysis.opgraph import OpGraph, OpNode, TensorArg
+from neuronscope.analysis.patterns.spelling import Spelling
 
 if TYPE_CHECKING:
     from neuronscope.result.hint import Hint
@@ -21,7 +22,6 @@ __all__ = [
     "SOFTMAXES",
     "Match",
     "Pattern",
-    "affine",
     "const_of",
     "dims",
     "input_from",
@@ -71,9 +71,9 @@ class Pattern:
 
     - ``match(graph, node)``: the idiom anchored at ``node`` in a data-flow graph, or None;
       ``find(graph, claimed)`` instead for an idiom found over the whole graph at once.
-    - ``sequence``: a regular expression over a trace's user-level op names (each followed by
-      one space), for trace files, which have op order but no data flow; None: not from a
-      trace. ``sequence_shapes`` says how the ops' input shapes must relate there (``"row"``:
+    - ``spellings``: how code writes it, in PyTorch; the op orders a trace file (op order, no
+      data flow) shows for it are derived from them; none: not from a trace.
+      ``sequence_shapes`` says how the ops' input shapes must relate there (``"row"``:
       ``x``, its per-row statistic and a weight; ``"rotary"``; ``"same"``; ``"any"``).
     - ``fused_passes``: passes over its input the fused form makes (the cost model's input).
     - ``suggest(match, backend)``: the replacement, as a call equivalent to the code in hand.
@@ -87,11 +87,11 @@ class Pattern:
     suggest: Callable[[Match, str], str]
     match: Callable[[OpGraph, OpNode], Match | None] | None = None
     find: Callable[[OpGraph, set[int]], Iterable[Match]] | None = None
-    sequence: str | None = None
     sequence_shapes: str = "same"
     fused_passes: int = 1
     verify: Callable[[Hint, Any, Any], Builders] | None = None
     exact_only: bool = False
+    spellings: tuple[Spelling, ...] = ()
     #: Ops of a match left out of its cost (attention's matmuls: fusion keeps their work).
     cost_excludes: frozenset[str] = frozenset()
     #: Reported whatever its estimated saving (a named idiom's time is worth knowing); False:
@@ -100,17 +100,12 @@ class Pattern:
     #: Whether torch has an eager fused replacement; False: the fused form is torch.compile's,
     #: and the cost model charges compiled code's entry cost.
     eager_replacement: bool = True
-    #: Ops a trace match of this idiom may span but does not include (silu_mul's up projection).
-    sequence_skip: frozenset[str] = frozenset()
     #: Where a hint points: False, the line of the idiom's result (its last op: a norm's
     #: ``return``, rotary's ``q_embed = ...``); True, the line of its first op, where a
     #: multi-line idiom starts (attention's ``q @ k^T``, not the ``@ v`` lines later).
     location_at_start: bool = False
     #: Facts a trace match records (gelu: approximate), from its op names.
     sequence_params: Callable[[list[OpNode]], dict[str, Any]] | None = None
-    #: What a trace match must also show beyond its op names' pattern (gelu: under tanh, a
-    #: cubic term and a sum), else it is no match.
-    sequence_check: Callable[[list[OpNode]], bool] | None = None
     #: Occurrences on other input shapes are other hints (each is costed, and verified, at its
     #: own shape); False: one idiom whatever its shapes (rotary's q and k, of other head counts
     #: under grouped-query attention, are one line of code and one fused call).
@@ -190,14 +185,6 @@ def input_from(n: OpNode, producer: OpNode) -> int | None:
 def is_float(dtype: str) -> bool:
     """A floating-point dtype name (``float32``, ``bfloat16``...); an unknown one counts as float."""
     return not dtype or "float" in dtype or "complex" in dtype
-
-
-def affine(y: Any, w: Any, b: Any) -> Any:
-    if w is not None:
-        y = w * y
-    if b is not None:
-        y = y + b
-    return y
 
 
 def dims(m: Match) -> str:

@@ -4,17 +4,82 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from types import MappingProxyType
 from typing import Any
 
 from neuronscope.analysis.opgraph import OpGraph, OpNode
 from neuronscope.analysis.patterns.base import Match, Pattern, dims
 from neuronscope.analysis.patterns.norm import UNKNOWN_BIAS, UNKNOWN_EPS, UNKNOWN_WEIGHT, match_norm, param_text
-from neuronscope.capture import idioms
+from neuronscope.analysis.patterns.spelling import Spelling, builder
 
 __all__ = ["LAYER_NORM"]
 
-#: Epsilon of the rebuilt chains in hint.verify().
+def _spelling(t: Any, stats: str, root: str, weight: bool, bias: bool) -> Any:
+    """LayerNorm as models write it: BERT's TF-style ``(x - u) / sqrt(mean((x - u)^2) + eps)``
+    (``x - u`` once or twice), ``mean`` and ``var`` or ``var_mean`` with ``rsqrt`` or ``sqrt``
+    (the centring before or after the root), the Annotated Transformer's ``a * (x - mean) /
+    (std + eps) + b``."""
+    import torch
 
+    x = t.x
+    if stats == "std":  # the weight multiplies the centred x, before the division
+        mean, std = x.mean(-1, keepdim=True), x.std(-1, keepdim=True, correction=t.correction)
+        y = t.weight * (x - mean) if weight else x - mean
+        y = y / (std + t.eps)
+        return y + t.bias if bias else y
+    if stats in ("centred", "centred_twice"):
+        mean = x.mean(-1, keepdim=True)
+        centred = x - mean
+        var = centred.pow(2).mean(-1, keepdim=True)
+        if stats == "centred_twice":
+            centred = x - mean
+    elif stats == "var_mean":
+        var, mean = torch.var_mean(x, dim=-1, keepdim=True, correction=t.correction)
+        centred = x - mean
+    else:
+        mean, var = x.mean(-1, keepdim=True), x.var(-1, keepdim=True, correction=t.correction)
+        centred = x - mean
+    if root == "rsqrt":
+        y = centred * torch.rsqrt(var + t.eps)
+    elif root == "rsqrt_first":  # the root, then the centring: ``rsqrt(var + eps) * (x - mean)``
+        inv = torch.rsqrt(var + t.eps)
+        y = (x - mean) * inv
+    else:
+        y = centred / torch.sqrt(var + t.eps)
+    y = y * t.weight if weight else y
+    return y + t.bias if bias else y
+
+
+def _late(t: Any, **choice: Any) -> Any:
+    """Like :func:`_spelling` with the centring written where it is used (after the root)."""
+    import torch
+
+    x = t.x
+    if choice["stats"] == "var_mean":
+        var, mean = torch.var_mean(x, dim=-1, keepdim=True, correction=t.correction)
+    else:
+        mean, var = x.mean(-1, keepdim=True), x.var(-1, keepdim=True, correction=t.correction)
+    root = torch.rsqrt(var + t.eps) if choice["root"] == "rsqrt" else torch.sqrt(var + t.eps)
+    y = (x - mean) * root if choice["root"] == "rsqrt" else (x - mean) / root
+    y = y * t.weight if choice["weight"] else y
+    return y + t.bias if choice["bias"] else y
+
+
+def _replacement(t: Any, weight: bool, bias: bool, **_: Any) -> tuple[str, Callable[[], Any]]:
+    import torch
+
+    d = t.x.shape[-1]
+    w, b = (t.weight if weight else None), (t.bias if bias else None)
+    return "torch.nn.functional.layer_norm", lambda: torch.nn.functional.layer_norm(t.x, (d,), w, b, t.eps)
+
+
+_AFFINE = MappingProxyType({"weight": (False, True), "bias": (False, True)})
+SPELLINGS = (
+    Spelling(_spelling, {"stats": ("centred", "centred_twice", "var", "var_mean"), "root": ("rsqrt", "sqrt"), **_AFFINE}),
+    Spelling(_spelling, {"stats": ("std",), "root": ("none",), **_AFFINE}),
+    Spelling(_late, {"stats": ("var", "var_mean"), "root": ("rsqrt", "sqrt"), **_AFFINE}),
+)
 
 
 def _match(g: OpGraph, n: OpNode) -> Match | None:
@@ -69,13 +134,10 @@ def _sequence_params(members: list[OpNode]) -> dict[str, Any]:
 LAYER_NORM = Pattern(
     name="layer_norm",
     match=_match,
-    sequence=(
-        r"(?:mean (?:sub (?:pow|square|mul) mean (?:sub )?|var (?:sub )?|std (?:sub )?(?:mul )?)|var_mean (?:sub )?)"
-    r"add (?:(?:sqrt|rsqrt) (?:sub )?(?:div |mul ))?(?:div )?(?:mul )?(?:add )?"
-    ),
+    spellings=SPELLINGS,
     sequence_shapes="row",
     fused_passes=2,
     suggest=_suggest,
-    verify=idioms.layer_norm,
+    verify=builder(SPELLINGS, _replacement),
     sequence_params=_sequence_params,
 )

@@ -5,12 +5,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
-from neuronscope.analysis.opgraph import OpGraph, OpNode
-from neuronscope.analysis.patterns.base import SOFTMAXES, Match, Pattern, same_value, single_consumer
-from neuronscope.analysis.patterns.softmax import UNKNOWN_DIM, match_softmax, reduced_dims
-from neuronscope.capture import idioms
+from neuronscope.analysis.opgraph import OpNode
+from neuronscope.analysis.patterns.base import Match, Pattern
+from neuronscope.analysis.patterns.matcher import graph_matcher
+from neuronscope.analysis.patterns.softmax import DIMS, UNKNOWN_DIM, written_softmax
+from neuronscope.analysis.patterns.spelling import Spelling, builder
 
 __all__ = ["LOG_SOFTMAX", "match_log_softmax"]
 
@@ -18,57 +21,59 @@ __all__ = ["LOG_SOFTMAX", "match_log_softmax"]
 LOSSES = frozenset({"gather", "nll_loss", "nll_loss_nd", "nll_loss2d"})
 
 
-def _written_out(g: OpGraph, n: OpNode) -> tuple[list[OpNode], Any, int | None] | None:
-    """``shifted - log(sum(exp(shifted)))``, ``shifted`` being ``x - max(x)`` or ``x`` itself."""
-    if n.op != "sub" or len(n.inputs) != 2:
-        return None
-    log = g.producer(n, 1)
-    s = g.producer(log, 0) if log is not None and log.op == "log" else None
-    e = g.producer(s, 0) if s is not None and s.op == "sum" else None
-    if log is None or s is None or e is None or e.op != "exp" or not e.inputs or not same_value(g, e, 0, n, 0):
-        return None
-    dims = reduced_dims(s, log.inputs[0]) if log.inputs else None
-    if dims is not None and len(dims) != 1:
-        return None  # a sum over several dims: no log-softmax
-    nodes, x = [n, log, s, e], n.inputs[0]
-    sub = g.producer(n, 0)
-    mx = g.producer(sub, 1) if sub is not None and sub.op == "sub" and len(sub.inputs) == 2 else None
-    if sub is not None and mx is not None and mx.op in ("max", "amax") and mx.inputs and same_value(g, mx, 0, sub, 0):
-        nodes += [sub, mx]
-        x = sub.inputs[0]
-    return nodes, x, dims[0] if dims else None
+def _spelling(t: Any, form: str, shift: str | None, division: str, loss: str | None, dim: int = -1) -> Any:
+    """Log-softmax written out (``z - log(sum(exp(z)))``, ``z`` shifted by ``max`` / ``amax`` or
+    not), through ``logsumexp``, or ``log(softmax(x))`` (softmax fused or written out); alone or
+    read by ``gather`` / ``nll_loss`` (a hand-written cross-entropy)."""
+    import torch
+
+    x, dim = (t.x.reshape(-1, t.x.shape[-1]), -1) if loss else (t.x, dim)  # a loss reads rows
+    if form == "logsumexp":
+        logp = x - torch.logsumexp(x, dim, keepdim=True)
+    elif form == "log(softmax)":
+        logp = torch.log(torch.softmax(x, dim))
+    elif form == "log(written softmax)":
+        logp = torch.log(written_softmax(SimpleNamespace(x=x), shift=shift, form=division, dim=dim))
+    else:
+        z = x if shift is None else x - (x.amax(dim, keepdim=True) if shift == "amax" else x.max(dim=dim, keepdim=True).values)
+        logp = z - torch.log(torch.exp(z).sum(dim, keepdim=True))
+    if loss == "gather":
+        return logp.gather(-1, t.target[:, None])
+    if loss == "nll_loss":
+        return torch.nn.functional.nll_loss(logp, t.target)
+    return logp
 
 
-def _via_logsumexp(g: OpGraph, n: OpNode) -> tuple[list[OpNode], Any, int | None] | None:
-    """``x - logsumexp(x, dim, keepdim=True)``."""
-    lse = g.producer(n, 1) if n.op == "sub" and len(n.inputs) == 2 else None
-    if lse is None or lse.op != "logsumexp" or not lse.inputs or not same_value(g, lse, 0, n, 0):
-        return None
-    dims = reduced_dims(lse, n.inputs[1])
-    if dims is not None and len(dims) != 1:
-        return None
-    return [n, lse], n.inputs[0], dims[0] if dims else None
+def _replacement(t: Any, loss: str | None, dim: int, **_: Any) -> tuple[str, Callable[[], Any]]:
+    import torch
+
+    F = torch.nn.functional
+    if loss:
+        rows = t.x.reshape(-1, t.x.shape[-1])
+        return "torch.nn.functional.cross_entropy", lambda: F.cross_entropy(rows, t.target)
+    return "torch.nn.functional.log_softmax", lambda: F.log_softmax(t.x, dim)
 
 
-def match_log_softmax(g: OpGraph, n: OpNode) -> Match | None:
-    """Log-softmax ending at ``n`` (the ``sub`` of the written-out form, or ``log`` of a
-    softmax), with the ``gather`` / ``nll_loss`` that reads it where there is one."""
-    found = _written_out(g, n) or _via_logsumexp(g, n)
-    if found is None and n.op == "log" and n.inputs:
-        p = g.producer(n, 0)
-        if p is not None and p.op in SOFTMAXES and p.inputs:
-            found = [p, n], p.inputs[0], p.consts[0] if p.consts and isinstance(p.consts[0], int) else None
-        elif p is not None and (soft := match_softmax(g, p)) is not None:
-            found = [*soft.nodes, n], soft.x, soft.params.get("dim")
-    if found is None:
-        return None
-    nodes, x, dim = found
-    params: dict[str, Any] = {"dim": dim}
-    loss = single_consumer(g, n)
-    if loss is not None and loss.op in LOSSES:
-        nodes.append(loss)
-        params["loss"] = loss.op
-    return Match("log_softmax", sorted(set(nodes), key=lambda m: m.index), x, params)
+_SHIFTS = (None, "max", "amax")
+_FORMS = (
+    {"form": ("written",), "shift": _SHIFTS, "division": ("div",)},
+    {"form": ("logsumexp", "log(softmax)"), "shift": (None,), "division": ("div",)},
+    {"form": ("log(written softmax)",), "shift": _SHIFTS, "division": ("div", "twice", "reciprocal")},
+)
+#: Alone over a dim, or read by a loss (over rows: the last dim).
+_READS = ({"loss": (None,), "dim": DIMS}, {"loss": ("gather", "nll_loss"), "dim": (-1,)})
+SPELLINGS = tuple(Spelling(_spelling, {**form, **reads}) for form in _FORMS for reads in _READS)
+
+
+def _params(choice: Any, nodes: list[OpNode]) -> dict[str, Any]:
+    """The dim (a loss reads rows: the last), and the op of the loss where there is one."""
+    if choice["loss"]:
+        return {"dim": -1, "loss": nodes[-1].op}
+    return {"dim": choice["dim"]}
+
+
+#: Log-softmax anchored at its last op (the ``sub``, ``log``, or the loss that reads it).
+match_log_softmax = graph_matcher("log_softmax", SPELLINGS, _params)
 
 
 def _suggest(m: Match, backend: str) -> str:
@@ -90,14 +95,10 @@ def _sequence_params(members: list[OpNode]) -> dict[str, Any]:
 LOG_SOFTMAX = Pattern(
     name="log_softmax",
     match=match_log_softmax,
-    sequence=(
-        r"(?:(?:(?:max|amax) sub )?exp sum log sub |logsumexp sub "
-        r"|(?:_?softmax |(?:(?:max|amax) sub )?exp (?:exp )?sum (?:div |reciprocal mul ))log )"
-        r"(?:gather |nll_loss_nd |nll_loss2d |nll_loss )?"
-    ),
+    spellings=SPELLINGS,
     sequence_shapes="row",
     fused_passes=2,
     suggest=_suggest,
-    verify=idioms.log_softmax,
+    verify=builder(SPELLINGS, _replacement),
     sequence_params=_sequence_params,
 )

@@ -4,17 +4,58 @@ models use (casts to float32 and back, ``pow(2)`` or ``x*x``, ``1/sqrt``, Gemma'
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from neuronscope.analysis.opgraph import OpGraph, OpNode
 from neuronscope.analysis.patterns.base import Match, Pattern, dims
 from neuronscope.analysis.patterns.norm import UNKNOWN_EPS, UNKNOWN_WEIGHT, match_norm, param_text
-from neuronscope.capture import idioms
+from neuronscope.analysis.patterns.spelling import Spelling, builder
 
 __all__ = ["RMS_NORM"]
 
-#: Epsilon of the rebuilt chains in hint.verify().
+def _spelling(t: Any, square: str, root: str, weight: str | None, cast: str | None) -> Any:
+    """RMSNorm as models write it: Llama and T5 (``pow``, ``rsqrt``, cast to float32 and back
+    before ``weight * h``), ``x * x`` or ``square``, ``x / sqrt(...)``, ``x * (1 / sqrt(...))``,
+    Gemma's ``h * (1 + weight)`` cast back after it."""
+    import torch
 
+    x = t.x
+    h = x.float() if cast else x
+    sq = {"pow": lambda: h.pow(2), "square": lambda: h.square(), "mul": lambda: h * h}[square]()
+    ms = sq.mean(-1, keepdim=True) + t.eps
+    if root == "rsqrt":
+        h = h * torch.rsqrt(ms)
+    elif root == "sqrt":
+        h = h / torch.sqrt(ms)
+    else:
+        h = h * (1.0 / torch.sqrt(ms))
+    if cast == "before weight":
+        h = h.to(x.dtype)
+    if weight == "weight":
+        h = t.weight * h
+    elif weight == "1 + weight":
+        h = h * (1.0 + t.weight)
+    return h.type_as(x) if cast == "after weight" else h
+
+
+def _replacement(t: Any, weight: str | None, **_: Any) -> tuple[str, Callable[[], Any]]:
+    import torch
+
+    def fused() -> Any:
+        w = None if weight is None else t.weight if weight == "weight" else 1.0 + t.weight
+        return torch.rms_norm(t.x, (t.x.shape[-1],), w, t.eps)
+
+    return "torch.rms_norm", fused
+
+
+SPELLINGS = (
+    Spelling(
+        _spelling,
+        {"square": ("pow", "square", "mul"), "root": ("rsqrt", "sqrt", "reciprocal"),
+         "weight": (None, "weight", "1 + weight"), "cast": (None, "before weight", "after weight")},
+    ),
+)
 
 
 def _match(g: OpGraph, n: OpNode) -> Match | None:
@@ -55,12 +96,10 @@ def _sequence_params(members: list[OpNode]) -> dict[str, Any]:
 RMS_NORM = Pattern(
     name="rms_norm",
     match=_match,
-    sequence=(
-        r"(?:to )?(?:pow|square|mul) mean add (?:rsqrt |sqrt (?:reciprocal )?(?:mul )?)(?:mul |div )(?:to )?(?:add )?(?:mul )?"
-    ),
+    spellings=SPELLINGS,
     sequence_shapes="row",
     fused_passes=2,
     suggest=_suggest,
-    verify=idioms.rms_norm,
+    verify=builder(SPELLINGS, _replacement),
     sequence_params=_sequence_params,
 )

@@ -1,0 +1,192 @@
+"""The graph matcher derived from an idiom's declared spellings: one for every idiom it serves.
+
+Each spelling's op graph (:func:`~.spelling.templates`: its ops, and which op's output or which
+example tensor each takes) is looked for in a capture's op graph, anchored at the template's
+last op and walked back through the producers of its inputs:
+
+- an op of the template is an op of the same name whose dimensioned inputs are, in order (either
+  order for ``add`` and ``mul``), what the template's are;
+- an example tensor of the spelling (``x``, ``cos``) is one value of the capture, the same
+  wherever the template takes it (a view of it, such as ``x[..., :d]``, is of its storage),
+  and different example tensors are different values (``x * silu(x)`` is no GLU: its ``up``
+  would be its ``x``);
+- a side tensor (attention's mask, a GLU's up projection) is any input, other than the
+  example tensors' values;
+- shapes relate to ``x`` as the spelling's did (a per-row statistic is ``x`` with its reduced
+  dim 1: a sum over another dim, or over two, is another template or none; an example tensor the
+  spelling declares broadcast, such as rotary's ``cos``, is not checked), and an op's output
+  the template takes as it is is not read through a view there (``e.sum(-2).transpose(...)``
+  has a per-row statistic's shape on a square ``x``, not its dims).
+
+What a match says (``details``) comes from the spelling choice that ran the template.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from neuronscope.analysis.opgraph import VIEW_OPS, OpGraph, OpNode, TensorArg
+from neuronscope.analysis.patterns.base import Match, root_value
+from neuronscope.analysis.patterns.spelling import EXAMPLE_DIM, Spelling, TemplateOp, kept_templates, templates
+
+__all__ = ["graph_matcher"]
+
+#: Ops whose two dimensioned inputs code writes in either order (``w * h``, ``h * w``).
+COMMUTATIVE = frozenset({"add", "mul"})
+
+
+class _Walk:
+    """One attempt to find a template anchored at a node."""
+
+    def __init__(self, g: OpGraph, ops: tuple[TemplateOp, ...], broadcast: frozenset[str]) -> None:
+        self.g, self.ops, self.broadcast = g, ops, broadcast
+        self.assign: dict[int, OpNode] = {}
+        self.bound: dict[str, list[Any]] = {}  # name -> [value, impl or None, TensorArg]
+        self.sides: list[tuple[Any, int]] = []
+        self.shapes: list[tuple[tuple[int, ...], tuple[int, ...]]] = []  # (template's, capture's)
+
+    def _state(self) -> tuple[Any, ...]:
+        return dict(self.assign), {k: list(v) for k, v in self.bound.items()}, list(self.sides), list(self.shapes)
+
+    def _restore(self, state: tuple[Any, ...]) -> None:
+        self.assign, self.bound, self.sides, self.shapes = state
+
+    def op(self, j: int, node: OpNode) -> bool:
+        if j in self.assign:
+            return self.assign[j] is node
+        t = self.ops[j]
+        if node.op != t.op or not node.writes or any(n is node for n in self.assign.values()):
+            return False
+        big = node.big_inputs()
+        if len(big) != len(t.args) or not _same_numbers(t.consts, node.consts):
+            return False
+        for order in (big, big[::-1]) if node.op in COMMUTATIVE and len(big) == 2 else (big,):
+            state = self._state()
+            self.assign[j] = node
+            if all(self.arg(ref, node, k, shape) for ref, k, shape in zip(t.args, order, t.shapes)):
+                return True
+            self._restore(state)
+        return False
+
+    def arg(self, ref: tuple[str, Any, bool], node: OpNode, k: int, shape: tuple[int, ...]) -> bool:
+        kind, name, direct = ref
+        if name not in self.broadcast:
+            self.shapes.append((shape, node.inputs[k].sizes))
+        if kind == "op":
+            p = self.g.producer(node, k)
+            if p is None or (direct and any(v.op in VIEW_OPS and p.index in v.producers for v in self.g.nodes[p.index + 1 : node.index])):
+                return False
+            return self.op(name, p)
+        value, impl = root_value(self.g, node, k), node.inputs[k].impl
+        if kind == "side":
+            self.sides.append((value, impl))
+            return True
+        b = self.bound.get(name)
+        if b is None:
+            self.bound[name] = [value, impl if direct else None, node.inputs[k]]
+            return True
+        if b[0] != value:
+            return False
+        if direct:
+            if b[1] is None:
+                b[1] = impl
+            elif b[1] != impl:
+                return False
+        return True
+
+    def distinct(self) -> bool:
+        """Different example tensors are different values, and a side tensor none of them."""
+        seen = [(b[0], b[1]) for b in self.bound.values()]
+        return len(set(seen)) == len(seen) and not any(s in seen for s in self.sides)
+
+    def shaped(self) -> bool:
+        """Every shape the template relates to ``x`` relates so to the capture's ``x``."""
+        x = self.bound.get("x")
+        return x is None or all(_fits(ts, cs, x[2].sizes) for ts, cs in self.shapes)
+
+
+def _same_numbers(template: tuple[float, ...], recorded: tuple[float, ...]) -> bool:
+    """The user's numbers (where an observation recorded them) are the spelling's, where the
+    spelling's numbers are the idiom's (``exact_numbers``); 0.1% apart at most."""
+    if not template or not recorded:
+        return True
+    return len(template) == len(recorded) and all(math.isclose(a, b, rel_tol=1e-3) for a, b in zip(sorted(template), sorted(recorded)))
+
+
+#: The example ``x`` every spelling runs on (see :func:`~.spelling.examples`).
+_EXAMPLE_X = (2, 4, EXAMPLE_DIM)
+
+
+def _fits(template: tuple[int, ...], capture: tuple[int, ...], x: tuple[int, ...]) -> bool:
+    """Does ``capture`` relate to the capture's ``x`` as ``template`` to the example ``x``: dim
+    for dim (from the last) the same, or 1 where the template's is 1? A template shape not of
+    that form (another rank, a matmul's) is not checked."""
+    if len(template) != len(_EXAMPLE_X):
+        return True
+    pattern = []
+    for t, e in zip(template, _EXAMPLE_X):
+        if t == e:
+            pattern.append(True)
+        elif t == 1:
+            pattern.append(False)
+        else:
+            return True
+    if len(capture) != len(x) or not all(pattern[: max(0, len(pattern) - len(x))]):
+        return False
+    pattern = pattern[max(0, len(pattern) - len(x)) :]
+    lead = len(x) - len(pattern)
+    return list(capture) == [*x[:lead], *(x[lead + i] if same else 1 for i, same in enumerate(pattern))]
+
+
+def graph_matcher(
+    pattern: str, spellings: tuple[Spelling, ...], params: Callable[[Mapping[str, Any], list[OpNode]], dict[str, Any]]
+) -> Callable[[OpGraph, OpNode], Match | None]:
+    """The ``match(graph, node)`` of an idiom: its largest spelling template anchored at
+    ``node``, as a :class:`~.base.Match` of ``pattern`` whose ``x`` is the capture's tensor for
+    the spelling's ``x`` and whose params are ``params(choice, nodes)``. The templates are those
+    kept with the package (:data:`~.spelling.TEMPLATES_FILE`), else derived on first use."""
+
+    def match(g: OpGraph, n: OpNode) -> Match | None:
+        """The largest template at ``n``, or at an op reading its output whose template holds
+        it (a spelling's optional last ops: a loss after a log-softmax), and so on."""
+        found = at(g, n)
+        while found is not None:
+            last = found.nodes[-1]
+            longer = (at(g, g.nodes[c]) for c in sorted(set(last.consumers)))
+            better = next((m for m in longer if m is not None and last in m.nodes and len(m.nodes) > len(found.nodes)), None)
+            if better is None:
+                return found
+            found = better
+        return None
+
+    by_last: dict[str, list[tuple[tuple[TemplateOp, ...], Mapping[str, Any]]]] = {}
+    broadcast = frozenset(name for s in spellings for name in s.broadcast)
+
+    def anchored(op: str) -> list[tuple[tuple[TemplateOp, ...], Mapping[str, Any]]]:
+        """The templates ending in ``op``, largest first (derived on first use)."""
+        if not by_last:
+            for ops, choice in kept_templates().get(pattern) or templates(spellings):
+                by_last.setdefault(ops[-1].op, []).append((ops, choice))
+        return by_last.get(op, [])
+
+    def at(g: OpGraph, n: OpNode) -> Match | None:
+        templates_here = anchored(n.op)
+        if not templates_here:
+            return None
+        big = n.big_inputs()
+        made_by = {g.nodes[p].op for k in big if (p := n.producers[k]) >= 0}
+        for ops, choice in templates_here:
+            last = ops[-1]
+            if len(last.args) != len(big) or any(r[0] == "op" and ops[r[1]].op not in made_by for r in last.args):
+                continue  # the anchor's inputs are not made by the ops the template's are
+            walk = _Walk(g, ops, broadcast)
+            if walk.op(len(ops) - 1, n) and len(walk.assign) == sum(op.own for op in ops) and walk.distinct() and walk.shaped():
+                nodes = sorted((walk.assign[j] for j, op in enumerate(ops) if op.own), key=lambda m: m.index)
+                x: TensorArg | None = walk.bound["x"][2] if "x" in walk.bound else None
+                return Match(pattern, nodes, x, params(choice, nodes))
+        return None
+
+    match.derived_from = spellings  # type: ignore[attr-defined]  # what keeping its templates runs
+    return match

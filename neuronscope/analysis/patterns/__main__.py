@@ -10,7 +10,11 @@ from neuronscope.analysis.patterns.spelling import ORDERS_FILE, TEMPLATES_FILE, 
 
 def main() -> None:
     ORDERS_FILE.write_text(orders_text({p.name: op_orders(p.spellings) for p in REGISTRY if p.spellings}))
-    matched = {p.name: templates(p.match.derived_from) for p in REGISTRY if hasattr(p.match, "derived_from")}
+    matched = {}
+    for p in REGISTRY:
+        spellings = getattr(p.match, "derived_from", None)  # set by the generic matcher only
+        if spellings is not None:
+            matched[p.name] = templates(spellings)
     TEMPLATES_FILE.write_text(templates_text(matched))
     print(ORDERS_FILE, TEMPLATES_FILE)
 

@@ -6,14 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from neuronscope.analysis.dataflow import UserLine, user_line
 from neuronscope.analysis.opgraph import OpGraph, OpNode, TensorArg
 from neuronscope.analysis.patterns.spelling import Spelling
-
-if TYPE_CHECKING:
-    from neuronscope.result.hint import Hint
+from neuronscope.capture.idioms import Builders, Evidence
 
 __all__ = [
     "CASTS",
@@ -42,9 +40,6 @@ ROOTS = frozenset({"rsqrt", "sqrt", "reciprocal"})
 MATMULS = frozenset({"matmul", "bmm", "einsum", "baddbmm", "mm"})
 SOFTMAXES = frozenset({"softmax", "_softmax"})
 
-#: What a verify builder returns: the hand-written chain, the replacement (or None) and the
-#: replacement's name.
-Builders = tuple[Callable[[], Any], "Callable[[], Any] | None", "str | None"]
 
 
 @dataclass
@@ -89,7 +84,7 @@ class Pattern:
     find: Callable[[OpGraph, set[int]], Iterable[Match]] | None = None
     sequence_shapes: str = "same"
     fused_passes: int = 1
-    verify: Callable[[Hint, Any, Any], Builders] | None = None
+    verify: Callable[[Evidence, Any, Any], Builders] | None = None
     exact_only: bool = False
     spellings: tuple[Spelling, ...] = ()
     #: Ops of a match left out of its cost (attention's matmuls: fusion keeps their work).

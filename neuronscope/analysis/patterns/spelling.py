@@ -27,6 +27,7 @@ from types import MappingProxyType, SimpleNamespace
 from typing import Any, NamedTuple
 
 from neuronscope.analysis.opgraph import MAYBE_ALIAS_OPS, VIEW_OPS
+from neuronscope.capture.idioms import Builders
 
 __all__ = [
     "EXAMPLE_DIM",
@@ -302,9 +303,6 @@ def templates(spellings: tuple[Spelling, ...]) -> tuple[tuple[tuple[TemplateOp, 
     return tuple((ops, MappingProxyType(choice)) for ops, choice in ordered)
 
 
-#: What a verify builder returns: the hand-written chain, the replacement (or None) and the
-#: replacement's name (see :mod:`neuronscope.capture.idioms`).
-Builders = tuple[Callable[[], Any], "Callable[[], Any] | None", "str | None"]
 #: An idiom's replacement: ``(t, **choice) -> (name, thunk)`` over the same example tensors
 #: and choice as the spelling it replaces; None where torch has no eager one.
 Replacement = Callable[..., tuple[str, Callable[[], Any]] | None]

@@ -51,9 +51,7 @@ def test_a_damaged_or_older_cache_is_as_none(calibrated: Path) -> None:
     assert calibration.load("cpu") is None
 
 
-def test_without_a_calibration_estimates_say_how_to_bound_them() -> None:
-    """Never calibrated here: the estimate is the capture's own op times, an upper bound, and
-    the model names the command that bounds it."""
+def _rms_norm_hint() -> object:
     from torch.profiler import ProfilerActivity, profile
 
     from neuronscope.drive.pipeline import from_profiler
@@ -62,7 +60,27 @@ def test_without_a_calibration_estimates_say_how_to_bound_them() -> None:
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True, profile_memory=True) as prof:
         w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
     (h,) = [h for h in from_profiler(prof).hints if h.pattern == "rms_norm"]
-    assert h.details["saving_upper_bound"] is True and "neuronscope calibrate" in h.details["estimate_model"]
+    return h
+
+
+def test_without_a_calibration_a_cpu_estimate_uses_the_shipped_defaults(monkeypatch) -> None:
+    """Never calibrated here: a CPU estimate is bounded by the shipped constants (not the
+    capture's op times alone, which carry the profiler's per-op overhead), and its model says
+    whose constants they are and which command measures this machine's. A calibration kept
+    later replaces them."""
+    assert calibration.load("cpu") is None and calibration.constants("cpu") == calibration.DEFAULT_CPU
+    assert calibration.constants("cuda") is None and cost.device_costs("neuron") is None
+    h = _rms_norm_hint()
+    model = h.details["estimate_model"]
+    assert "saving_upper_bound" not in h.details and not h.saving_text.startswith("up to")
+    assert calibration.DEFAULT_CPU_MACHINE in model and "neuronscope calibrate" in model and "at most" in model
+    # The bound is the defaults': free launches there make the saving vanish.
+    free = calibration.DEFAULT_CPU._replace(per_op_ns=0.0, bandwidth=((1, 1e9),), eager={})
+    monkeypatch.setattr(calibration, "DEFAULT_CPU", free)
+    assert _rms_norm_hint().est_saving_us < h.est_saving_us
+    calibration.save("cpu", "float32", calibration.DEFAULT_CPU._replace(per_op_ns=1.0))
+    kept = _rms_norm_hint().details["estimate_model"]
+    assert calibration.DEFAULT_CPU_MACHINE not in kept and "measured per-op cost" in kept
 
 
 def test_the_measurements_are_of_this_cpu() -> None:

@@ -4,10 +4,14 @@ A capture's analysis runs no torch benchmark: it reads these constants from a sm
 in the user's cache directory (``$NEURONSCOPE_CACHE_DIR``, else ``$XDG_CACHE_HOME/neuronscope``,
 else ``~/.cache/neuronscope``), keyed by device, torch version, dtype and torch's thread count.
 Where the cache holds no entry for a capture, its estimates come from its own op times alone
-(and say so). :func:`calibrate` measures an entry and writes it: what one op's call costs, the
-bandwidth at four tensor sizes, what entering torch.compile'd code costs, what each idiom's
-eager replacement removes per launch and per intermediate byte, and what each fused optimizer
-saves per parameter and per element. ``hint.verify()`` still measures for real.
+(and say so), except on a CPU: there :data:`DEFAULT_CPU` stands in, constants measured once on a
+stated machine and shipped, so that a new user's estimates are of the right size before any
+calibration (the capture's own op times carry the profiler's per-op overhead: 10-25x what
+``hint.verify()`` measured on real models). :func:`calibrate` measures an entry and writes it:
+what one op's call costs, the bandwidth at four tensor sizes, what entering torch.compile'd
+code costs, what each idiom's eager replacement removes per launch and per intermediate byte,
+and what each fused optimizer saves per parameter and per element. ``hint.verify()`` still
+measures for real.
 """
 
 from __future__ import annotations
@@ -27,7 +31,19 @@ from neuronscope.analysis.patterns import REGISTRY, pattern_named
 from neuronscope.capture.timing import block_timer
 from neuronscope.capture.timing import calibrate as quickest_loop
 
-__all__ = ["CACHE_VERSION", "Calibration", "DeviceCosts", "cache_path", "calibrate", "calibration_key", "load", "save"]
+__all__ = [
+    "CACHE_VERSION",
+    "DEFAULT_CPU",
+    "DEFAULT_CPU_MACHINE",
+    "Calibration",
+    "DeviceCosts",
+    "cache_path",
+    "calibrate",
+    "calibration_key",
+    "constants",
+    "load",
+    "save",
+]
 
 #: Bumped when what an entry holds changes: an older file's entries are then not read.
 CACHE_VERSION = 1
@@ -92,6 +108,33 @@ class Calibration(NamedTuple):
     optimizers: dict[str, tuple[float, float]]
 
 
+#: Where :data:`DEFAULT_CPU` was measured, as estimates that use it say.
+DEFAULT_CPU_MACHINE = "a 2-core AMD EPYC virtual machine, torch 2.13 CPU, one thread"
+
+#: A CPU's constants where this machine keeps none: ``neuronscope calibrate`` on
+#: :data:`DEFAULT_CPU_MACHINE` (float32, 2026-12-07, each the median of three runs), rounded.
+#: Another x86 server CPU's per-op cost and bandwidth are within about 2x of these; its own
+#: calibration replaces them. Not for CUDA or Neuron, whose op times are their device's.
+DEFAULT_CPU = Calibration(
+    per_op_ns=2800.0,
+    bandwidth=((64 << 10, 109.0), (512 << 10, 85.0), (4 << 20, 50.0), (32 << 20, 14.0)),
+    compiled_call_ns=16_000.0,
+    eager={
+        "layer_norm": (0.88, 0.032),
+        "rms_norm": (0.36, 0.0),
+        "log_softmax": (1.16, 0.055),
+        "softmax": (1.24, 0.078),
+        "gelu": (0.49, 0.089),
+    },
+    optimizers={
+        "Adagrad": (9_000.0, 0.60),
+        "Adam": (17_300.0, 1.44),
+        "AdamW": (24_600.0, 2.41),
+        "SGD": (1_000.0, 0.0),
+    },
+)
+
+
 def cache_path() -> Path:
     """The calibration file of this user."""
     root = os.environ.get("NEURONSCOPE_CACHE_DIR")
@@ -147,6 +190,14 @@ def load(device: str, dtype: str = "float32") -> Calibration | None:
         if found is not None:
             return found
     return None
+
+
+def constants(device: str, dtype: str = "float32") -> Calibration | None:
+    """The constants the cost model uses for ``device``: this machine's kept ones, else for a
+    CPU :data:`DEFAULT_CPU`; None for any other device (its op times are its own)."""
+    if device != "cpu":
+        return None
+    return load(device, dtype) or DEFAULT_CPU
 
 
 def save(device: str, dtype: str, cal: Calibration) -> Path:

@@ -12,8 +12,10 @@ Two bounds, the smaller taken (see :func:`grounded_saving_ns`):
   byte it was measured to remove.
 
 No op is timed here: the constants are this machine's, measured once and kept
-(:mod:`.calibration`, ``neuronscope calibrate``). Where none are kept (never calibrated, or a
-device this process does not run: CUDA, Neuron), the first bound stands alone. The capture's op
+(:mod:`.calibration`, ``neuronscope calibrate``); on a CPU never calibrated, the shipped
+:data:`~.calibration.DEFAULT_CPU`, measured on a stated machine (an estimate of the right size,
+where the first bound alone promised 10-25x what ``hint.verify()`` measured). On a device this
+process does not run (CUDA, Neuron), the first bound stands alone. The capture's op
 times carry the profiler's own per-op overhead, which ``hint.verify()`` (and the user's
 program) does not pay: the second bound keeps an estimate from promising it.
 """
@@ -86,22 +88,23 @@ def measured_here(device: str) -> bool:
 
 
 def device_costs(device: str = "cpu", dtype: str = "float32") -> DeviceCosts | None:
-    """This device's per-op cost and bandwidth as kept by ``neuronscope calibrate``; None
-    where none are kept or the device is not this machine's CPU."""
-    cal = calibration.load(device, dtype) if measured_here(device) else None
+    """This device's per-op cost and bandwidth as kept by ``neuronscope calibrate`` (a CPU
+    never calibrated: the shipped defaults); None where the device is not this machine's CPU."""
+    cal = calibration.constants(device, dtype) if measured_here(device) else None
     return None if cal is None else DeviceCosts(cal.per_op_ns, cal.bandwidth)
 
 
 def eager_costs(pattern: str, device: str = "cpu", dtype: str = "float32") -> tuple[float, float] | None:
-    """What torch's eager replacement of ``pattern`` removes here, as kept: (the share of the
-    chain's launches' cost, ns per byte of the chain's intermediates); None: not kept."""
-    cal = calibration.load(device, dtype) if measured_here(device) else None
+    """What torch's eager replacement of ``pattern`` removes here, as kept (or by default):
+    (the share of the chain's launches' cost, ns per byte of the chain's intermediates); None:
+    not known."""
+    cal = calibration.constants(device, dtype) if measured_here(device) else None
     return None if cal is None else cal.eager.get(pattern)
 
 
 def compiled_call_ns(device: str = "cpu", dtype: str = "float32") -> float | None:
     """What entering torch.compile'd code costs beyond the eager op it runs, as kept."""
-    cal = calibration.load(device, dtype) if measured_here(device) else None
+    cal = calibration.constants(device, dtype) if measured_here(device) else None
     return None if cal is None else cal.compiled_call_ns
 
 
@@ -110,7 +113,7 @@ def fused_optimizer_saving_ns(cls: str, shapes: tuple[tuple[int, ...], ...], dty
     parameters of ``shapes``, in ns, from the kept per-parameter and per-element rates (the
     update is elementwise: its cost about proportional to the elements, plus a call per
     parameter). None: not kept here."""
-    cal = calibration.load(device, dtype) if measured_here(device) else None
+    cal = calibration.constants(device, dtype) if measured_here(device) else None
     rates = None if cal is None else cal.optimizers.get(cls)
     if rates is None or not shapes:
         return None
@@ -211,7 +214,8 @@ def full_size(nodes: list[OpNode]) -> list[bool]:
 
 def model_text(pattern: str, backend: str, *, bound: str, from_trace: bool = False) -> str:
     """The estimate's model in words, for the hint's details. ``bound``: ``"measured"`` (the
-    estimate was bounded by this machine's kept constants, :func:`grounded_saving_ns`),
+    estimate was bounded by this machine's kept constants, or on a CPU never calibrated the
+    shipped defaults, :func:`grounded_saving_ns`),
     ``"no_shapes"`` (it could have been, but the ops' shapes were not recorded),
     ``"uncalibrated"`` (it could have been, but no constants are kept here) or ``"none"``
     (no such bound applies); ``from_trace``: the capture is a trace file, whose machine need
@@ -229,19 +233,25 @@ def model_text(pattern: str, backend: str, *, bound: str, from_trace: bool = Fal
         )
     if bound != "measured" or not measured_here(backend):
         return text
-    costs = (
-        "the per-op cost and bandwidth measured on this machine's CPU (the trace's own machine may differ)"
-        if from_trace
-        else "this device's measured per-op cost and bandwidth"
-    )
+    kept = calibration.load(backend) is not None
+    if not kept:
+        costs = (
+            f"the default per-op cost and bandwidth, measured on {calibration.DEFAULT_CPU_MACHINE}, not on this "
+            "machine (run `neuronscope calibrate` once to measure this one's)"
+        )
+    elif from_trace:
+        costs = "the per-op cost and bandwidth measured on this machine's CPU (the trace's own machine may differ) (neuronscope calibrate)"
+    else:
+        costs = "this device's measured per-op cost and bandwidth (neuronscope calibrate)"
     text += (
-        f"; at most the saving of the better fused form at {costs} (neuronscope calibrate): "
+        f"; at most the saving of the better fused form at {costs}: "
         "torch.compile (the launches and intermediate bytes fusion removes, less the measured cost of entering compiled code)"
     )
     eager = eager_costs(pattern, backend)
     if eager is not None:
+        where = "here" if kept else "there"
         text += (
-            f" or the eager replacement (what it was measured to remove here: {eager[0]:.2f} of the launches' cost, "
+            f" or the eager replacement (what it was measured to remove {where}: {eager[0]:.2f} of the launches' cost, "
             f"{eager[1]:.3f} ns per intermediate byte)"
         )
     return text

@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 import collections
 
+from neuronscope.analysis import calibration
 from neuronscope.analysis.calibration import FUSED_OPTIMIZERS
 from neuronscope.analysis.cost import (
     MIN_SAVING_NS,
@@ -167,8 +168,7 @@ def optimizer_hints(g: OpGraph, steps: dict[str, list[list[int]]], backend: str,
                     **({"fused_step_saving_us": timed / 1e3} if timed is not None else {}),
                     "estimate_model": model_text(ELEMENTWISE_CHAIN.name, backend, bound="none") + (
                         f"; at most what torch.optim.{cls}(fused=True) saves per step against its default form on "
-                        "parameters of these shapes, from the per-parameter and per-element savings measured on this "
-                        "machine (neuronscope calibrate)"
+                        f"parameters of these shapes, from the per-parameter and per-element savings {_rates_source(backend)}"
                         if timed is not None
                         else ""
                     ),
@@ -178,3 +178,9 @@ def optimizer_hints(g: OpGraph, steps: dict[str, list[list[int]]], backend: str,
     return hints
 
 
+def _rates_source(backend: str) -> str:
+    """Where the fused optimizer's rates come from, in words: this machine's calibration, or
+    the shipped defaults' machine."""
+    if calibration.load(backend) is not None:
+        return "measured on this machine (neuronscope calibrate)"
+    return f"measured on {calibration.DEFAULT_CPU_MACHINE} (run `neuronscope calibrate` once to measure this machine's)"

@@ -79,6 +79,10 @@ def test_json_keeps_each_shape_signature_on_one_line() -> None:
     assert dumps_json(odd, "\t") == json.dumps(odd, indent="\t").replace('[\n\t\t3,\n\t\t[\n\t\t\t4\n\t\t]\n\t]', "[3, [4]]")
     with pytest.raises(TypeError):
         dumps_json({(1, 2): 3})
+    # Strings that read like lists stay as they are; depth 3 keeps its outer lines; any indent.
+    tricky = {"s": ["[1,\n 2]", "[3]"], "deep": [[[1, 2]], [3]], "mixed": [1, "a"], "e": [[], [1e-7, None, True]]}
+    assert json.loads(dumps_json(tricky, "\t")) == tricky
+    assert dumps_json(tricky, 0) == '{\n"s": [\n"[1,\\n 2]",\n"[3]"\n],\n"deep": [\n[[1, 2]],\n[3]\n],\n"mixed": [\n1,\n"a"\n],\n"e": [[], [1e-07, null, true]]\n}'
 
 
 def test_derived_properties_and_repr() -> None:

@@ -7,8 +7,10 @@ here knows the types themselves.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any
@@ -40,37 +42,36 @@ def dumps_json(value: Any, indent: int | str | None = 2) -> str:
     Keys are converted as ``json.dumps`` converts them (and refused where it refuses them)."""
     if indent is None:
         return json.dumps(value, default=str)
-    return _dumps(value, indent if isinstance(indent, str) else " " * indent, 0)
+    pad = indent if isinstance(indent, str) else " " * indent
+    # json.dumps lays the text out (its encoder is several times quicker than walking the
+    # value here: a result's JSON is on every capture's path), then the lists of numbers, and
+    # the lists of those, are joined onto one line. Only text that spans a line break is
+    # rewritten: a string holds none (json escapes it), so no string's text is touched.
+    text = json.dumps(value, indent=pad, default=str)
+    flat, nested, sep = _one_line_patterns(pad)
+
+    def one_line(m: re.Match[str]) -> str:
+        return "[" + ", ".join(sep.split(m.group(1))) + "]"
+
+    return nested.sub(one_line, flat.sub(one_line, text))
 
 
-def _dumps(value: Any, pad: str, level: int) -> str:
-    if isinstance(value, dict) and value:
-        inner = pad * (level + 1)
-        items = (f"{inner}{_json_key(k)}: {_dumps(v, pad, level + 1)}" for k, v in value.items())
-        return "{\n" + ",\n".join(items) + "\n" + pad * level + "}"
-    if isinstance(value, (list, tuple)) and value and _depth(value) > 2:
-        inner = pad * (level + 1)
-        items = (inner + _dumps(v, pad, level + 1) for v in value)
-        return "[\n" + ",\n".join(items) + "\n" + pad * level + "]"
-    return json.dumps(value, default=str)
+_NUMBER = r"(?:-?(?:\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|Infinity)|NaN|true|false|null)"
+#: A list already on one line that holds numbers only (no string, no object).
+_FLAT_LIST = r"\[[^\[\]\n\"{}]*\]"
 
 
-def _json_key(key: Any) -> str:
-    """A dict key as ``json.dumps`` writes it (True -> "true", inf -> "Infinity"), or its
-    TypeError for a key it refuses."""
-    if isinstance(key, str):
-        return json.dumps(key)
-    return json.dumps({key: 0})[1:-4]  # '{"true": 0}' -> '"true"'
+@functools.lru_cache(maxsize=8)
+def _one_line_patterns(pad: str) -> tuple[re.Pattern[str], re.Pattern[str], re.Pattern[str]]:
+    """Lists of numbers laid out one item a line, lists of those (or of numbers) once the
+    first are on one line, and the break between two items, in ``json.dumps``'s layout with
+    ``pad``."""
+    ws = f"(?:{re.escape(pad)})*" if pad else ""
 
+    def laid_out(item: str) -> re.Pattern[str]:
+        return re.compile(rf"\[\n{ws}({item}(?:,\n{ws}{item})*)\n{ws}\]")
 
-def _depth(value: Any) -> int:
-    """How deep lists of numbers nest in ``value``; anything else in a list (a dict, a string,
-    an object written with ``default=str``) counts as too deep for one line."""
-    if isinstance(value, (list, tuple)):
-        return 1 + max((_depth(v) for v in value), default=0)
-    if value is None or isinstance(value, (int, float)):
-        return 0
-    return 99
+    return laid_out(_NUMBER), laid_out(f"(?:{_NUMBER}|{_FLAT_LIST})"), re.compile(rf",\n{ws}")
 
 
 def known_fields(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:

@@ -734,6 +734,23 @@ def test_without_torch_neuronx_auto_picks_cpu(clean_env):
     assert resolve_backend(build_options(None)).name == "cpu"
 
 
+def test_a_first_cpu_capture_does_not_load_the_neuron_api() -> None:
+    """Without torch-neuronx, backend 'auto' answers from the import system alone: the
+    Neuron module (10 ms to import, more on a busy machine) stays out of a first capture."""
+    if importlib.util.find_spec("torch_neuronx") is not None:
+        pytest.skip("torch_neuronx present")
+    code = (
+        "import sys, torch\n"
+        "from neuronscope import profile_on_neuron\n"
+        "f = profile_on_neuron(lambda: torch.ones(4) * 2, export=False, print_summary=False)\n"
+        "f(); f()\n"
+        "print(f.last_result.backend, 'neuronscope.capture.neuron_api' in sys.modules)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=True)
+    assert out.stdout.split()[-2:] == ["cpu", "False"]
+
+
 def test_auto_prefers_neuron_when_present(standin, clean_env):
     standin()
     assert resolve_backend(build_options(None)).name == "neuron"

@@ -13,6 +13,8 @@ itself). It also holds what runs torch under measurement outside the profiler: :
 
 from __future__ import annotations
 
+import importlib.util
+
 from neuronscope.capture.base import (
     Backend,
     Capture,
@@ -46,6 +48,10 @@ __all__ = [
 
 
 def _neuron_available() -> bool:
+    # Without torch-neuronx (most machines) that is the answer: neuron_api's import (10 ms,
+    # 40 ms on a busy machine) is left out of a first capture that runs on the CPU or CUDA.
+    if importlib.util.find_spec("torch_neuronx") is None:
+        return False
     from neuronscope.capture.neuron_api import neuron_available
 
     return neuron_available()

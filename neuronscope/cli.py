@@ -387,7 +387,7 @@ def build_parser() -> argparse.ArgumentParser:
         "calibrate",
         help="measure this machine's op costs once and keep them for the fusion estimates",
         description="Time a small op, the bandwidth, torch.compile's entry and each idiom's eager "
-        "replacement on this CPU (some 10 s) and keep them in the user's cache directory "
+        "replacement on this CPU (some 20 s) and keep them in the user's cache directory "
         "($NEURONSCOPE_CACHE_DIR, else $XDG_CACHE_HOME/neuronscope): captures then bound their "
         "estimated savings by them, and never time anything themselves.",
     )

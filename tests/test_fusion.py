@@ -622,9 +622,10 @@ def test_estimate_model(calibrated: Any) -> None:
 @pytest.mark.parametrize("name", ["softmax_max", "gelu_gpt2_tanh", "swiglu_sigmoid"])
 def test_verify_measures_and_stores(name: str) -> None:
     case = CASES[name]
-    (hint,) = fusion(from_profiler(capture(case.run))).values()
+    result = from_profiler(capture(case.run))
+    (hint,) = fusion(result).values()
     # torch has no eager SwiGLU: torch.compile is its only replacement (a few seconds).
-    before = hint.to_dict()
+    before, result_before = hint.to_dict(), result.to_dict()
     verified = hint.verify(compile=hint.pattern == "silu_mul", repeats=3)
     v = verified.details["verification"]
     assert v["pattern"] == hint.pattern and v["shape"] == hint.details["shape"]
@@ -635,6 +636,7 @@ def test_verify_measures_and_stores(name: str) -> None:
         assert v["replacement_us"] is not None and v["replacement_us"] > 0
     assert verified.verified_saving_us == pytest.approx(v["verified_saving_us"])
     assert hint.to_dict() == before and hint.verified_saving_us is None  # a new hint; this one unchanged
+    assert result.to_dict() == result_before and hint in result.hints  # and the result it came from
     assert Hint.from_dict(json.loads(json.dumps(verified.to_dict()))) == verified
 
 

@@ -6,7 +6,13 @@ GELU, a BERT-style LayerNorm, softmax and SwiGLU, each written out by hand, capt
 decorated function with the default options, and each hint verified. Prints the estimate, the
 verified saving, their ratio, and how many are within 2x (one torch thread).
 
-    python3 benchmarks/bench_estimate_sizes.py [--shapes 8x64,64x512,256x1024,1024x1024]
+``--families``: the same for the model families of bench_families.py (transformers models the
+test suite does not hold, built from config, two layers, hidden 64), each inference forward
+decorated with the default options, every fusion hint verify can rebuild verified. Run it with
+``NEURONSCOPE_CACHE_DIR`` pointing at an empty folder to see what a machine never calibrated
+gets (the shipped default constants).
+
+    python3 benchmarks/bench_estimate_sizes.py [--shapes 8x64,64x512,256x1024,1024x1024] [--families]
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch
 import torch.nn.functional as F
@@ -59,15 +66,64 @@ def swiglu(g: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     return F.silu(g) * u
 
 
+VERIFIABLE = ("rms_norm", "gelu", "layer_norm", "softmax", "log_softmax", "silu_mul")
+
+
+def _row(label: str, shape: str, h: Any, tally: list[int]) -> None:
+    """Verify ``h``, print its row, and count it: [within 2x, gains, positive where a loss]."""
+    v = measure(h)
+    ratio = v.estimate_ratio
+    if ratio is not None:
+        tally[1] += 1
+        tally[0] += 0.5 <= ratio <= 2.0
+    tally[2] += v.slower and v.est_saving_us > 0
+    rtext = f"{ratio:.2f}" if ratio is not None else "loss"
+    print(f"{label:<11} {shape:<12} {h.pattern:<11} {v.est_saving_us:>9.1f} {v.verified_saving_us:>12.1f} {rtext:>6}", flush=True)
+
+
+def families() -> list[int]:
+    """bench_families.py's models, each forward's verifiable fusion hints verified."""
+    import warnings
+
+    from bench_families import FAMILIES
+
+    warnings.filterwarnings("ignore")
+    tally = [0, 0, 0]
+    for name, (build, inputs) in FAMILIES.items():
+        torch.manual_seed(0)
+        try:
+            model, kw = build(), inputs()
+        except Exception as err:  # a family this transformers cannot build
+            print(f"{name}: not built ({type(err).__name__})")
+            continue
+        f = profile_on_neuron(lambda model=model, kw=kw: model(**kw), export=False, print_summary=False, backend="cpu", warmup=1, active=1)
+        with torch.no_grad():
+            f()
+            f()
+        for h in f.last_result.hints:
+            if h.kind == "fusion" and h.pattern in VERIFIABLE:
+                _row(name, "x".join(map(str, h.details.get("shape") or [])), h, tally)
+    return tally
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--shapes", default="8x64,64x512,256x1024,1024x1024")
+    parser.add_argument("--families", action="store_true", help="bench_families.py's models instead of the shapes")
     args = parser.parse_args()
     logging.getLogger("neuronscope").setLevel(logging.WARNING)
     torch.set_num_threads(1)
-    print(f"torch {torch.__version__}, 1 thread, load average {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
+    from neuronscope.analysis import calibration
+
+    kept = "kept calibration" if calibration.load("cpu") is not None else "no calibration kept: the shipped defaults"
+    print(f"torch {torch.__version__}, 1 thread, {kept}, load average {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
+    if args.families:
+        print(f"{'family':<11} {'shape':<12} {'pattern':<11} {'est us':>9} {'verified us':>12} {'ratio':>6}")
+        within, gains, wrong = families()
+        print(f"within 2x: {within} of the {gains} verify measured a gain for; positive estimate where verify measured a loss: {wrong}")
+        return 0
     print(f"{'idiom':<11} {'shape':<12} {'pattern':<11} {'est us':>9} {'verified us':>12} {'ratio':>6}")
-    within = gains = wrong = 0
+    tally = [0, 0, 0]
     for text in args.shapes.split(","):
         shape = tuple(int(d) for d in text.split("x"))
         x, u = torch.randn(*shape), torch.randn(*shape)
@@ -85,16 +141,9 @@ def main() -> int:
             f()
             f()
             for h in f.last_result.hints:
-                if h.kind != "fusion" or h.pattern not in ("rms_norm", "gelu", "layer_norm", "softmax", "silu_mul"):
-                    continue
-                v = measure(h)
-                ratio = v.estimate_ratio
-                if ratio is not None:
-                    gains += 1
-                    within += 0.5 <= ratio <= 2.0
-                wrong += v.slower and v.est_saving_us > 0
-                rtext = f"{ratio:.2f}" if ratio is not None else "loss"
-                print(f"{name:<11} {text:<12} {h.pattern:<11} {v.est_saving_us:>9.1f} {v.verified_saving_us:>12.1f} {rtext:>6}", flush=True)
+                if h.kind == "fusion" and h.pattern in VERIFIABLE:
+                    _row(name, text, h, tally)
+    within, gains, wrong = tally
     print(f"within 2x: {within} of the {gains} verify measured a gain for; positive estimate where verify measured a loss: {wrong}")
     return 0
 

@@ -739,3 +739,24 @@ def test_one_answer_to_is_this_frame_user_code() -> None:
     ):
         assert user_location(frame) is None, frame
     assert is_user_file("/home/me/json/decoder.py")  # an absolute path named like the stdlib
+
+
+def test_from_profiler_leaves_the_collector_as_it_found_it() -> None:
+    """from_profiler pauses the garbage collector over its reading and analysis (one
+    collection afterwards instead of one per pause): on or off, the user's setting comes back,
+    and an error inside it too."""
+    import gc
+
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        (torch.randn(8, 8) * 2).sum()
+    was = gc.isenabled()
+    try:
+        for enabled in (True, False):
+            (gc.enable if enabled else gc.disable)()
+            assert from_profiler(prof).ops and gc.isenabled() is enabled
+        gc.enable()
+        with pytest.raises(Exception):
+            from_profiler(object())
+        assert gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()

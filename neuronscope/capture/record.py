@@ -23,6 +23,12 @@ __all__ = ["MARKER", "CaptureRecord", "CaptureSession", "SharedSession"]
 
 #: The range that bounds each capture of a shared session (left out of its events).
 MARKER = "neuronscope::capture#"
+#: Why a shared session's captures have no events: another session replaced it.
+LOST = (
+    "lost: another torch profiler session (the user's own torch.profiler?) started between this "
+    "window's captures and replaced its shared session (one_session); pass one_session=False "
+    "to profile inside your own torch.profiler"
+)
 #: What torch prints (C++, stderr) at each toggle of CPU collection with another activity on.
 _TOGGLE_NOTE = b"Toggling CPU activity"
 
@@ -74,6 +80,12 @@ class SharedSession:
         self.captures = 0
         self.prof: Any = None
         self._marker: Any = None
+        #: torch's profiler starts counted once this session began (torch_private.profiler_starts)
+        self._starts = -1
+        #: Set once another session (the user's own torch.profiler) replaced this one in torch's
+        #: state: it is then never toggled or stopped (that would be theirs), and its captures
+        #: have no events.
+        self.lost = False
         self._trace_cache: tempfile.TemporaryDirectory[str] | None = None  # removed with the object
 
     @property
@@ -82,7 +94,15 @@ class SharedSession:
 
     @property
     def finished(self) -> bool:
-        return self.prof is not None
+        return self.prof is not None or self.lost
+
+    def replaced(self) -> bool:
+        """Whether another profiler session started since this one did (the user's own
+        torch.profiler, between two captures): torch keeps one session, so this one is gone.
+        Marks it :attr:`lost` when so."""
+        if not self.lost and self.prof is None and self._starts >= 0:
+            self.lost = torch_private.profiler_starts() != self._starts
+        return self.lost
 
     def open(self) -> str:
         """Begin one capture: the session's start for the first, collection back on for the
@@ -92,6 +112,9 @@ class SharedSession:
         if self.capture.runner is None:
             self.capture.start()
             self.sessions_started += 1
+            self._starts = torch_private.profiler_starts()
+        elif self.replaced():
+            raise RuntimeError(LOST)
         else:
             self._toggle(True)
         name = f"{MARKER}{self.captures}"
@@ -112,16 +135,19 @@ class SharedSession:
         finally:
             if marker is not None:
                 marker.__exit__(None, None, None)
-            self._toggle(False)
+            if not self.replaced():
+                self._toggle(False)
 
     def finish(self) -> Any:
         """Stop the session (the device synchronised, the profiler off whatever happens)."""
-        if self.prof is None:
+        if self.prof is None and not self.replaced():
             self.prof = self.capture.stop()
         return self.prof
 
     def slice(self, marker: str) -> Any:
         """The finished session seen through one capture's range; None where it has none."""
+        if self.prof is None:
+            return None
         span = torch_private.marker_span(self.prof, marker)
         if span is None:
             return None
@@ -202,6 +228,8 @@ class CaptureSession:
                 self.shared.close()
             except Exception:
                 pass
+        if self.shared is not None and self.shared.replaced():  # the running session is not ours
+            return
         if self.capture.runner is not None and profiler_running():
             try:
                 self.capture.stop()
@@ -270,7 +298,9 @@ class CaptureSession:
         prof = self.shared.slice(self.marker) if self.shared.finished else None
         notes = list(record.notes)
         artifacts = self._artifacts(prof, notes)
-        if prof is None:
+        if prof is None and self.shared.lost:
+            notes.append(LOST)
+        elif prof is None:
             notes.append("the shared profiler session gave no events for this capture")
         return replace(record, prof=prof, artifacts=artifacts, notes=tuple(notes))
 

@@ -29,10 +29,40 @@ __all__ = [
     "privateuse1_backend_name",
     "profile_slice",
     "profiler_flag_on",
+    "profiler_starts",
     "record_function_fast",
     "record_scope_and_event_type",
     "tree_leaves",
 ]
+
+
+def profiler_starts() -> int:
+    """How many torch profiler sessions (ours and the user's) started in this process since
+    this was first asked. ``torch.autograd.profiler._run_on_profiler_start`` is called by every
+    session's start (``torch.profiler.profile`` and ``torch.autograd.profiler.profile`` alike;
+    checked on torch 2.13); it is wrapped once to count them, the count kept on the wrapper
+    (torch's module holds it; none of ours). Why: a session started while another runs
+    replaces it in torch's state without a word, and a session kept over several captures
+    (one_session) must know that it is no longer the one running before it toggles or stops
+    anything, or it would turn off or end the user's own. On a torch without the name: always
+    0 (a replaced session is then not noticed, as before)."""
+    torch = sys.modules.get("torch")
+    module = getattr(getattr(torch, "autograd", None), "profiler", None)
+    current = getattr(module, "_run_on_profiler_start", None)
+    if not callable(current):
+        return 0
+    count = getattr(current, "neuronscope_starts", None)
+    if isinstance(count, list):
+        return count[0]
+    starts = [0]
+
+    def counted() -> Any:
+        starts[0] += 1
+        return current()
+
+    counted.neuronscope_starts = starts  # type: ignore[attr-defined]
+    module._run_on_profiler_start = counted
+    return 0
 
 
 def profiler_flag_on() -> bool:

@@ -10,6 +10,7 @@ import atexit
 import threading
 from typing import Any
 
+from neuronscope.announce import warn_user
 from neuronscope.capture.base import release_profiler
 from neuronscope.result.types import ProfileResult
 
@@ -149,14 +150,22 @@ def end_shared(window: CallWindow, deliver_last: bool = True, release: bool = Fa
     windows.open_shared.discard(window)
     pending, window.pending = window.pending, []
     # The claim is still the window's only while its session runs (an abandoned one, stopped
-    # by its own thread after a capture ended elsewhere, gave the claim back then).
-    release = release and shared is not None and not shared.finished
+    # by its own thread after a capture ended elsewhere, gave the claim back then; one that
+    # another session replaced was never stopped, and still holds it).
+    release = release and shared is not None and shared.prof is None
     try:
         if shared is not None:
             try:
                 shared.finish()
             except Exception:  # the stop failing: each capture's result says it has no events
                 pass
+            if shared.lost and pending:
+                warn_user(
+                    f"neuronscope: {window.shared_name or 'a call window'}: {len(pending)} capture(s) "
+                    "lost: another torch profiler session (your own torch.profiler?) started between "
+                    "the window's captures and replaced its shared session (one_session); pass "
+                    "one_session=False to profile inside your own torch.profiler"
+                )
         last: ProfileResult | None = None
         for i, (session, owner) in enumerate(pending):
             final = i == len(pending) - 1 and not deliver_last

@@ -42,6 +42,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 from neuronscope import events as ev
 from neuronscope.drive.pipeline import from_profiler
+from neuronscope.errors import NeuronscopeError
 from neuronscope.events import (
     FLAG_ASYNC,
     FLAG_LEGACY_DEVICE,
@@ -755,7 +756,7 @@ def test_from_profiler_leaves_the_collector_as_it_found_it() -> None:
             (gc.enable if enabled else gc.disable)()
             assert from_profiler(prof).ops and gc.isenabled() is enabled
         gc.enable()
-        with pytest.raises(Exception):
+        with pytest.raises(NeuronscopeError):
             from_profiler(object())
         assert gc.isenabled()
     finally:

@@ -49,7 +49,7 @@ def profiler_starts() -> int:
     torch = sys.modules.get("torch")
     module = getattr(getattr(torch, "autograd", None), "profiler", None)
     current = getattr(module, "_run_on_profiler_start", None)
-    if not callable(current):
+    if module is None or not callable(current):
         return 0
     count = getattr(current, "neuronscope_starts", None)
     if isinstance(count, list):

@@ -239,7 +239,7 @@ def enter(owner: Owner, frame: FrameType | None = None) -> Entry:
             entry.timed_ns = time.perf_counter_ns()
         return entry
     shared = None if window is None else window.shared
-    if shared is not None and shared.thread is threading.current_thread() and shared.replaced():
+    if window is not None and shared is not None and shared.thread is threading.current_thread() and shared.replaced():
         # The user's own torch.profiler started since the window's last capture and replaced
         # its session: the window ends (its captures so far say they were lost) and this call
         # goes on as any other would now: a range in theirs, or a capture of its own.

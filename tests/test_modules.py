@@ -150,6 +150,26 @@ def test_hooks_leave_no_trace_outside_a_capture_and_compiled_code_does_not_recom
     assert mods["Sequential"].calls == 2 and mods["0"].calls == 1  # the eager call's layers
 
 
+@pytest.mark.parametrize("wrap", ["compiled_module", "function_calling_it"])
+def test_a_model_that_compiles_inside_the_capture_runs_as_without_it(wrap: str) -> None:
+    """A new input shape at the captured call makes torch.compile trace the module again,
+    with the capture's global hooks installed: the hooks must be no-ops to Dynamo (they
+    raised "already tracked for mutation" in the user's call), and the call's output the
+    compiled module's."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 16))
+    compiled = torch.compile(net)
+    fn = compiled if wrap == "compiled_module" else (lambda t: compiled(t))
+    step = ns.profile_on_neuron(fn, backend="cpu", export=False, print_summary=False, name=f"recompile_{wrap}")
+    step(torch.randn(8, 16))  # the warm-up call compiles for this shape
+    x = torch.randn(4, 16)  # a new batch size: compiled again inside the capture
+    out = step(x)
+    torch.testing.assert_close(out, net(x))
+    result = step.last_result
+    assert result.status == "ok", result.error
+    assert result.op("aten::addmm") is not None  # the compiled graph's ops were recorded
+
+
 def test_no_modules_no_tree() -> None:
     with ns.neuron_region("plain", backend="cpu", export=False, print_summary=False) as r:
         torch.randn(8, 8) @ torch.randn(8, 8)

@@ -152,6 +152,11 @@ class ModuleHooks:
         stack.append((module, named[1], rf, target))
 
     def _post(self, module: Any, args: Any, output: Any) -> None:
+        if self._compiling():
+            # Traced by torch.compile (a model compiling inside the capture): the pre hook
+            # pushed nothing here, and reading the stack would have Dynamo track modules the
+            # user's compiled module already holds (it raised AssertionError in their call).
+            return
         stack = getattr(self._local, "stack", None)
         # Only the call this hook opened: the root whose hooks ran before the capture started
         # (a decorated forward) closes nothing.

@@ -69,3 +69,28 @@ def test_a_window_ended_while_the_users_profiler_runs_leaves_theirs_running(tmp_
     assert "aten::relu" in {e.name for e in theirs.events()}
     assert len(step.results) == 1 and step.results[0].op("aten::gelu") is None
     assert ensure_no_capture_running() and not profiler_running()
+
+
+def test_the_users_profiler_inside_the_captured_call_loses_the_capture_not_the_process(tmp_path) -> None:
+    """Their profiler started inside our capture replaced our session; stopping or exporting
+    ours then crashed the process in torch 2.13 (a segmentation fault in kineto's save). The
+    capture says it has no events, the user's profile keeps theirs, and later captures work."""
+    mlp = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 16))
+
+    def step(x: torch.Tensor) -> tuple[torch.Tensor, int]:
+        with _cpu_profiler() as theirs:
+            y = mlp(x)
+        return y, len(theirs.events())
+
+    wrapped = profile_on_neuron(backend="cpu", warmup=0, output_dir=str(tmp_path), print_summary=False)(step)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        y, n = wrapped(torch.randn(4, 16))
+    assert n > 0 and y.shape == (4, 16)  # their profile recorded the call
+    assert any(issubclass(w.category, NeuronscopeWarning) and "inside the captured call" in str(w.message) for w in caught)
+    lost = wrapped.last_result
+    assert lost.ops == [] and any("inside the captured call" in note for note in lost.notes)
+    assert ensure_no_capture_running() and not profiler_running()
+    later = profile_on_neuron(backend="cpu", warmup=0, output_dir=str(tmp_path), print_summary=False)(mlp)
+    later(torch.randn(4, 16))
+    assert later.last_result.op("aten::addmm") is not None

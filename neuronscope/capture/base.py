@@ -295,6 +295,8 @@ class Capture:
         self.runner: Any = None  # what start()/stop() drive; usually the profile itself
         #: The thread that started the profiler: the only one that may stop it or export it.
         self.thread: threading.Thread | None = None
+        #: torch's count of profiler starts once this session began (-1: not started)
+        self._starts = -1
 
     def start(self) -> None:
         """Start the profiler on this thread (the caller holds :func:`claim_profiler`)."""
@@ -317,7 +319,16 @@ class Capture:
         with quiet_native_stderr((_USDT_MARKER, _UNKNOWN_BLOCK, _KINETO_THREAD_NOTE)):
             self.runner.start()
             del probe
+        self._starts = torch_private.profiler_starts()
         self.prof = getattr(self.runner, "torch_profiler", self.runner)
+
+    def replaced(self) -> bool:
+        """Whether another profiler session (the user's own ``torch.profiler``, started inside
+        the captured code or between a shared session's captures) started since this one did.
+        torch runs one session at a time: the new one replaced this one without a word, so
+        this one must not be stopped (that would end theirs, or stop nothing) nor read (torch
+        2.13 can crash exporting a session another one replaced)."""
+        return self._starts >= 0 and torch_private.profiler_starts() != self._starts
 
     def stop(self, on_synced: Callable[[], None] | None = None) -> Any:
         """Synchronise the device, stop the profiler and return the finished profile object.
@@ -325,7 +336,8 @@ class Capture:
         stops: the end of the measured work (the stop's flush is no part of it).
 
         Whatever goes wrong (the device sync, the stop itself, an interrupt in either), the
-        profiler is off when this returns or raises.
+        profiler is off when this returns or raises; except where another session replaced
+        this one (:meth:`replaced`): then nothing is stopped and the profile is None.
         """
         if self.thread is not None and self.thread is not threading.current_thread():
             raise WrongThreadError("a profiler session can be stopped only by the thread that started it")
@@ -334,11 +346,17 @@ class Capture:
             if on_synced is not None:
                 on_synced()
         finally:
-            try:
-                with quiet_native_stderr():
-                    self.runner.stop()
-            finally:
-                self.prof = getattr(self.runner, "torch_profiler", self.runner)
-                if profiler_running():
-                    force_profiler_off()
+            if self.replaced():  # the running session, if any, is the user's: left alone
+                self.prof = None
+            else:
+                self._stop_runner()
         return self.prof
+
+    def _stop_runner(self) -> None:
+        try:
+            with quiet_native_stderr():
+                self.runner.stop()
+        finally:
+            self.prof = getattr(self.runner, "torch_profiler", self.runner)
+            if profiler_running():
+                force_profiler_off()

@@ -19,7 +19,7 @@ from neuronscope.capture import dynamo, torch_private
 from neuronscope.capture.base import Backend, Capture, WrongThreadError, force_profiler_off, profiler_running, quiet_native_stderr
 from neuronscope.capture.modules import ModuleFacts, ModuleHooks
 
-__all__ = ["MARKER", "CaptureRecord", "CaptureSession", "SharedSession"]
+__all__ = ["LOST", "MARKER", "REPLACED", "CaptureRecord", "CaptureSession", "SharedSession"]
 
 #: The range that bounds each capture of a shared session (left out of its events).
 MARKER = "neuronscope::capture#"
@@ -28,6 +28,12 @@ LOST = (
     "lost: another torch profiler session (the user's own torch.profiler?) started between this "
     "window's captures and replaced its shared session (one_session); pass one_session=False "
     "to profile inside your own torch.profiler"
+)
+#: Why a capture has no events: a session started inside the captured code replaced it.
+REPLACED = (
+    "no events: another torch profiler session (your own torch.profiler?) started inside the "
+    "captured call and replaced neuronscope's (torch runs one session at a time); start yours "
+    "outside the captured call instead: neuronscope then leaves it alone and labels the call in it"
 )
 #: What torch prints (C++, stderr) at each toggle of CPU collection with another activity on.
 _TOGGLE_NOTE = b"Toggling CPU activity"
@@ -80,8 +86,6 @@ class SharedSession:
         self.captures = 0
         self.prof: Any = None
         self._marker: Any = None
-        #: torch's profiler starts counted once this session began (torch_private.profiler_starts)
-        self._starts = -1
         #: Set once another session (the user's own torch.profiler) replaced this one in torch's
         #: state: it is then never toggled or stopped (that would be theirs), and its captures
         #: have no events.
@@ -100,8 +104,8 @@ class SharedSession:
         """Whether another profiler session started since this one did (the user's own
         torch.profiler, between two captures): torch keeps one session, so this one is gone.
         Marks it :attr:`lost` when so."""
-        if not self.lost and self.prof is None and self._starts >= 0:
-            self.lost = torch_private.profiler_starts() != self._starts
+        if not self.lost and self.prof is None:
+            self.lost = self.capture.replaced()
         return self.lost
 
     def open(self) -> str:
@@ -112,7 +116,6 @@ class SharedSession:
         if self.capture.runner is None:
             self.capture.start()
             self.sessions_started += 1
-            self._starts = torch_private.profiler_starts()
         elif self.replaced():
             raise RuntimeError(LOST)
         else:
@@ -228,7 +231,7 @@ class CaptureSession:
                 self.shared.close()
             except Exception:
                 pass
-        if self.shared is not None and self.shared.replaced():  # the running session is not ours
+        if self.capture.replaced():  # the running session, if any, is not ours
             return
         if self.capture.runner is not None and profiler_running():
             try:
@@ -272,6 +275,8 @@ class CaptureSession:
         artifacts: dict[str, Any] = {}
         if self.shared is None:
             artifacts = self._artifacts(prof, notes)
+            if prof is None and self.capture.replaced():
+                notes.append(REPLACED)
         try:
             device = self.backend.device_name()
         except Exception:

@@ -17,7 +17,7 @@ from typing import Any
 from neuronscope.announce import announce_result, backend_ignores, log, warn_once, warn_user
 from neuronscope.capture import Backend, CaptureRecord, CaptureSession, resolve_backend, torch_private
 from neuronscope.capture.observe import Observation, options_added
-from neuronscope.capture.record import SharedSession
+from neuronscope.capture.record import REPLACED, SharedSession
 from neuronscope.config import Options
 from neuronscope.drive import distributed as _distributed
 from neuronscope.drive.pipeline import CaptureFacts, result_from_record
@@ -153,6 +153,8 @@ class Session:
         built from; :meth:`build` builds it (for a shared session, once the session ended)."""
         assert self.capture is not None and self.backend is not None
         self.record = self.capture.stop()
+        if REPLACED in self.record.notes:  # a lost measurement is said where the user looks
+            warn_user(f"neuronscope: {self.name}: {REPLACED}")
         _distributed.mark_stopped(self.dist)  # rank 0: no rank joins this capture from now on
         self._facts = CaptureFacts(
             name=self.name,

@@ -503,15 +503,18 @@ def test_def_line_reads_past_decorators(tmp_path: Path) -> None:
 
 
 def test_sequence_matching_claims_order_not_data_flow() -> None:
-    """RMSNorm's op names in order, on five unrelated tensors: no hint live (the data flow
-    says so), a ``sequence`` hint from a trace (op order is all it has)."""
-    case = CASES["neg_unrelated_adjacent"]
-    prof = capture(case.run)
+    """``x`` scaled by the RMS of another ``y`` of its shape: no hint live (the data flow says
+    so), a ``sequence`` hint from a trace (op order and shapes are all it has). RMSNorm's op
+    names on five tensors of unrelated shapes are no hint from either: each op's inputs must
+    relate to ``x`` as in a spelling (``x * stat``, not ``x * y``)."""
+    prof = capture(CASES["neg_normalise_by_other"].run)
     assert not fusion(from_profiler(prof))
     table = table_from_profiler(prof, record_shapes=True)
     ctx = AnalysisContext(table=table, summary=summarize(table), backend="cpu", profiler=None, source="trace")
     (hint,) = fusion_hints(ctx)
     assert hint.pattern == "rms_norm" and hint.confidence == "sequence"
+    table = table_from_profiler(capture(CASES["neg_unrelated_adjacent"].run), record_shapes=True)
+    assert not fusion_hints(AnalysisContext(table=table, summary=summarize(table), backend="cpu", profiler=None, source="trace"))
 
 
 def _table(rows: list[tuple[str, list[list[int]]]], dev: bool = False) -> EventTable:

@@ -50,7 +50,8 @@ from neuronscope.analysis.opgraph import VIEW_OPS, OpGraph, OpNode, short_name
 from neuronscope.analysis.optimizer import has_optimizer_steps, optimizer_hints, optimizer_steps
 from neuronscope.analysis.patterns import REGISTRY, Match, Pattern, pattern_named
 from neuronscope.analysis.patterns.base import line_of, match_location
-from neuronscope.analysis.patterns.spelling import Orders, kept_orders, op_orders
+from neuronscope.analysis.patterns.kept import Orders, kept_orders
+from neuronscope.analysis.patterns.spelling import op_orders, order_shapes
 from neuronscope.result.hint import Hint
 from neuronscope.result.placement import OP_SPANS
 
@@ -101,7 +102,9 @@ def _orders() -> MappingProxyType[str, Orders]:
     """Each idiom's op orders: those derived from its spellings and kept with the package (no
     torch needed to read a trace), else derived now (an idiom added since they were kept)."""
     kept = kept_orders()
-    return MappingProxyType({p.name: Orders(kept.get(p.name) or op_orders(p.spellings)) for p in REGISTRY if p.spellings})
+    return MappingProxyType({
+        p.name: Orders(*(kept.get(p.name) or (op_orders(p.spellings), order_shapes(p.spellings)))) for p in REGISTRY if p.spellings
+    })
 
 
 @functools.cache
@@ -225,16 +228,24 @@ class _OpText:
 
 
 def _sequence_shapes_ok(pattern: str, members: list[OpNode]) -> bool:
-    """Where shapes were recorded, the ops must all work on one tensor shape ``x``: its
-    per-row statistic (``x[:-1] + (1,)``) and a weight over its last dim for norms and
-    softmax, its half last dim for rotary's ``rotate_half``; scalars anywhere."""
+    """Where shapes were recorded, each op's inputs relate to one tensor shape ``x`` as in a
+    spelling that runs this order (and, where storages were recorded, the ops reading ``x``
+    read one: see :meth:`~.kept.Orders.shaped`), and the ops all work on ``x``, its per-row
+    statistic (``x[:-1] + (1,)``) and a weight over its last dim for norms and softmax, its
+    half last dim for rotary's ``rotate_half``; scalars anywhere."""
     kind = pattern_named(pattern).sequence_shapes  # type: ignore[union-attr]
-    if kind == "any" or not all(m.inputs for m in members):
+    if not all(m.inputs for m in members):
         return True
     elementwise = [m for m in members if m.op not in _PROJECTIONS]
     x = max(elementwise[0].inputs, key=lambda t: t.numel).sizes
     if not x:
         return False
+    # Each op's inputs relate to x as in a spelling of this order (``x * stat`` is no ``x * y``).
+    inputs = [[t for t in m.inputs if t.sizes] for m in members]
+    if not _orders()[pattern].shaped(tuple(m.op for m in members), inputs, x):
+        return False
+    if kind == "any":
+        return True
     if kind == "row":
         fits = {x, x[:-1] + (1,), x[:-1], x[-1:], ()}  # x[:-1]: a reduction's, or a loss's target
         return all({t.sizes for t in m.inputs} <= fits for m in elementwise)

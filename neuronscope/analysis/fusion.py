@@ -12,12 +12,12 @@ How matching works:
   "dataflow"``): links are exact, from the profiler's tensor ids (``profile_memory=True``,
   which a capture with nothing observed before it turns on) or from an observation pass over
   a warm-up call (:mod:`neuronscope.capture.observe`). Ops that merely run one after another
-  on unrelated tensors never match. Where only pointer guesses are left (a profiler the user
-  ran with default options), hints say ``confidence="inferred"`` and no ``elementwise_chain``
-  is claimed.
-- Trace files have no tensor identities, so they are matched on the order of user-level ops
-  and their input shapes (``confidence == "sequence"``): a claim about op order, not data
-  flow. ``elementwise_chain`` needs data flow and is not reported from a trace.
+  on unrelated tensors never match.
+- Trace files, and a profiler the user ran with default options (no tensor ids, nothing
+  observed: pointers alone, which the allocator reuses), have no tensor identities, so they
+  are matched on the order of user-level ops and their input shapes (``confidence ==
+  "sequence"``): a claim about op order, not data flow. ``elementwise_chain`` needs data
+  flow and is not reported from them.
 - Only user-level ops are matched (no op above them), so a call of a fused API that
   decomposes internally (``torch.rms_norm`` -> ``aten::_fused_rms_norm`` -> pow, mean...) and
   anything inside a ``torch.compile``'d region is left alone.
@@ -74,7 +74,7 @@ def find_matches(g: OpGraph, reserved: Iterable[int] = ()) -> list[Match]:
     out: list[Match] = []
     for pattern in REGISTRY:
         if pattern.exact_only and g.linking != "exact":
-            continue  # a chain is a claim about data flow: never made on guessed links
+            continue  # a chain is a claim about data flow: never made without exact links
         if pattern.find is not None:
             found: Iterable[Match | None] = list(pattern.find(g, claimed))
         elif pattern.match is not None:
@@ -119,7 +119,7 @@ def find_sequence_matches(g: OpGraph) -> list[Match]:
     out: list[Match] = []
     by_tid: dict[int, list[OpNode]] = {}
     for n in g.nodes:
-        if n.op not in VIEW_OPS:
+        if n.op not in VIEW_OPS and n.writes:  # a trace shows no cast that copied nothing
             by_tid.setdefault(n.tid, []).append(n)
     for seq in by_tid.values():
         ops = _OpText(seq)
@@ -411,31 +411,29 @@ def fusion_hints(ctx: AnalysisContext) -> list[Hint]:
         if observed is not None and not own:
             graph = graph_from_observation(observed, ctx.table)
         if graph is None:
-            graph = graph_from_profiler(ctx.profiler, ctx.table, infer=observed is None)
-    # A capture without record_shapes=True has no tensor inputs to follow: op order it is.
-    if graph is not None and any(n.inputs for n in graph.nodes):
-        confidence = "dataflow"
-        if graph.linking != "exact":
-            if observed is not None:
-                graph = graph_with_observation(graph, observed)
-            else:
-                confidence = "inferred"  # pointer guesses: no elementwise_chain is claimed on them
-        elif observed is not None:
+            graph = graph_from_profiler(ctx.profiler, ctx.table)
+    if graph is not None and graph.linking != "exact" and observed is not None:
+        graph = graph_with_observation(graph, observed)
+    # A capture without record_shapes=True has no tensor inputs to follow, and one with neither
+    # tensor ids nor an observation no links: op order it is, on its own ops (their lines).
+    if graph is not None and graph.linking == "exact" and any(n.inputs for n in graph.nodes):
+        if observed is not None:
             # Its own exact links (profile_memory): the user's lines are still the observation's.
             graph = lines_from_observation(graph, observed)
         # An optimizer's update is torch.optim's code, not the user's idioms: one hint for it.
         steps = optimizer_steps(graph, ctx.table)
         reserved = {i for updates in steps.values() for update in updates for i in update}
-        hints = hints_from_matches(find_matches(graph, reserved), graph, ctx.backend, confidence)
-        hints += optimizer_hints(graph, steps, ctx.backend, confidence)
+        hints = hints_from_matches(find_matches(graph, reserved), graph, ctx.backend, "dataflow")
+        hints += optimizer_hints(graph, steps, ctx.backend, "dataflow")
         return hints
     # No op any sequence pattern names, and no optimizer step: nothing to match. The names first:
     # on most traces the first few settle it, and optimizer_steps looks for steps itself.
     words = _words()
     if not any(short_name(nm) in words for nm in dict.fromkeys(ctx.table.names)) and not has_optimizer_steps(ctx.table):
         return []
-    locations = ctx.extra.get("locations") if isinstance(ctx.extra, dict) else None
-    graph = graph_from_table(ctx.table, locations if isinstance(locations, list) else None)
+    if graph is None or not any(n.inputs for n in graph.nodes):
+        locations = ctx.extra.get("locations") if isinstance(ctx.extra, dict) else None
+        graph = graph_from_table(ctx.table, locations if isinstance(locations, list) else None)
     steps = optimizer_steps(graph, ctx.table)
     reserved = {i for updates in steps.values() for update in updates for i in update}
     matches = [m for m in find_sequence_matches(graph) if not any(n.index in reserved for n in m.nodes)]

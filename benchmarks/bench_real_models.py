@@ -6,7 +6,9 @@ config with random weights, a nanoGPT, a timm-style ViT block, a ResNet-style bl
 as an inference forward and an AdamW training step, captured as a decorated function with
 the default options (one warm-up call, observed; one captured call).
 
-1. Per model and step: the expected idioms, those found, missed and false.
+1. Per model and step: the expected idioms, those found, missed and false; and the same for a
+   user's own ``torch.profiler.profile(record_shapes=True)`` read with ``from_profiler`` (no
+   tensor ids, nothing observed: matched by op order, ``confidence="sequence"``).
 2. Per verifiable hint (rms_norm, layer_norm, softmax, gelu, silu_mul): the estimated saving,
    the same capture's estimate read back from the trace it exported (``from_trace``), what
    ``hint.verify()`` measured, and their ratio (target: within 2x for 9 of 10, and never a
@@ -14,8 +16,9 @@ the default options (one warm-up call, observed; one captured call).
 3. The cost of exact data flow, per model step, medians of interleaved rounds:
    - the captured call: a decorated call's capture runs with the user's options, so it costs
      what ``record_shapes=True`` alone costs; the analysis then relinks from the observation
-     (whose graph it builds: a decorated call's first capture does) instead of guessing links
-     from pointers: per round the ratio of the two, median and interquartile range;
+     (whose graph it builds: a decorated call's first capture does) instead of matching the
+     unlinked capture by op order: per round the ratio of the two, median and interquartile
+     range;
    - the observed warm-up call against a plain call (paid once, on a call that runs anyway);
    - a capture with nothing observed (``profile_memory=True``) against ``record_shapes=True``.
 
@@ -44,7 +47,7 @@ import real_models as rm
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from neuronscope import from_trace, profile_on_neuron
+from neuronscope import from_profiler, from_trace, profile_on_neuron
 from neuronscope.capture.observe import observe_dataflow
 from neuronscope.capture.verify import measure
 from neuronscope.drive.pipeline import build_result
@@ -79,6 +82,24 @@ def section_idioms(models: list[str], out: Path) -> list[Any]:
             print(f"{name:<10} {'train' if train else 'forward':<8} {found:<62} {missed:<10} {false:<10}")
             results.append((name, train, r, t))
     return results
+
+
+def section_own_profiler(models: list[str]) -> None:
+    print("\n== 1b. idioms per model, a user's own torch.profiler.profile(record_shapes=True), from_profiler ==")
+    print(f"{'model':<10} {'step':<8} {'found':<62} {'missed':<10} {'false':<10}")
+    for name in models:
+        m = rm.MODELS[name]
+        for train in (False, True):
+            step = rm.step_fn(m, train)
+            step()
+            with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+                step()
+            got = {f"{h.kind}:{h.pattern}" for h in from_profiler(prof).hints if h.kind in ("fusion", "optimizer")}
+            exp = rm.expected(m, train)
+            found = ",".join(sorted(p.split(":")[1] for p in got & exp)) or "-"
+            missed = ",".join(sorted(p.split(":")[1] for p in exp - got)) or "-"
+            false = ",".join(sorted(p.split(":")[1] for p in got - exp)) or "-"
+            print(f"{name:<10} {'train' if train else 'forward':<8} {found:<62} {missed:<10} {false:<10}")
 
 
 def section_verify(results: list[Any]) -> None:
@@ -127,10 +148,10 @@ def _quartiles(values: list[float]) -> tuple[float, float, float]:
 
 def section_overhead(models: list[str], rounds: int) -> list[float]:
     """Per model step, ``rounds`` interleaved rounds. Each round profiles the step twice with
-    ``record_shapes=True`` and analyses one capture with pointer links and the other with links
+    ``record_shapes=True`` and analyses one capture by op order and the other with links
     from a fresh observation (its graph built, as a decorated call's first capture builds it),
     in alternating order; the round's ratio is (capture + relinked analysis) over (capture +
-    pointer analysis), the capture's own time the same on both sides (it runs with the user's
+    op-order analysis), the capture's own time the same on both sides (it runs with the user's
     options either way). Reported: the median of the rounds' ratios and their interquartile
     range."""
     print(f"\n== 3. cost of exact data flow, ms, medians of {rounds} interleaved rounds; capture +%: median [IQR] of per-round ratios ==")
@@ -170,14 +191,14 @@ def section_overhead(models: list[str], rounds: int) -> list[float]:
 
                 if r % 2:
                     relinked = analyse(prof_b, {"observed": obs})
-                    pointer = analyse(prof_a, None)
+                    ordered = analyse(prof_a, None)
                 else:
-                    pointer = analyse(prof_a, None)
+                    ordered = analyse(prof_a, None)
                     relinked = analyse(prof_b, {"observed": obs})
                 samples["rs"].append(rs_ms)
-                samples["an"].append(rs_ms + pointer)
+                samples["an"].append(rs_ms + ordered)
                 samples["relinked"].append(rs_ms + relinked)
-                samples["ratio"].append((rs_ms + relinked) / (rs_ms + pointer))
+                samples["ratio"].append((rs_ms + relinked) / (rs_ms + ordered))
 
                 def pm(step: Any = step) -> None:
                     with profile(activities=[ProfilerActivity.CPU], record_shapes=True, profile_memory=True):
@@ -197,7 +218,7 @@ def section_overhead(models: list[str], rounds: int) -> list[float]:
             )
     print(
         "plain: the step alone; rec_shapes: under torch.profiler(record_shapes=True); +analysis: and the\n"
-        "result with its hints (pointer links); +relinked: the same with links from a fresh observation\n"
+        "result with its hints (by op order); +relinked: the same with links from a fresh observation\n"
         "(capture +%: per round, +relinked over +analysis, median and interquartile range: what exact data\n"
         "flow adds to a decorated capture); observed: the warm-up call under the observation pass; prof_mem:\n"
         "a capture with profile_memory=True (regions that run once), prof_mem +%: median per-round ratio to rec_shapes."
@@ -224,6 +245,7 @@ def main() -> int:
     try:
         if not args.no_idioms:
             results = section_idioms(models, out)
+            section_own_profiler(models)
             if not args.no_verify:
                 section_verify(results)
         if not args.no_overhead:

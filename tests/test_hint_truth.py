@@ -386,7 +386,7 @@ def test_a_capture_of_the_observed_ops_takes_the_observations_graph_with_its_own
     x = torch.randn(8, 32)
     observed, prof, table = _observed_and_captured(x, x, calls=2)
     fast = graph_from_observation(observed, table)
-    slow = graph_with_observation(graph_from_profiler(prof, table, infer=False), observed)
+    slow = graph_with_observation(graph_from_profiler(prof, table), observed)
     assert fast is not None and fast.linking == "exact" and len(fast.nodes) == 2 * len(observed.nodes)
 
     def facts(n: Any) -> tuple[Any, ...]:

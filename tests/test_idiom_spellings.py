@@ -117,16 +117,19 @@ def test_the_kept_op_orders_are_what_the_spellings_run() -> None:
     """A trace is matched on the op orders kept with the package (reading one needs no torch);
     they are the spellings' own: after a spelling changes, ``python -m
     neuronscope.analysis.patterns`` keeps them again."""
-    from neuronscope.analysis.patterns.spelling import ORDERS_FILE, orders_text
+    from neuronscope.analysis.patterns.kept import ORDERS_FILE, orders_text
+    from neuronscope.analysis.patterns.spelling import order_shapes
 
-    derived = orders_text({p.name: op_orders(p.spellings) for p in REGISTRY if p.spellings})
+    declared = [p for p in REGISTRY if p.spellings]
+    derived = orders_text({p.name: op_orders(p.spellings) for p in declared}, {p.name: order_shapes(p.spellings) for p in declared})
     assert ORDERS_FILE.read_text() == derived, "run: python -m neuronscope.analysis.patterns"
 
 
 def test_the_kept_graph_templates_are_what_the_spellings_run() -> None:
     """A capture is matched on the graph templates kept with the package (a first capture
     derives nothing), which are its spellings' own, read back as they were derived."""
-    from neuronscope.analysis.patterns.spelling import TEMPLATES_FILE, kept_templates, templates, templates_text
+    from neuronscope.analysis.patterns.kept import TEMPLATES_FILE, kept_templates, templates_text
+    from neuronscope.analysis.patterns.spelling import templates
 
     matched = {p.name: templates(p.match.derived_from) for p in REGISTRY if hasattr(p.match, "derived_from")}
     assert {"softmax", "log_softmax", "gelu", "silu_mul", "rotary_embedding"} <= set(matched)

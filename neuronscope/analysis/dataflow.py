@@ -17,8 +17,8 @@ outputs, so an op's output has to be found as somebody's input:
   of the same code (:mod:`neuronscope.capture.observe`), takes its links from that pass
   (:mod:`.observed_links`): exact too.
 - Otherwise there are only pointers, and the allocator hands the addresses of dead tensors to
-  new ones: links are then guessed (``linking == "inferred"``, :mod:`.inferred_links`), and
-  hints built on them say so.
+  new ones: no links are made (``linking == "none"``), and idioms are found by op order and
+  shapes, as in a trace file.
 
 :func:`graph_from_table` turns an :class:`~neuronscope.events.EventTable` (a trace file) into
 the same node list with no links at all: op order, thread, input shapes and times only.
@@ -37,7 +37,6 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from neuronscope.analysis.inferred_links import link_inferred
 from neuronscope.analysis.opgraph import (
     COPY_MARKERS,
     MAYBE_ALIAS_OPS,
@@ -287,19 +286,19 @@ def _dtype_name(dtype: Any) -> str:
     return str(dtype).rsplit(".", 1)[-1]
 
 
-def graph_from_profiler(prof: Any, table: EventTable | None = None, infer: bool = True) -> OpGraph | None:
+def graph_from_profiler(prof: Any, table: EventTable | None = None) -> OpGraph | None:
     """The data-flow graph of a finished live profiler, or None when it has no event tree.
 
     ``table`` (the capture's event table) supplies times, device time included, and tells
-    ops from annotations cheaply; without it the tree's own CPU times are used. With
-    ``infer=False`` a capture without tensor ids is left unlinked (``linking == "none"``),
-    for links taken from an observation pass instead.
+    ops from annotations cheaply; without it the tree's own CPU times are used. A capture
+    without tensor ids (no ``profile_memory=True``) is left unlinked (``linking == "none"``):
+    its links come from an observation pass, or it is matched by op order.
     """
     with gc_paused():
-        return _graph_from_profiler(prof, table, infer)
+        return _graph_from_profiler(prof, table)
 
 
-def _graph_from_profiler(prof: Any, table: EventTable | None, infer: bool = True) -> OpGraph | None:
+def _graph_from_profiler(prof: Any, table: EventTable | None) -> OpGraph | None:
     kineto = torch_private.kineto_results(prof)
     if kineto is None or not hasattr(kineto, "experimental_event_tree"):
         return None
@@ -416,15 +415,12 @@ def _graph_from_profiler(prof: Any, table: EventTable | None, infer: bool = True
         events.append(ev)
         ids.append(node_ids)
     exact = any(i and i[0] is not None for i in ids)
-    graph = OpGraph(nodes, "exact" if exact else "inferred", has_device=has_device)
+    graph = OpGraph(nodes, "exact" if exact else "none", has_device=has_device)
     if exact:
         _link_exact(graph, events, ids)
-    elif infer:
-        link_inferred(graph, events)
     else:
-        graph.linking = "none"
         torch_op = event_types()[0]
-        for node, ev in zip(nodes, events):  # what made a tensor: as the inferred linking decides it
+        for node, ev in zip(nodes, events):  # a view, or a cast or reshape that copied nothing, made no tensor
             if not node.inplace and (node.op in VIEW_OPS or (node.op in MAYBE_ALIAS_OPS and not copied(ev, torch_op))):
                 node.writes = False
     return graph

@@ -12,12 +12,12 @@ How matching works:
   "dataflow"``): links are exact, from the profiler's tensor ids (``profile_memory=True``,
   which a capture with nothing observed before it turns on) or from an observation pass over
   a warm-up call (:mod:`neuronscope.capture.observe`). Ops that merely run one after another
-  on unrelated tensors never match. Where only pointer guesses are left (a profiler the user
-  ran with default options), hints say ``confidence="inferred"`` and no ``elementwise_chain``
-  is claimed.
-- Trace files have no tensor identities, so they are matched on the order of user-level ops
-  and their input shapes (``confidence == "sequence"``): a claim about op order, not data
-  flow. ``elementwise_chain`` needs data flow and is not reported from a trace.
+  on unrelated tensors never match.
+- Trace files, and a profiler the user ran with default options (no tensor ids, nothing
+  observed: pointers alone, which the allocator reuses), have no tensor identities, so they
+  are matched on the order of user-level ops and their input shapes (``confidence ==
+  "sequence"``): a claim about op order, not data flow. ``elementwise_chain`` needs data
+  flow and is not reported from them.
 - Only user-level ops are matched (no op above them), so a call of a fused API that
   decomposes internally (``torch.rms_norm`` -> ``aten::_fused_rms_norm`` -> pow, mean...) and
   anything inside a ``torch.compile``'d region is left alone.
@@ -50,7 +50,8 @@ from neuronscope.analysis.opgraph import VIEW_OPS, OpGraph, OpNode, short_name
 from neuronscope.analysis.optimizer import has_optimizer_steps, optimizer_hints, optimizer_steps
 from neuronscope.analysis.patterns import REGISTRY, Match, Pattern, pattern_named
 from neuronscope.analysis.patterns.base import line_of, match_location
-from neuronscope.analysis.patterns.spelling import Orders, kept_orders, op_orders
+from neuronscope.analysis.patterns.kept import Orders, kept_orders
+from neuronscope.analysis.patterns.spelling import op_orders, order_shapes
 from neuronscope.result.hint import Hint
 from neuronscope.result.placement import OP_SPANS
 
@@ -73,7 +74,7 @@ def find_matches(g: OpGraph, reserved: Iterable[int] = ()) -> list[Match]:
     out: list[Match] = []
     for pattern in REGISTRY:
         if pattern.exact_only and g.linking != "exact":
-            continue  # a chain is a claim about data flow: never made on guessed links
+            continue  # a chain is a claim about data flow: never made without exact links
         if pattern.find is not None:
             found: Iterable[Match | None] = list(pattern.find(g, claimed))
         elif pattern.match is not None:
@@ -101,7 +102,9 @@ def _orders() -> MappingProxyType[str, Orders]:
     """Each idiom's op orders: those derived from its spellings and kept with the package (no
     torch needed to read a trace), else derived now (an idiom added since they were kept)."""
     kept = kept_orders()
-    return MappingProxyType({p.name: Orders(kept.get(p.name) or op_orders(p.spellings)) for p in REGISTRY if p.spellings})
+    return MappingProxyType({
+        p.name: Orders(*(kept.get(p.name) or (op_orders(p.spellings), order_shapes(p.spellings)))) for p in REGISTRY if p.spellings
+    })
 
 
 @functools.cache
@@ -116,7 +119,7 @@ def find_sequence_matches(g: OpGraph) -> list[Match]:
     out: list[Match] = []
     by_tid: dict[int, list[OpNode]] = {}
     for n in g.nodes:
-        if n.op not in VIEW_OPS:
+        if n.op not in VIEW_OPS and n.writes:  # a trace shows no cast that copied nothing
             by_tid.setdefault(n.tid, []).append(n)
     for seq in by_tid.values():
         ops = _OpText(seq)
@@ -225,16 +228,24 @@ class _OpText:
 
 
 def _sequence_shapes_ok(pattern: str, members: list[OpNode]) -> bool:
-    """Where shapes were recorded, the ops must all work on one tensor shape ``x``: its
-    per-row statistic (``x[:-1] + (1,)``) and a weight over its last dim for norms and
-    softmax, its half last dim for rotary's ``rotate_half``; scalars anywhere."""
+    """Where shapes were recorded, each op's inputs relate to one tensor shape ``x`` as in a
+    spelling that runs this order (and, where storages were recorded, the ops reading ``x``
+    read one: see :meth:`~.kept.Orders.shaped`), and the ops all work on ``x``, its per-row
+    statistic (``x[:-1] + (1,)``) and a weight over its last dim for norms and softmax, its
+    half last dim for rotary's ``rotate_half``; scalars anywhere."""
     kind = pattern_named(pattern).sequence_shapes  # type: ignore[union-attr]
-    if kind == "any" or not all(m.inputs for m in members):
+    if not all(m.inputs for m in members):
         return True
     elementwise = [m for m in members if m.op not in _PROJECTIONS]
     x = max(elementwise[0].inputs, key=lambda t: t.numel).sizes
     if not x:
         return False
+    # Each op's inputs relate to x as in a spelling of this order (``x * stat`` is no ``x * y``).
+    inputs = [[t for t in m.inputs if t.sizes] for m in members]
+    if not _orders()[pattern].shaped(tuple(m.op for m in members), inputs, x):
+        return False
+    if kind == "any":
+        return True
     if kind == "row":
         fits = {x, x[:-1] + (1,), x[:-1], x[-1:], ()}  # x[:-1]: a reduction's, or a loss's target
         return all({t.sizes for t in m.inputs} <= fits for m in elementwise)
@@ -400,31 +411,29 @@ def fusion_hints(ctx: AnalysisContext) -> list[Hint]:
         if observed is not None and not own:
             graph = graph_from_observation(observed, ctx.table)
         if graph is None:
-            graph = graph_from_profiler(ctx.profiler, ctx.table, infer=observed is None)
-    # A capture without record_shapes=True has no tensor inputs to follow: op order it is.
-    if graph is not None and any(n.inputs for n in graph.nodes):
-        confidence = "dataflow"
-        if graph.linking != "exact":
-            if observed is not None:
-                graph = graph_with_observation(graph, observed)
-            else:
-                confidence = "inferred"  # pointer guesses: no elementwise_chain is claimed on them
-        elif observed is not None:
+            graph = graph_from_profiler(ctx.profiler, ctx.table)
+    if graph is not None and graph.linking != "exact" and observed is not None:
+        graph = graph_with_observation(graph, observed)
+    # A capture without record_shapes=True has no tensor inputs to follow, and one with neither
+    # tensor ids nor an observation no links: op order it is, on its own ops (their lines).
+    if graph is not None and graph.linking == "exact" and any(n.inputs for n in graph.nodes):
+        if observed is not None:
             # Its own exact links (profile_memory): the user's lines are still the observation's.
             graph = lines_from_observation(graph, observed)
         # An optimizer's update is torch.optim's code, not the user's idioms: one hint for it.
         steps = optimizer_steps(graph, ctx.table)
         reserved = {i for updates in steps.values() for update in updates for i in update}
-        hints = hints_from_matches(find_matches(graph, reserved), graph, ctx.backend, confidence)
-        hints += optimizer_hints(graph, steps, ctx.backend, confidence)
+        hints = hints_from_matches(find_matches(graph, reserved), graph, ctx.backend, "dataflow")
+        hints += optimizer_hints(graph, steps, ctx.backend, "dataflow")
         return hints
     # No op any sequence pattern names, and no optimizer step: nothing to match. The names first:
     # on most traces the first few settle it, and optimizer_steps looks for steps itself.
     words = _words()
     if not any(short_name(nm) in words for nm in dict.fromkeys(ctx.table.names)) and not has_optimizer_steps(ctx.table):
         return []
-    locations = ctx.extra.get("locations") if isinstance(ctx.extra, dict) else None
-    graph = graph_from_table(ctx.table, locations if isinstance(locations, list) else None)
+    if graph is None or not any(n.inputs for n in graph.nodes):
+        locations = ctx.extra.get("locations") if isinstance(ctx.extra, dict) else None
+        graph = graph_from_table(ctx.table, locations if isinstance(locations, list) else None)
     steps = optimizer_steps(graph, ctx.table)
     reserved = {i for updates in steps.values() for update in updates for i in update}
     matches = [m for m in find_sequence_matches(graph) if not any(n.index in reserved for n in m.nodes)]

@@ -1,6 +1,6 @@
 """Links from an observation pass: a capture's op graph taken from the exact graph of an
-earlier call of the same code (:mod:`neuronscope.capture.observe`), instead of the pointer
-guesses of :mod:`.inferred_links`.
+earlier call of the same code (:mod:`neuronscope.capture.observe`), where the capture has no
+tensor ids of its own.
 
 :func:`observed_graph` builds the observation's graph once; :func:`graph_from_observation`
 takes a capture's graph whole from it where the capture ran the very ops observed, and
@@ -24,7 +24,7 @@ __all__ = [
 
 
 def graph_with_observation(graph: OpGraph, observed: OpGraph) -> OpGraph:
-    """``graph`` (a capture's, linked by pointer guesses) relinked from ``observed`` (the exact
+    """``graph`` (a capture's, unlinked: it has no tensor ids) linked from ``observed`` (the exact
     graph of an observation pass over an earlier call of the same code, see
     :mod:`neuronscope.capture.observe`).
 
@@ -62,7 +62,6 @@ def graph_with_observation(graph: OpGraph, observed: OpGraph) -> OpGraph:
             if p >= 0:
                 graph.nodes[p].consumers.append(n.index)
     graph.linking = "exact"
-    graph.__dict__.pop("first_takers", None)
     return graph
 
 

@@ -146,7 +146,7 @@ class OpNode:
 
 @dataclass
 class OpGraph:
-    """User-level ops in time order. ``linking``: ``"exact"``, ``"inferred"`` or ``"none"``."""
+    """User-level ops in time order. ``linking``: ``"exact"`` or ``"none"`` (op order only)."""
 
     nodes: list[OpNode]
     linking: str
@@ -160,21 +160,10 @@ class OpGraph:
         """The time that ranks an op: device time where the capture has it, else CPU time."""
         return node.device_ns if self.has_device else node.cpu_ns
 
-    @functools.cached_property
-    def first_takers(self) -> dict[int, int]:
-        """Storage -> the first op that took it as an input."""
-        first: dict[int, int] = {}
-        for n in self.nodes:
-            for t in n.inputs:
-                first.setdefault(t.key, n.index)
-        return first
-
-
 
 def event_types() -> tuple[Any, Any, Any, Any, Any]:
     RecordScope, _EventType = torch_private.record_scope_and_event_type()
     return _EventType.TorchOp, _EventType.PyCall, _EventType.PyCCall, _EventType.Allocation, RecordScope.USER_SCOPE
-
 
 
 def copied(event: Any, torch_op: Any) -> bool:

@@ -1,8 +1,9 @@
 """The observation pass: exact data flow and code lines, from a warm-up call.
 
 The profiler's default capture records each op's tensor inputs by pointer only; which op made
-a tensor then has to be guessed (the allocator hands dead tensors' addresses to new ones), and
-a guessed link makes false fusion hints. So a call that runs anyway before the capture (the
+a tensor is then unknown (the allocator hands dead tensors' addresses to new ones), and a
+guessed link makes false fusion hints, so such a capture is matched by op order alone. So a
+call that runs anyway before the capture (the
 last warm-up call of a decorated function or a windowed region) is observed once:
 
 - under ``torch.profiler`` with ``profile_memory=True``: every tensor gets an id per storage

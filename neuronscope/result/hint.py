@@ -32,10 +32,10 @@ class Hint:
     Hints are data: ``pattern`` names the idiom (the fusion vocabulary in the README),
     ``ops`` / ``calls`` / ``time_us`` are the evidence, ``est_saving_us`` the estimate, and
     ``suggestion`` names the replacement API. ``confidence`` says how the evidence was found:
-    ``"dataflow"`` (producer and consumer linked through tensor identities), ``"inferred"``
-    (links guessed from storage pointers and shapes, for a profile the user ran without memory
-    records; never an ``elementwise_chain``), ``"sequence"`` (op order and shapes only, as in a
-    trace file), or ``"measured"`` (counters, timings).
+    ``"dataflow"`` (producer and consumer linked through tensor identities), ``"sequence"``
+    (op order and shapes only: a trace file, or a profile the user ran without memory records
+    and nothing observed; never an ``elementwise_chain``), or ``"measured"`` (counters,
+    timings).
     """
 
     kind: str

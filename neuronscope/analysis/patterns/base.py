@@ -74,8 +74,8 @@ class Pattern:
     - ``suggest(match, backend)``: the replacement, as a call equivalent to the code in hand.
     - ``verify(hint, x, device)``: the chain and its replacement rebuilt for ``hint.verify()``;
       None where the idiom has too many spellings to rebuild from a hint.
-    - ``exact_only``: found only on exact links (a claim about data flow that pointer guesses
-      cannot carry).
+    - ``exact_only``: found only on exact links (a claim about data flow that op order cannot
+      carry).
     """
 
     name: str

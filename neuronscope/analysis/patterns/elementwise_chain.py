@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from neuronscope.analysis.opgraph import VIEW_OPS, OpGraph, OpNode, TensorArg
+from neuronscope.analysis.opgraph import VIEW_OPS, OpGraph, OpNode
 from neuronscope.analysis.patterns.base import Match, Pattern, is_float
-from neuronscope.analysis.predicted_outputs import broadcast_shape
 
 __all__ = ["ELEMENTWISE_CHAIN", "MIN_CHAIN_OPS", "elementwise_chains"]
 
@@ -47,7 +46,6 @@ def elementwise_chains(g: OpGraph, claimed: set[int], within: Sequence[int] | No
 
     nodes = g.nodes
     pool = nodes if within is None else [nodes[i] for i in within]
-    exact = g.linking == "exact"
     for n in pool:
         # Ops on integer or boolean tensors only are index arithmetic (mask and position-id
         # helpers): they join no chain.
@@ -82,9 +80,6 @@ def elementwise_chains(g: OpGraph, claimed: set[int], within: Sequence[int] | No
         for k, p in enumerate(n.producers):
             if p not in parent or find(p) == find(n.index):
                 continue
-            t = n.inputs[k]
-            if not exact and g.first_takers.get(t.key) == n.index and not _shape_carried(nodes[p], t):
-                continue  # a new tensor of another shape: only the element count matched
             if not intermediate(nodes[p]):
                 continue
             root = find(p)
@@ -116,16 +111,6 @@ def _makes_indices(g: OpGraph, members: list[OpNode]) -> bool:
             if any(p == n.index and not is_float(t.dtype) for t, p in zip(cn.inputs, cn.producers)):
                 return True
     return False
-
-
-def _shape_carried(producer: OpNode, t: TensorArg) -> bool:
-    """Does ``t`` have the shape the elementwise ``producer`` makes (its first input's when in
-    place, else its inputs' broadcast shape)? True where that shape is not known."""
-    if not producer.inputs:
-        return True
-    made = producer.inputs[0].sizes if producer.inplace else broadcast_shape([a.sizes for a in producer.inputs])
-    return made is None or made == t.sizes
-
 
 
 def _suggest(m: Match, backend: str) -> str:

@@ -29,12 +29,10 @@ from typing import Any
 
 from neuronscope.analysis.opgraph import VIEW_OPS, OpGraph, OpNode, TensorArg
 from neuronscope.analysis.patterns.base import Match, root_value
-from neuronscope.analysis.patterns.spelling import EXAMPLE_DIM, Spelling, TemplateOp, kept_templates, templates
+from neuronscope.analysis.patterns.kept import COMMUTATIVE, kept_templates
+from neuronscope.analysis.patterns.spelling import Spelling, TemplateOp, shape_fits, shape_relation, templates
 
 __all__ = ["graph_matcher"]
-
-#: Ops whose two dimensioned inputs code writes in either order (``w * h``, ``h * w``).
-COMMUTATIVE = frozenset({"add", "mul"})
 
 
 class _Walk:
@@ -115,29 +113,11 @@ def _same_numbers(template: tuple[float, ...], recorded: tuple[float, ...]) -> b
     return len(template) == len(recorded) and all(math.isclose(a, b, rel_tol=1e-3) for a, b in zip(sorted(template), sorted(recorded)))
 
 
-#: The example ``x`` every spelling runs on (see :func:`~.spelling.examples`).
-_EXAMPLE_X = (2, 4, EXAMPLE_DIM)
-
-
 def _fits(template: tuple[int, ...], capture: tuple[int, ...], x: tuple[int, ...]) -> bool:
     """Does ``capture`` relate to the capture's ``x`` as ``template`` to the example ``x``: dim
     for dim (from the last) the same, or 1 where the template's is 1? A template shape not of
     that form (another rank, a matmul's) is not checked."""
-    if len(template) != len(_EXAMPLE_X):
-        return True
-    pattern = []
-    for t, e in zip(template, _EXAMPLE_X):
-        if t == e:
-            pattern.append(True)
-        elif t == 1:
-            pattern.append(False)
-        else:
-            return True
-    if len(capture) != len(x) or not all(pattern[: max(0, len(pattern) - len(x))]):
-        return False
-    pattern = pattern[max(0, len(pattern) - len(x)) :]
-    lead = len(x) - len(pattern)
-    return list(capture) == [*x[:lead], *(x[lead + i] if same else 1 for i, same in enumerate(pattern))]
+    return shape_fits(shape_relation(template), capture, x)
 
 
 def graph_matcher(
@@ -146,7 +126,7 @@ def graph_matcher(
     """The ``match(graph, node)`` of an idiom: its largest spelling template anchored at
     ``node``, as a :class:`~.base.Match` of ``pattern`` whose ``x`` is the capture's tensor for
     the spelling's ``x`` and whose params are ``params(choice, nodes)``. The templates are those
-    kept with the package (:data:`~.spelling.TEMPLATES_FILE`), else derived on first use."""
+    kept with the package (:data:`~.kept.TEMPLATES_FILE`), else derived on first use."""
 
     def match(g: OpGraph, n: OpNode) -> Match | None:
         """The largest template at ``n``, or at an op reading its output whose template holds

@@ -58,34 +58,10 @@ def match_norm(g: OpGraph, n: OpNode) -> Match | None:
     return None
 
 
-def _unlinked_producer(g: OpGraph, n: OpNode, k: int) -> OpNode | None:
-    """The op just before ``n`` on its thread, taken as the maker of ``n``'s input ``k`` where
-    the inferred linking left that input unexplained and no earlier op saw its storage (a
-    tensor seen before is an older one, not what the op just before made).
-
-    The linking goes wrong on exactly this in a training step: in ``x * rsqrt(var + eps)``
-    followed, a few ops later, by a loss whose target (from outside the capture) has the
-    statistic's shape, it gives rsqrt's output to the loss and leaves the multiply's input
-    unexplained (see dataflow's notes). Used for a norm's statistic only, whose whole
-    structure the matcher then checks; exact linking (``profile_memory=True``) never needs it.
-    """
-    if g.linking != "inferred" or n.index == 0 or g.producer(n, k) is not None:
-        return None
-    prev = g.nodes[n.index - 1]
-    t = n.inputs[k]
-    if prev.tid != n.tid or not prev.writes or prev.op not in _NORM_TAIL_OPS:
-        return None
-    if not prev.inputs or prev.inputs[0].sizes != t.sizes or prev.inputs[0].dtype != t.dtype:
-        return None
-    if any(a.key == t.key for m in g.nodes[: n.index] for a in m.inputs):
-        return None
-    return prev
-
-
 def _norm_with(g: OpGraph, n: OpNode, ak: int, bk: int) -> Match | None:
     chain: list[OpNode] = []
     has_root = False
-    cur = g.producer(n, bk) or _unlinked_producer(g, n, bk)
+    cur = g.producer(n, bk)
     red: OpNode | None = None
     while cur is not None and len(chain) <= MAX_NORM_TAIL:
         if cur.op in ("mean", "var", "std", "var_mean", "norm", "linalg_vector_norm"):
@@ -150,16 +126,15 @@ def _norm_with(g: OpGraph, n: OpNode, ak: int, bk: int) -> Match | None:
         pattern, x = "rms_norm", red.inputs[0]
         casts_src = (red, 0)
     else:
-        # x - mean(x) over var(x) / std(x) / var_mean(x). Two equally shaped statistics of x
-        # may come out of the inferred linking swapped (see dataflow), so the pair is
-        # checked as a set: one mean, one spread, of the same x.
+        # x - mean(x) over var(x) / std(x) / var_mean(x), the two statistics of x in either
+        # order: the pair is checked as a set, one mean, one spread, of the same x.
         if a_centred is None or not same_value(g, a_centred[0], 0, red, 0):
             return None
         stats = {red.op, a_centred[1].op}
         if not (stats == {"var_mean"} or ("mean" in stats and stats & {"var", "std", "var_mean"})):
             return None
         has_root = has_root or "std" in stats
-        # The linking may have swapped the two statistics: the root is the std of the pair.
+        # Either of the two statistics may be the one reached first: the root is the std of the pair.
         root_is_reduction = "std" in stats
         extra += list(a_centred)
         pattern, x = "layer_norm", red.inputs[0]

@@ -22,7 +22,6 @@ import itertools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from numbers import Real
-from pathlib import Path
 from types import MappingProxyType, SimpleNamespace
 from typing import Any, NamedTuple
 
@@ -31,25 +30,24 @@ from neuronscope.capture.idioms import Builders
 
 __all__ = [
     "EXAMPLE_DIM",
-    "ORDERS_FILE",
-    "TEMPLATES_FILE",
-    "Orders",
+    "ShapeSig",
     "Spelling",
     "TemplateOp",
     "builder",
     "examples",
-    "kept_orders",
-    "kept_templates",
     "op_orders",
-    "orders_text",
+    "order_shapes",
     "recorded_ops",
+    "shape_fits",
+    "shape_relation",
     "templates",
-    "templates_text",
 ]
 
 #: The last dim of the example tensors: even (rotary halves it), and unlike their other dims,
 #: so that a per-row statistic, a weight and the input all have other shapes.
 EXAMPLE_DIM = 8
+#: The example ``x`` every spelling runs on (see :func:`examples`).
+_EXAMPLE_X = (2, 4, EXAMPLE_DIM)
 
 
 @dataclass(frozen=True, eq=False)  # by identity: the derived orders are cached per spelling
@@ -303,6 +301,57 @@ def templates(spellings: tuple[Spelling, ...]) -> tuple[tuple[tuple[TemplateOp, 
     return tuple((ops, MappingProxyType(choice)) for ops, choice in ordered)
 
 
+#: How one op's dimensioned inputs relate to ``x`` in a spelling: per argument, dim for dim
+#: (from the first) "T" the example ``x``'s, "F" 1; "." not of that form (another rank, a
+#: matmul's, a tensor declared broadcast): not checked; then, for an example tensor (or a view
+#: of it), ``@`` and its name: the ops reading ``x`` read one tensor. None for an op not the
+#: idiom's own.
+ShapeSig = tuple[tuple[str, ...] | None, ...]
+
+
+def shape_relation(shape: tuple[int, ...]) -> str:
+    """How ``shape`` relates to the example ``x``, as :data:`ShapeSig` writes it."""
+    if len(shape) != len(_EXAMPLE_X):
+        return "."
+    if not all(t in (e, 1) for t, e in zip(shape, _EXAMPLE_X)):
+        return "."
+    return "".join("T" if t == e else "F" for t, e in zip(shape, _EXAMPLE_X))
+
+
+def shape_fits(relation: str, capture: tuple[int, ...], x: tuple[int, ...]) -> bool:
+    """Does ``capture`` relate to the capture's ``x`` as ``relation`` (see :func:`shape_relation`)
+    says: dim for dim from the last the same, or 1 where the relation says F?"""
+    relation = relation.partition("@")[0]
+    if relation == ".":
+        return True
+    pattern = [c == "T" for c in relation]
+    if len(capture) != len(x) or not all(pattern[: max(0, len(pattern) - len(x))]):
+        return False
+    pattern = pattern[max(0, len(pattern) - len(x)) :]
+    lead = len(x) - len(pattern)
+    return list(capture) == [*x[:lead], *(x[lead + i] if same else 1 for i, same in enumerate(pattern))]
+
+
+@functools.cache
+def order_shapes(spellings: tuple[Spelling, ...]) -> Mapping[tuple[str, ...], frozenset[ShapeSig]]:
+    """For every op order of :func:`op_orders`, how its ops' inputs relate to ``x`` in the
+    spellings that run it, and which of them read one tensor: what the recorded shapes (and,
+    in a live capture, storages) of an op-order match are checked against."""
+
+    def arg(ref: tuple[str, Any, bool], shape: tuple[int, ...], broadcast: tuple[str, ...]) -> str:
+        relation = "." if ref[0] == "in" and ref[1] in broadcast else shape_relation(shape)
+        return f"{relation}@{ref[1]}" if ref[0] == "in" else relation
+
+    found: dict[tuple[str, ...], set[ShapeSig]] = {}
+    for ops, _, spelling in _runs(spellings):
+        sig = tuple(
+            tuple(arg(ref, shape, spelling.broadcast) for ref, shape in zip(op.args, op.shapes)) if op.own else None
+            for op in ops
+        )
+        found.setdefault(tuple(op.op for op in ops), set()).add(sig)
+    return MappingProxyType({order: frozenset(sigs) for order, sigs in found.items()})
+
+
 #: An idiom's replacement: ``(t, **choice) -> (name, thunk)`` over the same example tensors
 #: and choice as the spelling it replaces; None where torch has no eager one.
 Replacement = Callable[..., tuple[str, Callable[[], Any]] | None]
@@ -335,105 +384,3 @@ def builder(spellings: tuple[Spelling, ...], replacement: Replacement) -> Callab
         return (lambda: spelling.fn(t, **choice)), (fused[1] if fused else None), (fused[0] if fused else None)
 
     return build
-
-
-#: The op orders of every idiom, derived from the spellings and kept with the package, so that
-#: reading a trace file needs no torch (importing it costs seconds): one line per order,
-#: ``pattern<TAB>op op ...<TAB>own flags`` (1: the idiom's op, 0: a side op). Rebuilt by
-#: ``python -m neuronscope.analysis.patterns``; a test checks it is what the spellings run.
-ORDERS_FILE = Path(__file__).with_name("op_orders.txt")
-
-
-def orders_text(derived: Mapping[str, Mapping[tuple[str, ...], tuple[bool, ...]]]) -> str:
-    """The text of :data:`ORDERS_FILE` for ``derived`` (pattern -> its :func:`op_orders`)."""
-    lines = [
-        f"{name}\t{' '.join(order)}\t{''.join('1' if own else '0' for own in flags)}"
-        for name, orders in derived.items()
-        for order, flags in sorted(orders.items())
-    ]
-    return "\n".join(lines) + "\n"
-
-
-@functools.cache
-def kept_orders() -> Mapping[str, Mapping[tuple[str, ...], tuple[bool, ...]]]:
-    """The op orders :data:`ORDERS_FILE` keeps, by pattern (empty where it is missing)."""
-    found: dict[str, dict[tuple[str, ...], tuple[bool, ...]]] = {}
-    try:
-        text = ORDERS_FILE.read_text()
-    except OSError:
-        return MappingProxyType({})
-    for line in text.splitlines():
-        name, ops, flags = line.split("\t")
-        found.setdefault(name, {})[tuple(ops.split())] = tuple(c == "1" for c in flags)
-    return MappingProxyType({name: MappingProxyType(orders) for name, orders in found.items()})
-
-
-#: The graph templates of the idioms matched on them (see :func:`templates`), kept with the
-#: package like :data:`ORDERS_FILE`, so that a first capture derives nothing.
-TEMPLATES_FILE = Path(__file__).with_name("graph_templates.json")
-Templates = tuple[tuple[tuple[TemplateOp, ...], Mapping[str, Any]], ...]
-
-
-def templates_text(derived: Mapping[str, Templates]) -> str:
-    """The text of :data:`TEMPLATES_FILE` for ``derived`` (pattern -> its :func:`templates`)."""
-    import json
-
-    parts = []
-    for name, found in derived.items():  # one template a line: a spelling's change is its lines
-        rows = ",\n".join(json.dumps([[list(op) for op in ops], dict(choice)], separators=(",", ":")) for ops, choice in found)
-        parts.append(f"{json.dumps(name)}: [\n{rows}\n]")
-    return "{\n" + ",\n".join(parts) + "\n}\n"
-
-
-def _tuples(value: Any) -> Any:
-    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
-
-
-@functools.cache
-def kept_templates() -> Mapping[str, Templates]:
-    """The graph templates :data:`TEMPLATES_FILE` keeps, by pattern (empty where it is missing)."""
-    import json
-
-    try:
-        kept = json.loads(TEMPLATES_FILE.read_text())
-    except (OSError, ValueError):
-        return MappingProxyType({})
-    return MappingProxyType({
-        name: tuple((tuple(TemplateOp(*_tuples(op)) for op in ops), MappingProxyType(choice)) for ops, choice in found)
-        for name, found in kept.items()
-    })
-
-
-class Orders:
-    """The op orders of one idiom, as the op-order matcher asks about them."""
-
-    def __init__(self, orders: Mapping[tuple[str, ...], tuple[bool, ...]]) -> None:
-        self.orders = orders
-        self.lengths = sorted({len(o) for o in self.orders}, reverse=True)
-        self.words = frozenset(w for o in self.orders for w in o)
-        self.firsts = frozenset(o[0] for o in self.orders)
-
-    def fullmatch(self, tokens: list[str], i: int, j: int) -> bool:
-        """Are ``tokens[i:j]`` one of the orders?"""
-        return tuple(tokens[i:j]) in self.orders
-
-    def own(self, tokens: list[str], i: int, j: int) -> tuple[bool, ...]:
-        """Which of ``tokens[i:j]`` (one of the orders) are the idiom's own ops."""
-        return self.orders.get(tuple(tokens[i:j]), (True,) * (j - i))
-
-    def longest_at(self, tokens: list[str], i: int) -> int | None:
-        """The end of the longest order starting at ``tokens[i]``, or None."""
-        if i >= len(tokens) or tokens[i] not in self.firsts:
-            return None
-        for n in self.lengths:
-            if i + n <= len(tokens) and tuple(tokens[i : i + n]) in self.orders:
-                return i + n
-        return None
-
-    def search(self, tokens: list[str], i: int) -> tuple[int, int] | None:
-        """The first order at ``tokens[i]`` or after, as (start, end of the longest there)."""
-        firsts = self.firsts
-        for p in range(i, len(tokens)):
-            if tokens[p] in firsts and (end := self.longest_at(tokens, p)) is not None:
-                return p, end
-        return None

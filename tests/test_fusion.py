@@ -622,6 +622,26 @@ def test_estimate_model(calibrated: Any) -> None:
     assert saving == pytest.approx(costs.per_op_ns + 2 * t.numel * 4 / costs.bytes_per_ns(t.numel * 4))
 
 
+def test_a_hint_verified_slower_suggests_keeping_the_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After verify() measures the fused form slower, the suggestion agrees with the message
+    (before: "keep the code as it is" printed, "use ..." still in .suggestion). The real
+    measurement, with its verdict set: a loss cannot be had on demand on a shared machine."""
+    import dataclasses
+
+    import neuronscope.result.hint as hint_mod
+    from neuronscope.result.hint import VERIFIED_SLOWER_TEXT
+
+    (hint,) = fusion(from_profiler(capture(CASES["gelu_gpt2_tanh"].run))).values()
+    real = hint_mod.measure
+    monkeypatch.setattr(hint_mod, "measure", lambda h, **o: dataclasses.replace(real(h, **o), slower=True))
+    slower = hint.verify(repeats=3)
+    assert slower.suggestion == VERIFIED_SLOWER_TEXT and VERIFIED_SLOWER_TEXT in str(slower)
+    assert slower.details["suggestion_before_verify"] == hint.suggestion != slower.suggestion
+    monkeypatch.setattr(hint_mod, "measure", real)
+    again = slower.verify(repeats=3)  # measured again: the suggestion comes back unless slower
+    assert again.suggestion == (VERIFIED_SLOWER_TEXT if again.details.get("verified_slower") else hint.suggestion)
+
+
 @pytest.mark.parametrize("name", ["softmax_max", "gelu_gpt2_tanh", "swiglu_sigmoid"])
 def test_verify_measures_and_stores(name: str) -> None:
     case = CASES[name]

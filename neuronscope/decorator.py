@@ -57,7 +57,8 @@ class _DecoratedState(Owner):
     def __init__(self, options: Options, name: str, target: str) -> None:
         self.window: CallWindow = CallWindow(options.warmup, options.active)
         super().__init__(options, name, target, self.window)
-        self.results: list[ProfileResult] = []
+        #: The window's own list, as a region's: what its captures gave is counted from it.
+        self.results: list[ProfileResult] = self.window.results
         self.wrapper: Any = None
         #: Set when torch.compile traced through the wrapper: the compiled code then runs the
         #: function without it, and nothing of it can be captured (see ``report_uncaptured``).

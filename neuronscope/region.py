@@ -79,8 +79,11 @@ def _inert(name: Any, options: dict[str, Any]) -> neuron_region:
 
 def reset(name: str | None = None) -> None:
     """Start the call windows again: every region name's and every decorated callable's, or
-    (with ``name``) that region name's only. The next call is counted as the first (warm-up
-    first, then the captures); results already captured stay in ``.results``."""
+    (with ``name``) those of that name only: the region name's and the decorated callables'
+    (``name=``, or by default the function's or module's name, as their log lines show it).
+    The next call is counted as the first (warm-up first, then the captures); results already
+    captured stay in ``.results``. A name that matches no window warns
+    (a ``UserWarning``) and resets nothing."""
     windows.reset(name)
 
 

@@ -60,6 +60,31 @@ def test_warmup_and_active_window_counts_calls() -> None:
     assert step.results[-1] is step.last_result
 
 
+def test_reset_by_name_restarts_a_decorated_callables_window() -> None:
+    @profile_on_neuron(export=False)
+    def stepper(x: torch.Tensor) -> torch.Tensor:
+        return _work(x)
+
+    @profile_on_neuron(name="named_step", export=False)
+    def other(x: torch.Tensor) -> torch.Tensor:
+        return _work(x)
+
+    x = torch.ones(4)
+    for f in (stepper, other):
+        f(x), f(x), f(x)
+    assert len(stepper.results) == len(other.results) == 1
+    neuronscope.reset("stepper")
+    stepper(x), stepper(x)
+    assert len(stepper.results) == 2 and len(other.results) == 1  # only that name's window
+    neuronscope.reset("named_step")  # name= is the name the log lines and reset() use
+    other(x), other(x)
+    assert len(other.results) == 2
+    with pytest.warns(UserWarning, match=r"reset\('no_such_window'\): no call window .*'named_step'"):
+        neuronscope.reset("no_such_window")
+    stepper(x), stepper(x)
+    assert len(stepper.results) == 2  # nothing was reset
+
+
 def test_a_forward_in_a_long_loop_is_profiled_once() -> None:
     class Tiny(nn.Module):
         def __init__(self) -> None:

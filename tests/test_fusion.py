@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ from neuronscope.analysis.cost import estimate_saving_ns
 from neuronscope.analysis.dataflow import graph_from_profiler, graph_from_table
 from neuronscope.analysis.fusion import find_sequence_matches, fusion_hints
 from neuronscope.analysis.patterns import PATTERNS, REGISTRY, pattern_named
+from neuronscope.analysis.patterns.attention import UNKNOWN_SCALE
 from neuronscope.capture.observe import observe_dataflow
 from neuronscope.drive.pipeline import build_result, from_profiler
 from neuronscope.errors import NeuronscopeError
@@ -636,6 +639,26 @@ def test_estimate_model(calibrated: Any) -> None:
     assert saving == pytest.approx(costs.per_op_ns + 2 * t.numel * 4 / costs.bytes_per_ns(t.numel * 4))
 
 
+def test_a_hint_verified_slower_suggests_keeping_the_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After verify() measures the fused form slower, the suggestion agrees with the message
+    (before: "keep the code as it is" printed, "use ..." still in .suggestion). The real
+    measurement, with its verdict set: a loss cannot be had on demand on a shared machine."""
+    import dataclasses
+
+    import neuronscope.result.hint as hint_mod
+    from neuronscope.result.hint import VERIFIED_SLOWER_TEXT
+
+    (hint,) = fusion(from_profiler(capture(CASES["gelu_gpt2_tanh"].run))).values()
+    real = hint_mod.measure
+    monkeypatch.setattr(hint_mod, "measure", lambda h, **o: dataclasses.replace(real(h, **o), slower=True))
+    slower = hint.verify(repeats=3)
+    assert slower.suggestion == VERIFIED_SLOWER_TEXT and VERIFIED_SLOWER_TEXT in str(slower)
+    assert slower.details["suggestion_before_verify"] == hint.suggestion != slower.suggestion
+    monkeypatch.setattr(hint_mod, "measure", real)
+    again = slower.verify(repeats=3)  # measured again: the suggestion comes back unless slower
+    assert again.suggestion == (VERIFIED_SLOWER_TEXT if again.details.get("verified_slower") else hint.suggestion)
+
+
 @pytest.mark.parametrize("name", ["softmax_max", "gelu_gpt2_tanh", "swiglu_sigmoid"])
 def test_verify_measures_and_stores(name: str) -> None:
     case = CASES[name]
@@ -1010,3 +1033,52 @@ def test_a_gelu_times_a_per_channel_statistic_is_no_glu() -> None:
 
     for prof in (capture(block), capture(block, profile_memory=True)):
         assert "silu_mul" not in {h.pattern for h in from_profiler(prof).hints}
+
+
+def _scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    return torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+
+
+_T = 6
+_CAUSAL = torch.tril(torch.ones(_T, _T)).view(1, 1, _T, _T)
+_KEEP = torch.rand(2, 1, _T, _T) > 0.3
+_KEEP[..., 0] = True  # no row all masked: there masked_fill gives NaN where sdpa may not
+_FLOAT_MASK = torch.zeros(2, 1, _T, _T).masked_fill(~_KEEP, float("-inf"))
+_BIAS = torch.randn(1, 2, _T, _T)
+
+#: Each way code masks attention scores, and what the names of the suggestion stand for there.
+MASKINGS: dict[str, tuple[Any, dict[str, torch.Tensor]]] = {
+    # nanoGPT: fill where the buffer is 0
+    "masked_fill": (lambda s: s.masked_fill(_CAUSAL == 0, float("-inf")), {"cond": _CAUSAL == 0}),
+    "where_keep": (lambda s: torch.where(_KEEP, s, float("-inf")), {"cond": _KEEP, "keep": _KEEP}),
+    "where_fill": (lambda s: torch.where(~_KEEP, float("-inf"), s), {"cond": ~_KEEP, "keep": _KEEP}),
+    "where_fill_tensor": (lambda s: torch.where(~_KEEP, _FLOAT_MASK.min(), s), {"cond": ~_KEEP}),
+    "add": (lambda s: s + _FLOAT_MASK, {"mask": _FLOAT_MASK}),
+    "bias_add": (lambda s: s + _BIAS + _FLOAT_MASK, {"bias": _BIAS, "mask": _FLOAT_MASK}),  # T5
+}
+
+
+@pytest.mark.parametrize("way", list(MASKINGS))
+def test_attention_suggestion_gives_the_same_output_as_the_code(way: str) -> None:
+    """The suggestion's scaled_dot_product_attention call, evaluated as written with its names
+    bound to what its note says they are, gives the code's output: a masked_fill's mask is
+    True where attention is blocked, sdpa's boolean mask where it is allowed."""
+    from neuronscope import profile_on_neuron
+
+    apply_mask, names = MASKINGS[way]
+    q, k, v = torch.randn(2, 2, _T, 8), torch.randn(2, 2, _T, 8), torch.randn(2, 2, _T, 8)
+
+    def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return torch.matmul(apply_mask(_scores(q, k)).softmax(dim=-1), v)
+
+    f = profile_on_neuron(attention, export=False, backend="cpu", print_summary=False)
+    f(q, k, v)
+    expected = f(q, k, v)
+    (hint,) = [h for h in f.last_result.hints if h.pattern == "attention"]
+    assert hint.details["k"] == list(k.shape)  # as sdpa takes it, not k^T
+    (call,) = re.findall(r"torch\.nn\.functional\.scaled_dot_product_attention\([^)]*\)", hint.suggestion)
+    # Where torch.compile ran earlier in the process, the observation records no numbers:
+    # the scale is named, for the reader to fill in (here, the one the code applies).
+    call = call.replace(UNKNOWN_SCALE, repr(q.shape[-1] ** -0.5))
+    got = eval(call, {"torch": torch}, {"q": q, "k": k, "v": v, **names})  # the suggestion is our own text
+    assert torch.allclose(got, expected, atol=1e-6), (way, call)

@@ -321,3 +321,35 @@ def test_notebook_comparison_legend_is_whole() -> None:
     page = cmp._repr_html_()
     for line in cmp.legend():
         assert _html.escape(line) in page  # whole, not cut at a name's limit
+
+
+def test_a_hint_on_a_row_left_out_shows_on_the_nearest_row_shown() -> None:
+    """Qwen2's rotary hint sits on a ``Func`` inside a ``Func``, deeper than the table goes:
+    the nearest shown row that holds it says so, at any depth or row limit; names are
+    indented by depth."""
+    from neuronscope.result.tree import MODULE_DEPTH, TREE_INDENT, module_rows
+
+    class Norm(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+
+    net: nn.Module = Norm()
+    for _ in range(MODULE_DEPTH + 1):  # the norm one level deeper than the table shows
+        net = nn.Sequential(net)
+    wrapped = ns.profile_on_neuron(net, backend="cpu", export=False, print_summary=False)
+    x = torch.randn(4, 16)
+    wrapped(x)
+    wrapped(x)
+    result = wrapped.last_result
+    (norm,) = [m for m in result.modules if m.type == "Norm"]
+    assert norm.depth == MODULE_DEPTH + 1 and norm.hints
+    said = ",".join(str(h + 1) for h in norm.hints)
+    rows = module_rows(result.modules)
+    assert not any(row[1] == "Norm" for row in rows)
+    deepest = max(rows, key=lambda row: row[0].count(TREE_INDENT))
+    assert deepest[0].startswith(TREE_INDENT * MODULE_DEPTH) and deepest[-1] == said
+    # cut by the row limit: on its shown ancestor
+    top = module_rows(result.modules, max_rows=2)
+    assert [row[0] for row in top] == ["Sequential", TREE_INDENT + "0"] and top[-1][-1] == said
+    table = result.table()
+    assert f"{TREE_INDENT * MODULE_DEPTH}0" in table

@@ -71,6 +71,12 @@ print("HTML", "Modules" in res._repr_html_())
     """
 norm(torch.randn(4, 16))
 """,
+    # 7: the advice of cell 6 followed: reset by the callable's name captures again
+    """
+neuronscope.reset('Sequential')
+norm(torch.randn(4, 16)); norm(torch.randn(4, 16))
+print("CAPTURES", len(norm.results))
+""",
 ]
 
 
@@ -100,4 +106,7 @@ def test_notebook_feedback_rerun_and_reset(tmp_path: Path) -> None:
     assert "HTML True" in out[5]
     # 6: a re-run past the window is told, with how to capture again; said once, not per call
     assert "window (warmup=1, active=1) is used up" in out[6] and "neuronscope.reset('Sequential')" in out[6], out[6]
+    assert "hold the 1 earlier capture(s)" in out[6], out[6]
+    # 7: following that advice captures again
+    assert "CAPTURES 2" in out[7], out[7]
     assert "is used up" not in out[5]

@@ -110,12 +110,24 @@ class Windows:
             self.owners.append(owner)
 
     def reset(self, name: str | None = None) -> None:
-        """Start every window again, or (with ``name``) that region name's."""
+        """Start every window again, or (with ``name``) those of that name: the region name's
+        and those of the decorated callables of that name. A name that matches no window warns
+        (a typo would otherwise leave the window closed without a word) and names the known
+        ones; it does not raise, since a reset in a training loop must not end the run."""
         with self._lock:
-            if name is not None:
-                found = [w for n, w in self._by_name.items() if n == name]
+            owned = [o for o in self.owners if o.window is not None]
+            if name is None:
+                found = [*self._by_name.values(), *(o.window for o in owned)]
             else:
-                found = [*self._by_name.values(), *(o.window for o in self.owners if o.window is not None)]
+                found = [w for n, w in self._by_name.items() if n == name]
+                found += [o.window for o in owned if o.name == name and o.window not in found]
+            known = sorted({*self._by_name, *(o.name for o in owned)})
+        if name is not None and not found:
+            warn_user(
+                f"neuronscope.reset({name!r}): no call window has that name, nothing was reset; "
+                f"windows by name: {', '.join(map(repr, known)) or 'none yet'} (a region has one "
+                "only with warmup= or active=); neuronscope.reset() resets them all"
+            )
         for window in found:
             window.restart()
 

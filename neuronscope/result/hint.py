@@ -98,19 +98,24 @@ class Hint:
         saving in ``verified_saving_us`` and the measurements in ``details["verification"]``.
         Where the fused form was measured slower beyond the noise, the new hint's
         ``est_saving_us`` is 0 (the estimate kept in ``details["est_saving_before_verify_us"]``)
-        and its message says to keep the code. This hint, and the result it came from, are
+        and its message and ``suggestion`` say to keep the code (the suggestion made before in
+        ``details["suggestion_before_verify"]``). This hint, and the result it came from, are
         unchanged.
         """
         v = measure(self, **options)
         details = {k: val for k, val in self.details.items() if k != "verified_slower"}
         details["verification"] = v.to_dict()
-        est = self.est_saving_us
+        est, suggestion = self.est_saving_us, self.suggestion
         if v.slower:
-            # The estimate was wrong here: what is printed must not still promise a saving.
+            # The estimate was wrong here: neither what is printed nor the suggestion a program
+            # reads may still recommend the fused form.
             details["est_saving_before_verify_us"] = self.est_saving_us
+            details.setdefault("suggestion_before_verify", self.suggestion)
             details["verified_slower"] = True
-            est = 0.0
-        return replace(self, verified_saving_us=v.verified_saving_us, est_saving_us=est, details=details)
+            est, suggestion = 0.0, VERIFIED_SLOWER_TEXT
+        else:
+            suggestion = details.pop("suggestion_before_verify", suggestion)  # verified again: faster
+        return replace(self, verified_saving_us=v.verified_saving_us, est_saving_us=est, suggestion=suggestion, details=details)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -25,6 +25,9 @@ Namer = Callable[[object], str]
 MODULE_ROWS = 25
 #: Deepest level shown in a terminal (root, blocks, their parts, the parts' layers).
 MODULE_DEPTH = 4
+#: A name's indent per level of the tree. Not spaces: tabulate strips a cell's leading
+#: spaces (keeping them takes tabulate 0.10's preserve_whitespace, or its global switch).
+TREE_INDENT = "· "
 
 
 def module_rows(modules: Sequence[ModuleStat], name: Namer = str, max_rows: int = MODULE_ROWS, max_depth: int = MODULE_DEPTH) -> list[list[Any]]:
@@ -34,11 +37,12 @@ def module_rows(modules: Sequence[ModuleStat], name: Namer = str, max_rows: int 
     _name = name
     backward = has_backward(modules)
     rows = []
-    for g in collapse_repeats(modules, max_depth=max_depth)[:max_rows]:
+    shown, carried = visible_groups(modules, max_rows, max_depth)
+    for g in shown:
         spread = g.spread
         top = g.first.top_ops[0][0] if g.first.top_ops else "-"
         row = [
-            "  " * g.depth + _name(g.label),
+            TREE_INDENT * g.depth + _name(g.label),
             _name(g.first.type or "-"),
             g.calls,
             fmt_us(g.time_us),
@@ -46,12 +50,34 @@ def module_rows(modules: Sequence[ModuleStat], name: Namer = str, max_rows: int 
             f"{100 * g.share:.1f}%",
             "" if spread is None else f"{fmt_us(spread[0])}-{fmt_us(spread[1])} each",
             _name(top),
-            ",".join(str(h + 1) for h in g.hints),
+            ",".join(str(h + 1) for h in sorted({*g.hints, *carried.get(id(g), ())})),
         ]
         if backward:
             row.insert(5, fmt_us(g.backward_us))
         rows.append(row)
     return rows
+
+
+def visible_groups(
+    modules: Sequence[ModuleStat], max_rows: int = MODULE_ROWS, max_depth: int = MODULE_DEPTH
+) -> tuple[list[ModuleGroup], dict[int, set[int]]]:
+    """The rows shown (at most ``max_rows``, none deeper than ``max_depth``), and, by the
+    ``id`` of a shown row, the hints of the rows left out below it: a hint placed on a module
+    too deep or too small to show (Qwen2's rotary ``Func`` inside ``Func`` inside the
+    attention) shows on the nearest row that holds it."""
+    everything = collapse_repeats(modules)
+    shown = [g for g in everything if g.depth <= max_depth][:max_rows]
+    visible = {id(g) for g in shown}
+    carried: dict[int, set[int]] = {}
+    path: list[ModuleGroup] = []  # the row's ancestors: the rows come parents first
+    for g in everything:
+        del path[g.depth :]
+        if id(g) not in visible and g.hints:
+            holder = next((a for a in reversed(path) if id(a) in visible), None)
+            if holder is not None:
+                carried.setdefault(id(holder), set()).update(g.hints)
+        path.append(g)
+    return shown, carried
 
 
 _HEADERS = ("Module", "Class", "Calls", "Total", "Self", "Share", "Spread", "Top op", "Hints")
@@ -87,7 +113,7 @@ def modules_html(modules: Sequence[ModuleStat], max_rows: int = 40) -> str:
     if not modules:
         return ""
     body = []
-    for g, row in zip(collapse_repeats(modules, max_depth=MODULE_DEPTH)[:max_rows], module_rows(modules, max_rows=max_rows)):
+    for g, row in zip(visible_groups(modules, max_rows)[0], module_rows(modules, max_rows=max_rows)):
         bar = f'<span style="display:inline-block;height:8px;width:{min(100, 100 * g.share):.0f}px;background:#4e79a7"></span>'
         cells = [html.escape(safe_text(c)) for c in row]
         cells[0] = f'<span style="padding-left:{g.depth}em">{html.escape(safe_text(g.label))}</span>'

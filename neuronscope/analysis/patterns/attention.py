@@ -137,18 +137,90 @@ def _match_attention(g: OpGraph, head: OpNode, tail: OpNode, inner: list[OpNode]
         if p is not None and _is_scaling(p) and {c for c in p.consumers if g.nodes[c].writes} == {mm1.index}:
             scales.append(p)
     nodes = {m.index: m for m in [mm1, *pre, *scales, *inner, *post, mm2]}
-    q = mm1.inputs[0] if mm1.inputs else None
+    q, k_sizes = _query_and_key(mm1)
+    mask = _mask_kind(mm1, pre)
     params: dict[str, Any] = {
         "q": list(q.sizes) if q else None,
-        "k": list(mm1.inputs[1].sizes) if len(mm1.inputs) > 1 else None,
-        "v": list(mm2.inputs[1].sizes) if len(mm2.inputs) > 1 else None,
-        "masked": any(p.op in ("masked_fill", "where", "add") for p in pre),
+        "k": k_sizes,
+        "v": list(mm2.inputs[-1].sizes) if len(mm2.inputs) > 1 else None,
+        "masked": mask is not None,
+        "mask": mask,
     }
     scale = _scale_value(scales, q.sizes[-1] if q is not None and q.sizes else None, _alpha(mm1))
     if scale is not None:
         params["scale"] = scale
     return Match("attention", sorted(nodes.values(), key=lambda m: m.index), q, params)
 
+
+
+def _query_and_key(mm: OpNode) -> tuple[Any, list[int] | None]:
+    """The query of the scores' matmul, and the key's shape as scaled_dot_product_attention
+    takes it (``[..., S, E]``): a matmul, ``bmm`` or ``baddbmm`` (whose first input is the
+    added mask) multiplies by ``k^T``, an einsum by ``k`` as the equation names it."""
+    operands = mm.inputs[1:3] if mm.op == "baddbmm" else mm.inputs[:2]
+    if len(operands) < 2:
+        return (operands[0] if operands else None), None
+    q, k = operands
+    sizes = list(k.sizes)
+    # sdpa's k ends in q's last dim (E); an einsum's may already (``bhqd,bhkd->bhqk``).
+    if len(sizes) >= 2 and (mm.op != "einsum" or (q.sizes and sizes[-1] != q.sizes[-1])):
+        sizes[-2], sizes[-1] = sizes[-1], sizes[-2]
+    return q, sizes
+
+
+#: How code masks the scores, and the ``attn_mask=`` of the equivalent scaled_dot_product_attention
+#: call with what its names stand for. sdpa's boolean mask is True where attention is ALLOWED,
+#: ``masked_fill``'s where it is blocked: passed as it is, it would attend to what was masked.
+MASK_ARGS = MappingProxyType({
+    "add": ("attn_mask=mask", "mask: the float tensor your code adds to the scores"),
+    "bias, add": ("attn_mask=bias + mask", "bias + mask: the tensors your code adds to the scores, summed"),
+    "masked_fill": (
+        "attn_mask=~cond",
+        (
+            "cond: what your masked_fill fills, True where attention is blocked; sdpa's boolean "
+            "attn_mask is True where it is allowed; if cond is the causal mask (above the "
+            "diagonal), is_causal=True instead"
+        ),
+    ),
+    "where": ("attn_mask=cond", "cond: your torch.where's condition, True where the scores are kept"),
+    "where, inverted": ("attn_mask=~cond", "cond: your torch.where's condition, True where the fill value is taken"),
+    # A Python number as the fill value is no tensor input: which side it is on is not seen.
+    "where, number": (
+        "attn_mask=keep",
+        "keep: True where your torch.where takes the scores: its condition, inverted where the fill value comes first",
+    ),
+    "mixed": ("attn_mask=mask", "mask: one float tensor, what your code adds to the scores with -inf where it masks them"),
+})
+
+
+def _mask_kind(mm1: OpNode, pre: list[OpNode]) -> str | None:
+    """How the scores are masked on their way from ``mm1`` to the softmax (``pre``, in that
+    order): a key of :data:`MASK_ARGS`, or None. A ``where`` keeps the scores where its
+    condition is True when they are its second input, where it is False when its third."""
+    kinds: list[str] = []
+    if mm1.op == "baddbmm" and len(mm1.big_inputs()) == 3:  # Bloom's alibi: added by the matmul
+        kinds.append("add")
+    prev = mm1
+    for p in pre:
+        if p.op == "add" and len(p.big_inputs()) == 2:
+            kinds.append("add")
+        elif p.op == "masked_fill":
+            kinds.append("masked_fill")
+        elif p.op == "where" and len(p.inputs) < 3:
+            kinds.append("where, number")
+        elif p.op == "where":
+            kinds.append("where" if input_from(p, prev) == 1 else "where, inverted")
+        prev = p
+    return _mask_of(kinds)
+
+
+def _mask_of(kinds: list[str]) -> str | None:
+    """One :data:`MASK_ARGS` key for the masks applied in turn (``kinds``)."""
+    if not kinds:
+        return None
+    if all(kind == "add" for kind in kinds):
+        return "add" if len(kinds) == 1 else "bias, add"
+    return kinds[0] if len(kinds) == 1 else "mixed"
 
 
 def _is_scaling(n: OpNode) -> bool:
@@ -222,8 +294,11 @@ def supports_sdpa_switch(source: str) -> bool | None:
 
 def _suggest(m: Match, backend: str) -> str:
     args = ["q", "k", "v"]
-    if m.params.get("masked"):
-        args.append("attn_mask=mask")
+    # Older results say only that there is a mask: an additive one, the common case.
+    mask = m.params.get("mask") or ("add" if m.params.get("masked") else None)
+    mask_arg, mask_note = MASK_ARGS.get(mask, MASK_ARGS["mixed"]) if mask else ("", "")
+    if mask_arg:
+        args.append(mask_arg)
     scale = m.params.get("scale")
     if scale == UNKNOWN_SCALE:
         args.append(f"scale={scale}")
@@ -236,7 +311,7 @@ def _suggest(m: Match, backend: str) -> str:
     sources = {n.location.rsplit(":", 1)[0] for n in m.nodes if n.location is not None}
     if sources and all(supports_sdpa_switch(src) for src in sources):
         return f'load the model with attn_implementation="sdpa" (its own switch to {call})'
-    return f"use {call}"
+    return f"use {call} ({mask_note})" if mask_note else f"use {call}"
 
 
 def _sequence_params(members: list[OpNode]) -> dict[str, Any]:
@@ -245,7 +320,11 @@ def _sequence_params(members: list[OpNode]) -> dict[str, Any]:
     profiler writes it as a 0-dim tensor), so its value stays unknown; no scale op: 1.0."""
     soft = next((i for i, n in enumerate(members) if n.op in SOFTMAXES or n.op in ("exp", "max", "amax")), len(members))
     pre = [n for n in members[:soft] if n.op not in MATMULS]  # a scale of q (timm) comes before the scores
-    params: dict[str, Any] = {"masked": any(n.op in ("add", "masked_fill", "where") for n in pre)}
+    # Op order does not show which input of a where the scores are: its mask is then named
+    # by what it means ("keep"), as where a Python number is the fill value.
+    kinds = [n.op if n.op != "where" else "where, number" for n in pre if n.op in ("add", "masked_fill", "where")]
+    mask = _mask_of(kinds)
+    params: dict[str, Any] = {"masked": mask is not None, "mask": mask}
     params["scale"] = UNKNOWN_SCALE if any(n.op in ("mul", "div") for n in pre) else 1.0
     return params
 

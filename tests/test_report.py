@@ -487,3 +487,66 @@ def test_page_text_goes_through_the_one_sanitiser() -> None:
     page = render_report(ProfileResult(name=bad, backend="cpu", hints=[hint], modules=mods))
     assert "\x1b" not in page and "\u202e" not in page
     assert "evil\\x1b[31m\\u202eName" in page and 'class="hint"' in page
+
+
+# ---- the page as a reader sees it (issue 41): legend and tool bar, wrapped names, wording --------
+
+class _Block(torch.nn.Module):
+    """A forward-only block of hand-written parts: a dozen module classes for the legend,
+    an RMSNorm written out (a hint whose ops fill the Ops column)."""
+
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.norm = _Norm(d)
+        self.attn = torch.nn.MultiheadAttention(d, 4, batch_first=True)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(d, 2 * d), torch.nn.GELU(), torch.nn.Dropout(0.0), torch.nn.Linear(2 * d, d))
+        self.post = torch.nn.LayerNorm(d)
+        self.act = torch.nn.SiLU()
+        self.gate = torch.nn.Sigmoid()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.norm(x)
+        h = x + self.attn(h, h, h, need_weights=False)[0]
+        return self.post(h + self.mlp(h) * self.gate(self.act(h)))
+
+
+class _Norm(torch.nn.Module):
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(d))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
+
+
+@pytest.fixture(scope="module")
+def forward_page(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A real forward-only capture of a small model with many module classes, and its page."""
+    import neuronscope as ns
+
+    out = tmp_path_factory.mktemp("forward-runs")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Embedding(64, 32), _Block(32), _Block(32), torch.nn.Linear(32, 64)).eval()
+    ids = torch.randint(0, 64, (2, 16))
+
+    @ns.profile_on_neuron(backend="cpu", output_dir=str(out), print_summary=False)
+    def forward(ids: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return model(ids)
+
+    for _ in range(2):
+        forward(ids)
+    result = forward.last_result
+    assert result is not None and result.run_dir is not None and result.modules
+    assert any(h.pattern == "rms_norm" for h in result.hints)
+    path = write_report(result.run_dir)
+    return path, path.read_text(encoding="utf-8")
+
+
+def test_a_forward_only_page_says_nothing_of_backward(forward_page: tuple[Path, str], module_page: tuple[Path, str]) -> None:
+    """'backward counts for the module whose forward made it' belongs to captures with a
+    backward pass (module_page runs one), not to a forward-only one."""
+    for sentence in ("backward counts for the module whose forward made it", "backward ops by the module whose forward made them"):
+        assert sentence not in forward_page[1]
+        assert sentence in module_page[1]
+

@@ -117,13 +117,13 @@ def _icicle(result: ProfileResult, colours: dict[str, str]) -> str:
         "layout": plot_layout(margin={"l": 4, "r": 4, "t": 24, "b": 4}),
     }
     kind = "device" if device else "CPU"
-    if any(m.backward_us is not None for m in mods):
-        kind += " time, forward and backward"
-    else:
-        kind += " time"
+    has_backward = any(m.backward_us is not None for m in mods)
+    kind += " time, forward and backward" if has_backward else " time"
+    # Said only where there is backward time: a forward-only capture has none to place.
+    backward = "; backward counts for the module whose forward made it" if has_backward else ""
     return (
         f'<h3>Modules ({kind})</h3><p class="note">Each box is a module, as wide as its time '
-        "(its children below it; backward counts for the module whose forward made it). Click a box to zoom into it, the top bar to go back; hover for "
+        f"(its children below it{backward}). Click a box to zoom into it, the top bar to go back; hover for "
         "calls, times and top ops. ⚑n: hint n is about this module's code.</p>" + plot_block("ns-icicle", figure, 420)
     )
 
@@ -187,11 +187,12 @@ def _timeline(view: TraceView, colours: dict[str, str]) -> str:
         ),
     }
     left = f" The {view.left_out:,} shortest bars are left out (Perfetto shows all)." if view.left_out else ""
+    backward = ", backward ops by the module whose forward made them" if any(b.get("backward") for b in view.bars) else ""
     height = 180 + 34 * len(view.lanes)
     return (
         '<h3>Timeline</h3><p class="note">Threads and device streams, the module calls by level, '
         "regions and steps (dotted lines: step starts). Ops are coloured by the class of the module "
-        "they ran in, backward ops by the module whose forward made them."
+        f"they ran in{backward}."
         f" Drag to zoom, double-click to reset.{left}</p>" + plot_block("ns-timeline", figure, height)
     )
 

@@ -8,6 +8,7 @@ renders their output, a real capture's result gets a hint and a rank table added
 from __future__ import annotations
 
 import html
+import json
 import re
 import subprocess
 import sys
@@ -490,6 +491,21 @@ def test_page_text_goes_through_the_one_sanitiser() -> None:
 
 
 # ---- the page as a reader sees it (issue 41): legend and tool bar, wrapped names, wording --------
+#: Measures the drawn page: each figure's legend and modebar boxes, written into the DOM for
+#: --dump-dom.
+_PROBE_JS = """
+setTimeout(function () {
+  var plots = [].map.call(document.querySelectorAll('.js-plotly-plot'), function (p) {
+    function box(sel) { var e = p.querySelector(sel); if (!e) return null;
+      var r = e.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; }
+    return {id: p.id, legend: box('.legend'), modebar: box('.modebar')};
+  });
+  var out = document.createElement('pre'); out.id = 'ns-probe';
+  out.textContent = JSON.stringify({plots: plots});
+  document.body.appendChild(out);
+}, 1500);
+"""
+
 
 class _Block(torch.nn.Module):
     """A forward-only block of hand-written parts: a dozen module classes for the legend,
@@ -550,3 +566,25 @@ def test_a_forward_only_page_says_nothing_of_backward(forward_page: tuple[Path, 
         assert sentence not in forward_page[1]
         assert sentence in module_page[1]
 
+
+@needs_chromium
+@pytest.mark.slow
+@pytest.mark.parametrize("width", [1400, 1000])
+def test_chromium_legends_clear_the_modebar(
+    forward_page: tuple[Path, str], module_page: tuple[Path, str], tmp_path: Path, width: int
+) -> None:
+    """Drawn by a real Chromium: no figure's legend runs under plotly's modebar (the timeline's
+    last entries did, T5Attention under the tool bar)."""
+    for n, (path, page) in enumerate((forward_page, module_page)):
+        probe = path.with_name(f"probe-{width}-{n}.html")
+        probe.write_text(page.replace("</body>", f"<script>{_PROBE_JS}</script></body>"), encoding="utf-8")
+        done = _chromium(probe.resolve().as_uri(), tmp_path, "--dump-dom", "--virtual-time-budget=8000", f"--window-size={width},900")
+        assert done.returncode == 0, done.stderr[-2000:]
+        found = re.search(r'<pre id="ns-probe">(.*?)</pre>', done.stdout, flags=re.DOTALL)
+        assert found is not None, "the probe did not run"
+        seen = json.loads(html.unescape(found.group(1)))
+        assert any(p["legend"] for p in seen["plots"]), seen["plots"]  # the timeline's legend was drawn
+        for p in seen["plots"]:
+            if p["legend"] and p["modebar"]:
+                (l1, t1, r1, b1), (l2, t2, r2, b2) = p["legend"], p["modebar"]
+                assert r1 <= l2 or r2 <= l1 or b1 <= t2 or b2 <= t1, p

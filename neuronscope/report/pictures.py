@@ -37,6 +37,8 @@ PALETTE = (
     "#d4a6c8", "#fabfd2", "#79706e", "#bab0ac",
 )
 FIXED_COLOURS = MappingProxyType({"outside modules": "#c7cbd1", "region": "#cdb4db", "device": "#f4a259"})
+#: Right margin of a figure whose modebar stands upright in it: its buttons are 24 px wide.
+MODEBAR_MARGIN = 36
 #: Longest text put in a label or a hover box.
 MAX_LABEL = 160
 
@@ -180,7 +182,10 @@ def _timeline(view: TraceView, colours: dict[str, str]) -> str:
         "data": traces,
         "layout": plot_layout(
             barmode="overlay", bargap=0.25, shapes=shapes,
-            margin={"l": 170, "r": 10, "t": 70, "b": 40},
+            # plotly's tool bar (the modebar, kept for pan and zoom) stands upright in the right
+            # margin: across the top it covered the legend's last entries (T5Attention).
+            margin={"l": 170, "r": MODEBAR_MARGIN, "t": 70, "b": 40},
+            modebar={"orientation": "v"},
             xaxis={"title": {"text": "ms from the capture's start"}, "zeroline": False},
             yaxis={"categoryorder": "array", "categoryarray": [page_text(lane) for lane in view.lanes], "autorange": "reversed"},
             legend={"orientation": "h", "x": 0, "y": 1.0, "yanchor": "bottom"},
@@ -208,7 +213,8 @@ def _memory(view: TraceView) -> str:
     if peak:
         annotations.append({"x": peak["t"] / 1e3, "y": peak["bytes"] / 2**20, "text": f"peak {peak['bytes'] / 2**20:.2f} MB",
                             "showarrow": True, "arrowhead": 2})
-    figure = {"data": traces, "layout": plot_layout(annotations=annotations, margin={"l": 60, "r": 10, "t": 10, "b": 40},
+    figure = {"data": traces, "layout": plot_layout(annotations=annotations, margin={"l": 60, "r": MODEBAR_MARGIN, "t": 10, "b": 40},
+                                                modebar={"orientation": "v"},  # not over the line (t is 10 px)
                                                 xaxis={"title": {"text": "ms from the capture's start"}},
                                                 yaxis={"title": {"text": "allocated (MB)"}})}
     holders = "".join(

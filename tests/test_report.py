@@ -102,8 +102,9 @@ def comparison_page(comparison: Comparison) -> tuple[Path, str]:
 
 
 def _text(page: str) -> str:
-    """The page's visible text, roughly: tags and inline SVG dropped, entities kept."""
-    page = re.sub(r"<svg.*?</svg>", " ", page, flags=re.DOTALL)
+    """The page's visible text, roughly: tags and inline SVG dropped, entities kept (a
+    ``<wbr>``, where a name may wrap, adds no space)."""
+    page = re.sub(r"<svg.*?</svg>", " ", page, flags=re.DOTALL).replace("<wbr>", "")
     return re.sub(r"<[^>]+>", " ", page)
 
 
@@ -340,7 +341,7 @@ def test_non_finite_numbers_do_not_break_the_report(tmp_path: Path) -> None:
         ranks=[{"rank": 0, "wall_time_us": nan}, {"rank": 1, "wall_time_us": inf}],
     )
     page = write_report(run).read_text(encoding="utf-8")
-    assert "aten::sub" in page
+    assert "aten::<wbr>sub" in page  # a name may wrap after its namespace only
 
 
 def _axes_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
@@ -491,8 +492,8 @@ def test_page_text_goes_through_the_one_sanitiser() -> None:
 
 
 # ---- the page as a reader sees it (issue 41): legend and tool bar, wrapped names, wording --------
-#: Measures the drawn page: each figure's legend and modebar boxes, written into the DOM for
-#: --dump-dom.
+#: Measures the drawn page: each figure's legend and modebar boxes, and where each ``td code``
+#: wraps (the two characters around each line break), written into the DOM for --dump-dom.
 _PROBE_JS = """
 setTimeout(function () {
   var plots = [].map.call(document.querySelectorAll('.js-plotly-plot'), function (p) {
@@ -500,8 +501,22 @@ setTimeout(function () {
       var r = e.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; }
     return {id: p.id, legend: box('.legend'), modebar: box('.modebar')};
   });
+  var breaks = [];
+  document.querySelectorAll('td code').forEach(function (code) {
+    var text = code.textContent, walker = document.createTreeWalker(code, NodeFilter.SHOW_TEXT), top = null, node;
+    var at = 0;
+    while ((node = walker.nextNode())) {
+      for (var i = 0; i < node.length; i++, at++) {
+        var range = document.createRange(); range.setStart(node, i); range.setEnd(node, i + 1);
+        var rect = range.getBoundingClientRect();
+        if (rect.width === 0) continue;
+        if (top !== null && rect.top > top + 2) breaks.push(text.slice(Math.max(at - 2, 0), at) + '|' + text.slice(at, at + 2));
+        top = rect.top;
+      }
+    }
+  });
   var out = document.createElement('pre'); out.id = 'ns-probe';
-  out.textContent = JSON.stringify({plots: plots});
+  out.textContent = JSON.stringify({plots: plots, breaks: breaks});
   document.body.appendChild(out);
 }, 1500);
 """
@@ -570,11 +585,13 @@ def test_a_forward_only_page_says_nothing_of_backward(forward_page: tuple[Path, 
 @needs_chromium
 @pytest.mark.slow
 @pytest.mark.parametrize("width", [1400, 1000])
-def test_chromium_legends_clear_the_modebar(
+def test_chromium_legends_clear_the_modebar_and_names_wrap_between_words(
     forward_page: tuple[Path, str], module_page: tuple[Path, str], tmp_path: Path, width: int
 ) -> None:
     """Drawn by a real Chromium: no figure's legend runs under plotly's modebar (the timeline's
-    last entries did, T5Attention under the tool bar)."""
+    last entries did, T5Attention under the tool bar), and a name in a table cell wraps only
+    after ``::``, ``_``, ``.`` or ``/`` (``ate n::mul_`` before)."""
+    wrapped = 0
     for n, (path, page) in enumerate((forward_page, module_page)):
         probe = path.with_name(f"probe-{width}-{n}.html")
         probe.write_text(page.replace("</body>", f"<script>{_PROBE_JS}</script></body>"), encoding="utf-8")
@@ -588,3 +605,7 @@ def test_chromium_legends_clear_the_modebar(
             if p["legend"] and p["modebar"]:
                 (l1, t1, r1, b1), (l2, t2, r2, b2) = p["legend"], p["modebar"]
                 assert r1 <= l2 or r2 <= l1 or b1 <= t2 or b2 <= t1, p
+        mid_word = [b for b in seen["breaks"] if not re.match(r"(::|.[_./ ]|. )\|", b) and not b.startswith(" ")]
+        assert mid_word == [], mid_word
+        wrapped += len(seen["breaks"])
+    assert wrapped > 0, "no name wrapped at all: the check above saw nothing"

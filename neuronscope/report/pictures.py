@@ -28,7 +28,7 @@ from neuronscope.units import MAX_NAME_CHARS, fmt_us, safe_text
 if TYPE_CHECKING:
     from neuronscope.result.types import ProfileResult
 
-__all__ = ["hints_on_modules", "page_text", "pictures", "plot_block", "plot_layout", "plotly_js"]
+__all__ = ["code_text", "hints_on_modules", "page_text", "pictures", "plot_block", "plot_layout", "plotly_js"]
 
 #: Colours of the timeline's module classes, costliest first (Tableau 10, then 10 more).
 PALETTE = (
@@ -56,6 +56,17 @@ def page_text(value: Any, limit: int = MAX_LABEL) -> str:
     """A text for plotly or the page: bounded and made printable by the one sanitiser
     (:func:`~neuronscope.units.safe_text`), then HTML-escaped."""
     return html.escape(safe_text(value, limit))
+
+
+#: Where a name may wrap: after a namespace's ``::``, an ``_``, a ``.`` or a ``/`` (an escaped
+#: text has none of these inside its entities).
+_WRAP_AFTER = re.compile(r"(::|[_./])(?=.)")
+
+
+def code_text(value: Any, limit: int = MAX_LABEL) -> str:
+    """:func:`page_text` in ``<code>``, wrapping only between the parts of a name (after
+    ``aten::``, a path's folders), never inside a word as ``ate n::mul_`` did."""
+    return "<code>" + _WRAP_AFTER.sub(r"\1<wbr>", page_text(value, limit)) + "</code>"
 
 
 def _json(value: Any) -> str:
@@ -218,7 +229,7 @@ def _memory(view: TraceView) -> str:
                                                 xaxis={"title": {"text": "ms from the capture's start"}},
                                                 yaxis={"title": {"text": "allocated (MB)"}})}
     holders = "".join(
-        f"<tr><td><code>{page_text(where)}</code></td><td class=num>{size / 2**20:.3f} MB</td></tr>"
+        f"<tr><td>{code_text(where)}</td><td class=num>{size / 2**20:.3f} MB</td></tr>"
         for where, size in peak.get("holders", [])
     )
     table = (

@@ -518,6 +518,62 @@ def test_def_line_reads_past_decorators(tmp_path: Path) -> None:
     assert def_line(str(tmp_path / "gone.py"), 3) == 3  # a file not here: the line as recorded
 
 
+_SOFTCAP_MODULE = """\
+import torch
+
+
+def _scaled(x, cap):
+    return x / cap
+
+
+def softcap(scores, mask, cap):
+    scores = scores / cap
+    scores = torch.tanh(scores)
+    scores = scores * cap
+    return scores + mask
+
+
+def softcap_via_helper(scores, mask, cap):
+    y = torch.tanh(_scaled(scores, cap))
+    y = y * cap
+    return y + mask
+"""
+
+
+def test_a_multi_line_hint_points_at_its_first_line(tmp_path: Path) -> None:
+    """Gemma2's attention softcap (``/ softcap``, ``tanh``, ``* softcap``, ``+ mask`` over
+    four lines) was reported at its last line: the location is the first line of the code
+    the hint covers, in the function that computes its result (not a helper it calls, here
+    defined above it), and ``details["end_line"]`` its last, as the message shows."""
+    import importlib.util
+
+    import neuronscope as ns
+
+    path = tmp_path / "softcap.py"
+    path.write_text(_SOFTCAP_MODULE)
+    spec = importlib.util.spec_from_file_location("softcap", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    lines = _SOFTCAP_MODULE.splitlines()
+
+    def at(text: str) -> int:
+        return next(i for i, t in enumerate(lines, 1) if t.startswith(text))
+
+    scores, mask = torch.randn(8, 4, 64, 64), torch.randn(8, 4, 64, 64)
+    for fn, first, last in (
+        (mod.softcap, "    scores = scores / cap", "    return scores + mask"),
+        (mod.softcap_via_helper, "    y = torch.tanh", "    return y + mask"),
+    ):
+        wrapped = ns.profile_on_neuron(fn, backend="cpu", export=False, print_summary=False)
+        for _ in range(2):
+            wrapped(scores, mask, 50.0)
+        (hint,) = [h for h in wrapped.last_result.hints if h.pattern == "elementwise_chain"]
+        assert hint.ops == ["aten::div", "aten::tanh", "aten::mul", "aten::add"]
+        assert (hint.location, hint.details.get("end_line")) == (f"{path}:{at(first)}", at(last)), fn.__name__
+        assert f" at {path}:{at(first)}-{at(last)} " in hint.message
+
+
 def test_sequence_matching_claims_order_not_data_flow() -> None:
     """``x`` scaled by the RMS of another ``y`` of its shape: no hint from the data flow, nor
     by op order from a default capture (its storages show that the ops reading the idiom's

@@ -8,6 +8,7 @@ renders their output, a real capture's result gets a hint and a rank table added
 from __future__ import annotations
 
 import html
+import json
 import re
 import subprocess
 import sys
@@ -101,8 +102,9 @@ def comparison_page(comparison: Comparison) -> tuple[Path, str]:
 
 
 def _text(page: str) -> str:
-    """The page's visible text, roughly: tags and inline SVG dropped, entities kept."""
-    page = re.sub(r"<svg.*?</svg>", " ", page, flags=re.DOTALL)
+    """The page's visible text, roughly: tags and inline SVG dropped, entities kept (a
+    ``<wbr>``, where a name may wrap, adds no space)."""
+    page = re.sub(r"<svg.*?</svg>", " ", page, flags=re.DOTALL).replace("<wbr>", "")
     return re.sub(r"<[^>]+>", " ", page)
 
 
@@ -339,7 +341,7 @@ def test_non_finite_numbers_do_not_break_the_report(tmp_path: Path) -> None:
         ranks=[{"rank": 0, "wall_time_us": nan}, {"rank": 1, "wall_time_us": inf}],
     )
     page = write_report(run).read_text(encoding="utf-8")
-    assert "aten::sub" in page
+    assert "aten::<wbr>sub" in page  # a name may wrap after its namespace only
 
 
 def _axes_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
@@ -487,3 +489,123 @@ def test_page_text_goes_through_the_one_sanitiser() -> None:
     page = render_report(ProfileResult(name=bad, backend="cpu", hints=[hint], modules=mods))
     assert "\x1b" not in page and "\u202e" not in page
     assert "evil\\x1b[31m\\u202eName" in page and 'class="hint"' in page
+
+
+# ---- the page as a reader sees it (issue 41): legend and tool bar, wrapped names, wording --------
+#: Measures the drawn page: each figure's legend and modebar boxes, and where each ``td code``
+#: wraps (the two characters around each line break), written into the DOM for --dump-dom.
+_PROBE_JS = """
+setTimeout(function () {
+  var plots = [].map.call(document.querySelectorAll('.js-plotly-plot'), function (p) {
+    function box(sel) { var e = p.querySelector(sel); if (!e) return null;
+      var r = e.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; }
+    return {id: p.id, legend: box('.legend'), modebar: box('.modebar')};
+  });
+  var breaks = [];
+  document.querySelectorAll('td code').forEach(function (code) {
+    var text = code.textContent, walker = document.createTreeWalker(code, NodeFilter.SHOW_TEXT), top = null, node;
+    var at = 0;
+    while ((node = walker.nextNode())) {
+      for (var i = 0; i < node.length; i++, at++) {
+        var range = document.createRange(); range.setStart(node, i); range.setEnd(node, i + 1);
+        var rect = range.getBoundingClientRect();
+        if (rect.width === 0) continue;
+        if (top !== null && rect.top > top + 2) breaks.push(text.slice(Math.max(at - 2, 0), at) + '|' + text.slice(at, at + 2));
+        top = rect.top;
+      }
+    }
+  });
+  var out = document.createElement('pre'); out.id = 'ns-probe';
+  out.textContent = JSON.stringify({plots: plots, breaks: breaks});
+  document.body.appendChild(out);
+}, 1500);
+"""
+
+
+class _Block(torch.nn.Module):
+    """A forward-only block of hand-written parts: a dozen module classes for the legend,
+    an RMSNorm written out (a hint whose ops fill the Ops column)."""
+
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.norm = _Norm(d)
+        self.attn = torch.nn.MultiheadAttention(d, 4, batch_first=True)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(d, 2 * d), torch.nn.GELU(), torch.nn.Dropout(0.0), torch.nn.Linear(2 * d, d))
+        self.post = torch.nn.LayerNorm(d)
+        self.act = torch.nn.SiLU()
+        self.gate = torch.nn.Sigmoid()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.norm(x)
+        h = x + self.attn(h, h, h, need_weights=False)[0]
+        return self.post(h + self.mlp(h) * self.gate(self.act(h)))
+
+
+class _Norm(torch.nn.Module):
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(d))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
+
+
+@pytest.fixture(scope="module")
+def forward_page(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A real forward-only capture of a small model with many module classes, and its page."""
+    import neuronscope as ns
+
+    out = tmp_path_factory.mktemp("forward-runs")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Embedding(64, 32), _Block(32), _Block(32), torch.nn.Linear(32, 64)).eval()
+    ids = torch.randint(0, 64, (2, 16))
+
+    @ns.profile_on_neuron(backend="cpu", output_dir=str(out), print_summary=False)
+    def forward(ids: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return model(ids)
+
+    for _ in range(2):
+        forward(ids)
+    result = forward.last_result
+    assert result is not None and result.run_dir is not None and result.modules
+    assert any(h.pattern == "rms_norm" for h in result.hints)
+    path = write_report(result.run_dir)
+    return path, path.read_text(encoding="utf-8")
+
+
+def test_a_forward_only_page_says_nothing_of_backward(forward_page: tuple[Path, str], module_page: tuple[Path, str]) -> None:
+    """'backward counts for the module whose forward made it' belongs to captures with a
+    backward pass (module_page runs one), not to a forward-only one."""
+    for sentence in ("backward counts for the module whose forward made it", "backward ops by the module whose forward made them"):
+        assert sentence not in forward_page[1]
+        assert sentence in module_page[1]
+
+
+@needs_chromium
+@pytest.mark.slow
+@pytest.mark.parametrize("width", [1400, 1000])
+def test_chromium_legends_clear_the_modebar_and_names_wrap_between_words(
+    forward_page: tuple[Path, str], module_page: tuple[Path, str], tmp_path: Path, width: int
+) -> None:
+    """Drawn by a real Chromium: no figure's legend runs under plotly's modebar (the timeline's
+    last entries did, T5Attention under the tool bar), and a name in a table cell wraps only
+    after ``::``, ``_``, ``.`` or ``/`` (``ate n::mul_`` before)."""
+    wrapped = 0
+    for n, (path, page) in enumerate((forward_page, module_page)):
+        probe = path.with_name(f"probe-{width}-{n}.html")
+        probe.write_text(page.replace("</body>", f"<script>{_PROBE_JS}</script></body>"), encoding="utf-8")
+        done = _chromium(probe.resolve().as_uri(), tmp_path, "--dump-dom", "--virtual-time-budget=8000", f"--window-size={width},900")
+        assert done.returncode == 0, done.stderr[-2000:]
+        found = re.search(r'<pre id="ns-probe">(.*?)</pre>', done.stdout, flags=re.DOTALL)
+        assert found is not None, "the probe did not run"
+        seen = json.loads(html.unescape(found.group(1)))
+        assert any(p["legend"] for p in seen["plots"]), seen["plots"]  # the timeline's legend was drawn
+        for p in seen["plots"]:
+            if p["legend"] and p["modebar"]:
+                (l1, t1, r1, b1), (l2, t2, r2, b2) = p["legend"], p["modebar"]
+                assert r1 <= l2 or r2 <= l1 or b1 <= t2 or b2 <= t1, p
+        mid_word = [b for b in seen["breaks"] if not re.match(r"(::|.[_./ ]|. )\|", b) and not b.startswith(" ")]
+        assert mid_word == [], mid_word
+        wrapped += len(seen["breaks"])
+    assert wrapped > 0, "no name wrapped at all: the check above saw nothing"

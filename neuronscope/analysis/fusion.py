@@ -49,7 +49,7 @@ from neuronscope.analysis.observed_links import (
 from neuronscope.analysis.opgraph import VIEW_OPS, OpGraph, OpNode, short_name
 from neuronscope.analysis.optimizer import has_optimizer_steps, optimizer_hints, optimizer_steps
 from neuronscope.analysis.patterns import REGISTRY, Match, Pattern, pattern_named
-from neuronscope.analysis.patterns.base import line_of, match_location
+from neuronscope.analysis.patterns.base import line_of, match_lines
 from neuronscope.analysis.patterns.kept import Orders, kept_orders
 from neuronscope.analysis.patterns.spelling import op_orders, order_shapes
 from neuronscope.result.hint import Hint
@@ -304,11 +304,11 @@ def hints_from_matches(
     # hidden norm and its per-head q/k norms) is two calls to write, two hints. Rotary's q and
     # k lines, of other shapes under grouped-query attention, stay one idiom.
     groups: dict[tuple[Any, ...], list[Match]] = {}
-    located: dict[int, str | None] = {}
+    located: dict[int, tuple[str | None, str | None]] = {}
     for m in matches:
         record = pattern_named(m.pattern)
         assert record is not None  # every match comes from a record
-        loc = located[id(m)] = match_location(m, record.location_at_start)
+        loc, _end = located[id(m)] = match_lines(m)
         file = loc.rsplit(":", 1)[0] if loc else None
         features = m.x.sizes[-1:] if record.one_hint_per_shape and m.x is not None else None
         groups.setdefault((m.pattern, m.names, file, record.suggest(m, backend), features), []).append(m)
@@ -316,8 +316,8 @@ def hints_from_matches(
     for (pattern, names, _file, suggestion, _features), ms in groups.items():
         record = pattern_named(pattern)
         assert record is not None  # every match comes from a record
-        locs = [loc for m in ms if (loc := located[id(m)]) is not None]
-        loc = min(locs, key=line_of) if locs else None
+        spans = [located[id(m)] for m in ms if located[id(m)][0] is not None]
+        loc, end = min(spans, key=lambda span: line_of(span[0] or "")) if spans else (None, None)
         # Each input shape costed at its own (a [1024, 1024] call costed at an [8, 16] one's
         # saving went 60x under), the savings added; the hint shows the most-called shape,
         # which hint.verify() rebuilds.
@@ -352,6 +352,9 @@ def hints_from_matches(
             **flags,
             **first.params,
         }
+        if loc is not None and end is not None and end.rpartition(":")[0] == loc.rpartition(":")[0] and line_of(end) > line_of(loc):
+            # The location is where the idiom starts; a multi-line one also says where it ends.
+            details["end_line"] = line_of(end)
         # What the fused form would not allocate: the first occurrence's inner tensors.
         inner = intermediates(first.nodes)
         if inner:

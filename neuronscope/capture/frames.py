@@ -12,7 +12,15 @@ import os
 import re
 import sys
 
-__all__ = ["CACHE_SIZE", "LIBRARY_HELPERS", "LIBRARY_ROOTS", "MAX_DECORATOR_LINES", "def_line", "is_user_file"]
+__all__ = [
+    "CACHE_SIZE",
+    "LIBRARY_HELPERS",
+    "LIBRARY_ROOTS",
+    "MAX_DECORATOR_LINES",
+    "def_line",
+    "function_of",
+    "is_user_file",
+]
 
 #: Top-level packages whose frames are never the user's code: torch and what runs it,
 #: neuronscope itself, the wrappers and test runners that sit between a call and the model.
@@ -88,3 +96,29 @@ def def_line(path: str, line: int) -> int:
         if text.startswith(("def ", "async def ", "class ")):
             return n
     return line
+
+
+def function_of(path: str, line: int) -> int | None:
+    """The ``def`` line of the innermost function of ``path`` whose body holds ``line`` (a
+    ``def`` line is its own function's), or None: module-level code, or a file that cannot be
+    read or parsed here. Tells a line of the code that computes an idiom's result from one in a
+    helper it calls, where a line is all that was recorded (an observation, a trace)."""
+    spans = _function_spans(path)
+    inner = [start for start, end in spans if start <= line <= end]
+    return max(inner) if inner else None
+
+
+@functools.lru_cache(maxsize=64)  # a capture's idioms lie in a few source files
+def _function_spans(path: str) -> tuple[tuple[int, int], ...]:
+    import ast
+    import linecache
+
+    try:
+        tree = ast.parse("".join(linecache.getlines(path)))
+    except (SyntaxError, ValueError):
+        return ()
+    return tuple(
+        (node.lineno, node.end_lineno or node.lineno)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+    )

@@ -26,7 +26,7 @@ from neuronscope.export.runs import load
 from neuronscope.export.safe_io import held_dir, write_text_at
 from neuronscope.report.charts import Charts, device_label
 from neuronscope.report.diff_page import comparison_deltas, diff_section
-from neuronscope.report.pictures import DRAW_JS, pictures, plotly_js
+from neuronscope.report.pictures import DRAW_JS, code_text, pictures, plotly_js
 from neuronscope.report.trace_view import read_trace_view
 from neuronscope.result.comparison import Comparison
 from neuronscope.result.hint import NO_FASTER_TEXT, Hint
@@ -69,7 +69,9 @@ code { font-family: "DejaVu Sans Mono", Menlo, Consolas, monospace; font-size: 0
 .pill { display: inline-block; padding: 0 8px; border-radius: 10px; background: #e8eef8; font-size: 0.85em; }
 .plot { width: 100%; }
 .hint { border-left: 4px solid #4e79a7; background: #f7f9fc; padding: 6px 10px; margin: 8px 0; }
-.hint .loc, td code { overflow-wrap: anywhere; word-break: break-all; }
+/* names wrap at their <wbr> (code_text), mid-word only where one part is wider than the page */
+.hint .loc { overflow-wrap: anywhere; }
+td code { overflow-wrap: break-word; }
 footer { color: #7a8290; font-size: 0.85em; margin-top: 24px; }
 """
 
@@ -158,7 +160,7 @@ def _ops_table(result: ProfileResult) -> str:
     headers += ["Share", "Input shapes"]
     rows = []
     for o in ops[:OPS_IN_TABLE]:
-        row: list[Any] = [_Raw(f"<code>{_n(o.name)}</code>"), o.calls, fmt_us(o.self_cpu_us), fmt_us(o.cpu_total_us)]
+        row: list[Any] = [_Raw(code_text(o.name, MAX_NAME_CHARS)), o.calls, fmt_us(o.self_cpu_us), fmt_us(o.cpu_total_us)]
         if has_device:
             row += [fmt_us(o.self_device_us), fmt_us(o.device_total_us)]
         row += [_pct(o.time_us, total), _shapes(o)]
@@ -195,12 +197,12 @@ def _hints_section(hints: list[Hint], heading: str = "h2", sfx: str = "") -> str
             [
                 i,
                 _Raw(f'<span class="pill">{_e(h.kind)}</span> <b>{_n(h.pattern)}</b>'),
-                _Raw(" → ".join(f"<code>{_n(o)}</code>" for o in h.ops) or "-"),
+                _Raw(" → ".join(code_text(o, MAX_NAME_CHARS) for o in h.ops) or "-"),
                 h.calls,
                 fmt_us(h.time_us),
                 saving,
                 NO_FASTER_TEXT if h.expects_no_saving else h.suggestion,
-                _Raw(f"<code>{_e(h.location)}</code>" if h.location else "-"),
+                _Raw(code_text(h.location, MAX_TEXT_CHARS) if h.location else "-"),
             ]
         )
     table = _table(
@@ -220,7 +222,7 @@ def _regions_table(regions: dict[str, RegionStat]) -> str:
                 fmt_us(reg.time_us),
                 fmt_us(reg.device_time_us),
                 len(reg.ops),
-                _Raw(f"<code>{_n(top)}</code>"),
+                _Raw(code_text(top, MAX_NAME_CHARS)),
             ]
         )
     return _table(["Region", "Calls", "Time (incl.)", "Device time", "Distinct ops", "Top op"], rows, numeric=[1, 2, 3, 4])
@@ -228,7 +230,7 @@ def _regions_table(regions: dict[str, RegionStat]) -> str:
 
 def _ranks_table(ranks: list[dict[str, Any]]) -> str:
     rows = [
-        [r.get("rank"), fmt_us(r.get("wall_time_us")), fmt_us(r.get("total_op_us")), _Raw(f"<code>{_n(r.get('top_op') or '-')}</code>")]
+        [r.get("rank"), fmt_us(r.get("wall_time_us")), fmt_us(r.get("total_op_us")), _Raw(code_text(r.get('top_op') or '-', MAX_NAME_CHARS))]
         for r in ranks
     ]
     return _table(["Rank", "Wall", "Op time", "Top op"], rows, numeric=[0, 1, 2])
@@ -396,7 +398,7 @@ def _comparison_table(cmp: Comparison) -> str:
                 "" if r.spread_us is None else f"±{fmt_us(r.spread_us)}",
                 r.repeats,
                 r.op_count,
-                _Raw(f"<code>{_e(r.top_op or '-')}</code>"),
+                _Raw(code_text(r.top_op or '-', MAX_NAME_CHARS)),
                 r.speedup_text(cmp.rows[0]),
                 _Raw(f'<span class="{"bad" if r.outputs_match is False else "good"}">{_e(match)}</span>'),
                 r.top_hint or "",

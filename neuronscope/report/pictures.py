@@ -28,7 +28,7 @@ from neuronscope.units import MAX_NAME_CHARS, fmt_us, safe_text
 if TYPE_CHECKING:
     from neuronscope.result.types import ProfileResult
 
-__all__ = ["hints_on_modules", "page_text", "pictures", "plot_block", "plot_layout", "plotly_js"]
+__all__ = ["code_text", "hints_on_modules", "page_text", "pictures", "plot_block", "plot_layout", "plotly_js"]
 
 #: Colours of the timeline's module classes, costliest first (Tableau 10, then 10 more).
 PALETTE = (
@@ -37,6 +37,8 @@ PALETTE = (
     "#d4a6c8", "#fabfd2", "#79706e", "#bab0ac",
 )
 FIXED_COLOURS = MappingProxyType({"outside modules": "#c7cbd1", "region": "#cdb4db", "device": "#f4a259"})
+#: Right margin of a figure whose modebar stands upright in it: its buttons are 24 px wide.
+MODEBAR_MARGIN = 36
 #: Longest text put in a label or a hover box.
 MAX_LABEL = 160
 
@@ -54,6 +56,17 @@ def page_text(value: Any, limit: int = MAX_LABEL) -> str:
     """A text for plotly or the page: bounded and made printable by the one sanitiser
     (:func:`~neuronscope.units.safe_text`), then HTML-escaped."""
     return html.escape(safe_text(value, limit))
+
+
+#: Where a name may wrap: after a namespace's ``::``, an ``_``, a ``.`` or a ``/`` (an escaped
+#: text has none of these inside its entities).
+_WRAP_AFTER = re.compile(r"(::|[_./])(?=.)")
+
+
+def code_text(value: Any, limit: int = MAX_LABEL) -> str:
+    """:func:`page_text` in ``<code>``, wrapping only between the parts of a name (after
+    ``aten::``, a path's folders), never inside a word as ``ate n::mul_`` did."""
+    return "<code>" + _WRAP_AFTER.sub(r"\1<wbr>", page_text(value, limit)) + "</code>"
 
 
 def _json(value: Any) -> str:
@@ -117,13 +130,13 @@ def _icicle(result: ProfileResult, colours: dict[str, str]) -> str:
         "layout": plot_layout(margin={"l": 4, "r": 4, "t": 24, "b": 4}),
     }
     kind = "device" if device else "CPU"
-    if any(m.backward_us is not None for m in mods):
-        kind += " time, forward and backward"
-    else:
-        kind += " time"
+    has_backward = any(m.backward_us is not None for m in mods)
+    kind += " time, forward and backward" if has_backward else " time"
+    # Said only where there is backward time: a forward-only capture has none to place.
+    backward = "; backward counts for the module whose forward made it" if has_backward else ""
     return (
         f'<h3>Modules ({kind})</h3><p class="note">Each box is a module, as wide as its time '
-        "(its children below it; backward counts for the module whose forward made it). Click a box to zoom into it, the top bar to go back; hover for "
+        f"(its children below it{backward}). Click a box to zoom into it, the top bar to go back; hover for "
         "calls, times and top ops. ⚑n: hint n is about this module's code.</p>" + plot_block("ns-icicle", figure, 420)
     )
 
@@ -180,18 +193,22 @@ def _timeline(view: TraceView, colours: dict[str, str]) -> str:
         "data": traces,
         "layout": plot_layout(
             barmode="overlay", bargap=0.25, shapes=shapes,
-            margin={"l": 170, "r": 10, "t": 70, "b": 40},
+            # plotly's tool bar (the modebar, kept for pan and zoom) stands upright in the right
+            # margin: across the top it covered the legend's last entries (T5Attention).
+            margin={"l": 170, "r": MODEBAR_MARGIN, "t": 70, "b": 40},
+            modebar={"orientation": "v"},
             xaxis={"title": {"text": "ms from the capture's start"}, "zeroline": False},
             yaxis={"categoryorder": "array", "categoryarray": [page_text(lane) for lane in view.lanes], "autorange": "reversed"},
             legend={"orientation": "h", "x": 0, "y": 1.0, "yanchor": "bottom"},
         ),
     }
     left = f" The {view.left_out:,} shortest bars are left out (Perfetto shows all)." if view.left_out else ""
+    backward = ", backward ops by the module whose forward made them" if any(b.get("backward") for b in view.bars) else ""
     height = 180 + 34 * len(view.lanes)
     return (
         '<h3>Timeline</h3><p class="note">Threads and device streams, the module calls by level, '
         "regions and steps (dotted lines: step starts). Ops are coloured by the class of the module "
-        "they ran in, backward ops by the module whose forward made them."
+        f"they ran in{backward}."
         f" Drag to zoom, double-click to reset.{left}</p>" + plot_block("ns-timeline", figure, height)
     )
 
@@ -207,11 +224,12 @@ def _memory(view: TraceView) -> str:
     if peak:
         annotations.append({"x": peak["t"] / 1e3, "y": peak["bytes"] / 2**20, "text": f"peak {peak['bytes'] / 2**20:.2f} MB",
                             "showarrow": True, "arrowhead": 2})
-    figure = {"data": traces, "layout": plot_layout(annotations=annotations, margin={"l": 60, "r": 10, "t": 10, "b": 40},
+    figure = {"data": traces, "layout": plot_layout(annotations=annotations, margin={"l": 60, "r": MODEBAR_MARGIN, "t": 10, "b": 40},
+                                                modebar={"orientation": "v"},  # not over the line (t is 10 px)
                                                 xaxis={"title": {"text": "ms from the capture's start"}},
                                                 yaxis={"title": {"text": "allocated (MB)"}})}
     holders = "".join(
-        f"<tr><td><code>{page_text(where)}</code></td><td class=num>{size / 2**20:.3f} MB</td></tr>"
+        f"<tr><td>{code_text(where)}</td><td class=num>{size / 2**20:.3f} MB</td></tr>"
         for where, size in peak.get("holders", [])
     )
     table = (

@@ -54,6 +54,9 @@ class Hint:
     def message(self) -> str:
         """One line for people: pattern, evidence and suggestion."""
         where = f" at {self.location}" if self.location else ""
+        end = self.details.get("end_line")
+        if where and isinstance(end, int):
+            where += f"-{end}"  # a multi-line idiom: the location is its first line
         ops = " -> ".join(self.ops)
         times = f"x{self.calls}" if self.calls > 1 else ""
         measured = (

@@ -337,5 +337,4 @@ ATTENTION = Pattern(
     suggest=_suggest,
     cost_excludes=MATMULS,
     sequence_params=_sequence_params,
-    location_at_start=True,
 )

@@ -8,9 +8,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from neuronscope.analysis.dataflow import UserLine, user_line
+from neuronscope.analysis.dataflow import user_line
 from neuronscope.analysis.opgraph import OpGraph, OpNode, TensorArg
 from neuronscope.analysis.patterns.spelling import Spelling
+from neuronscope.capture.frames import function_of
 from neuronscope.capture.idioms import Builders, Evidence
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "is_float",
     "is_scalar_pow",
     "line_of",
+    "match_lines",
     "match_location",
     "only_big",
     "param_like",
@@ -95,10 +97,6 @@ class Pattern:
     #: Whether torch has an eager fused replacement; False: the fused form is torch.compile's,
     #: and the cost model charges compiled code's entry cost.
     eager_replacement: bool = True
-    #: Where a hint points: False, the line of the idiom's result (its last op: a norm's
-    #: ``return``, rotary's ``q_embed = ...``); True, the line of its first op, where a
-    #: multi-line idiom starts (attention's ``q @ k^T``, not the ``@ v`` lines later).
-    location_at_start: bool = False
     #: Facts a trace match records (gelu: approximate), from its op names.
     sequence_params: Callable[[list[OpNode]], dict[str, Any]] | None = None
     #: Occurrences on other input shapes are other hints (each is costed, and verified, at its
@@ -202,29 +200,37 @@ def line_of(loc: str) -> int:
     return int(tail) if tail.isdigit() else 0
 
 
-def match_location(m: Match, at_start: bool = False) -> str | None:
-    """The user's line of the op that ends the idiom (its result's line), else the first op
-    with a known line; with ``at_start``, the line of the idiom's first op (where the user
-    would say it starts: attention's scores, not its ``@ v``).
+def match_location(m: Match) -> str | None:
+    """The user's line where the idiom starts (the first of :func:`match_lines`)."""
+    return match_lines(m)[0]
 
-    From the profiler's event tree, an operator (``x * w``) leaves only its function's ``def``
-    line, a builtin call (``torch.rsqrt``) its exact line: an exact line in that same call of
-    the function wins, the idiom's own line rather than its function's; one in a helper it
-    calls (transformers' ``rotate_half``) does not."""
-    lines: list[UserLine] = []
-    for n in m.nodes if at_start else [m.nodes[-1], *m.nodes]:
-        if n.location is not None:  # the observation's exact line, or a trace's frame
-            if not lines:
-                return n.location
-            lines.append(UserLine(n.location, True, None))
-        elif n.event is not None:
-            line = user_line(n.event)
-            if line is not None:
-                if at_start:
-                    return line.location  # the first op's line, whatever it is
-                lines.append(line)
-    function = next((line for line in lines if not line.exact), None)
-    if function is None:
-        return lines[0].location if lines else None
-    inside = [line for line in lines if line.exact and line.frame is not None and line.frame == function.frame]
-    return inside[0].location if inside else function.location
+
+def match_lines(m: Match) -> tuple[str | None, str | None]:
+    """The user's lines where the idiom starts and ends, ``"file:line"`` each (None unknown):
+    those of its first and last ops within the function that computes its result, so the
+    start is the line to begin editing at (Gemma2's softcap ``attn_weights = attn_weights /
+    softcap``, not the ``+ attention_mask`` four lines below it), and a line in a helper the
+    idiom calls (transformers' ``rotate_half``), wherever that helper is defined, is neither.
+
+    Lines recorded on the ops (an observation's exact lines, a trace's frames) are placed in a
+    function by reading its source (:func:`~neuronscope.capture.frames.function_of`). From the
+    profiler's event tree, an operator (``x * w``) leaves only its function's ``def`` line, a
+    builtin call (``torch.rsqrt``) its exact line and the call of the function it ran in: the
+    exact lines of the result's call win; its ``def`` line where it has none."""
+    recorded = [n.location for n in m.nodes if n.location is not None]
+    if recorded:
+        function = _function_key(recorded[-1])
+        inside = [loc for loc in recorded if _function_key(loc) == function]
+        return inside[0], inside[-1]
+    lines = [line for n in m.nodes if n.event is not None and (line := user_line(n.event)) is not None]
+    if not lines:
+        return None, None
+    frame = lines[-1].frame
+    same = [line for line in lines if line.frame == frame]
+    exact = [line for line in same if line.exact] or same
+    return exact[0].location, exact[-1].location
+
+
+def _function_key(location: str) -> tuple[str, int | None]:
+    file, _, line = location.rpartition(":")
+    return file, function_of(file, int(line)) if line.isdigit() else None

@@ -66,6 +66,7 @@ class ModuleHooks:
         self._lock = threading.Lock()
         self._warning_filter: Any = None
         self._record: Any = None
+        self._starts: list[int] = [0]  # torch's count of profiler starts (see torch_private)
 
     # ---- lifetime ---------------------------------------------------------------------
     def install(self) -> bool:
@@ -75,6 +76,7 @@ class ModuleHooks:
             from torch.nn.modules import module as torch_module
 
             self._record = torch_private.record_function_fast()
+            self._starts = torch_private.profiler_start_counter()
             self._compiling = torch.compiler.is_compiling
             pre = torch_module.register_module_forward_pre_hook(self._pre)
             post = torch_module.register_module_forward_hook(self._post, always_call=True)
@@ -117,7 +119,7 @@ class ModuleHooks:
             warnings._filters_mutated()  # type: ignore[attr-defined]
         stack = getattr(self._local, "stack", None) or []
         while stack:
-            _close(stack.pop()[2])
+            _close(stack.pop())
         facts = ModuleFacts(
             types={name: cls.__name__ for name, cls in self._types.items()},
             sources={cls.__name__: src for cls in set(self._types.values()) if (src := _source(cls)) is not None},
@@ -149,7 +151,7 @@ class ModuleHooks:
             rf.__enter__()
         except Exception:
             rf = None
-        stack.append((module, named[1], rf, target))
+        stack.append((module, named[1], rf, target, self._starts[0]))
 
     def _post(self, module: Any, args: Any, output: Any) -> None:
         if self._compiling():
@@ -161,7 +163,7 @@ class ModuleHooks:
         # Only the call this hook opened: the root whose hooks ran before the capture started
         # (a decorated forward) closes nothing.
         if stack and stack[-1][0] is module:
-            _close(stack.pop()[2])
+            _close(stack.pop())
 
     def _name(self, parent: tuple[Any, ...] | None, module: Any, key: tuple[int, int]) -> tuple[str, ...]:
         """``module``'s qualified name, the prefix of its children's names, its range's name."""
@@ -218,12 +220,11 @@ def _range_text(name: str) -> str:
     return "".join("'" if c == '"' else "/" if c == "\\" else c if c.isprintable() else "?" for c in name)
 
 
-def _close(rf: Any) -> None:
-    if rf is not None:
-        try:
-            rf.__exit__(None, None, None)
-        except Exception:  # the profiler it belonged to already stopped
-            pass
+def _close(entry: tuple[Any, ...]) -> None:
+    """End a module call's range (a stack entry: its range third, the count of profiler
+    starts when it opened last); left open where a session (the user's own, started inside
+    the module's call) replaced the one it began in: see ``torch_private.end_range``."""
+    torch_private.end_range(entry[2], entry[4])
 
 
 @functools.lru_cache(maxsize=512)

@@ -67,6 +67,11 @@ PROFILE_MEMORY_WHY = (
     "allocation records link each op's inputs to the op that made them exactly"
 )
 
+#: Why nothing was observed where the observed call started a profiler session of its own.
+REPLACED = (
+    "another torch profiler session (your own torch.profiler?) started inside the observed "
+    "warm-up call and replaced the observation's; it was left running, nothing observed"
+)
 #: Name prefix of the ranges the observation pass wraps torch calls in: ``ns@file:line``.
 LOCATION_PREFIX = "ns@"
 #: Separates the line from the call's Python numbers in those names: ``ns@f.py:3|1e-06``.
@@ -151,17 +156,18 @@ def _line_ranges() -> Iterator[None]:
         yield
         return
     fast = torch_private.record_function_fast()
-    open_ranges: dict[int, Any] = {}
+    starts = torch_private.profiler_start_counter()
+    open_ranges: dict[int, tuple[Any, int]] = {}
 
     def local(frame: FrameType, event: str, arg: Any) -> Any:
         key = id(frame)
         held = open_ranges.pop(key, None)
-        if held is not None:
-            held.__exit__(None, None, None)
+        if held is not None:  # not ended in the user's session, if that line started one
+            torch_private.end_range(*held)
         if event == "line":
             rng = fast(f"{LOCATION_PREFIX}{frame.f_code.co_filename}:{frame.f_lineno}")
             rng.__enter__()
-            open_ranges[key] = rng
+            open_ranges[key] = (rng, starts[0])
         return local
 
     def tracer(frame: FrameType, event: str, arg: Any) -> Any:
@@ -174,8 +180,8 @@ def _line_ranges() -> Iterator[None]:
         yield
     finally:
         sys.settrace(None)
-        for rng in reversed(list(open_ranges.values())):
-            rng.__exit__(None, None, None)
+        for held in reversed(list(open_ranges.values())):
+            torch_private.end_range(*held)
 
 
 @contextlib.contextmanager
@@ -212,6 +218,7 @@ def observe_dataflow() -> Iterator[Observation]:
         with quiet_native_stderr(NATIVE_NOISE):
             prof.start()
             del probe
+        starts = torch_private.profiler_starts()
     except Exception as err:  # observing is best effort: the user's call runs regardless
         obs.error = f"{type(err).__name__}: {err}"
         force_profiler_off()
@@ -226,7 +233,13 @@ def observe_dataflow() -> Iterator[Observation]:
             # Stopped by its own thread when that thread next enters neuronscope; until then
             # the claim stays taken (captures elsewhere skip rather than race it).
             obs.error = "the observed block ended on another thread than it began; nothing observed"
-            defer_to_thread(thread, lambda: _stop_observer(prof, stray), orphaned=forget_observer)
+            defer_to_thread(thread, lambda: _stop_observer(prof, stray, starts), orphaned=forget_observer)
+        elif torch_private.profiler_starts() != starts:
+            # The user's own torch.profiler started inside the observed call and replaced this
+            # session: the running one is theirs, never to be stopped here.
+            obs.error = REPLACED
+            release_profiler()
+            _collect_stray(stray)
         else:
             try:
                 with quiet_native_stderr():
@@ -246,7 +259,11 @@ def forget_observer() -> None:
     release_profiler()
 
 
-def _stop_observer(prof: Any, stray: StrayRuntimeOutput) -> None:
+def _stop_observer(prof: Any, stray: StrayRuntimeOutput, starts: int) -> None:
+    if torch_private.profiler_starts() != starts:  # replaced: the running session is not ours
+        release_profiler()
+        _collect_stray(stray)
+        return
     try:
         with quiet_native_stderr():
             prof.stop()

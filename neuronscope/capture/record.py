@@ -124,7 +124,7 @@ class SharedSession:
         self.captures += 1
         marker = autograd_profiler.record_function(name)
         marker.__enter__()
-        self._marker = marker
+        self._marker = (marker, torch_private.profiler_starts())
         return name
 
     def close(self, on_synced: Callable[[], None] | None = None) -> None:
@@ -136,8 +136,8 @@ class SharedSession:
             if on_synced is not None:
                 on_synced()
         finally:
-            if marker is not None:
-                marker.__exit__(None, None, None)
+            if marker is not None:  # not ended in a session that replaced this one
+                torch_private.end_range(*marker)
             if not self.replaced():
                 self._toggle(False)
 

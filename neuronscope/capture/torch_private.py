@@ -22,6 +22,7 @@ __all__ = [
     "dispatch_mode_class",
     "dynamo_eval_frame",
     "dynamo_utils",
+    "end_range",
     "experimental_config_class",
     "kineto_results",
     "marker_span",
@@ -29,6 +30,7 @@ __all__ = [
     "privateuse1_backend_name",
     "profile_slice",
     "profiler_flag_on",
+    "profiler_start_counter",
     "profiler_starts",
     "record_function_fast",
     "record_scope_and_event_type",
@@ -46,14 +48,21 @@ def profiler_starts() -> int:
     (one_session) must know that it is no longer the one running before it toggles or stops
     anything, or it would turn off or end the user's own. On a torch without the name: always
     0 (a replaced session is then not noticed, as before)."""
+    return profiler_start_counter()[0]
+
+
+def profiler_start_counter() -> list[int]:
+    """The one-item list that :func:`profiler_starts` reads (``counter[0]``): a hook that runs
+    at every module call keeps it and reads the count without a call. A list of its own
+    (always ``[0]``) on a torch without the name."""
     torch = sys.modules.get("torch")
     module = getattr(getattr(torch, "autograd", None), "profiler", None)
     current = getattr(module, "_run_on_profiler_start", None)
     if module is None or not callable(current):
-        return 0
+        return [0]
     count = getattr(current, "neuronscope_starts", None)
     if isinstance(count, list):
-        return count[0]
+        return count
     starts = [0]
 
     def counted() -> Any:
@@ -61,8 +70,33 @@ def profiler_starts() -> int:
         return current()
 
     counted.neuronscope_starts = starts  # type: ignore[attr-defined]
+    # Ranges begun in a session that another one replaced since: never ended (end_range),
+    # kept alive here (their end would run when they are freed).
+    counted.neuronscope_stranded = []  # type: ignore[attr-defined]
     module._run_on_profiler_start = counted
-    return 0
+    return starts
+
+
+def end_range(rng: Any, starts: int) -> None:
+    """Exit the ``record_function`` range ``rng``, entered when :func:`profiler_starts` was
+    ``starts``; unless a session started since. Ending a range begun in a session that the
+    user's own ``torch.profiler`` replaced runs the old session's end callbacks inside theirs,
+    and corrupts what they record (torch 2.13: ``MemoryError: std::bad_alloc`` reading their
+    ``prof.events()``, one fresh process in two): such a range is left open, and kept alive on
+    the counting wrapper. Never raises."""
+    if rng is None:
+        return
+    if profiler_starts() != starts:
+        torch = sys.modules.get("torch")
+        counted = getattr(getattr(getattr(torch, "autograd", None), "profiler", None), "_run_on_profiler_start", None)
+        stranded = getattr(counted, "neuronscope_stranded", None)
+        if isinstance(stranded, list):
+            stranded.append(rng)
+        return
+    try:
+        rng.__exit__(None, None, None)
+    except Exception:  # the profiler it belonged to already stopped
+        pass
 
 
 def profiler_flag_on() -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from neuronscope.announce import warn_once
+from neuronscope.capture import torch_private
 
 __all__ = ["close_range", "open_range"]
 
@@ -33,13 +34,16 @@ def open_range(name: str) -> Any:
     except Exception as err:
         warn_once(("range", name), f"neuronscope: region {name!r} is not labelled in the capture ({type(err).__name__}: {err})")
         return None
+    try:
+        rf.neuronscope_starts = torch_private.profiler_starts()  # type: ignore[attr-defined]
+    except AttributeError:  # pragma: no cover - another torch's record_function
+        pass
     return rf
 
 
 def close_range(rf: Any) -> None:
-    """Exit the range ``rf`` (from :func:`open_range`; None does nothing)."""
+    """Exit the range ``rf`` (from :func:`open_range`; None does nothing); not where another
+    profiler session (the user's own) started since it opened: see
+    :func:`~neuronscope.capture.torch_private.end_range`."""
     if rf is not None:
-        try:
-            rf.__exit__(None, None, None)
-        except Exception:  # the profiler it belonged to already stopped
-            pass
+        torch_private.end_range(rf, getattr(rf, "neuronscope_starts", torch_private.profiler_starts()))

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import neuronscope
 from neuronscope import neuron_region, profile_on_neuron
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -120,6 +121,7 @@ def test_a_capture_replaced_from_another_thread_leaves_later_captures_working(tm
     code = """
 import os, threading, warnings, torch
 warnings.simplefilter("ignore")
+import neuronscope
 from neuronscope import neuron_region, profile_on_neuron
 x = torch.randn(4, 8)
 started, done, held = threading.Event(), threading.Event(), {}
@@ -141,3 +143,45 @@ print("captured", len(g.results))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OUT": str(tmp_path)}
     run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, check=False)
     assert run.returncode == 0 and "captured 1" in run.stdout, run.stderr[-2000:]
+
+
+def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dim: int) -> torch.Tensor:
+    return torch.softmax((q @ k.transpose(-1, -2)) * 0.125, dim=dim) @ v
+
+
+def _attention_hints(result) -> list:
+    return [h for h in result.hints if h.pattern == "attention"]
+
+
+@pytest.mark.parametrize("dim", [1, -2])
+def test_a_softmax_over_the_queries_is_no_attention_hint(tmp_path, dim: int) -> None:
+    # softmax(q @ k.T * s, dim=1) @ v normalises over the queries; sdpa over the keys: the
+    # suggested scaled_dot_product_attention(q, k, v, scale=0.125) computes something else.
+    # Both the decorated capture (exact links, the softmax's dim recorded) and a default
+    # profile with record_shapes=True (dim recorded) claimed it.
+    q, k, v = (torch.randn(2, 16, 8) for _ in range(3))
+    fused = torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=0.125)
+    assert not torch.allclose(fused, _attention(q, k, v, dim), atol=1e-4)
+    f = profile_on_neuron(lambda: _attention(q, k, v, dim), name="attn", backend="cpu", output_dir=str(tmp_path))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        f()
+        f()
+        with torch.profiler.profile(record_shapes=True) as prof:
+            _attention(q, k, v, dim)
+    assert _attention_hints(f.results[-1]) == []
+    assert _attention_hints(neuronscope.from_profiler(prof)) == []
+
+
+@pytest.mark.parametrize("dim", [-1, 2])
+def test_a_softmax_over_the_keys_is_still_an_attention_hint(tmp_path, dim: int) -> None:
+    q, k, v = (torch.randn(2, 16, 8) for _ in range(3))
+    f = profile_on_neuron(lambda: _attention(q, k, v, dim), name="attn", backend="cpu", output_dir=str(tmp_path))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        f()
+        f()
+        with torch.profiler.profile(record_shapes=True) as prof:
+            _attention(q, k, v, dim)
+    assert len(_attention_hints(f.results[-1])) == 1
+    assert len(_attention_hints(neuronscope.from_profiler(prof))) == 1

@@ -49,7 +49,7 @@ from neuronscope.analysis.observed_links import (
 from neuronscope.analysis.opgraph import VIEW_OPS, OpGraph, OpNode, short_name
 from neuronscope.analysis.optimizer import has_optimizer_steps, optimizer_hints, optimizer_steps
 from neuronscope.analysis.patterns import REGISTRY, Match, Pattern, pattern_named
-from neuronscope.analysis.patterns.base import line_of, match_lines
+from neuronscope.analysis.patterns.base import line_of, match_lines, softmax_on_last_dim
 from neuronscope.analysis.patterns.kept import Orders, kept_orders
 from neuronscope.analysis.patterns.spelling import op_orders, order_shapes
 from neuronscope.result.hint import Hint
@@ -138,6 +138,9 @@ def find_sequence_matches(g: OpGraph) -> list[Match]:
                 i0 = ops.yielding_head(record.name, rx, i0, end, claimed)
                 end = ops.yielding_tail(record.name, rx, i0, end)
                 members = [m for m, own in zip(seq[i0:end], rx.own(ops.tokens, i0, end)) if own]
+                if not softmax_on_last_dim(members):  # a softmax over another dim: not the idiom
+                    i = i0 + 1
+                    continue
                 i = end
                 claimed.update(m.index for m in members)
                 x = members[0].inputs[0] if members[0].inputs else None

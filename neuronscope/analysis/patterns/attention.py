@@ -11,7 +11,7 @@ from types import MappingProxyType
 from typing import Any
 
 from neuronscope.analysis.opgraph import OpGraph, OpNode
-from neuronscope.analysis.patterns.base import MATMULS, SOFTMAXES, Match, Pattern, input_from
+from neuronscope.analysis.patterns.base import MATMULS, SOFTMAXES, Match, Pattern, input_from, softmax_on_last_dim
 from neuronscope.analysis.patterns.softmax import match_softmax
 from neuronscope.analysis.patterns.spelling import Spelling
 
@@ -121,6 +121,8 @@ def _values_matmul(g: OpGraph, n: OpNode, hops: int, path: list[OpNode]) -> OpNo
 
 def _match_attention(g: OpGraph, head: OpNode, tail: OpNode, inner: list[OpNode]) -> Match | None:
     """``q @ k^T`` -> scale / mask -> softmax (fused or written out) -> ``@ v``."""
+    if not softmax_on_last_dim([head, *inner, tail]):
+        return None  # over the queries (dim=1 of [B, T, T]): sdpa normalises over the keys
     pre: list[OpNode] = []
     k = head.big_inputs()[0] if head.big_inputs() else 0
     mm1 = _scores_matmul(g, head, k, MAX_ATTENTION_HOPS, pre)

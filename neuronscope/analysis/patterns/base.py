@@ -34,6 +34,7 @@ __all__ = [
     "root_value",
     "same_value",
     "single_consumer",
+    "softmax_on_last_dim",
     "square_of",
 ]
 
@@ -112,6 +113,20 @@ def only_big(n: OpNode) -> int | None:
     """Position of the single dimensioned tensor input (others are 0-dim scalars), or None."""
     big = n.big_inputs()
     return big[0] if len(big) == 1 else None
+
+
+def softmax_on_last_dim(nodes: Iterable[OpNode]) -> bool:
+    """Whether each fused softmax among ``nodes`` normalises over its input's last dim, where
+    its ``dim`` was recorded (an observation's or ``record_shapes``' scalars); True where none
+    was. A softmax over another dim (``softmax(q @ k.T, dim=1)``: over the queries) is no
+    idiom whose replacement normalises over the last (sdpa's over the keys)."""
+    for n in nodes:
+        if n.op not in SOFTMAXES or not n.inputs or not n.inputs[0].sizes:
+            continue
+        dims = [s for s in n.scalars if isinstance(s, int) and not isinstance(s, bool)]
+        if dims and dims[0] not in (-1, len(n.inputs[0].sizes) - 1):
+            return False
+    return True
 
 
 def is_scalar_pow(n: OpNode, *exps: float) -> bool:

@@ -25,9 +25,9 @@ __all__ = ["LOST", "MARKER", "REPLACED", "CaptureRecord", "CaptureSession", "Sha
 MARKER = "neuronscope::capture#"
 #: Why a shared session's captures have no events: another session replaced it.
 LOST = (
-    "lost: another torch profiler session (the user's own torch.profiler?) started between this "
-    "window's captures and replaced its shared session (one_session); pass one_session=False "
-    "to profile inside your own torch.profiler"
+    "lost: another torch profiler session (your own torch.profiler?) started while this window's "
+    "shared session ran (between or inside its captures) and replaced it (one_session); pass "
+    "one_session=False to profile inside your own torch.profiler"
 )
 #: Why a capture has no events: a session started inside the captured code replaced it.
 REPLACED = (

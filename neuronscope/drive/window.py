@@ -12,6 +12,7 @@ from typing import Any
 
 from neuronscope.announce import warn_user
 from neuronscope.capture.base import release_profiler
+from neuronscope.capture.record import LOST
 from neuronscope.result.types import ProfileResult
 
 __all__ = ["CallWindow", "Windows", "end_open_windows", "end_shared", "keep_shared", "windows"]
@@ -172,12 +173,7 @@ def end_shared(window: CallWindow, deliver_last: bool = True, release: bool = Fa
             except Exception:  # the stop failing: each capture's result says it has no events
                 pass
             if shared.lost and pending:
-                warn_user(
-                    f"neuronscope: {window.shared_name or 'a call window'}: {len(pending)} capture(s) "
-                    "lost: another torch profiler session (your own torch.profiler?) started between "
-                    "the window's captures and replaced its shared session (one_session); pass "
-                    "one_session=False to profile inside your own torch.profiler"
-                )
+                warn_user(f"neuronscope: {window.shared_name or 'a call window'}: {len(pending)} capture(s) {LOST}")
         last: ProfileResult | None = None
         for i, (session, owner) in enumerate(pending):
             final = i == len(pending) - 1 and not deliver_last

@@ -435,3 +435,7 @@ def _silence_stdout() -> None:
         os.dup2(devnull, sys.stdout.fileno())
     except (OSError, ValueError, AttributeError):
         pass
+
+
+if __name__ == "__main__":  # ``python -m neuronscope.cli``, as well as ``python -m neuronscope``
+    sys.exit(main())

@@ -354,6 +354,9 @@ def test_console_script_end_to_end(tmp_path: Path) -> None:
     missing = sh(sys.executable, "-m", "neuronscope", "show", str(tmp_path / "nope"))
     assert missing.returncode == 2 and missing.stdout == ""
     assert missing.stderr.startswith("neuronscope: error: ") and "Traceback" not in missing.stderr
+    # The module itself runs the command line too (it once imported, did nothing and exited 0).
+    by_module = sh(sys.executable, "-m", "neuronscope.cli", "show", str(tmp_path / "nope"))
+    assert (by_module.returncode, by_module.stderr) == (missing.returncode, missing.stderr)
 
 
 # ---- hostile and odd input (issues 19 and 21) --------------------------------------------------

@@ -99,7 +99,7 @@ def observed_result(run: Any, calls: int = 1, **options: Any) -> ProfileResult:
 #: from a vector norm and a softmax over another dim (their statistics are no row's of the
 #: spellings' orders) are missed, and column sums transposed into a row statistic's shape are
 #: taken for a softmax's.
-OP_ORDER_LIMITS = {"rms_from_norm": "missed", "softmax_over_dim1": "missed", "neg_exp_over_transposed_sum": "claimed"}
+OP_ORDER_LIMITS = {"softmax_over_dim1": "missed", "neg_exp_over_transposed_sum": "claimed"}
 
 
 @pytest.mark.parametrize("mode", ["sequence", "exact", "observed"])

@@ -21,28 +21,32 @@ __all__ = [
     "SOFTMAXES",
     "Match",
     "Pattern",
-    "const_of",
     "dims",
     "input_from",
     "is_float",
-    "is_scalar_pow",
     "line_of",
     "match_lines",
     "match_location",
-    "only_big",
-    "param_like",
     "root_value",
-    "same_value",
-    "single_consumer",
     "softmax_on_last_dim",
-    "square_of",
 ]
+
+#: What an equivalent call needs that the evidence did not show: the user carries it over.
+UNKNOWN_EPS = "<the eps your code uses>"
+UNKNOWN_WEIGHT = "<weight, if your code multiplies by one>"
+UNKNOWN_BIAS = "<bias, if your code adds one>"
+
+
+def param_text(present: bool | None, name: str, unknown: str) -> str:
+    """An affine parameter as a suggested call passes it: ``name``, ``None``, or ``unknown``
+    (a trace without shapes cannot tell)."""
+    return unknown if present is None else (name if present else "None")
+
 
 CASTS = frozenset({"to", "_to_copy", "type_as", "float", "half", "bfloat16", "double"})
 ROOTS = frozenset({"rsqrt", "sqrt", "reciprocal"})
 MATMULS = frozenset({"matmul", "bmm", "einsum", "baddbmm", "mm"})
 SOFTMAXES = frozenset({"softmax", "_softmax"})
-
 
 
 @dataclass
@@ -109,12 +113,6 @@ class Pattern:
 # ---- small graph helpers ------------------------------------------------------------------
 
 
-def only_big(n: OpNode) -> int | None:
-    """Position of the single dimensioned tensor input (others are 0-dim scalars), or None."""
-    big = n.big_inputs()
-    return big[0] if len(big) == 1 else None
-
-
 def softmax_on_last_dim(nodes: Iterable[OpNode]) -> bool:
     """Whether each fused softmax among ``nodes`` normalises over its input's last dim, where
     its ``dim`` was recorded (an observation's or ``record_shapes``' scalars); True where none
@@ -129,11 +127,7 @@ def softmax_on_last_dim(nodes: Iterable[OpNode]) -> bool:
     return True
 
 
-def is_scalar_pow(n: OpNode, *exps: float) -> bool:
-    return n.op == "pow" and any(isinstance(s, (int, float)) and not isinstance(s, bool) and s in exps for s in n.scalars)
-
-
-def root_value(g: OpGraph, n: OpNode, k: int, trail: list[OpNode] | None = None) -> tuple[int, int]:
+def root_value(g: OpGraph, n: OpNode, k: int) -> tuple[int, int]:
     """Identity of input ``k`` after stripping casts (``x.to(float32)`` is still ``x``)."""
     key, p = n.value(k)
     seen = 0
@@ -141,46 +135,9 @@ def root_value(g: OpGraph, n: OpNode, k: int, trail: list[OpNode] | None = None)
         c = g.nodes[p]
         if c.op not in CASTS or not c.inputs:
             break
-        if trail is not None:
-            trail.append(c)
         key, p = c.value(0)
         seen += 1
     return (key, p)
-
-
-def same_value(g: OpGraph, a: OpNode, ak: int, b: OpNode, bk: int) -> bool:
-    return root_value(g, a, ak) == root_value(g, b, bk)
-
-
-def square_of(g: OpGraph, sq: OpNode | None) -> tuple[OpNode, int] | None:
-    """For ``pow(t, 2)``, ``square(t)`` or ``t * t``: (node, position of t)."""
-    if sq is None:
-        return None
-    if sq.op == "square" or is_scalar_pow(sq, 2, 2.0):
-        return (sq, 0) if sq.inputs else None
-    if sq.op == "mul" and len(sq.inputs) == 2 and sq.value(0) == sq.value(1):
-        return (sq, 0)
-    return None
-
-
-def param_like(g: OpGraph, n: OpNode, k: int, extra: list[OpNode]) -> bool:
-    """Is input ``k`` a parameter (made by no op in the capture), or one cheap elementwise op
-    on parameters (Gemma's ``1 + weight``), which then joins ``extra``?"""
-    p = n.producers[k]
-    if p < 0:
-        return True
-    pn = g.nodes[p]
-    if pn.elementwise and all(q < 0 for q in pn.producers) and len(pn.consumers) == 1:
-        extra.append(pn)
-        return True
-    return False
-
-
-def single_consumer(g: OpGraph, n: OpNode) -> OpNode | None:
-    """The one op that reads ``n``'s output, not counting ops that made nothing from it
-    (``.to()`` of the same dtype, views)."""
-    cons = {c for c in n.consumers if g.nodes[c].writes}
-    return g.nodes[next(iter(cons))] if len(cons) == 1 else None
 
 
 def input_from(n: OpNode, producer: OpNode) -> int | None:
@@ -199,15 +156,6 @@ def dims(m: Match) -> str:
     """The last dim of the idiom's input, for a suggestion's normalized_shape."""
     x = m.x
     return str(x.sizes[-1]) if x is not None and x.sizes else "d"
-
-
-def const_of(nodes: Iterable[OpNode], op: str) -> float | None:
-    """The Python number the user passed to the first ``op`` among ``nodes`` (an observation
-    pass records them), or None."""
-    for n in nodes:
-        if n.op == op and n.consts:
-            return n.consts[0]
-    return None
 
 
 def line_of(loc: str) -> int:

@@ -4,12 +4,13 @@ models use (casts to float32 and back, ``pow(2)`` or ``x*x``, ``1/sqrt``, Gemma'
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any
 
-from neuronscope.analysis.opgraph import OpGraph, OpNode
-from neuronscope.analysis.patterns.base import Match, Pattern, dims
-from neuronscope.analysis.patterns.norm import UNKNOWN_EPS, UNKNOWN_WEIGHT, match_norm, param_text
+from neuronscope.analysis.opgraph import OpNode
+from neuronscope.analysis.patterns.base import UNKNOWN_EPS, UNKNOWN_WEIGHT, Match, Pattern, dims, param_text
+from neuronscope.analysis.patterns.matcher import graph_matcher
 from neuronscope.analysis.patterns.spelling import Spelling, builder
 
 __all__ = ["RMS_NORM"]
@@ -17,14 +18,20 @@ __all__ = ["RMS_NORM"]
 def _spelling(t: Any, square: str, root: str, weight: str | None, cast: str | None) -> Any:
     """RMSNorm as models write it: Llama and T5 (``pow``, ``rsqrt``, cast to float32 and back
     before ``weight * h``), ``x * x`` or ``square``, ``x / sqrt(...)``, ``x * (1 / sqrt(...))``,
-    Gemma's ``h * (1 + weight)`` cast back after it."""
+    Gemma's ``h * (1 + weight)`` cast back after it; or the RMS as a vector norm scaled by
+    ``d ** -0.5``, the eps added to it (as some lucidrains models write it)."""
     import torch
 
     x = t.x
     h = x.float() if cast else x
-    sq = {"pow": lambda: h.pow(2), "square": lambda: h.square(), "mul": lambda: h * h}[square]()
-    ms = sq.mean(-1, keepdim=True) + t.eps
-    if root == "rsqrt":
+    if root == "norm":
+        ms = h.norm(2, dim=-1, keepdim=True) * (h.shape[-1] ** -0.5) + t.eps
+    else:
+        sq = {"pow": lambda: h.pow(2), "square": lambda: h.square(), "mul": lambda: h * h}[square]()
+        ms = sq.mean(-1, keepdim=True) + t.eps
+    if root == "norm":
+        h = h / ms
+    elif root == "rsqrt":
         h = h * torch.rsqrt(ms)
     elif root == "sqrt":
         h = h / torch.sqrt(ms)
@@ -49,18 +56,18 @@ def _replacement(t: Any, weight: str | None, **_: Any) -> tuple[str, Callable[[]
     return "torch.rms_norm", fused
 
 
+_WEIGHTS = MappingProxyType({"weight": (None, "weight", "1 + weight"), "cast": (None, "before weight", "after weight")})
 SPELLINGS = (
-    Spelling(
-        _spelling,
-        {"square": ("pow", "square", "mul"), "root": ("rsqrt", "sqrt", "reciprocal"),
-         "weight": (None, "weight", "1 + weight"), "cast": (None, "before weight", "after weight")},
-    ),
+    Spelling(_spelling, {"square": ("pow", "square", "mul"), "root": ("rsqrt", "sqrt", "reciprocal"), **_WEIGHTS}, vectors=("weight",)),
+    Spelling(_spelling, {"square": (None,), "root": ("norm",), **_WEIGHTS}, vectors=("weight",)),
 )
 
 
-def _match(g: OpGraph, n: OpNode) -> Match | None:
-    m = match_norm(g, n)
-    return m if m is not None and m.pattern == "rms_norm" else None
+def _params(choice: Mapping[str, Any], nodes: list[OpNode]) -> dict[str, Any]:
+    """The weight as the spelling applies it (the eps the matcher reads from the add that
+    takes it)."""
+    weight = choice["weight"]
+    return {"weight": weight is not None, "bias": False, **({"weight_plus_one": True} if weight == "1 + weight" else {})}
 
 
 def _suggest(m: Match, backend: str) -> str:
@@ -78,7 +85,7 @@ def _sequence_params(members: list[OpNode]) -> dict[str, Any]:
     normalising one with a 1-D operand of the last dim's size; the eps is not in a trace (a
     0-dim tensor to the profiler), so it stays unknown. Without shapes, a trailing multiply
     may or may not be a weight: unknown (None)."""
-    roots = [i for i, n in enumerate(members) if n.op in ("rsqrt", "sqrt")]
+    roots = [i for i, n in enumerate(members) if n.op in ("rsqrt", "sqrt", "linalg_vector_norm")]
     after = members[roots[0] + 1 :] if roots else []
     norming = next((i for i, n in enumerate(after) if n.op in ("mul", "div")), None)
     trailing = [n for n in after[norming + 1 :] if n.op in ("mul", "add")] if norming is not None else []
@@ -95,7 +102,7 @@ def _sequence_params(members: list[OpNode]) -> dict[str, Any]:
 
 RMS_NORM = Pattern(
     name="rms_norm",
-    match=_match,
+    match=graph_matcher("rms_norm", SPELLINGS, _params),
     spellings=SPELLINGS,
     sequence_shapes="row",
     fused_passes=2,

@@ -38,6 +38,7 @@ __all__ = [
     "op_orders",
     "order_shapes",
     "recorded_ops",
+    "relation_of",
     "shape_fits",
     "shape_relation",
     "templates",
@@ -70,6 +71,9 @@ class Spelling:
     #: other is shaped in a capture as in the spelling (a GLU's ``up`` is ``gate``'s shape: a
     #: per-channel statistic times a GELU is no GLU).
     broadcast: tuple[str, ...] = ()
+    #: Example tensors of ``x``'s last dim (a norm's weight and bias): in a capture, 1-D of the
+    #: size of its ``x``'s last dim, not any tensor that broadcasts.
+    vectors: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "choices", MappingProxyType(dict(self.choices)))  # read-only, as the record is
@@ -83,6 +87,23 @@ class Spelling:
 #: The named parameters a spelling reads from ``t`` besides tensors, at the values a derived
 #: op order does not depend on: ``verify`` sets the ones a hint recorded (its ``details``).
 PARAMETERS = MappingProxyType({"eps": 1e-6, "dim": -1, "correction": 0})
+
+
+class _Named(float):
+    """A named parameter's number as a spelling runs on it (``t.eps``): the op it reaches
+    records which of its numbers is that parameter (:attr:`TemplateOp.named`)."""
+
+    name = ""
+
+
+def _named(name: str) -> _Named:
+    made = _Named(PARAMETERS[name])
+    made.name = name
+    return made
+
+
+#: The :data:`PARAMETERS` that are numbers an op takes, as the spellings run on them.
+_NAMED = MappingProxyType({name: _named(name) for name in ("eps", "correction")})
 
 
 def examples(dtype: Any, x: Any = None, device: Any = None, **params: Any) -> SimpleNamespace:
@@ -116,7 +137,7 @@ _OP_NAMES = MappingProxyType({
     "truediv": ("div",), "rtruediv": ("reciprocal", "mul"), "rdiv": ("reciprocal", "mul"), "radd": ("add",), "rmul": ("mul",),
     "rpow": ("pow",), "rmatmul": ("matmul",), "iadd": ("add",), "imul": ("mul",), "isub": ("sub",),
     "itruediv": ("div",), "float": ("to",), "half": ("to",), "bfloat16": ("to",), "double": ("to",),
-    "nll_loss": ("nll_loss_nd",), "getitem": (), "setitem": (), "get": (),
+    "nll_loss": ("nll_loss_nd",), "norm": ("linalg_vector_norm",), "getitem": (), "setitem": (), "get": (),
 })
 
 
@@ -163,6 +184,10 @@ class TemplateOp(NamedTuple):
     shapes: tuple[tuple[int, ...], ...] = ()
     #: the Python numbers of the call, as an observation records them (see ``exact_numbers``)
     consts: tuple[float, ...] = ()
+    #: the named parameters the call takes, each (its name, its place among the call's Python
+    #: numbers, how many the call takes): where an observation recorded the user's numbers,
+    #: the parameter's value is read there
+    named: tuple[tuple[str, int, int], ...] = ()
 
 
 class _Run:
@@ -199,10 +224,13 @@ class _Run:
             first = len(ops)
             taken = [(r, tuple(a.shape)) for r, a in zip(in_refs, inputs) if r is not None and a.dim()]
             # The call's numbers as the observation pass records them (capture/observe.py).
-            nums = tuple(float(a) for a in (*args, *kwargs.values()) if isinstance(a, Real) and a.__class__ is not bool)
+            numbers: list[Any] = [a for a in (*args, *kwargs.values()) if isinstance(a, Real) and a.__class__ is not bool]
+            nums = tuple(map(float, numbers))
+            named = tuple((a.name, k, len(numbers)) for k, a in enumerate(numbers) if isinstance(a, _Named))
             for i, name in enumerate(names):  # ``1 / t``: reciprocal, then mul
                 if i == 0:
-                    ops.append(TemplateOp(name, not is_side, tuple(r for r, _ in taken), tuple(s for _, s in taken), nums if self.numbers else ()))
+                    args_ = tuple(r for r, _ in taken)
+                    ops.append(TemplateOp(name, not is_side, args_, tuple(s for _, s in taken), nums if self.numbers else (), named))
                 else:
                     ops.append(TemplateOp(name, not is_side, (("op", first + i - 1, True),), (tuple(out.shape),)))
             out_ref = ("side", "", False) if is_side else ("op", len(ops) - 1, True)
@@ -255,7 +283,7 @@ def _runs(spellings: tuple[Spelling, ...]) -> tuple[tuple[tuple[TemplateOp, ...]
     torch.set_num_threads(1)
     try:
         with torch.no_grad(), gc_paused():
-            t32, t16 = examples(torch.float32), examples(torch.bfloat16)
+            t32, t16 = examples(torch.float32, **_NAMED), examples(torch.bfloat16, **_NAMED)
             for spelling in spellings:
                 for choice in spelling.variants():
                     run = _record(spelling.fn, t32, choice, spelling.side, spelling.exact_numbers)
@@ -318,12 +346,23 @@ def shape_relation(shape: tuple[int, ...]) -> str:
     return "".join("T" if t == e else "F" for t, e in zip(shape, _EXAMPLE_X))
 
 
+def relation_of(spelling: Spelling, ref: tuple[str, Any, bool], shape: tuple[int, ...]) -> str:
+    """How an argument of a spelling's op relates to ``x``, for the tensor ``ref`` names (see
+    :class:`TemplateOp`): ``V`` for a declared vector, ``.`` for a declared broadcast tensor."""
+    if ref[0] == "in" and ref[1] in spelling.vectors:
+        return "V"
+    return "." if ref[0] == "in" and ref[1] in spelling.broadcast else shape_relation(shape)
+
+
 def shape_fits(relation: str, capture: tuple[int, ...], x: tuple[int, ...]) -> bool:
     """Does ``capture`` relate to the capture's ``x`` as ``relation`` (see :func:`shape_relation`)
-    says: dim for dim from the last the same, or 1 where the relation says F?"""
+    says: dim for dim from the last the same, or 1 where the relation says F; ``x``'s last dim
+    alone where it says V?"""
     relation = relation.partition("@")[0]
     if relation == ".":
         return True
+    if relation == "V":
+        return tuple(capture) == tuple(x[-1:])
     pattern = [c == "T" for c in relation]
     if len(capture) != len(x) or not all(pattern[: max(0, len(pattern) - len(x))]):
         return False
@@ -338,14 +377,14 @@ def order_shapes(spellings: tuple[Spelling, ...]) -> Mapping[tuple[str, ...], fr
     spellings that run it, and which of them read one tensor: what the recorded shapes (and,
     in a live capture, storages) of an op-order match are checked against."""
 
-    def arg(ref: tuple[str, Any, bool], shape: tuple[int, ...], broadcast: tuple[str, ...]) -> str:
-        relation = "." if ref[0] == "in" and ref[1] in broadcast else shape_relation(shape)
+    def arg(ref: tuple[str, Any, bool], shape: tuple[int, ...], spelling: Spelling) -> str:
+        relation = relation_of(spelling, ref, shape)
         return f"{relation}@{ref[1]}" if ref[0] == "in" else relation
 
     found: dict[tuple[str, ...], set[ShapeSig]] = {}
     for ops, _, spelling in _runs(spellings):
         sig = tuple(
-            tuple(arg(ref, shape, spelling.broadcast) for ref, shape in zip(op.args, op.shapes)) if op.own else None
+            tuple(arg(ref, shape, spelling) for ref, shape in zip(op.args, op.shapes)) if op.own else None
             for op in ops
         )
         found.setdefault(tuple(op.op for op in ops), set()).add(sig)

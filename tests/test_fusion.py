@@ -95,11 +95,9 @@ def observed_result(run: Any, calls: int = 1, **options: Any) -> ProfileResult:
     return build_result(table, name="observed", backend="cpu", profiler=prof, extra={"observed": obs})
 
 
-#: What op order and shapes cannot tell, with no links to follow (a default capture): an RMS
-#: from a vector norm and a softmax over another dim (their statistics are no row's of the
-#: spellings' orders) are missed, and column sums transposed into a row statistic's shape are
-#: taken for a softmax's.
-OP_ORDER_LIMITS = {"softmax_over_dim1": "missed", "neg_exp_over_transposed_sum": "claimed"}
+#: What op order and shapes cannot tell, with no links to follow (a default capture): column
+#: sums transposed into a row statistic's shape are taken for a softmax's.
+OP_ORDER_LIMITS = {"neg_exp_over_transposed_sum": "claimed"}
 
 
 @pytest.mark.parametrize("mode", ["sequence", "exact", "observed"])

@@ -118,10 +118,14 @@ def test_the_kept_op_orders_are_what_the_spellings_run() -> None:
     they are the spellings' own: after a spelling changes, ``python -m
     neuronscope.analysis.patterns`` keeps them again."""
     from neuronscope.analysis.patterns.kept import ORDERS_FILE, orders_text
-    from neuronscope.analysis.patterns.spelling import order_shapes
+    from neuronscope.analysis.patterns.spelling import order_shapes, vector_choices
 
     declared = [p for p in REGISTRY if p.spellings]
-    derived = orders_text({p.name: op_orders(p.spellings) for p in declared}, {p.name: order_shapes(p.spellings) for p in declared})
+    derived = orders_text(
+        {p.name: op_orders(p.spellings) for p in declared},
+        {p.name: order_shapes(p.spellings) for p in declared},
+        {p.name: vector_choices(p.spellings) for p in declared},
+    )
     assert ORDERS_FILE.read_text() == derived, "run: python -m neuronscope.analysis.patterns"
 
 

@@ -4,7 +4,7 @@ small graph helpers the matchers are written with.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,9 +74,11 @@ class Pattern:
     - ``match(graph, node)``: the idiom anchored at ``node`` in a data-flow graph, or None;
       ``find(graph, claimed)`` instead for an idiom found over the whole graph at once.
     - ``spellings``: how code writes it, in PyTorch; the op orders a trace file (op order, no
-      data flow) shows for it are derived from them; none: not from a trace.
-      ``sequence_shapes`` says how the ops' input shapes must relate there (``"row"``:
-      ``x``, its per-row statistic and a weight; ``"rotary"``; ``"same"``; ``"any"``).
+      data flow) shows for it are derived from them, with how its ops' inputs relate to its
+      ``x`` and the choice of the spelling that ran them; none: not from a trace.
+    - ``params(choice, nodes)``: what a match by op order says (a norm's weight, a
+      softmax's dim), from the choice of the spelling it fits (a value not known: None) and
+      its ops; the graph matcher of a declared idiom says it from the same function.
     - ``fused_passes``: passes over its input the fused form makes (the cost model's input).
     - ``suggest(match, backend)``: the replacement, as a call equivalent to the code in hand.
     - ``verify(hint, x, device)``: the chain and its replacement rebuilt for ``hint.verify()``;
@@ -89,7 +91,7 @@ class Pattern:
     suggest: Callable[[Match, str], str]
     match: Callable[[OpGraph, OpNode], Match | None] | None = None
     find: Callable[[OpGraph, set[int]], Iterable[Match]] | None = None
-    sequence_shapes: str = "same"
+    params: Callable[[Mapping[str, Any], list[OpNode]], dict[str, Any]] | None = None
     fused_passes: int = 1
     verify: Callable[[Evidence, Any, Any], Builders] | None = None
     exact_only: bool = False
@@ -102,8 +104,6 @@ class Pattern:
     #: Whether torch has an eager fused replacement; False: the fused form is torch.compile's,
     #: and the cost model charges compiled code's entry cost.
     eager_replacement: bool = True
-    #: Facts a trace match records (gelu: approximate), from its op names.
-    sequence_params: Callable[[list[OpNode]], dict[str, Any]] | None = None
     #: Occurrences on other input shapes are other hints (each is costed, and verified, at its
     #: own shape); False: one idiom whatever its shapes (rotary's q and k, of other head counts
     #: under grouped-query attention, are one line of code and one fused call).

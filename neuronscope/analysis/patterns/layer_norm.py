@@ -15,7 +15,7 @@ from neuronscope.analysis.patterns.spelling import Spelling, builder
 
 __all__ = ["LAYER_NORM"]
 
-def _spelling(t: Any, stats: str, root: str, weight: bool, bias: bool, square: str = "pow", eps: str | None = "inside") -> Any:
+def _spelling(t: Any, stats: str, root: str, weight: bool, bias: bool, square: str = "pow", eps: str = "inside") -> Any:
     """LayerNorm as models write it: BERT's TF-style ``(x - u) / sqrt(mean((x - u)^2) + eps)``
     (``x - u`` once or twice, squared by ``pow`` or ``d * d``), ``mean`` and ``var`` or
     ``var_mean`` with ``rsqrt`` or ``sqrt`` (the centring before or after the root), the eps
@@ -27,7 +27,7 @@ def _spelling(t: Any, stats: str, root: str, weight: bool, bias: bool, square: s
     if stats == "std":  # the weight multiplies the centred x, before the division
         mean, std = x.mean(-1, keepdim=True), x.std(-1, keepdim=True, correction=t.correction)
         y = t.weight * (x - mean) if weight else x - mean
-        y = y / (std + t.eps) if eps else y / std
+        y = y / (std + t.eps) if eps == "outside" else y / std
         return y + t.bias if bias else y
     if stats in ("centred", "centred_twice"):
         mean = x.mean(-1, keepdim=True)
@@ -84,7 +84,7 @@ SPELLINGS = (
     Spelling(_spelling, {**_CENTRED, "root": ("rsqrt", "sqrt"), **_AFFINE}, vectors=_VECTORS),
     Spelling(_spelling, {"stats": ("var", "var_mean"), "root": ("rsqrt", "sqrt"), **_AFFINE}, vectors=_VECTORS),
     Spelling(_spelling, {**_CENTRED, "root": ("sqrt",), "eps": ("outside",), **_AFFINE}, vectors=_VECTORS),
-    Spelling(_spelling, {"stats": ("std",), "root": ("none",), "eps": ("outside", None), **_AFFINE}, vectors=_VECTORS),
+    Spelling(_spelling, {"stats": ("std",), "root": ("none",), "eps": ("outside", "none"), **_AFFINE}, vectors=_VECTORS),
     Spelling(_late, {"stats": ("var", "var_mean"), "root": ("rsqrt", "sqrt"), **_AFFINE}, vectors=_VECTORS),
 )
 
@@ -95,7 +95,7 @@ _SPREADS = frozenset({"var", "std", "var_mean"})
 def _params(choice: Mapping[str, Any], nodes: list[OpNode]) -> dict[str, Any]:
     """The weight and bias the spelling applies, where its eps is (the matcher reads its value
     from the add that takes it), and what the spread's op subtracts from N."""
-    params: dict[str, Any] = {"weight": bool(choice["weight"]), "bias": bool(choice["bias"])}
+    params: dict[str, Any] = {"weight": choice["weight"], "bias": choice["bias"]}  # None: not known
     if choice.get("eps") == "outside":
         params["eps_outside_root"] = True  # (std + eps): layer_norm takes sqrt(var + eps)
     correction = next((_correction(n) for n in nodes if n.op in _SPREADS), 0)
@@ -145,30 +145,12 @@ def _differences(m: Match) -> str:
     return "; not identical: " + "; ".join(notes) if notes else ""
 
 
-def _sequence_params(members: list[OpNode]) -> dict[str, Any]:
-    """What a trace's shapes show of the norm: a weight is a multiply, a bias an add, with a
-    1-D operand of the last dim's size, in whatever order the code applies them (the eps add
-    works on the per-row statistic and a scalar). The eps is not in a trace (a 0-dim tensor to
-    the profiler). Without shapes, both unknown (None)."""
-    x = members[0].inputs[0].sizes if members[0].inputs else None
-    if not x or len(x) < 2 or not all(n.inputs for n in members):
-        # A 1-D x is itself of the last dim's size: its own ops would read as a weight and bias.
-        return {"weight": None, "bias": None}
-    row = (x[-1],)
-
-    def applies_vector(op: str) -> bool:
-        return any(n.op == op and any(t.sizes == row for t in n.inputs) for n in members)
-
-    return {"weight": applies_vector("mul"), "bias": applies_vector("add")}
-
-
 LAYER_NORM = Pattern(
     name="layer_norm",
     match=graph_matcher("layer_norm", SPELLINGS, _params),
     spellings=SPELLINGS,
-    sequence_shapes="row",
+    params=_params,
     fused_passes=2,
     suggest=_suggest,
     verify=builder(SPELLINGS, _replacement),
-    sequence_params=_sequence_params,
 )

@@ -15,12 +15,12 @@ from neuronscope.analysis.patterns.spelling import Spelling, builder
 
 __all__ = ["LAYER_NORM"]
 
-def _spelling(t: Any, stats: str, root: str, weight: bool, bias: bool, square: str = "pow", eps: str = "inside") -> Any:
+def _spelling(t: Any, stats: str, root: str, weight: bool, bias: bool, square: str = "pow", eps: str = "inside", late: bool = False) -> Any:
     """LayerNorm as models write it: BERT's TF-style ``(x - u) / sqrt(mean((x - u)^2) + eps)``
     (``x - u`` once or twice, squared by ``pow`` or ``d * d``), ``mean`` and ``var`` or
-    ``var_mean`` with ``rsqrt`` or ``sqrt`` (the centring before or after the root), the eps
-    inside the root or added to it, the Annotated Transformer's ``a * (x - mean) / (std +
-    eps) + b`` (or no eps)."""
+    ``var_mean`` with ``rsqrt`` or ``sqrt`` (the centring before or, ``late``, after the root),
+    the eps inside the root or added to it, the Annotated Transformer's ``a * (x - mean) /
+    (std + eps) + b`` (or no eps)."""
     import torch
 
     x = t.x
@@ -35,38 +35,20 @@ def _spelling(t: Any, stats: str, root: str, weight: bool, bias: bool, square: s
         var = (centred.pow(2) if square == "pow" else centred * centred).mean(-1, keepdim=True)
         if stats == "centred_twice":
             centred = x - mean
-    elif stats == "var_mean":
-        var, mean = torch.var_mean(x, dim=-1, keepdim=True, correction=t.correction)
-        centred = x - mean
     else:
-        mean, var = x.mean(-1, keepdim=True), x.var(-1, keepdim=True, correction=t.correction)
-        centred = x - mean
+        if stats == "var_mean":
+            var, mean = torch.var_mean(x, dim=-1, keepdim=True, correction=t.correction)
+        else:
+            mean, var = x.mean(-1, keepdim=True), x.var(-1, keepdim=True, correction=t.correction)
+        centred = None if late else x - mean
     if root == "rsqrt":
-        y = centred * torch.rsqrt(var + t.eps)
-    elif root == "rsqrt_first":  # the root, then the centring: ``rsqrt(var + eps) * (x - mean)``
-        inv = torch.rsqrt(var + t.eps)
-        y = (x - mean) * inv
-    elif eps == "outside":
-        y = centred / (torch.sqrt(var) + t.eps)
+        r = torch.rsqrt(var + t.eps)
     else:
-        y = centred / torch.sqrt(var + t.eps)
+        r = torch.sqrt(var) + t.eps if eps == "outside" else torch.sqrt(var + t.eps)
+    centred = x - mean if centred is None else centred
+    y = centred * r if root == "rsqrt" else centred / r
     y = y * t.weight if weight else y
     return y + t.bias if bias else y
-
-
-def _late(t: Any, **choice: Any) -> Any:
-    """Like :func:`_spelling` with the centring written where it is used (after the root)."""
-    import torch
-
-    x = t.x
-    if choice["stats"] == "var_mean":
-        var, mean = torch.var_mean(x, dim=-1, keepdim=True, correction=t.correction)
-    else:
-        mean, var = x.mean(-1, keepdim=True), x.var(-1, keepdim=True, correction=t.correction)
-    root = torch.rsqrt(var + t.eps) if choice["root"] == "rsqrt" else torch.sqrt(var + t.eps)
-    y = (x - mean) * root if choice["root"] == "rsqrt" else (x - mean) / root
-    y = y * t.weight if choice["weight"] else y
-    return y + t.bias if choice["bias"] else y
 
 
 def _replacement(t: Any, weight: bool, bias: bool, **_: Any) -> tuple[str, Callable[[], Any]]:
@@ -85,7 +67,7 @@ SPELLINGS = (
     Spelling(_spelling, {"stats": ("var", "var_mean"), "root": ("rsqrt", "sqrt"), **_AFFINE}, vectors=_VECTORS),
     Spelling(_spelling, {**_CENTRED, "root": ("sqrt",), "eps": ("outside",), **_AFFINE}, vectors=_VECTORS),
     Spelling(_spelling, {"stats": ("std",), "root": ("none",), "eps": ("outside", "none"), **_AFFINE}, vectors=_VECTORS),
-    Spelling(_late, {"stats": ("var", "var_mean"), "root": ("rsqrt", "sqrt"), **_AFFINE}, vectors=_VECTORS),
+    Spelling(_spelling, {"stats": ("var", "var_mean"), "root": ("rsqrt", "sqrt"), "late": (True,), **_AFFINE}, vectors=_VECTORS),
 )
 
 #: The statistics of a spread: the op whose recorded arguments say what it subtracts from N.

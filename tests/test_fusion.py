@@ -803,6 +803,20 @@ def test_a_layer_norm_on_the_unbiased_variance_says_layer_norm_differs(norm: Any
     assert torch.allclose(chain(), replacement(), atol=1e-4) is not differs
 
 
+def test_a_norm_times_another_activation_is_no_weight() -> None:
+    """A norm's weight is 1-D of x's last dim (a declared vector): a product of the norm with
+    another activation of x's shape is not taken for one, by data flow or by op order."""
+    x, y = torch.randn(4, 8, 64), torch.randn(4, 8, 64)
+
+    def run() -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * y
+
+    for result in (from_profiler(capture(run, profile_memory=True)), from_profiler(capture(run))):
+        hint = fusion(result)["rms_norm"]
+        assert hint.details["weight"] is False and "(x, (64,), None," in hint.suggestion
+        assert [o.rsplit("::", 1)[-1] for o in hint.ops] == ["pow", "mean", "add", "rsqrt", "mul"]
+
+
 def test_a_layer_norm_over_n_minus_2_says_so() -> None:
     x, w, b = torch.randn(4, 8, 256), torch.randn(256), torch.randn(256)
     hint = fusion(from_profiler(capture(lambda: _ln(None, correction=2)(x, w, b), profile_memory=True)))["layer_norm"]

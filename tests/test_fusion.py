@@ -95,11 +95,9 @@ def observed_result(run: Any, calls: int = 1, **options: Any) -> ProfileResult:
     return build_result(table, name="observed", backend="cpu", profiler=prof, extra={"observed": obs})
 
 
-#: What op order and shapes cannot tell, with no links to follow (a default capture): an RMS
-#: from a vector norm and a softmax over another dim (their statistics are no row's of the
-#: spellings' orders) are missed, and column sums transposed into a row statistic's shape are
-#: taken for a softmax's.
-OP_ORDER_LIMITS = {"rms_from_norm": "missed", "softmax_over_dim1": "missed", "neg_exp_over_transposed_sum": "claimed"}
+#: What op order and shapes cannot tell, with no links to follow (a default capture): column
+#: sums transposed into a row statistic's shape are taken for a softmax's.
+OP_ORDER_LIMITS = {"neg_exp_over_transposed_sum": "claimed"}
 
 
 @pytest.mark.parametrize("mode", ["sequence", "exact", "observed"])
@@ -803,6 +801,20 @@ def test_a_layer_norm_on_the_unbiased_variance_says_layer_norm_differs(norm: Any
     # The user's spread is what verify() times as the chain.
     chain, replacement, _ = pattern_named("layer_norm").verify(hint, x, "cpu")
     assert torch.allclose(chain(), replacement(), atol=1e-4) is not differs
+
+
+def test_a_norm_times_another_activation_is_no_weight() -> None:
+    """A norm's weight is 1-D of x's last dim (a declared vector): a product of the norm with
+    another activation of x's shape is not taken for one, by data flow or by op order."""
+    x, y = torch.randn(4, 8, 64), torch.randn(4, 8, 64)
+
+    def run() -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * y
+
+    for result in (from_profiler(capture(run, profile_memory=True)), from_profiler(capture(run))):
+        hint = fusion(result)["rms_norm"]
+        assert hint.details["weight"] is False and "(x, (64,), None," in hint.suggestion
+        assert [o.rsplit("::", 1)[-1] for o in hint.ops] == ["pow", "mean", "add", "rsqrt", "mul"]
 
 
 def test_a_layer_norm_over_n_minus_2_says_so() -> None:

@@ -116,7 +116,8 @@ def test_a_traces_rms_norm_saving_counts_its_intermediates(monkeypatch: Any, tmp
     on_links = cost.grounded_saving_ns("rms_norm", lm.nodes, live, "cpu")
     assert on_trace is not None and on_trace > 0
     assert on_trace == on_links
-    assert tm.params == {"weight": True}  # the trailing mul by a (256,) tensor is the weight
+    # The trailing mul by a (256,) tensor is the weight: the trace says what the live graph says.
+    assert tm.params == lm.params == {"weight": True, "bias": False}
 
 
 
@@ -179,15 +180,18 @@ def test_a_traced_layer_norm_suggestion_keeps_what_its_shapes_show(tmp_path: Any
     table, _ = read_files([tmp_path / "trace.json"])
     matches = [m for m in find_sequence_matches(graph_from_table(table)) if m.pattern == "layer_norm"]
     assert len(matches) == 3
-    for m, affine in zip(matches, (True, True, False)):
+    for m, affine, outside in zip(matches, (True, True, False), (False, True, False)):
         text = pattern_named("layer_norm").suggest(m, "cpu")  # type: ignore[union-attr]
         assert "eps=<the eps your code uses>" in text
+        # The Annotated Transformer's (std + eps) is said from op order too.
+        assert bool(m.params.get("eps_outside_root")) is outside and ("(std + eps)" in text) is outside
+        affine_params = {"weight": m.params["weight"], "bias": m.params["bias"]}
         if not record_shapes:
             assert "<weight, if your code multiplies by one>, <bias, if your code adds one>" in text
         elif affine:
-            assert m.params == {"weight": True, "bias": True} and "(32,), weight, bias," in text
+            assert affine_params == {"weight": True, "bias": True} and "(32,), weight, bias," in text
         else:
-            assert m.params == {"weight": False, "bias": False} and "(32,), None, None," in text
+            assert affine_params == {"weight": False, "bias": False} and "(32,), None, None," in text
 
 
 def test_a_cpu_capture_without_shapes_gives_an_upper_bound_and_says_so(calibrated: Any) -> None:

@@ -94,7 +94,7 @@ def test_a_new_spelling_is_matched_in_a_live_graph() -> None:
         x = t.x
         return x * torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6).reciprocal() * t.weight
 
-    match = graph_matcher("rms_norm", (Spelling(written),), lambda choice, nodes: {})
+    match = graph_matcher("a_new_idiom", (Spelling(written),), lambda choice, nodes: {})  # no kept templates
     x, other, w = torch.randn(4, 16, 32), torch.randn(4, 16, 32), torch.randn(32)
 
     def graph(fn: Any) -> Any:
@@ -118,10 +118,14 @@ def test_the_kept_op_orders_are_what_the_spellings_run() -> None:
     they are the spellings' own: after a spelling changes, ``python -m
     neuronscope.analysis.patterns`` keeps them again."""
     from neuronscope.analysis.patterns.kept import ORDERS_FILE, orders_text
-    from neuronscope.analysis.patterns.spelling import order_shapes
+    from neuronscope.analysis.patterns.spelling import order_shapes, vector_choices
 
     declared = [p for p in REGISTRY if p.spellings]
-    derived = orders_text({p.name: op_orders(p.spellings) for p in declared}, {p.name: order_shapes(p.spellings) for p in declared})
+    derived = orders_text(
+        {p.name: op_orders(p.spellings) for p in declared},
+        {p.name: order_shapes(p.spellings) for p in declared},
+        {p.name: vector_choices(p.spellings) for p in declared},
+    )
     assert ORDERS_FILE.read_text() == derived, "run: python -m neuronscope.analysis.patterns"
 
 

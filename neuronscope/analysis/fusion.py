@@ -51,7 +51,7 @@ from neuronscope.analysis.optimizer import has_optimizer_steps, optimizer_hints,
 from neuronscope.analysis.patterns import REGISTRY, Match, Pattern, pattern_named
 from neuronscope.analysis.patterns.base import line_of, match_lines, softmax_on_last_dim
 from neuronscope.analysis.patterns.kept import Orders, kept_orders
-from neuronscope.analysis.patterns.spelling import op_orders, order_shapes
+from neuronscope.analysis.patterns.spelling import op_orders, order_shapes, vector_choices
 from neuronscope.result.hint import Hint
 from neuronscope.result.placement import OP_SPANS
 
@@ -103,7 +103,9 @@ def _orders() -> MappingProxyType[str, Orders]:
     torch needed to read a trace), else derived now (an idiom added since they were kept)."""
     kept = kept_orders()
     return MappingProxyType({
-        p.name: Orders(*(kept.get(p.name) or (op_orders(p.spellings), order_shapes(p.spellings)))) for p in REGISTRY if p.spellings
+        p.name: Orders(*(kept.get(p.name) or (op_orders(p.spellings), order_shapes(p.spellings), vector_choices(p.spellings))))
+        for p in REGISTRY
+        if p.spellings
     })
 
 
@@ -144,7 +146,10 @@ def find_sequence_matches(g: OpGraph) -> list[Match]:
                 i = end
                 claimed.update(m.index for m in members)
                 x = members[0].inputs[0] if members[0].inputs else None
-                params: dict[str, Any] = record.sequence_params(members) if record.sequence_params else {}
+                # The ends may have moved apart (yielding_head, yielding_tail): the choice of the
+                # spellings that run the order where its shapes no longer say which.
+                choice = _sequence_choice(record.name, seq[i0:end]) or rx.unshaped(tuple(ops.tokens[i0:end]))
+                params: dict[str, Any] = record.params(choice, members) if record.params else {}
                 out.append(Match(record.name, members, x, params))
     return out
 
@@ -171,7 +176,7 @@ class _OpText:
             members = self.seq[i0:j]
             if (j == i1 or rx.fullmatch(self.tokens, i0, j)) and not any(
                 m.index in claimed for m in members
-            ) and _sequence_shapes_ok(name, members):
+            ) and _sequence_choice(name, members) is not None:
                 return j
         return None
 
@@ -194,7 +199,7 @@ class _OpText:
             for t in range(i - 1, max(-1, i - 1 - MAX_IDIOM_OPS), -1):
                 if self.seq[t].index in claimed:
                     break
-                if rx.fullmatch(self.tokens, t, i) and _sequence_shapes_ok(name, self.seq[t:i]):
+                if rx.fullmatch(self.tokens, t, i) and _sequence_choice(name, self.seq[t:i]) is not None:
                     longest = max(longest, i - t)
         return longest
 
@@ -206,7 +211,7 @@ class _OpText:
         for b in range(i0 + 1, i1):
             if (
                 rx.fullmatch(self.tokens, b, i1)
-                and _sequence_shapes_ok(name, self.seq[b:i1])
+                and _sequence_choice(name, self.seq[b:i1]) is not None
                 and self.idiom_length_ending_at(b, claimed) >= b - i0
             ):
                 return b
@@ -223,39 +228,27 @@ class _OpText:
             return i1
         end, reach = i1, i1 + self.idiom_length_at(i1)
         for b in range(i1 - 1, i0, -1):
-            if rx.fullmatch(self.tokens, i0, b) and _sequence_shapes_ok(name, self.seq[i0:b]):
+            if rx.fullmatch(self.tokens, i0, b) and _sequence_choice(name, self.seq[i0:b]) is not None:
                 after = b + self.idiom_length_at(b)
                 if after > b and after >= reach:
                     end, reach = b, after
         return end
 
 
-def _sequence_shapes_ok(pattern: str, members: list[OpNode]) -> bool:
-    """Where shapes were recorded, each op's inputs relate to one tensor shape ``x`` as in a
-    spelling that runs this order (and, where storages were recorded, the ops reading ``x``
-    read one: see :meth:`~.kept.Orders.shaped`), and the ops all work on ``x``, its per-row
-    statistic (``x[:-1] + (1,)``) and a weight over its last dim for norms and softmax, its
-    half last dim for rotary's ``rotate_half``; scalars anywhere."""
-    kind = pattern_named(pattern).sequence_shapes  # type: ignore[union-attr]
+def _sequence_choice(pattern: str, members: list[OpNode]) -> dict[str, Any] | None:
+    """The choice of the spellings of ``pattern`` whose op order ``members`` run, with each op's
+    inputs relating to one tensor shape ``x`` as in those spellings (and, where storages were
+    recorded, the ops reading ``x`` reading one: see :meth:`~.kept.Orders.choice`); scalars
+    anywhere. None: no spelling's shapes fit. Where shapes were not recorded, the choice of
+    every spelling that runs the order."""
+    order = tuple(m.op for m in members)
     if not all(m.inputs for m in members):
-        return True
+        return _orders()[pattern].unshaped(order)
     elementwise = [m for m in members if m.op not in _PROJECTIONS]
     x = max(elementwise[0].inputs, key=lambda t: t.numel).sizes
     if not x:
-        return False
-    # Each op's inputs relate to x as in a spelling of this order (``x * stat`` is no ``x * y``).
-    inputs = [[t for t in m.inputs if t.sizes] for m in members]
-    if not _orders()[pattern].shaped(tuple(m.op for m in members), inputs, x):
-        return False
-    if kind == "any":
-        return True
-    if kind == "row":
-        fits = {x, x[:-1] + (1,), x[:-1], x[-1:], ()}  # x[:-1]: a reduction's, or a loss's target
-        return all({t.sizes for t in m.inputs} <= fits for m in elementwise)
-    if kind == "rotary":
-        lasts = {x[-1], x[-1] // 2}
-        return all(not t.sizes or (len(t.sizes) <= len(x) and t.sizes[-1] in lasts) for m in elementwise for t in m.inputs)
-    return all(t.sizes in (x, ()) for m in elementwise for t in m.inputs)
+        return None
+    return _orders()[pattern].choice(order, [[t for t in m.inputs if t.sizes] for m in members], x)
 
 
 # ---- from matches to hints --------------------------------------------------------------------

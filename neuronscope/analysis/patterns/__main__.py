@@ -6,12 +6,18 @@ from __future__ import annotations
 
 from neuronscope.analysis.patterns import REGISTRY
 from neuronscope.analysis.patterns.kept import ORDERS_FILE, TEMPLATES_FILE, orders_text, templates_text
-from neuronscope.analysis.patterns.spelling import op_orders, order_shapes, templates
+from neuronscope.analysis.patterns.spelling import op_orders, order_shapes, templates, vector_choices
 
 
 def main() -> None:
     declared = [p for p in REGISTRY if p.spellings]
-    ORDERS_FILE.write_text(orders_text({p.name: op_orders(p.spellings) for p in declared}, {p.name: order_shapes(p.spellings) for p in declared}))
+    ORDERS_FILE.write_text(
+        orders_text(
+            {p.name: op_orders(p.spellings) for p in declared},
+            {p.name: order_shapes(p.spellings) for p in declared},
+            {p.name: vector_choices(p.spellings) for p in declared},
+        )
+    )
     matched = {}
     for p in REGISTRY:
         spellings = getattr(p.match, "derived_from", None)  # set by the generic matcher only

@@ -335,8 +335,7 @@ ATTENTION = Pattern(
     name="attention",
     match=match_attention,
     spellings=SPELLINGS,
-    sequence_shapes="any",
     suggest=_suggest,
     cost_excludes=MATMULS,
-    sequence_params=_sequence_params,
+    params=lambda choice, members: _sequence_params(members),  # its own reading of op order, not its choice
 )

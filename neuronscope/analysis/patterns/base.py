@@ -4,7 +4,7 @@ small graph helpers the matchers are written with.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,28 +21,32 @@ __all__ = [
     "SOFTMAXES",
     "Match",
     "Pattern",
-    "const_of",
     "dims",
     "input_from",
     "is_float",
-    "is_scalar_pow",
     "line_of",
     "match_lines",
     "match_location",
-    "only_big",
-    "param_like",
     "root_value",
-    "same_value",
-    "single_consumer",
     "softmax_on_last_dim",
-    "square_of",
 ]
+
+#: What an equivalent call needs that the evidence did not show: the user carries it over.
+UNKNOWN_EPS = "<the eps your code uses>"
+UNKNOWN_WEIGHT = "<weight, if your code multiplies by one>"
+UNKNOWN_BIAS = "<bias, if your code adds one>"
+
+
+def param_text(present: bool | None, name: str, unknown: str) -> str:
+    """An affine parameter as a suggested call passes it: ``name``, ``None``, or ``unknown``
+    (a trace without shapes cannot tell)."""
+    return unknown if present is None else (name if present else "None")
+
 
 CASTS = frozenset({"to", "_to_copy", "type_as", "float", "half", "bfloat16", "double"})
 ROOTS = frozenset({"rsqrt", "sqrt", "reciprocal"})
 MATMULS = frozenset({"matmul", "bmm", "einsum", "baddbmm", "mm"})
 SOFTMAXES = frozenset({"softmax", "_softmax"})
-
 
 
 @dataclass
@@ -70,9 +74,11 @@ class Pattern:
     - ``match(graph, node)``: the idiom anchored at ``node`` in a data-flow graph, or None;
       ``find(graph, claimed)`` instead for an idiom found over the whole graph at once.
     - ``spellings``: how code writes it, in PyTorch; the op orders a trace file (op order, no
-      data flow) shows for it are derived from them; none: not from a trace.
-      ``sequence_shapes`` says how the ops' input shapes must relate there (``"row"``:
-      ``x``, its per-row statistic and a weight; ``"rotary"``; ``"same"``; ``"any"``).
+      data flow) shows for it are derived from them, with how its ops' inputs relate to its
+      ``x`` and the choice of the spelling that ran them; none: not from a trace.
+    - ``params(choice, nodes)``: what a match by op order says (a norm's weight, a
+      softmax's dim), from the choice of the spelling it fits (a value not known: None) and
+      its ops; the graph matcher of a declared idiom says it from the same function.
     - ``fused_passes``: passes over its input the fused form makes (the cost model's input).
     - ``suggest(match, backend)``: the replacement, as a call equivalent to the code in hand.
     - ``verify(hint, x, device)``: the chain and its replacement rebuilt for ``hint.verify()``;
@@ -85,7 +91,7 @@ class Pattern:
     suggest: Callable[[Match, str], str]
     match: Callable[[OpGraph, OpNode], Match | None] | None = None
     find: Callable[[OpGraph, set[int]], Iterable[Match]] | None = None
-    sequence_shapes: str = "same"
+    params: Callable[[Mapping[str, Any], list[OpNode]], dict[str, Any]] | None = None
     fused_passes: int = 1
     verify: Callable[[Evidence, Any, Any], Builders] | None = None
     exact_only: bool = False
@@ -98,8 +104,6 @@ class Pattern:
     #: Whether torch has an eager fused replacement; False: the fused form is torch.compile's,
     #: and the cost model charges compiled code's entry cost.
     eager_replacement: bool = True
-    #: Facts a trace match records (gelu: approximate), from its op names.
-    sequence_params: Callable[[list[OpNode]], dict[str, Any]] | None = None
     #: Occurrences on other input shapes are other hints (each is costed, and verified, at its
     #: own shape); False: one idiom whatever its shapes (rotary's q and k, of other head counts
     #: under grouped-query attention, are one line of code and one fused call).
@@ -107,12 +111,6 @@ class Pattern:
 
 
 # ---- small graph helpers ------------------------------------------------------------------
-
-
-def only_big(n: OpNode) -> int | None:
-    """Position of the single dimensioned tensor input (others are 0-dim scalars), or None."""
-    big = n.big_inputs()
-    return big[0] if len(big) == 1 else None
 
 
 def softmax_on_last_dim(nodes: Iterable[OpNode]) -> bool:
@@ -129,11 +127,7 @@ def softmax_on_last_dim(nodes: Iterable[OpNode]) -> bool:
     return True
 
 
-def is_scalar_pow(n: OpNode, *exps: float) -> bool:
-    return n.op == "pow" and any(isinstance(s, (int, float)) and not isinstance(s, bool) and s in exps for s in n.scalars)
-
-
-def root_value(g: OpGraph, n: OpNode, k: int, trail: list[OpNode] | None = None) -> tuple[int, int]:
+def root_value(g: OpGraph, n: OpNode, k: int) -> tuple[int, int]:
     """Identity of input ``k`` after stripping casts (``x.to(float32)`` is still ``x``)."""
     key, p = n.value(k)
     seen = 0
@@ -141,46 +135,9 @@ def root_value(g: OpGraph, n: OpNode, k: int, trail: list[OpNode] | None = None)
         c = g.nodes[p]
         if c.op not in CASTS or not c.inputs:
             break
-        if trail is not None:
-            trail.append(c)
         key, p = c.value(0)
         seen += 1
     return (key, p)
-
-
-def same_value(g: OpGraph, a: OpNode, ak: int, b: OpNode, bk: int) -> bool:
-    return root_value(g, a, ak) == root_value(g, b, bk)
-
-
-def square_of(g: OpGraph, sq: OpNode | None) -> tuple[OpNode, int] | None:
-    """For ``pow(t, 2)``, ``square(t)`` or ``t * t``: (node, position of t)."""
-    if sq is None:
-        return None
-    if sq.op == "square" or is_scalar_pow(sq, 2, 2.0):
-        return (sq, 0) if sq.inputs else None
-    if sq.op == "mul" and len(sq.inputs) == 2 and sq.value(0) == sq.value(1):
-        return (sq, 0)
-    return None
-
-
-def param_like(g: OpGraph, n: OpNode, k: int, extra: list[OpNode]) -> bool:
-    """Is input ``k`` a parameter (made by no op in the capture), or one cheap elementwise op
-    on parameters (Gemma's ``1 + weight``), which then joins ``extra``?"""
-    p = n.producers[k]
-    if p < 0:
-        return True
-    pn = g.nodes[p]
-    if pn.elementwise and all(q < 0 for q in pn.producers) and len(pn.consumers) == 1:
-        extra.append(pn)
-        return True
-    return False
-
-
-def single_consumer(g: OpGraph, n: OpNode) -> OpNode | None:
-    """The one op that reads ``n``'s output, not counting ops that made nothing from it
-    (``.to()`` of the same dtype, views)."""
-    cons = {c for c in n.consumers if g.nodes[c].writes}
-    return g.nodes[next(iter(cons))] if len(cons) == 1 else None
 
 
 def input_from(n: OpNode, producer: OpNode) -> int | None:
@@ -199,15 +156,6 @@ def dims(m: Match) -> str:
     """The last dim of the idiom's input, for a suggestion's normalized_shape."""
     x = m.x
     return str(x.sizes[-1]) if x is not None and x.sizes else "d"
-
-
-def const_of(nodes: Iterable[OpNode], op: str) -> float | None:
-    """The Python number the user passed to the first ``op`` among ``nodes`` (an observation
-    pass records them), or None."""
-    for n in nodes:
-        if n.op == op and n.consts:
-            return n.consts[0]
-    return None
 
 
 def line_of(loc: str) -> int:

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from neuronscope.analysis.opgraph import OpNode
@@ -63,14 +63,12 @@ def _suggest(m: Match, backend: str) -> str:
     return "use torch.nn.functional.gelu(x)"
 
 
-def _sequence_params(members: list[OpNode]) -> dict[str, Any]:
-    return {"approximate": "tanh" if any(m.op == "tanh" for m in members) else "none"}
-
-
 #: GELU anchored at its last op (the product with the halved x, or the halving after it).
-match_gelu = graph_matcher(
-    "gelu", SPELLINGS, lambda choice, nodes: {"approximate": "tanh" if any(n.op == "tanh" for n in nodes) else "none"}
-)
+def _params(choice: Mapping[str, Any], nodes: list[OpNode]) -> dict[str, Any]:
+    return {"approximate": "tanh" if any(n.op == "tanh" for n in nodes) else "none"}
+
+
+match_gelu = graph_matcher("gelu", SPELLINGS, _params)
 
 GELU = Pattern(
     name="gelu",
@@ -78,5 +76,5 @@ GELU = Pattern(
     spellings=SPELLINGS,
     suggest=_suggest,
     verify=builder(SPELLINGS, _replacement),
-    sequence_params=_sequence_params,
+    params=_params,
 )

@@ -13,12 +13,13 @@ from types import MappingProxyType
 from typing import Any
 
 from neuronscope.analysis.opgraph import TensorArg
-from neuronscope.analysis.patterns.spelling import ShapeSig, TemplateOp, shape_fits
+from neuronscope.analysis.patterns.spelling import OrderShapes, ShapeSig, TemplateOp, merged_choice, shape_fits
 
 __all__ = [
     "COMMUTATIVE",
     "ORDERS_FILE",
     "TEMPLATES_FILE",
+    "KeptOrders",
     "Orders",
     "Templates",
     "kept_orders",
@@ -29,10 +30,12 @@ __all__ = [
 
 #: The op orders of every idiom, derived from the spellings and kept with the package, so that
 #: reading a trace file needs no torch (importing it costs seconds): one line per order,
-#: ``pattern<TAB>op op ...<TAB>own flags<TAB>shapes`` (flags 1: the idiom's op, 0: a side op;
-#: shapes: the order's :func:`~.spelling.order_shapes`, each op's arguments joined by ``,``,
-#: ops by ``/`` (``-``: a side op), alternatives by a space). Rebuilt by ``python -m
-#: neuronscope.analysis.patterns``; a test checks it is what the spellings run.
+#: ``pattern<TAB>op op ...<TAB>own flags<TAB>shapes<TAB>choices<TAB>vector choices`` (flags 1:
+#: the idiom's op, 0: a side op; shapes: the order's :func:`~.spelling.order_shapes`, each op's
+#: arguments joined by ``,``, ops by ``/`` (``-``: a side op), alternatives by a space; choices:
+#: a JSON list, the choice of each alternative; vector choices: the idiom's
+#: :func:`~.spelling.vector_choices`). Rebuilt by ``python -m neuronscope.analysis.patterns``;
+#: a test checks it is what the spellings run.
 ORDERS_FILE = Path(__file__).with_name("op_orders.txt")
 
 
@@ -44,37 +47,51 @@ def _sig_of(text: str) -> ShapeSig:
     return tuple(None if op == "-" else tuple(a for a in op.split(",") if a) for op in text.split("/"))
 
 
+#: What an idiom's op orders are kept as: its op orders with their own flags, their shapes
+#: and choices, and its vector choices.
+KeptOrders = tuple[Mapping[tuple[str, ...], tuple[bool, ...]], OrderShapes, frozenset[str]]
+
+
 def orders_text(
-    derived: Mapping[str, Mapping[tuple[str, ...], tuple[bool, ...]]],
-    shapes: Mapping[str, Mapping[tuple[str, ...], frozenset[ShapeSig]]],
+    derived: Mapping[str, Mapping[tuple[str, ...], tuple[bool, ...]]], shapes: Mapping[str, OrderShapes], vectors: Mapping[str, frozenset[str]]
 ) -> str:
-    """The text of :data:`ORDERS_FILE` for ``derived`` (pattern -> its :func:`op_orders`) and
-    ``shapes`` (pattern -> its :func:`order_shapes`)."""
-    lines = [
-        f"{name}\t{' '.join(order)}\t{''.join('1' if own else '0' for own in flags)}"
-        f"\t{' '.join(sorted(map(_sig_text, shapes[name][order])))}"
-        for name, orders in derived.items()
-        for order, flags in sorted(orders.items())
-    ]
+    """The text of :data:`ORDERS_FILE` for ``derived`` (pattern -> its :func:`op_orders`),
+    ``shapes`` (pattern -> its :func:`order_shapes`) and ``vectors`` (pattern -> its
+    :func:`vector_choices`)."""
+    import json
+
+    lines = []
+    for name, orders in derived.items():
+        for order, flags in sorted(orders.items()):
+            sigs = sorted(shapes[name][order].items(), key=lambda kv: _sig_text(kv[0]))
+            choices = json.dumps([dict(c) for _, c in sigs], separators=(",", ":"), sort_keys=True)
+            lines.append(
+                f"{name}\t{' '.join(order)}\t{''.join('1' if own else '0' for own in flags)}"
+                f"\t{' '.join(_sig_text(sig) for sig, _ in sigs)}\t{choices}\t{' '.join(sorted(vectors[name]))}"
+            )
     return "\n".join(lines) + "\n"
 
 
 @functools.cache
-def kept_orders() -> Mapping[str, tuple[Mapping[tuple[str, ...], tuple[bool, ...]], Mapping[tuple[str, ...], frozenset[ShapeSig]]]]:
-    """The op orders and their shapes :data:`ORDERS_FILE` keeps, by pattern (empty where it
-    is missing)."""
-    found: dict[str, tuple[dict[tuple[str, ...], tuple[bool, ...]], dict[tuple[str, ...], frozenset[ShapeSig]]]] = {}
+def kept_orders() -> Mapping[str, KeptOrders]:
+    """The op orders, their shapes and choices :data:`ORDERS_FILE` keeps, by pattern (empty
+    where it is missing)."""
+    import json
+
+    found: dict[str, tuple[dict[tuple[str, ...], tuple[bool, ...]], dict[tuple[str, ...], Mapping[ShapeSig, Mapping[str, Any]]], str]] = {}
     try:
         text = ORDERS_FILE.read_text()
     except OSError:
         return MappingProxyType({})
     for line in text.splitlines():
-        name, ops, flags, sigs = line.split("\t")
-        orders, shapes = found.setdefault(name, ({}, {}))
+        name, ops, flags, sigs, choices, vectors = line.split("\t")
+        orders, shapes, _ = found.setdefault(name, ({}, {}, vectors))
         order = tuple(ops.split())
         orders[order] = tuple(c == "1" for c in flags)
-        shapes[order] = frozenset(map(_sig_of, sigs.split(" ")))
-    return MappingProxyType({name: (MappingProxyType(o), MappingProxyType(sh)) for name, (o, sh) in found.items()})
+        shapes[order] = MappingProxyType(dict(zip(map(_sig_of, sigs.split(" ")), map(MappingProxyType, json.loads(choices)))))
+    return MappingProxyType({
+        name: (MappingProxyType(o), MappingProxyType(sh), frozenset(v.split())) for name, (o, sh, v) in found.items()
+    })
 
 
 #: The graph templates of the idioms matched on them (see :func:`templates`), kept with the
@@ -148,9 +165,10 @@ def _one_storage_each(options: list[list[list[tuple[str, int]]]], bound: dict[st
 class Orders:
     """The op orders of one idiom, as the op-order matcher asks about them."""
 
-    def __init__(self, orders: Mapping[tuple[str, ...], tuple[bool, ...]], shapes: Mapping[tuple[str, ...], frozenset[ShapeSig]]) -> None:
+    def __init__(self, orders: Mapping[tuple[str, ...], tuple[bool, ...]], shapes: OrderShapes, vectors: frozenset[str]) -> None:
         self.orders = orders
         self.shapes = shapes
+        self.vectors = vectors
         self.lengths = sorted({len(o) for o in self.orders}, reverse=True)
         self.words = frozenset(w for o in self.orders for w in o)
         self.firsts = frozenset(o[0] for o in self.orders)
@@ -172,18 +190,24 @@ class Orders:
                 return i + n
         return None
 
-    def shaped(self, order: tuple[str, ...], inputs: list[list[TensorArg]], x: tuple[int, ...]) -> bool:
-        """Do the ops of ``order``, with these recorded dimensioned inputs each, relate to ``x``
-        as in one of the spellings that run it? As the graph matcher asks it, without links:
-        each of the idiom's ops takes as many dimensioned tensors as the spelling's, each
-        shaped as the spelling's relates to its ``x`` (either order for ``add`` and ``mul``),
-        and where storages were recorded (a live capture), what the spelling reads twice (its
-        ``x``, an op's output) is one storage: ``y * rsqrt(mean(x ** 2))`` is no RMSNorm."""
-        for sig in self.shapes.get(order, ()):
+    def unshaped(self, order: tuple[str, ...]) -> dict[str, Any]:
+        """The choice of every spelling that runs ``order``, its vector choices not known: what
+        ops whose shapes were not recorded show."""
+        return {**merged_choice(self.shapes.get(order, {}).values()), **dict.fromkeys(self.vectors)}
+
+    def choice(self, order: tuple[str, ...], inputs: list[list[TensorArg]], x: tuple[int, ...]) -> dict[str, Any] | None:
+        """The spelling choice the ops of ``order`` show, with these recorded dimensioned inputs
+        each, relating to ``x`` as in the spellings that run it; None: they relate as in none. As the graph matcher asks it, without links: each of the
+        idiom's ops takes as many dimensioned tensors as the spelling's, each shaped as the
+        spelling's relates to its ``x`` (either order for ``add`` and ``mul``), and where
+        storages were recorded (a live capture), what the spelling reads twice (its ``x``, an
+        op's output) is one storage: ``y * rsqrt(mean(x ** 2))`` is no RMSNorm."""
+        fitting = []
+        for sig, choice in self.shapes.get(order, {}).items():
             options = [_readings(op, rel, got, x) for op, rel, got in zip(order, sig, inputs) if rel is not None]
             if all(options) and _one_storage_each(options, {}):
-                return True
-        return False
+                fitting.append(choice)
+        return merged_choice(fitting) if fitting else None
 
     def search(self, tokens: list[str], i: int) -> tuple[int, int] | None:
         """The first order at ``tokens[i]`` or after, as (start, end of the longest there)."""

@@ -4,66 +4,51 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from neuronscope.analysis.opgraph import OpGraph, OpNode
-from neuronscope.analysis.patterns.base import Match, Pattern, dims
-from neuronscope.analysis.patterns.norm import UNKNOWN_BIAS, UNKNOWN_EPS, UNKNOWN_WEIGHT, match_norm, param_text
+from neuronscope.analysis.opgraph import OpNode
+from neuronscope.analysis.patterns.base import UNKNOWN_BIAS, UNKNOWN_EPS, UNKNOWN_WEIGHT, Match, Pattern, dims, param_text
+from neuronscope.analysis.patterns.matcher import graph_matcher
 from neuronscope.analysis.patterns.spelling import Spelling, builder
 
 __all__ = ["LAYER_NORM"]
 
-def _spelling(t: Any, stats: str, root: str, weight: bool, bias: bool) -> Any:
+def _spelling(t: Any, stats: str, root: str, weight: bool, bias: bool, square: str = "pow", eps: str = "inside", late: bool = False) -> Any:
     """LayerNorm as models write it: BERT's TF-style ``(x - u) / sqrt(mean((x - u)^2) + eps)``
-    (``x - u`` once or twice), ``mean`` and ``var`` or ``var_mean`` with ``rsqrt`` or ``sqrt``
-    (the centring before or after the root), the Annotated Transformer's ``a * (x - mean) /
-    (std + eps) + b``."""
+    (``x - u`` once or twice, squared by ``pow`` or ``d * d``), ``mean`` and ``var`` or
+    ``var_mean`` with ``rsqrt`` or ``sqrt`` (the centring before or, ``late``, after the root),
+    the eps inside the root or added to it, the Annotated Transformer's ``a * (x - mean) /
+    (std + eps) + b`` (or no eps)."""
     import torch
 
     x = t.x
     if stats == "std":  # the weight multiplies the centred x, before the division
         mean, std = x.mean(-1, keepdim=True), x.std(-1, keepdim=True, correction=t.correction)
         y = t.weight * (x - mean) if weight else x - mean
-        y = y / (std + t.eps)
+        y = y / (std + t.eps) if eps == "outside" else y / std
         return y + t.bias if bias else y
     if stats in ("centred", "centred_twice"):
         mean = x.mean(-1, keepdim=True)
         centred = x - mean
-        var = centred.pow(2).mean(-1, keepdim=True)
+        var = (centred.pow(2) if square == "pow" else centred * centred).mean(-1, keepdim=True)
         if stats == "centred_twice":
             centred = x - mean
-    elif stats == "var_mean":
-        var, mean = torch.var_mean(x, dim=-1, keepdim=True, correction=t.correction)
-        centred = x - mean
     else:
-        mean, var = x.mean(-1, keepdim=True), x.var(-1, keepdim=True, correction=t.correction)
-        centred = x - mean
+        if stats == "var_mean":
+            var, mean = torch.var_mean(x, dim=-1, keepdim=True, correction=t.correction)
+        else:
+            mean, var = x.mean(-1, keepdim=True), x.var(-1, keepdim=True, correction=t.correction)
+        centred = None if late else x - mean
     if root == "rsqrt":
-        y = centred * torch.rsqrt(var + t.eps)
-    elif root == "rsqrt_first":  # the root, then the centring: ``rsqrt(var + eps) * (x - mean)``
-        inv = torch.rsqrt(var + t.eps)
-        y = (x - mean) * inv
+        r = torch.rsqrt(var + t.eps)
     else:
-        y = centred / torch.sqrt(var + t.eps)
+        r = torch.sqrt(var) + t.eps if eps == "outside" else torch.sqrt(var + t.eps)
+    centred = x - mean if centred is None else centred
+    y = centred * r if root == "rsqrt" else centred / r
     y = y * t.weight if weight else y
     return y + t.bias if bias else y
-
-
-def _late(t: Any, **choice: Any) -> Any:
-    """Like :func:`_spelling` with the centring written where it is used (after the root)."""
-    import torch
-
-    x = t.x
-    if choice["stats"] == "var_mean":
-        var, mean = torch.var_mean(x, dim=-1, keepdim=True, correction=t.correction)
-    else:
-        mean, var = x.mean(-1, keepdim=True), x.var(-1, keepdim=True, correction=t.correction)
-    root = torch.rsqrt(var + t.eps) if choice["root"] == "rsqrt" else torch.sqrt(var + t.eps)
-    y = (x - mean) * root if choice["root"] == "rsqrt" else (x - mean) / root
-    y = y * t.weight if choice["weight"] else y
-    return y + t.bias if choice["bias"] else y
 
 
 def _replacement(t: Any, weight: bool, bias: bool, **_: Any) -> tuple[str, Callable[[], Any]]:
@@ -75,16 +60,44 @@ def _replacement(t: Any, weight: bool, bias: bool, **_: Any) -> tuple[str, Calla
 
 
 _AFFINE = MappingProxyType({"weight": (False, True), "bias": (False, True)})
+_CENTRED = MappingProxyType({"stats": ("centred", "centred_twice"), "square": ("pow", "mul")})
+_VECTORS = ("weight", "bias")
 SPELLINGS = (
-    Spelling(_spelling, {"stats": ("centred", "centred_twice", "var", "var_mean"), "root": ("rsqrt", "sqrt"), **_AFFINE}),
-    Spelling(_spelling, {"stats": ("std",), "root": ("none",), **_AFFINE}),
-    Spelling(_late, {"stats": ("var", "var_mean"), "root": ("rsqrt", "sqrt"), **_AFFINE}),
+    Spelling(_spelling, {**_CENTRED, "root": ("rsqrt", "sqrt"), **_AFFINE}, vectors=_VECTORS),
+    Spelling(_spelling, {"stats": ("var", "var_mean"), "root": ("rsqrt", "sqrt"), **_AFFINE}, vectors=_VECTORS),
+    Spelling(_spelling, {**_CENTRED, "root": ("sqrt",), "eps": ("outside",), **_AFFINE}, vectors=_VECTORS),
+    Spelling(_spelling, {"stats": ("std",), "root": ("none",), "eps": ("outside", "none"), **_AFFINE}, vectors=_VECTORS),
+    Spelling(_spelling, {"stats": ("var", "var_mean"), "root": ("rsqrt", "sqrt"), "late": (True,), **_AFFINE}, vectors=_VECTORS),
 )
 
+#: The statistics of a spread: the op whose recorded arguments say what it subtracts from N.
+_SPREADS = frozenset({"var", "std", "var_mean"})
 
-def _match(g: OpGraph, n: OpNode) -> Match | None:
-    m = match_norm(g, n)
-    return m if m is not None and m.pattern == "layer_norm" else None
+
+def _params(choice: Mapping[str, Any], nodes: list[OpNode]) -> dict[str, Any]:
+    """The weight and bias the spelling applies, where its eps is (the matcher reads its value
+    from the add that takes it), and what the spread's op subtracts from N."""
+    params: dict[str, Any] = {"weight": choice["weight"], "bias": choice["bias"]}  # None: not known
+    if choice.get("eps") == "outside":
+        params["eps_outside_root"] = True  # (std + eps): layer_norm takes sqrt(var + eps)
+    correction = next((_correction(n) for n in nodes if n.op in _SPREADS), 0)
+    if correction:  # x.var() / x.std() default to N - 1: not layer_norm's variance
+        params["unbiased"] = True
+        params["correction"] = correction
+    return params
+
+
+def _correction(spread: OpNode) -> float:
+    """What a ``var`` / ``std`` / ``var_mean`` subtracts from N (1 by default: N - 1), from the
+    arguments the profiler recorded after the dims: ``unbiased`` (a bool) or ``correction``
+    (a number; None is the default, 1); else from the number the user passed, where an
+    observation recorded it. 0 where nothing was recorded."""
+    if len(spread.scalars) >= 3:
+        flag = spread.scalars[1]
+        if isinstance(flag, bool):
+            return 1 if flag else 0
+        return 1 if flag is None else float(flag) if isinstance(flag, (int, float)) else 0
+    return 0
 
 
 def _suggest(m: Match, backend: str) -> str:
@@ -114,30 +127,12 @@ def _differences(m: Match) -> str:
     return "; not identical: " + "; ".join(notes) if notes else ""
 
 
-def _sequence_params(members: list[OpNode]) -> dict[str, Any]:
-    """What a trace's shapes show of the norm: a weight is a multiply, a bias an add, with a
-    1-D operand of the last dim's size, in whatever order the code applies them (the eps add
-    works on the per-row statistic and a scalar). The eps is not in a trace (a 0-dim tensor to
-    the profiler). Without shapes, both unknown (None)."""
-    x = members[0].inputs[0].sizes if members[0].inputs else None
-    if not x or len(x) < 2 or not all(n.inputs for n in members):
-        # A 1-D x is itself of the last dim's size: its own ops would read as a weight and bias.
-        return {"weight": None, "bias": None}
-    row = (x[-1],)
-
-    def applies_vector(op: str) -> bool:
-        return any(n.op == op and any(t.sizes == row for t in n.inputs) for n in members)
-
-    return {"weight": applies_vector("mul"), "bias": applies_vector("add")}
-
-
 LAYER_NORM = Pattern(
     name="layer_norm",
-    match=_match,
+    match=graph_matcher("layer_norm", SPELLINGS, _params),
     spellings=SPELLINGS,
-    sequence_shapes="row",
+    params=_params,
     fused_passes=2,
     suggest=_suggest,
     verify=builder(SPELLINGS, _replacement),
-    sequence_params=_sequence_params,
 )

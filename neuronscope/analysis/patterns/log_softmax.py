@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import SimpleNamespace
 from typing import Any
 
@@ -65,7 +65,7 @@ _READS = ({"loss": (None,), "dim": DIMS}, {"loss": ("gather", "nll_loss"), "dim"
 SPELLINGS = tuple(Spelling(_spelling, {**form, **reads}) for form in _FORMS for reads in _READS)
 
 
-def _params(choice: Any, nodes: list[OpNode]) -> dict[str, Any]:
+def _params(choice: Mapping[str, Any], nodes: list[OpNode]) -> dict[str, Any]:
     """The dim (a loss reads rows: the last), and the op of the loss where there is one."""
     if choice["loss"]:
         return {"dim": -1, "loss": nodes[-1].op}
@@ -84,21 +84,12 @@ def _suggest(m: Match, backend: str) -> str:
     return f"use torch.nn.functional.log_softmax(x, dim={dim_text})"
 
 
-def _sequence_params(members: list[OpNode]) -> dict[str, Any]:
-    """A trace's log-softmax: over the last dim where shapes were recorded, else not known."""
-    params: dict[str, Any] = {"dim": -1} if all(m.inputs for m in members) else {}
-    if members[-1].op in LOSSES:
-        params["loss"] = members[-1].op
-    return params
-
-
 LOG_SOFTMAX = Pattern(
     name="log_softmax",
     match=match_log_softmax,
     spellings=SPELLINGS,
-    sequence_shapes="row",
+    params=_params,
     fused_passes=2,
     suggest=_suggest,
     verify=builder(SPELLINGS, _replacement),
-    sequence_params=_sequence_params,
 )

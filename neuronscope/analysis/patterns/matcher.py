@@ -14,7 +14,8 @@ last op and walked back through the producers of its inputs:
   example tensors' values;
 - shapes relate to ``x`` as the spelling's did (a per-row statistic is ``x`` with its reduced
   dim 1: a sum over another dim, or over two, is another template or none; an example tensor the
-  spelling declares broadcast, such as rotary's ``cos``, is not checked), and an op's output
+  spelling declares broadcast, such as rotary's ``cos``, is not checked, one it declares a
+  vector, such as a norm's weight, is 1-D of ``x``'s last dim), and an op's output
   the template takes as it is is not read through a view there (``e.sum(-2).transpose(...)``
   has a per-row statistic's shape on a square ``x``, not its dims).
 
@@ -30,7 +31,7 @@ from typing import Any
 from neuronscope.analysis.opgraph import VIEW_OPS, OpGraph, OpNode, TensorArg
 from neuronscope.analysis.patterns.base import Match, root_value
 from neuronscope.analysis.patterns.kept import COMMUTATIVE, kept_templates
-from neuronscope.analysis.patterns.spelling import Spelling, TemplateOp, shape_fits, shape_relation, templates
+from neuronscope.analysis.patterns.spelling import Spelling, TemplateOp, relation_of, shape_fits, templates
 
 __all__ = ["graph_matcher"]
 
@@ -38,12 +39,12 @@ __all__ = ["graph_matcher"]
 class _Walk:
     """One attempt to find a template anchored at a node."""
 
-    def __init__(self, g: OpGraph, ops: tuple[TemplateOp, ...], broadcast: frozenset[str]) -> None:
-        self.g, self.ops, self.broadcast = g, ops, broadcast
+    def __init__(self, g: OpGraph, ops: tuple[TemplateOp, ...], relation: Callable[[tuple[str, Any, bool], tuple[int, ...]], str]) -> None:
+        self.g, self.ops, self.relation = g, ops, relation
         self.assign: dict[int, OpNode] = {}
         self.bound: dict[str, list[Any]] = {}  # name -> [value, impl or None, TensorArg]
         self.sides: list[tuple[Any, int]] = []
-        self.shapes: list[tuple[tuple[int, ...], tuple[int, ...]]] = []  # (template's, capture's)
+        self.shapes: list[tuple[str, tuple[int, ...]]] = []  # (the template's relation to x, the capture's shape)
 
     def _state(self) -> tuple[Any, ...]:
         return dict(self.assign), {k: list(v) for k, v in self.bound.items()}, list(self.sides), list(self.shapes)
@@ -70,8 +71,7 @@ class _Walk:
 
     def arg(self, ref: tuple[str, Any, bool], node: OpNode, k: int, shape: tuple[int, ...]) -> bool:
         kind, name, direct = ref
-        if name not in self.broadcast:
-            self.shapes.append((shape, node.inputs[k].sizes))
+        self.shapes.append((self.relation(ref, shape), node.inputs[k].sizes))
         if kind == "op":
             p = self.g.producer(node, k)
             if p is None or (direct and any(v.op in VIEW_OPS and p.index in v.producers for v in self.g.nodes[p.index + 1 : node.index])):
@@ -102,7 +102,17 @@ class _Walk:
     def shaped(self) -> bool:
         """Every shape the template relates to ``x`` relates so to the capture's ``x``."""
         x = self.bound.get("x")
-        return x is None or all(_fits(ts, cs, x[2].sizes) for ts, cs in self.shapes)
+        return x is None or all(shape_fits(rel, cs, x[2].sizes) for rel, cs in self.shapes)
+
+    def named(self) -> dict[str, float]:
+        """The named parameters' values (an eps), read from the ops that take them where an
+        observation recorded the user's numbers for them."""
+        found: dict[str, float] = {}
+        for j, node in self.assign.items():
+            for name, k, count in self.ops[j].named:
+                if len(node.consts) == count:
+                    found.setdefault(name, node.consts[k])
+        return found
 
 
 def _same_numbers(template: tuple[float, ...], recorded: tuple[float, ...]) -> bool:
@@ -113,19 +123,13 @@ def _same_numbers(template: tuple[float, ...], recorded: tuple[float, ...]) -> b
     return len(template) == len(recorded) and all(math.isclose(a, b, rel_tol=1e-3) for a, b in zip(sorted(template), sorted(recorded)))
 
 
-def _fits(template: tuple[int, ...], capture: tuple[int, ...], x: tuple[int, ...]) -> bool:
-    """Does ``capture`` relate to the capture's ``x`` as ``template`` to the example ``x``: dim
-    for dim (from the last) the same, or 1 where the template's is 1? A template shape not of
-    that form (another rank, a matmul's) is not checked."""
-    return shape_fits(shape_relation(template), capture, x)
-
-
 def graph_matcher(
     pattern: str, spellings: tuple[Spelling, ...], params: Callable[[Mapping[str, Any], list[OpNode]], dict[str, Any]]
 ) -> Callable[[OpGraph, OpNode], Match | None]:
     """The ``match(graph, node)`` of an idiom: its largest spelling template anchored at
     ``node``, as a :class:`~.base.Match` of ``pattern`` whose ``x`` is the capture's tensor for
-    the spelling's ``x`` and whose params are ``params(choice, nodes)``. The templates are those
+    the spelling's ``x`` and whose params are the named parameters the matched ops took (:meth:`_Walk.named`) and
+    ``params(choice, nodes)``. The templates are those
     kept with the package (:data:`~.kept.TEMPLATES_FILE`), else derived on first use."""
 
     def match(g: OpGraph, n: OpNode) -> Match | None:
@@ -142,7 +146,10 @@ def graph_matcher(
         return None
 
     by_last: dict[str, list[tuple[tuple[TemplateOp, ...], Mapping[str, Any]]]] = {}
-    broadcast = frozenset(name for s in spellings for name in s.broadcast)
+    declared = Spelling(lambda t: None, broadcast=tuple(n for s in spellings for n in s.broadcast), vectors=tuple(n for s in spellings for n in s.vectors))
+
+    def relation(ref: tuple[str, Any, bool], shape: tuple[int, ...]) -> str:
+        return relation_of(declared, ref, shape)
 
     def anchored(op: str) -> list[tuple[tuple[TemplateOp, ...], Mapping[str, Any]]]:
         """The templates ending in ``op``, largest first (derived on first use)."""
@@ -161,11 +168,11 @@ def graph_matcher(
             last = ops[-1]
             if len(last.args) != len(big) or any(r[0] == "op" and ops[r[1]].op not in made_by for r in last.args):
                 continue  # the anchor's inputs are not made by the ops the template's are
-            walk = _Walk(g, ops, broadcast)
+            walk = _Walk(g, ops, relation)
             if walk.op(len(ops) - 1, n) and len(walk.assign) == sum(op.own for op in ops) and walk.distinct() and walk.shaped():
                 nodes = sorted((walk.assign[j] for j, op in enumerate(ops) if op.own), key=lambda m: m.index)
                 x: TensorArg | None = walk.bound["x"][2] if "x" in walk.bound else None
-                return Match(pattern, nodes, x, params(choice, nodes))
+                return Match(pattern, nodes, x, {**walk.named(), **params(choice, nodes)})
         return None
 
     match.derived_from = spellings  # type: ignore[attr-defined]  # what keeping its templates runs

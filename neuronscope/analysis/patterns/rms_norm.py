@@ -1,30 +1,38 @@
 """RMSNorm written out: ``x * rsqrt(mean(x**2) + eps) * weight``, in the spellings real
-models use (casts to float32 and back, ``pow(2)`` or ``x*x``, ``1/sqrt``, Gemma's ``1 + weight``).
+models use (casts to float32 and back, ``pow(2)`` or ``x*x``, ``1/sqrt``, Gemma's ``1 + weight``,
+the RMS from a vector norm).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any
 
-from neuronscope.analysis.opgraph import OpGraph, OpNode
-from neuronscope.analysis.patterns.base import Match, Pattern, dims
-from neuronscope.analysis.patterns.norm import UNKNOWN_EPS, UNKNOWN_WEIGHT, match_norm, param_text
+from neuronscope.analysis.opgraph import OpNode
+from neuronscope.analysis.patterns.base import UNKNOWN_EPS, UNKNOWN_WEIGHT, Match, Pattern, dims, param_text
+from neuronscope.analysis.patterns.matcher import graph_matcher
 from neuronscope.analysis.patterns.spelling import Spelling, builder
 
 __all__ = ["RMS_NORM"]
 
-def _spelling(t: Any, square: str, root: str, weight: str | None, cast: str | None) -> Any:
+def _spelling(t: Any, root: str, weight: str, cast: str | None, square: str = "pow") -> Any:
     """RMSNorm as models write it: Llama and T5 (``pow``, ``rsqrt``, cast to float32 and back
     before ``weight * h``), ``x * x`` or ``square``, ``x / sqrt(...)``, ``x * (1 / sqrt(...))``,
-    Gemma's ``h * (1 + weight)`` cast back after it."""
+    Gemma's ``h * (1 + weight)`` cast back after it; or the RMS as a vector norm scaled by
+    ``d ** -0.5``, the eps added to it (as some lucidrains models write it)."""
     import torch
 
     x = t.x
     h = x.float() if cast else x
-    sq = {"pow": lambda: h.pow(2), "square": lambda: h.square(), "mul": lambda: h * h}[square]()
-    ms = sq.mean(-1, keepdim=True) + t.eps
-    if root == "rsqrt":
+    if root == "norm":
+        ms = h.norm(2, dim=-1, keepdim=True) * (h.shape[-1] ** -0.5) + t.eps
+    else:
+        sq = {"pow": lambda: h.pow(2), "square": lambda: h.square(), "mul": lambda: h * h}[square]()
+        ms = sq.mean(-1, keepdim=True) + t.eps
+    if root == "norm":
+        h = h / ms
+    elif root == "rsqrt":
         h = h * torch.rsqrt(ms)
     elif root == "sqrt":
         h = h / torch.sqrt(ms)
@@ -43,24 +51,25 @@ def _replacement(t: Any, weight: str | None, **_: Any) -> tuple[str, Callable[[]
     import torch
 
     def fused() -> Any:
-        w = None if weight is None else t.weight if weight == "weight" else 1.0 + t.weight
+        w = None if weight == "none" else t.weight if weight == "weight" else 1.0 + t.weight
         return torch.rms_norm(t.x, (t.x.shape[-1],), w, t.eps)
 
     return "torch.rms_norm", fused
 
 
+_WEIGHTS = MappingProxyType({"weight": ("none", "weight", "1 + weight"), "cast": (None, "before weight", "after weight")})
 SPELLINGS = (
-    Spelling(
-        _spelling,
-        {"square": ("pow", "square", "mul"), "root": ("rsqrt", "sqrt", "reciprocal"),
-         "weight": (None, "weight", "1 + weight"), "cast": (None, "before weight", "after weight")},
-    ),
+    Spelling(_spelling, {"square": ("pow", "square", "mul"), "root": ("rsqrt", "sqrt", "reciprocal"), **_WEIGHTS}, vectors=("weight",)),
+    Spelling(_spelling, {"root": ("norm",), **_WEIGHTS}, vectors=("weight",)),
 )
 
 
-def _match(g: OpGraph, n: OpNode) -> Match | None:
-    m = match_norm(g, n)
-    return m if m is not None and m.pattern == "rms_norm" else None
+def _params(choice: Mapping[str, Any], nodes: list[OpNode]) -> dict[str, Any]:
+    """The weight as the spelling applies it (None: not known; the eps the matcher reads from
+    the add that takes it)."""
+    weight = choice["weight"]
+    plus_one = {"weight_plus_one": True} if weight == "1 + weight" else {}
+    return {"weight": None if weight is None else weight != "none", "bias": False, **plus_one}
 
 
 def _suggest(m: Match, backend: str) -> str:
@@ -73,33 +82,12 @@ def _suggest(m: Match, backend: str) -> str:
     return f"use torch.nn.functional.rms_norm(x, ({dims(m)},), {weight}, {eps_text}) (or torch.compile the module)"
 
 
-def _sequence_params(members: list[OpNode]) -> dict[str, Any]:
-    """What a trace's op order and shapes show of the norm: a weight is a multiply after the
-    normalising one with a 1-D operand of the last dim's size; the eps is not in a trace (a
-    0-dim tensor to the profiler), so it stays unknown. Without shapes, a trailing multiply
-    may or may not be a weight: unknown (None)."""
-    roots = [i for i, n in enumerate(members) if n.op in ("rsqrt", "sqrt")]
-    after = members[roots[0] + 1 :] if roots else []
-    norming = next((i for i, n in enumerate(after) if n.op in ("mul", "div")), None)
-    trailing = [n for n in after[norming + 1 :] if n.op in ("mul", "add")] if norming is not None else []
-    if not trailing:
-        return {"weight": False}
-    x = members[0].inputs[0].sizes if members[0].inputs else None
-    if not x or not all(n.inputs for n in trailing):
-        return {"weight": None}
-    # Gemma's ``x * (1 + weight)``: an add on a 1-D operand of the last dim's size alone.
-    plus_one = any(n.op == "add" and all(len(t.sizes) <= 1 for t in n.inputs) for n in trailing)
-    weight = any(len(t.sizes) == 1 and t.sizes[0] == x[-1] for n in trailing for t in n.inputs)
-    return {"weight": weight, **({"weight_plus_one": True} if plus_one and weight else {})}
-
-
 RMS_NORM = Pattern(
     name="rms_norm",
-    match=_match,
+    match=graph_matcher("rms_norm", SPELLINGS, _params),
     spellings=SPELLINGS,
-    sequence_shapes="row",
+    params=_params,
     fused_passes=2,
     suggest=_suggest,
     verify=builder(SPELLINGS, _replacement),
-    sequence_params=_sequence_params,
 )

@@ -41,7 +41,6 @@ ROTARY_EMBEDDING = Pattern(
     name="rotary_embedding",
     match=graph_matcher("rotary_embedding", SPELLINGS, lambda choice, nodes: {}),
     spellings=SPELLINGS,
-    sequence_shapes="rotary",
     suggest=_suggest,
     eager_replacement=False,
     one_hint_per_shape=False,

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from neuronscope.analysis.opgraph import OpNode
@@ -29,6 +30,11 @@ def _spelling(t: Any, activation: str, up: str | None) -> Any:
 SPELLINGS = (Spelling(_spelling, {"activation": ("silu", "gelu", "sigmoid"), "up": (None, "linear", "matmul")}, side=("up", "proj")),)
 
 
+def _params(choice: Mapping[str, Any], nodes: list[OpNode]) -> dict[str, Any]:
+    """Which activation: ``gate * sigmoid(gate)`` is SiLU written out."""
+    return {"activation": "gelu" if choice["activation"] == "gelu" else "silu"}
+
+
 def _suggest(m: Match, backend: str) -> str:
     act = m.params.get("activation", "silu")
     name = "GeGLU" if act == "gelu" else "SwiGLU"
@@ -36,17 +42,12 @@ def _suggest(m: Match, backend: str) -> str:
     return f"torch.compile the MLP block ({act}(gate) * up), or {kernel}"
 
 
-def _sequence_params(members: list[OpNode]) -> dict[str, Any]:
-    """A trace's GLU: which activation, from its op names."""
-    return {"activation": "gelu" if members[0].op == "gelu" else "silu"}
-
-
 SILU_MUL = Pattern(
     name="silu_mul",
-    match=graph_matcher("silu_mul", SPELLINGS, lambda choice, nodes: {"activation": "gelu" if choice["activation"] == "gelu" else "silu"}),
+    match=graph_matcher("silu_mul", SPELLINGS, _params),
+    params=_params,
     spellings=SPELLINGS,
     suggest=_suggest,
     verify=builder(SPELLINGS, lambda t, **_: None),  # torch has no eager fused GLU: torch.compile is the fix
     eager_replacement=False,
-    sequence_params=_sequence_params,
 )

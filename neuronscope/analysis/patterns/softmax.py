@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from neuronscope.analysis.opgraph import OpNode
@@ -36,8 +36,14 @@ def _replacement(t: Any, dim: int, **_: Any) -> tuple[str, Callable[[], Any]]:
 #: The dims a written-out softmax is matched over, counted from the end (a sum over two is none).
 DIMS = (-1, -2, -3)
 SPELLINGS = (Spelling(written_softmax, {"shift": (None, "max", "amax"), "form": ("div", "twice", "reciprocal"), "dim": DIMS}),)
+
+
+def _params(choice: Mapping[str, Any], nodes: list[OpNode]) -> dict[str, Any]:
+    return {"dim": choice["dim"]}
+
+
 #: ``exp(x - max(x)) / sum(exp(...))`` anchored at its division (or ``* (1 / sum)``).
-match_softmax = graph_matcher("softmax", SPELLINGS, lambda choice, nodes: {"dim": choice["dim"]})
+match_softmax = graph_matcher("softmax", SPELLINGS, _params)
 
 
 #: What the suggestion says where the shapes were not recorded: the user knows the dim.
@@ -49,19 +55,12 @@ def _suggest(m: Match, backend: str) -> str:
     return f"use torch.softmax(x, dim={UNKNOWN_DIM if dim is None else dim})"
 
 
-def _sequence_params(members: list[OpNode]) -> dict[str, Any]:
-    """A trace's softmax: over the last dim where shapes were recorded (the sequence's shape
-    check takes per-row statistics only), else not known."""
-    return {"dim": -1} if all(m.inputs for m in members) else {}
-
-
 SOFTMAX = Pattern(
     name="softmax",
     match=match_softmax,
     spellings=SPELLINGS,
-    sequence_shapes="row",
+    params=_params,
     fused_passes=2,
     suggest=_suggest,
     verify=builder(SPELLINGS, _replacement),
-    sequence_params=_sequence_params,
 )

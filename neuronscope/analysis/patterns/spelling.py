@@ -30,17 +30,21 @@ from neuronscope.capture.idioms import Builders
 
 __all__ = [
     "EXAMPLE_DIM",
+    "OrderShapes",
     "ShapeSig",
     "Spelling",
     "TemplateOp",
     "builder",
     "examples",
+    "merged_choice",
     "op_orders",
     "order_shapes",
     "recorded_ops",
+    "relation_of",
     "shape_fits",
     "shape_relation",
     "templates",
+    "vector_choices",
 ]
 
 #: The last dim of the example tensors: even (rotary halves it), and unlike their other dims,
@@ -70,6 +74,9 @@ class Spelling:
     #: other is shaped in a capture as in the spelling (a GLU's ``up`` is ``gate``'s shape: a
     #: per-channel statistic times a GELU is no GLU).
     broadcast: tuple[str, ...] = ()
+    #: Example tensors of ``x``'s last dim (a norm's weight and bias): in a capture, 1-D of the
+    #: size of its ``x``'s last dim, not any tensor that broadcasts.
+    vectors: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "choices", MappingProxyType(dict(self.choices)))  # read-only, as the record is
@@ -83,6 +90,23 @@ class Spelling:
 #: The named parameters a spelling reads from ``t`` besides tensors, at the values a derived
 #: op order does not depend on: ``verify`` sets the ones a hint recorded (its ``details``).
 PARAMETERS = MappingProxyType({"eps": 1e-6, "dim": -1, "correction": 0})
+
+
+class _Named(float):
+    """A named parameter's number as a spelling runs on it (``t.eps``): the op it reaches
+    records which of its numbers is that parameter (:attr:`TemplateOp.named`)."""
+
+    name = ""
+
+
+def _named(name: str) -> _Named:
+    made = _Named(PARAMETERS[name])
+    made.name = name
+    return made
+
+
+#: The :data:`PARAMETERS` that are numbers an op takes, as the spellings run on them.
+_NAMED = MappingProxyType({name: _named(name) for name in ("eps", "correction")})
 
 
 def examples(dtype: Any, x: Any = None, device: Any = None, **params: Any) -> SimpleNamespace:
@@ -116,7 +140,7 @@ _OP_NAMES = MappingProxyType({
     "truediv": ("div",), "rtruediv": ("reciprocal", "mul"), "rdiv": ("reciprocal", "mul"), "radd": ("add",), "rmul": ("mul",),
     "rpow": ("pow",), "rmatmul": ("matmul",), "iadd": ("add",), "imul": ("mul",), "isub": ("sub",),
     "itruediv": ("div",), "float": ("to",), "half": ("to",), "bfloat16": ("to",), "double": ("to",),
-    "nll_loss": ("nll_loss_nd",), "getitem": (), "setitem": (), "get": (),
+    "nll_loss": ("nll_loss_nd",), "norm": ("linalg_vector_norm",), "getitem": (), "setitem": (), "get": (),
 })
 
 
@@ -163,6 +187,10 @@ class TemplateOp(NamedTuple):
     shapes: tuple[tuple[int, ...], ...] = ()
     #: the Python numbers of the call, as an observation records them (see ``exact_numbers``)
     consts: tuple[float, ...] = ()
+    #: the named parameters the call takes, each (its name, its place among the call's Python
+    #: numbers, how many the call takes): where an observation recorded the user's numbers,
+    #: the parameter's value is read there
+    named: tuple[tuple[str, int, int], ...] = ()
 
 
 class _Run:
@@ -199,10 +227,13 @@ class _Run:
             first = len(ops)
             taken = [(r, tuple(a.shape)) for r, a in zip(in_refs, inputs) if r is not None and a.dim()]
             # The call's numbers as the observation pass records them (capture/observe.py).
-            nums = tuple(float(a) for a in (*args, *kwargs.values()) if isinstance(a, Real) and a.__class__ is not bool)
+            numbers: list[Any] = [a for a in (*args, *kwargs.values()) if isinstance(a, Real) and a.__class__ is not bool]
+            nums = tuple(map(float, numbers))
+            named = tuple((a.name, k, len(numbers)) for k, a in enumerate(numbers) if isinstance(a, _Named))
             for i, name in enumerate(names):  # ``1 / t``: reciprocal, then mul
                 if i == 0:
-                    ops.append(TemplateOp(name, not is_side, tuple(r for r, _ in taken), tuple(s for _, s in taken), nums if self.numbers else ()))
+                    args_ = tuple(r for r, _ in taken)
+                    ops.append(TemplateOp(name, not is_side, args_, tuple(s for _, s in taken), nums if self.numbers else (), named))
                 else:
                     ops.append(TemplateOp(name, not is_side, (("op", first + i - 1, True),), (tuple(out.shape),)))
             out_ref = ("side", "", False) if is_side else ("op", len(ops) - 1, True)
@@ -255,7 +286,7 @@ def _runs(spellings: tuple[Spelling, ...]) -> tuple[tuple[tuple[TemplateOp, ...]
     torch.set_num_threads(1)
     try:
         with torch.no_grad(), gc_paused():
-            t32, t16 = examples(torch.float32), examples(torch.bfloat16)
+            t32, t16 = examples(torch.float32, **_NAMED), examples(torch.bfloat16, **_NAMED)
             for spelling in spellings:
                 for choice in spelling.variants():
                     run = _record(spelling.fn, t32, choice, spelling.side, spelling.exact_numbers)
@@ -291,18 +322,16 @@ def templates(spellings: tuple[Spelling, ...]) -> tuple[tuple[tuple[TemplateOp, 
     """Each distinct op graph the spellings run, with the choice that ran it, the most ops
     first: what the graph matcher looks for. Choices that run the same graph on the same
     shapes (a fused softmax's dim) cannot be told apart by a match: None there, not known."""
-    found: dict[tuple[TemplateOp, ...], dict[str, Any]] = {}
+    found: dict[tuple[TemplateOp, ...], list[Mapping[str, Any]]] = {}
     for ops, choice, _ in _runs(spellings):
-        known = found.setdefault(ops, dict(choice))
-        for k, v in choice.items():
-            if known.get(k) != v:
-                known[k] = None
+        found.setdefault(ops, []).append(choice)
     ordered = sorted(found.items(), key=lambda kv: -sum(op.own for op in kv[0]))
-    return tuple((ops, MappingProxyType(choice)) for ops, choice in ordered)
+    return tuple((ops, MappingProxyType(merged_choice(choices))) for ops, choices in ordered)
 
 
 #: How one op's dimensioned inputs relate to ``x`` in a spelling: per argument, dim for dim
-#: (from the first) "T" the example ``x``'s, "F" 1; "." not of that form (another rank, a
+#: (from the first) "T" the example ``x``'s, "F" 1, "H" half of it (rotary's ``x[..., :d // 2]``);
+#: "V" ``x``'s last dim alone (a declared vector); "." not of that form (another rank, a
 #: matmul's, a tensor declared broadcast): not checked; then, for an example tensor (or a view
 #: of it), ``@`` and its name: the ops reading ``x`` read one tensor. None for an op not the
 #: idiom's own.
@@ -313,43 +342,85 @@ def shape_relation(shape: tuple[int, ...]) -> str:
     """How ``shape`` relates to the example ``x``, as :data:`ShapeSig` writes it."""
     if len(shape) != len(_EXAMPLE_X):
         return "."
-    if not all(t in (e, 1) for t, e in zip(shape, _EXAMPLE_X)):
-        return "."
-    return "".join("T" if t == e else "F" for t, e in zip(shape, _EXAMPLE_X))
+    dims = ["T" if t == e else "F" if t == 1 else "H" if 2 * t == e else "." for t, e in zip(shape, _EXAMPLE_X)]
+    return "." if "." in dims else "".join(dims)
+
+
+def relation_of(spelling: Spelling, ref: tuple[str, Any, bool], shape: tuple[int, ...]) -> str:
+    """How an argument of a spelling's op relates to ``x``, for the tensor ``ref`` names (see
+    :class:`TemplateOp`): ``V`` for a declared vector, ``.`` for a declared broadcast tensor."""
+    if ref[0] == "in" and ref[1] in spelling.vectors:
+        return "V"
+    return "." if ref[0] == "in" and ref[1] in spelling.broadcast else shape_relation(shape)
 
 
 def shape_fits(relation: str, capture: tuple[int, ...], x: tuple[int, ...]) -> bool:
-    """Does ``capture`` relate to the capture's ``x`` as ``relation`` (see :func:`shape_relation`)
-    says: dim for dim from the last the same, or 1 where the relation says F?"""
+    """Does ``capture`` relate to the capture's ``x`` as ``relation`` (see :data:`ShapeSig`)
+    says: dim for dim from the last the same, 1 where it says F, half where it says H; ``x``'s
+    last dim alone where it says V?"""
     relation = relation.partition("@")[0]
     if relation == ".":
         return True
-    pattern = [c == "T" for c in relation]
-    if len(capture) != len(x) or not all(pattern[: max(0, len(pattern) - len(x))]):
+    if relation == "V":
+        return tuple(capture) == tuple(x[-1:])
+    if len(capture) != len(x) or any(c != "T" for c in relation[: max(0, len(relation) - len(x))]):
         return False
-    pattern = pattern[max(0, len(pattern) - len(x)) :]
-    lead = len(x) - len(pattern)
-    return list(capture) == [*x[:lead], *(x[lead + i] if same else 1 for i, same in enumerate(pattern))]
+    relation = relation[max(0, len(relation) - len(x)) :]
+    lead = len(x) - len(relation)
+    want = {"T": lambda d: d, "F": lambda d: 1, "H": lambda d: d // 2 if d % 2 == 0 else -1}
+    return list(capture) == [*x[:lead], *(want[c](x[lead + i]) for i, c in enumerate(relation))]
+
+
+#: What a spelling's choice is for each way (:data:`ShapeSig`) an op order's ops can relate to
+#: ``x``, by order: a value two choices that run it so disagree on is None, not known.
+OrderShapes = Mapping[tuple[str, ...], Mapping[ShapeSig, Mapping[str, Any]]]
+
+
+def merged_choice(choices: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """One choice for several: their values where they agree, None where they do not."""
+    merged: dict[str, Any] = {}
+    for choice in choices:
+        for k, v in choice.items():
+            merged[k] = v if merged.get(k, v) == v else None
+    return merged
 
 
 @functools.cache
-def order_shapes(spellings: tuple[Spelling, ...]) -> Mapping[tuple[str, ...], frozenset[ShapeSig]]:
+def order_shapes(spellings: tuple[Spelling, ...]) -> OrderShapes:
     """For every op order of :func:`op_orders`, how its ops' inputs relate to ``x`` in the
     spellings that run it, and which of them read one tensor: what the recorded shapes (and,
-    in a live capture, storages) of an op-order match are checked against."""
+    in a live capture, storages) of an op-order match are checked against; each with the
+    choice that ran it (what the match then says: a norm's weight, a softmax's dim)."""
 
-    def arg(ref: tuple[str, Any, bool], shape: tuple[int, ...], broadcast: tuple[str, ...]) -> str:
-        relation = "." if ref[0] == "in" and ref[1] in broadcast else shape_relation(shape)
+    def arg(ref: tuple[str, Any, bool], shape: tuple[int, ...], spelling: Spelling) -> str:
+        relation = relation_of(spelling, ref, shape)
         return f"{relation}@{ref[1]}" if ref[0] == "in" else relation
 
-    found: dict[tuple[str, ...], set[ShapeSig]] = {}
-    for ops, _, spelling in _runs(spellings):
+    found: dict[tuple[str, ...], dict[ShapeSig, list[Mapping[str, Any]]]] = {}
+    for ops, choice, spelling in _runs(spellings):
         sig = tuple(
-            tuple(arg(ref, shape, spelling.broadcast) for ref, shape in zip(op.args, op.shapes)) if op.own else None
+            tuple(arg(ref, shape, spelling) for ref, shape in zip(op.args, op.shapes)) if op.own else None
             for op in ops
         )
-        found.setdefault(tuple(op.op for op in ops), set()).add(sig)
-    return MappingProxyType({order: frozenset(sigs) for order, sigs in found.items()})
+        found.setdefault(tuple(op.op for op in ops), {}).setdefault(sig, []).append(choice)
+    return MappingProxyType({
+        order: MappingProxyType({sig: MappingProxyType(merged_choice(choices)) for sig, choices in sigs.items()})
+        for order, sigs in found.items()
+    })
+
+
+@functools.cache
+def vector_choices(spellings: tuple[Spelling, ...]) -> frozenset[str]:
+    """The choices that say whether the spelling reads a declared vector (a norm's weight or
+    bias): op order alone cannot tell them (a multiply by a weight is a multiply), so a match
+    whose shapes were not recorded does not know them."""
+    reads: dict[tuple[int, str, tuple[tuple[str, Any], ...]], set[frozenset[str]]] = {}
+    for ops, choice, spelling in _runs(spellings):
+        vectors = frozenset(r[1] for op in ops for r in op.args if r[0] == "in" and r[1] in spelling.vectors)
+        for k in choice:  # the runs alike but for ``k``: do they read other vectors?
+            rest = tuple(sorted((n, v) for n, v in choice.items() if n != k))
+            reads.setdefault((id(spelling), k, rest), set()).add(vectors)
+    return frozenset(k for (_, k, _), seen in reads.items() if len(seen) > 1)
 
 
 #: An idiom's replacement: ``(t, **choice) -> (name, thunk)`` over the same example tensors

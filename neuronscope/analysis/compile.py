@@ -30,6 +30,7 @@ less):
 
 from __future__ import annotations
 
+import collections
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -49,10 +50,6 @@ _COMPILE_ID = re.compile(r"(\d+)/(\d+)")
 _RESUME = re.compile(r"^torch_dynamo_resume_in_(.+)_at_(\d+)$")
 
 
-
-# ---- 1. gathering: in the capture stage (neuronscope.capture.dynamo) ---------------------
-
-# ---- shared helpers -------------------------------------------------------------------------
 def _split_id(cid: Any) -> tuple[int, int] | None:
     m = _COMPILE_ID.search(str(cid or ""))
     return (int(m.group(1)), int(m.group(2))) if m else None
@@ -60,20 +57,14 @@ def _split_id(cid: Any) -> tuple[int, int] | None:
 
 def _display_function(co_name: str | None) -> str | None:
     """``g`` for ``g``, and ``g (after the graph break at line 6)`` for Dynamo's resume frames."""
-    if not co_name:
-        return None
-    m = _RESUME.match(co_name)
-    if m:
-        return f"{m.group(1)} (after the graph break at line {m.group(2)})"
-    return co_name
+    m = _RESUME.match(co_name or "")
+    return f"{m.group(1)} (after the graph break at line {m.group(2)})" if m else co_name or None
 
 
 def _owner(co_name: str | None) -> str | None:
     """The user's function a frame belongs to: a resume frame's is the function it resumes."""
-    if not co_name:
-        return None
-    m = _RESUME.match(co_name)
-    return m.group(1) if m else co_name
+    m = _RESUME.match(co_name or "")
+    return m.group(1) if m else co_name or None
 
 
 def compiled_label(compile_id: str, functions: dict[str, dict[str, Any]] | None, graph: bool = False) -> str:
@@ -86,22 +77,12 @@ def compiled_label(compile_id: str, functions: dict[str, dict[str, Any]] | None,
 
 def _region_events(table: EventTable) -> dict[str, int]:
     """Compile id -> number of ``Torch-Compiled Region`` events in the capture."""
-    seen: dict[str, int] = {}
-    for name in table.names:
-        if name.startswith(REGION_PREFIX):
-            m = REGION.match(name)
-            if m:
-                seen[m.group(1)] = seen.get(m.group(1), 0) + 1
-    return seen
+    regions = (REGION.match(name) for name in table.names if name.startswith(REGION_PREFIX))
+    return collections.Counter(m.group(1) for m in regions if m)
 
 
 def _op_by_name(summary: Summary | None, name: str) -> OpStat | None:
-    if summary is None:
-        return None
-    for op in summary.ops:
-        if op.name == name:
-            return op
-    return None
+    return next((op for op in summary.ops if op.name == name), None) if summary is not None else None
 
 
 # ---- 2. rules -------------------------------------------------------------------------------
@@ -143,26 +124,24 @@ _RECOMPILE_KINDS: tuple[tuple[str, tuple[str, ...], str], ...] = (
         ),
     ),
 )
-_GENERIC_RECOMPILE = "a guard failed: keep what it checks the same between calls (TORCH_LOGS=recompiles prints them)"
+_GUARD = ("guard", "a guard failed: keep what it checks the same between calls (TORCH_LOGS=recompiles prints them)")
+
+
+def _kind_of(reason: str) -> tuple[str, str]:
+    """The kind of guard that ``reason`` says failed, and the advice for it."""
+    for kind, needles, advice in _RECOMPILE_KINDS:
+        if any(n in reason for n in needles):
+            return kind, advice
+    return _GUARD
 
 
 def _recompile_kind(reasons: list[str]) -> tuple[str, list[str]]:
     """The most common kind among ``reasons`` (the latest on a tie), and the advice for each
     kind present, most common first."""
-    kinds: list[tuple[str, str]] = []
-    for r in reasons:
-        for kind, needles, advice in _RECOMPILE_KINDS:
-            if any(n in r for n in needles):
-                kinds.append((kind, advice))
-                break
-        else:
-            kinds.append(("guard", _GENERIC_RECOMPILE))
-    if not kinds:
-        return "guard", [_GENERIC_RECOMPILE]
-    counts: dict[str, int] = {}
-    for kind, _ in kinds:
-        counts[kind] = counts.get(kind, 0) + 1
-    order = sorted(counts, key=lambda k: (counts[k], max(i for i, (kk, _) in enumerate(kinds) if kk == k)), reverse=True)
+    kinds = [_kind_of(r) for r in reasons] or [_GUARD]
+    counts = collections.Counter(kind for kind, _ in kinds)
+    latest = {kind: i for i, (kind, _) in enumerate(kinds)}
+    order = sorted(counts, key=lambda k: (counts[k], latest[k]), reverse=True)
     advice_by_kind = dict(kinds)
     return order[0], [advice_by_kind[k] for k in order]
 
@@ -268,7 +247,8 @@ def _graph_break_hints(fx: dict[str, Any], table: EventTable, summary: Summary |
         return entry
 
     # (a) breaks crossed at run time: each call of a resume frame enters one more graph.
-    for cid, count in _region_events(table).items():
+    regions = _region_events(table)
+    for cid, count in regions.items():
         info = functions.get(cid) or {}
         m = _RESUME.match(info.get("function") or "")
         if not m:
@@ -293,16 +273,13 @@ def _graph_break_hints(fx: dict[str, Any], table: EventTable, summary: Summary |
             entry = site(None, None, reason, None)
             entry["reason"] = reason
             entry["compiled_in_capture"] += count
-    seen = _region_events(table)
     hints = []
     for e in sites.values():
-        file = e["file"]
-        loc = _location(file, e["line"]) if file else None
-        fn = e["function"]
+        file, fn = e["file"], e["function"]
         # The op-table rows of the function's own (first) graph, where it ran in the capture.
         parents = [
             compiled_label(cid, functions)
-            for cid in seen
+            for cid in regions
             if (functions.get(cid) or {}).get("function") == fn and (functions.get(cid) or {}).get("file") == file
         ]
         reason = e["reason"] or "reason not recorded (TORCH_LOGS=graph_breaks prints it)"
@@ -320,7 +297,7 @@ def _graph_break_hints(fx: dict[str, Any], table: EventTable, summary: Summary |
                     f"of the compiled function or replace it with something Dynamo traces "
                     f"(torch.compile(fullgraph=True) turns the break into an error that names it)"
                 ),
-                location=loc,
+                location=_location(file, e["line"]),
                 confidence="measured",
                 details={
                     "function": fn,

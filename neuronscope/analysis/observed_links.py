@@ -9,11 +9,14 @@ takes a capture's graph whole from it where the capture ran the very ops observe
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from neuronscope.analysis.dataflow import graph_from_profiler, user_ops
 from neuronscope.analysis.opgraph import OpGraph, OpNode, TensorArg
 from neuronscope.events import EventTable
+
+if TYPE_CHECKING:
+    from neuronscope.capture.observe import Observation
 
 __all__ = [
     "graph_from_observation",
@@ -57,13 +60,17 @@ def graph_with_observation(graph: OpGraph, observed: OpGraph) -> OpGraph:
         n.consts, n.within = o.consts, o.within
         if o.location is not None:
             n.location = o.location
-    for n in graph.nodes:
-        for p in n.producers:
-            if p >= 0:
-                graph.nodes[p].consumers.append(n.index)
+    _link_consumers(graph.nodes)
     graph.linking = "exact"
     return graph
 
+
+def _link_consumers(nodes: list[OpNode]) -> None:
+    """Each op's consumers, from the producers of the ops that read it."""
+    for n in nodes:
+        for p in n.producers:
+            if p >= 0:
+                nodes[p].consumers.append(n.index)
 
 
 def lines_from_observation(graph: OpGraph, observed: OpGraph) -> OpGraph:
@@ -95,6 +102,7 @@ def _aligned(graph: OpGraph, observed: OpGraph) -> dict[int, int]:
         for d in range(block.size):
             to_capture[block.b + d] = block.a + d
     return to_capture
+
 
 def graph_from_observation(observed: OpGraph, table: EventTable) -> OpGraph | None:
     """A capture's graph taken whole from the observation of an earlier call, where the capture
@@ -137,10 +145,7 @@ def graph_from_observation(observed: OpGraph, table: EventTable) -> OpGraph | No
                 event=o.event, consts=o.consts, within=o.within, writes=o.writes,
             )
         )
-    for n in nodes:
-        for p in n.producers:
-            if p >= 0:
-                nodes[p].consumers.append(n.index)
+    _link_consumers(nodes)
     return OpGraph(nodes, "exact", has_device=table.has_device)
 
 
@@ -176,20 +181,12 @@ def _in_order(recorded: list[tuple[int, ...]], observed: list[tuple[int, ...]]) 
     return all(any(r == o for o in it) for r in recorded)
 
 
-def observed_graph(observation: Any) -> OpGraph | None:
+def observed_graph(observation: Observation | None) -> OpGraph | None:
     """The exact graph of an observation pass (:class:`~neuronscope.capture.observe.Observation`),
     or None when there is none or it recorded no linkable ops."""
-    prof = getattr(observation, "profiler", None)
-    if prof is None:
+    if observation is None or observation.profiler is None:
         return None
-    cached = getattr(observation, "graph", None)
-    if isinstance(cached, OpGraph):
-        return cached  # every capture of a name shares its observation: built once
-    graph = graph_from_profiler(prof, None)
-    if graph is None or graph.linking != "exact":
-        return None
-    try:
-        observation.graph = graph
-    except AttributeError:
-        pass
-    return graph
+    if observation.graph is None:  # every capture of a name shares its observation: built once
+        observation.graph = graph_from_profiler(observation.profiler, None)
+    graph = observation.graph
+    return graph if graph is not None and graph.linking == "exact" else None

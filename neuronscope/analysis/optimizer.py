@@ -44,9 +44,9 @@ def has_optimizer_steps(table: EventTable) -> bool:
 def optimizer_steps(g: OpGraph, table: EventTable) -> dict[str, list[list[int]]]:
     """The update ops of each optimizer step (in the ``Optimizer.step#AdamW.step`` ranges
     torch.optim records), a list per step, by optimizer class name."""
-    ranges: dict[str, list[tuple[int, int, int]]] = {}
     if not has_optimizer_steps(table):
         return {}
+    ranges: dict[str, list[tuple[int, int, int]]] = {}
     for i, name in enumerate(table.names):
         if name.startswith(OPTIMIZER_STEP_PREFIX) and table.kinds[i] == KIND_ANNOTATION:
             cls = name[len(OPTIMIZER_STEP_PREFIX) :].split(".", 1)[0]
@@ -112,8 +112,7 @@ def optimizer_hints(g: OpGraph, steps: dict[str, list[list[int]]], backend: str,
     this process runs the capture's device."""
     hints: list[Hint] = []
     for cls, updates in steps.items():
-        # Step by step: the in-place state links one step's update to the next one's. Chains
-        # of 0-dim tensors only (the step counters) are bookkeeping, not the update.
+        # Step by step: the in-place state links one step's update to the next one's.
         chains = [m for update in updates for m in _update_chains(g, update)]
         if len(chains) < MIN_OPTIMIZER_CHAINS:
             continue
@@ -125,9 +124,8 @@ def optimizer_hints(g: OpGraph, steps: dict[str, list[list[int]]], backend: str,
         # Bounded by the fused optimizer itself, timed here on parameters of the update's
         # shapes: the profiled op times carry the profiler's per-op overhead, which neither
         # form pays (Mixtral's AdamW, CPU: 3.6 ms estimated from them, 2.0 ms measured).
-        timed = None
-        if cls in FUSED_OPTIMIZERS:
-            timed = fused_optimizer_saving_ns(cls, _parameter_shapes(g, updates[0]), _dtype(chains), backend)
+        # None for a class without a fused form: none is kept for it.
+        timed = fused_optimizer_saving_ns(cls, _parameter_shapes(g, updates[0]), _dtype(chains), backend)
         if timed is not None:
             saving_ns = min(saving_ns, max(timed, 0.0) * len(updates))
         if saving_ns < MIN_SAVING_NS:

@@ -7,6 +7,7 @@ The hints on the same facts are :mod:`.compile`'s.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -59,17 +60,17 @@ def _graph_owners(table: EventTable) -> dict[str, str]:
 
 def _merged(a: OpStat, b: OpStat) -> OpStat:
     """``a`` with ``b``'s calls and times added (device times where both have one)."""
+
+    def added(x: float | None, y: float | None) -> float | None:
+        return x + y if x is not None and y is not None else x
+
     return dataclasses.replace(
         a,
         calls=a.calls + b.calls,
         self_cpu_us=a.self_cpu_us + b.self_cpu_us,
         cpu_total_us=a.cpu_total_us + b.cpu_total_us,
-        self_device_us=a.self_device_us + b.self_device_us
-        if a.self_device_us is not None and b.self_device_us is not None
-        else a.self_device_us,
-        device_total_us=a.device_total_us + b.device_total_us
-        if a.device_total_us is not None and b.device_total_us is not None
-        else a.device_total_us,
+        self_device_us=added(a.self_device_us, b.self_device_us),
+        device_total_us=added(a.device_total_us, b.device_total_us),
     )
 
 
@@ -92,37 +93,27 @@ def labelled_compiled_ops(
     So self times still add up to the capture, as for every other row, and the fused work
     sits under a name that says which function it is. Dynamo's bookkeeping ranges of a
     compile that ran in the capture (``build_guards_data: compile_id=0/1`` ...) are dropped
-    from ``regions``: they hold no ops, and the compile hints carry the compile time. Where the function is not known (a
-    trace file, or a compile no longer in Dynamo's records) the name keeps the compile id
-    only.
+    from ``regions``: they hold no ops, and the compile hints carry the compile time. Where
+    the function is not known (a trace file, or a compile no longer in Dynamo's records) the
+    name keeps the compile id only.
     """
-    if not any(REGION.match(op.name) or _GRAPH.match(op.name) for op in ops):
-        # No compiled code among the ops, so none in any region either (a region's ops are
-        # among them): nothing to rename, only Dynamo's bookkeeping ranges to drop.
-        return list(ops), {name: region for name, region in regions.items() if not _COMPILE_DATA.match(name)}
     functions = (fx or {}).get("functions") or {}
     owners = _graph_owners(table) if any(o.name.startswith("## Call CompiledFxGraph") for o in ops) else {}
-    renames: dict[str, str | None] = {}  # None: the name stays
 
+    @functools.cache  # None: the name stays
     def new_name(name: str) -> str | None:
-        if name in renames:
-            return renames[name]
-        label = None
         m = REGION.match(name)
         if m:
-            label = compiled_label(m.group(1), functions)
-        else:
-            g = _GRAPH.match(name)
-            if g:
-                owner = owners.get(g.group(1))
-                if owner is None:
-                    label = f"compiled graph: [{g.group(1)[:8]}]"
-                elif owner == "backward":
-                    label = f"compiled graph: backward [{g.group(1)[:8]}]"
-                else:
-                    label = compiled_label(owner, functions, graph=True)
-        renames[name] = label
-        return label
+            return compiled_label(m.group(1), functions)
+        g = _GRAPH.match(name)
+        if g is None:
+            return None
+        owner = owners.get(g.group(1))
+        if owner is None:
+            return f"compiled graph: [{g.group(1)[:8]}]"
+        if owner == "backward":
+            return f"compiled graph: backward [{g.group(1)[:8]}]"
+        return compiled_label(owner, functions, graph=True)
 
     def relabel(ops: list[OpStat]) -> list[OpStat]:
         merged: dict[str, int] = {}  # label -> its row's index in out

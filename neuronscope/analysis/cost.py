@@ -214,21 +214,15 @@ def full_size(nodes: list[OpNode]) -> list[bool]:
 def model_text(pattern: str, backend: str, *, bound: str, from_trace: bool = False) -> str:
     """The estimate's model in words, for the hint's details. ``bound``: ``"measured"`` (the
     estimate was bounded by this machine's kept constants, or on a CPU never calibrated the
-    shipped defaults, :func:`grounded_saving_ns`),
-    ``"no_shapes"`` (it could have been, but the ops' shapes were not recorded),
-    ``"uncalibrated"`` (it could have been, but no constants are kept here) or ``"none"``
-    (no such bound applies); ``from_trace``: the capture is a trace file, whose machine need
-    not be this one."""
+    shipped defaults, :func:`grounded_saving_ns`), ``"no_shapes"`` (it could have been, but the
+    ops' shapes were not recorded) or any other (no such bound applies: a CPU always has
+    constants, the kept ones or the defaults); ``from_trace``: the capture is a trace file,
+    whose machine need not be this one."""
     text = f"sum(op times) - {fused_passes(pattern)} pass(es) x median full-size op time, per call, from each op's median over the calls"
     if bound == "no_shapes":
         return text + (
             "; an upper bound: not bounded by this device's measured costs, as the ops' shapes were not recorded "
             "(capture with record_shapes=True), and profiled op times carry the profiler's own per-op overhead"
-        )
-    if bound == "uncalibrated":
-        return text + (
-            "; an upper bound: profiled op times carry the profiler's own per-op overhead, and this machine's costs "
-            "are not kept (run `neuronscope calibrate` once to bound estimates by them)"
         )
     if bound != "measured" or not measured_here(backend):
         return text

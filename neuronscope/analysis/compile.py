@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import collections
 import re
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from neuronscope.result.hint import Hint
@@ -212,6 +213,21 @@ def _recompile_hints(fx: dict[str, Any]) -> list[Hint]:
     return hints
 
 
+@dataclass
+class _Break:
+    """One graph break, as its hint reports it."""
+
+    file: Any
+    line: Any
+    function: Any
+    reason: str | None
+    calls: int = 0  # crossings at run time: calls of the frame after the break
+    compiled_in_capture: int = 0
+    graphs: list[str] = field(default_factory=list)
+    overhead_us: float = 0.0
+    time_us: float = 0.0
+
+
 def _graph_break_hints(fx: dict[str, Any], table: EventTable, summary: Summary | None) -> list[Hint]:
     functions: dict[str, dict[str, Any]] = fx.get("functions", {})
     # Break records by every user frame on their stack, the innermost (the break itself) last,
@@ -223,28 +239,17 @@ def _graph_break_hints(fx: dict[str, Any], table: EventTable, summary: Summary |
         by_frame[(rec.get("file"), rec.get("line"))] = rec
     # One entry per break: keyed by its record (where it broke) where one is known, else by the
     # resume frame's file and line.
-    sites: dict[tuple[Any, ...], dict[str, Any]] = {}
+    sites: dict[tuple[Any, ...], _Break] = {}
 
-    def site(rec: dict[str, Any] | None, file: Any, line: Any, fn: Any) -> dict[str, Any]:
+    def site(rec: dict[str, Any] | None, file: Any, line: Any, fn: Any) -> _Break:
         if rec is not None:
             key: tuple[Any, ...] = ("record", rec.get("file"), rec.get("line"), rec.get("reason"))
             file, line, fn = rec.get("file"), rec.get("line"), rec.get("function") or fn
         else:
             key = ("resume", file, line)
-        entry = sites.get(key)
-        if entry is None:
-            entry = sites[key] = {
-                "file": file,
-                "line": line,
-                "function": fn,
-                "reason": None if rec is None else rec.get("reason"),
-                "calls": 0,
-                "compiled_in_capture": 0,
-                "graphs": [],
-                "overhead_us": 0.0,
-                "time_us": 0.0,
-            }
-        return entry
+        if key not in sites:
+            sites[key] = _Break(file, line, fn, None if rec is None else rec.get("reason"))
+        return sites[key]
 
     # (a) breaks crossed at run time: each call of a resume frame enters one more graph.
     regions = _region_events(table)
@@ -255,56 +260,55 @@ def _graph_break_hints(fx: dict[str, Any], table: EventTable, summary: Summary |
             continue
         file, line = info.get("file"), int(m.group(2))
         entry = site(by_frame.get((file, line)), file, line, m.group(1))
-        entry["calls"] += count
-        entry["graphs"].append(compiled_label(cid, functions))
+        entry.calls += count
+        entry.graphs.append(compiled_label(cid, functions))
         op = _op_by_name(summary, REGION_PREFIX + cid)
         if op is not None:
             # Entering one more compiled graph: Dynamo's own time around it, as measured.
-            entry["overhead_us"] += op.self_cpu_us
-            entry["time_us"] += op.cpu_total_us
+            entry.overhead_us += op.self_cpu_us
+            entry.time_us += op.cpu_total_us
     # (b) breaks compiled during the capture (the counters moved).
     counted = set()
     for rec in fx.get("break_records", []):
         entry = site(rec, rec.get("file"), rec.get("line"), rec.get("function"))
-        entry["compiled_in_capture"] += rec.get("count", 1)
+        entry.compiled_in_capture += rec.get("count", 1)
         counted.add(rec.get("reason"))
     for reason, count in fx.get("graph_breaks", {}).items():
         if reason not in counted:  # a counter with no record: the location is unknown
             entry = site(None, None, reason, None)
-            entry["reason"] = reason
-            entry["compiled_in_capture"] += count
+            entry.reason = reason
+            entry.compiled_in_capture += count
     hints = []
     for e in sites.values():
-        file, fn = e["file"], e["function"]
+        file, fn = e.file, e.function
         # The op-table rows of the function's own (first) graph, where it ran in the capture.
         parents = [
             compiled_label(cid, functions)
             for cid in regions
             if (functions.get(cid) or {}).get("function") == fn and (functions.get(cid) or {}).get("file") == file
         ]
-        reason = e["reason"] or "reason not recorded (TORCH_LOGS=graph_breaks prints it)"
-        crossings = e["calls"] or e["compiled_in_capture"]
+        reason = e.reason or "reason not recorded (TORCH_LOGS=graph_breaks prints it)"
         hints.append(
             Hint(
                 kind="graph_break",
                 pattern="graph_break",
-                ops=(parents or ([f"compiled: {fn}"] if fn else [])) + e["graphs"],
-                calls=crossings,
-                time_us=e["time_us"],
-                est_saving_us=e["overhead_us"],
+                ops=(parents or ([f"compiled: {fn}"] if fn else [])) + e.graphs,
+                calls=e.calls or e.compiled_in_capture,
+                time_us=e.time_us,
+                est_saving_us=e.overhead_us,
                 suggestion=(
                     f"{fn or 'a compiled function'} breaks into separate graphs here: {reason}; move that code out "
                     f"of the compiled function or replace it with something Dynamo traces "
                     f"(torch.compile(fullgraph=True) turns the break into an error that names it)"
                 ),
-                location=_location(file, e["line"]),
+                location=_location(file, e.line),
                 confidence="measured",
                 details={
                     "function": fn,
                     "reason": reason,
-                    "crossings_in_capture": e["calls"],
-                    "compiled_in_capture": e["compiled_in_capture"],
-                    "graphs": e["graphs"],
+                    "crossings_in_capture": e.calls,
+                    "compiled_in_capture": e.compiled_in_capture,
+                    "graphs": e.graphs,
                 },
             )
         )

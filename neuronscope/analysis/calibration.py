@@ -18,13 +18,13 @@ for it are the capture stage's (:mod:`neuronscope.capture.machine`, beside ``hin
 from __future__ import annotations
 
 import functools
-import itertools
 import json
-import math
 import os
 import time
 from pathlib import Path
 from typing import Any, NamedTuple
+
+import numpy as np
 
 from neuronscope.analysis.patterns import REGISTRY, pattern_named
 
@@ -67,18 +67,16 @@ class DeviceCosts(NamedTuple):
     def bytes_per_ns(self, nbytes: int) -> float:
         """Bandwidth for tensors of ``nbytes``: interpolated in log size between the measured
         sizes, the nearest one outside them."""
-        points = self.bandwidth
-        if nbytes <= points[0][0]:
-            return points[0][1]
-        for (s0, b0), (s1, b1) in itertools.pairwise(points):
-            if nbytes <= s1:
-                w = math.log(nbytes / s0) / math.log(s1 / s0)
-                return b0 + w * (b1 - b0)
-        return points[-1][1]
+        return float(self._rates([nbytes])[0])
 
     def moved_ns(self, tensors: list[int]) -> float:
         """Time to write each of ``tensors`` (bytes) and read it back once."""
-        return sum(2 * b / self.bytes_per_ns(b) for b in tensors)
+        sizes = np.asarray(tensors, dtype=np.float64)
+        return float(np.sum(2 * sizes / self._rates(sizes)))
+
+    def _rates(self, sizes: Any) -> np.ndarray:
+        known, rates = zip(*self.bandwidth)
+        return np.interp(np.log(np.maximum(sizes, 1)), np.log(known), rates)
 
 
 class Calibration(NamedTuple):

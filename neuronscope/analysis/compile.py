@@ -1,15 +1,9 @@
-"""torch.compile inside a capture: recompiles, graph breaks, compilation, and readable op names.
+"""torch.compile inside a capture: ``recompile``, ``graph_break`` and ``compile`` hints.
 
-Three parts, in pipeline order:
-
-1. Gathering (called by the capture engine, :class:`neuronscope.region._Session`):
-   :func:`~neuronscope.capture.dynamo.snapshot` before the profiler starts and :func:`facts` after it stops read Dynamo's
-   own records and return plain data for ``AnalysisContext.extra["compile"]``. Nothing is
-   imported: when the program has not imported ``torch._dynamo``, nothing was compiled.
-2. Rules: :func:`compile_hints` turns the facts and the captured events into ``recompile``,
-   ``graph_break`` and ``compile`` hints.
-3. Naming: :func:`~neuronscope.analysis.compiled_names.labelled_compiled_ops` gives the compiled
-   code's rows in the op table names a person reads (in :mod:`.compiled_names`).
+:func:`compile_hints` turns Dynamo's records, as the capture stage gathered them
+(:mod:`neuronscope.capture.dynamo`, in ``AnalysisContext.extra["compile"]``), and the captured
+events into hints. The op table's names for compiled code, which the hints use too, are the
+result's (:mod:`neuronscope.result.compiled_names`).
 
 What torch exposes (read on torch 2.13; ``getattr`` everywhere, so older versions just give
 less):
@@ -35,6 +29,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from neuronscope.result.compiled_names import REGION, REGION_PREFIX, RESUME, compiled_label
 from neuronscope.result.hint import Hint
 from neuronscope.result.stats import OpStat
 
@@ -43,12 +38,9 @@ if TYPE_CHECKING:
     from neuronscope.events import EventTable
     from neuronscope.result.summary import Summary
 
-__all__ = ["REGION", "compile_hints", "compiled_label"]
+__all__ = ["compile_hints"]
 
-REGION_PREFIX = "Torch-Compiled Region: "
-REGION = re.compile(r"^Torch-Compiled Region: (\d+/\d+)")
 _COMPILE_ID = re.compile(r"(\d+)/(\d+)")
-_RESUME = re.compile(r"^torch_dynamo_resume_in_(.+)_at_(\d+)$")
 
 
 def _split_id(cid: Any) -> tuple[int, int] | None:
@@ -56,24 +48,10 @@ def _split_id(cid: Any) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
-def _display_function(co_name: str | None) -> str | None:
-    """``g`` for ``g``, and ``g (after the graph break at line 6)`` for Dynamo's resume frames."""
-    m = _RESUME.match(co_name or "")
-    return f"{m.group(1)} (after the graph break at line {m.group(2)})" if m else co_name or None
-
-
 def _owner(co_name: str | None) -> str | None:
     """The user's function a frame belongs to: a resume frame's is the function it resumes."""
-    m = _RESUME.match(co_name or "")
+    m = RESUME.match(co_name or "")
     return m.group(1) if m else co_name or None
-
-
-def compiled_label(compile_id: str, functions: dict[str, dict[str, Any]] | None, graph: bool = False) -> str:
-    """The op-table name of a compiled region (or, with ``graph``, of its compiled graph)."""
-    info = (functions or {}).get(compile_id) or {}
-    fn = _display_function(info.get("function"))
-    head = "compiled graph" if graph else "compiled"
-    return f"{head}: {fn} [{compile_id}]" if fn else f"{head}: [{compile_id}]"
 
 
 def _region_events(table: EventTable) -> dict[str, int]:
@@ -255,7 +233,7 @@ def _graph_break_hints(fx: dict[str, Any], table: EventTable, summary: Summary |
     regions = _region_events(table)
     for cid, count in regions.items():
         info = functions.get(cid) or {}
-        m = _RESUME.match(info.get("function") or "")
+        m = RESUME.match(info.get("function") or "")
         if not m:
             continue
         file, line = info.get("file"), int(m.group(2))

@@ -1,7 +1,9 @@
 """Readable names for torch.compile's rows in the op table: ``Torch-Compiled Region: 0/0`` and
 ``## Call CompiledFxGraph <hash> ##`` renamed after the user's function they compiled
 (:func:`labelled_compiled_ops`), and Dynamo's bookkeeping ranges dropped from the regions.
-The hints on the same facts are :mod:`.compile`'s.
+The pipeline builds the result's op table with them after the hint rules, which read torch's
+own names; the hints on the same facts (:mod:`neuronscope.analysis.compile`) name compiled
+code as the table does, with :func:`compiled_label`.
 """
 
 from __future__ import annotations
@@ -11,18 +13,36 @@ import functools
 import re
 from typing import TYPE_CHECKING, Any
 
-from neuronscope.analysis.compile import REGION, compiled_label
 from neuronscope.events.table import COMPILED_CODE_PREFIXES
 from neuronscope.result.stats import OpStat, RegionStat
 
 if TYPE_CHECKING:
     from neuronscope.events import EventTable
 
-__all__ = ["labelled_compiled_ops"]
+__all__ = ["REGION", "REGION_PREFIX", "RESUME", "compiled_label", "labelled_compiled_ops"]
 
+REGION_PREFIX = "Torch-Compiled Region: "
+#: Dynamo's region around one call of compiled code; its compile id ("F/A": frame F, attempt A).
+REGION = re.compile(r"^Torch-Compiled Region: (\d+/\d+)")
+#: The frame Dynamo compiles for the rest of a function after a graph break at a line.
+RESUME = re.compile(r"^torch_dynamo_resume_in_(.+)_at_(\d+)$")
 _GRAPH = re.compile(r"^## Call CompiledFxGraph (\w+) ##$")
 _BACKWARD = "CompiledFunctionBackward"
 _COMPILE_DATA = re.compile(r"^\S+_data: (?:.*, )?compile_id=\S+$")
+
+
+def _display_function(co_name: str | None) -> str | None:
+    """``g`` for ``g``, and ``g (after the graph break at line 6)`` for Dynamo's resume frames."""
+    m = RESUME.match(co_name or "")
+    return f"{m.group(1)} (after the graph break at line {m.group(2)})" if m else co_name or None
+
+
+def compiled_label(compile_id: str, functions: dict[str, dict[str, Any]] | None, graph: bool = False) -> str:
+    """The op-table name of a compiled region (or, with ``graph``, of its compiled graph)."""
+    info = (functions or {}).get(compile_id) or {}
+    fn = _display_function(info.get("function"))
+    head = "compiled graph" if graph else "compiled"
+    return f"{head}: {fn} [{compile_id}]" if fn else f"{head}: [{compile_id}]"
 
 
 def _graph_owners(table: EventTable) -> dict[str, str]:

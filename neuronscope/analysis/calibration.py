@@ -192,14 +192,9 @@ def save(device: str, dtype: str, cal: Calibration) -> Path:
     """Keep ``cal`` under its key (other keys left as they are); the file's path."""
     path = cache_path()
     entries = _read(path)
-    entries[calibration_key(device, dtype)] = {
-        "per_op_ns": cal.per_op_ns,
-        "bandwidth": [list(p) for p in cal.bandwidth],
-        "compiled_call_ns": cal.compiled_call_ns,
-        "eager": {k: list(v) for k, v in cal.eager.items()},
-        "optimizers": {k: list(v) for k, v in cal.optimizers.items()},
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
+    measured_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    # JSON writes the tuples as lists, as _load_at reads them back.
+    entries[calibration_key(device, dtype)] = {**cal._asdict(), "measured_at": measured_at}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
     tmp.write_text(json.dumps({"version": CACHE_VERSION, "entries": entries}, indent=1))

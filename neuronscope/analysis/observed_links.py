@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from neuronscope.analysis.dataflow import graph_from_profiler, user_ops
-from neuronscope.analysis.opgraph import OpGraph, OpNode, TensorArg
+from neuronscope.analysis.opgraph import OpGraph, OpNode
 from neuronscope.events import EventTable
 
 if TYPE_CHECKING:
@@ -46,14 +46,13 @@ def graph_with_observation(graph: OpGraph, observed: OpGraph) -> OpGraph:
     for n in graph.nodes:
         n.consumers = []
         oi = aligned.get(n.index)
-        o = observed.nodes[oi % period] if oi is not None else None
-        if o is None or len(o.inputs) != len(n.inputs):
+        if oi is None or len(observed.nodes[oi % period].inputs) != len(n.inputs):
             n.producers = [-1] * len(n.inputs)
             # unique keys: no value shared
-            n.inputs = [TensorArg(-2 - n.index * 64 - k, t.sizes, t.dtype, t.impl, t.numel) for k, t in enumerate(n.inputs)]
+            n.inputs = [t._replace(key=-2 - n.index * 64 - k) for k, t in enumerate(n.inputs)]
             continue
-        n.inputs = [TensorArg(ot.key, t.sizes, t.dtype, t.impl, t.numel) for t, ot in zip(n.inputs, o.inputs)]
-        assert oi is not None  # o is set
+        o = observed.nodes[oi % period]
+        n.inputs = [t._replace(key=ot.key) for t, ot in zip(n.inputs, o.inputs)]
         base = oi - oi % period  # producers within the same repetition
         n.producers = [to_capture.get(base + p, -1) if p >= 0 else -1 for p in o.producers]
         n.writes = o.writes

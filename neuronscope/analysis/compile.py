@@ -328,8 +328,8 @@ def _compile_in_capture_hints(fx: dict[str, Any]) -> list[Hint]:
 def compile_hints(ctx: AnalysisContext) -> list[Hint]:
     """``recompile``, ``graph_break`` and ``compile`` hints for torch.compile work in the capture.
 
-    Live captures use ``ctx.extra["compile"]`` (from :func:`facts`); a trace file has none, so
-    it gets no compile hints.
+    Live captures use ``ctx.extra["compile"]`` (:func:`neuronscope.capture.dynamo.facts`); a
+    trace file has none, so it gets no compile hints.
     """
     fx = ctx.extra.get("compile")
     if not fx or not fx.get("loaded"):

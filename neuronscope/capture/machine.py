@@ -18,19 +18,7 @@ from neuronscope.capture.timing import block_timer
 from neuronscope.capture.timing import calibrate as quickest_loop
 from neuronscope.capture.verify import floating_dtype, paired_difference, paired_saving_ns, time_variants
 
-__all__ = [
-    "BANDWIDTH_SIZES",
-    "EAGER_REPEATS",
-    "OPTIMIZER_PROBES",
-    "PROBE_SHAPES",
-    "chain_traffic",
-    "compiled_call_ns",
-    "device_costs",
-    "eager_probes",
-    "measuring",
-    "monotone_bandwidth",
-    "optimizer_probes",
-]
+__all__ = ["chain_traffic", "compiled_call_ns", "device_costs", "eager_probes", "measuring", "optimizer_probes"]
 
 #: Tensor sizes (bytes) the bandwidth is measured at: from a first-level cache's size to past
 #: any last-level cache.

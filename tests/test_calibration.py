@@ -86,8 +86,10 @@ def test_without_a_calibration_a_cpu_estimate_uses_the_shipped_defaults(monkeypa
 def test_the_measurements_are_of_this_cpu() -> None:
     """The device's own probes (a tiny op, the bandwidth) and a fused optimizer's rates: real
     timings, positive, the bandwidth never slower for a smaller tensor."""
-    per_op, bandwidth = calibration._device_costs()
-    assert per_op > 0 and [s for s, _ in bandwidth] == list(calibration.BANDWIDTH_SIZES)
+    from neuronscope.capture import machine
+
+    per_op, bandwidth = machine.device_costs()
+    assert per_op > 0 and [s for s, _ in bandwidth] == list(machine.BANDWIDTH_SIZES)
     assert all(a[1] >= b[1] > 0 for a, b in itertools.pairwise(bandwidth))
     rates = calibration._optimizer_rates("SGD", "float32")
     assert rates is not None and min(rates) >= 0

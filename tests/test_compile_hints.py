@@ -15,10 +15,9 @@ import pytest
 import torch
 
 from neuronscope import neuron_region
-from neuronscope.analysis.compile import compiled_label
-from neuronscope.analysis.compiled_names import labelled_compiled_ops
 from neuronscope.events import KIND_ANNOTATION, KIND_OP, EventTable
 from neuronscope.events.table import promote_compiled_events
+from neuronscope.result.compiled_names import compiled_label, labelled_compiled_ops
 from neuronscope.result.hint import Hint
 from neuronscope.result.summary import summarize
 from neuronscope.result.types import ProfileResult

@@ -326,9 +326,10 @@ def test_a_cached_intermediate_moves_at_the_caches_bandwidth() -> None:
 
 def test_the_eager_probe_counts_the_chains_ops_and_intermediates() -> None:
     from neuronscope.analysis import calibration
+    from neuronscope.capture import machine
 
     x = torch.randn(16, 64)
-    ops, tensors = calibration._chain_traffic(lambda: (x * 2).exp() + x.sum())
+    ops, tensors = machine.chain_traffic(lambda: (x * 2).exp() + x.sum())
     # the mul's output read by exp, exp's and the sum's by the add
     assert ops == 4 and sorted(tensors) == [4, 16 * 64 * 4, 16 * 64 * 4]
     costs = calibration.DeviceCosts(3000.0, ((1, 10.0),))

@@ -10,26 +10,23 @@ calibration (the capture's own op times carry the profiler's per-op overhead: 10
 ``hint.verify()`` measured on real models). :func:`calibrate` measures an entry and writes it:
 what one op's call costs, the bandwidth at four tensor sizes, what entering torch.compile'd
 code costs, what each idiom's eager replacement removes per launch and per intermediate byte,
-and what each fused optimizer saves per parameter and per element. ``hint.verify()`` still
-measures for real.
+and what each fused optimizer saves per parameter and per element. The probes that run torch
+for it are the capture stage's (:mod:`neuronscope.capture.machine`, beside ``hint.verify()``'s
+:mod:`neuronscope.capture.verify`); this module solves their timings for the rates it keeps.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import itertools
 import json
-import math
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from neuronscope.analysis.patterns import REGISTRY, pattern_named
-from neuronscope.capture.timing import block_timer
-from neuronscope.capture.timing import calibrate as quickest_loop
 
 __all__ = [
     "CACHE_VERSION",
@@ -47,15 +44,6 @@ __all__ = [
 
 #: Bumped when what an entry holds changes: an older file's entries are then not read.
 CACHE_VERSION = 1
-#: Tensor sizes (bytes) the bandwidth is measured at: from a first-level cache's size to past
-#: any last-level cache.
-BANDWIDTH_SIZES = (64 << 10, 512 << 10, 4 << 20, 32 << 20)
-#: Probe shapes for an idiom's eager replacement: one where the launches dominate a chain's cost
-#: (a few KiB per tensor), one where the work on its elements does (1 MiB per tensor).
-PROBE_SHAPES = ((16, 64), (256, 1024))
-#: Paired rounds each eager probe is timed in (a millisecond a side each): at 7, RMSNorm's share
-#: came out 0.20, 0.36 and 0.45 in three runs on a busy 2-core machine, where verify measured 0.2.
-EAGER_REPEATS = 25
 #: Largest share of the launches an eager replacement is credited with removing: the chain's
 #: calls cost somewhat more than the tiny op the per-op cost is measured with, but a share
 #: beyond this is noise.
@@ -66,9 +54,6 @@ MAX_SHARE = 3.0
 MAX_PER_BYTE_FACTOR = 8.0
 #: Optimizers with a fused implementation (``fused=True``; CPU and CUDA since torch 2.4).
 FUSED_OPTIMIZERS = frozenset({"Adam", "AdamW", "SGD", "Adagrad"})
-#: The two probes a fused optimizer's saving is solved from: (parameters, elements each), many
-#: small ones and few large ones.
-OPTIMIZER_PROBES = ((32, 1024), (2, 1 << 18))
 
 
 class DeviceCosts(NamedTuple):
@@ -82,18 +67,16 @@ class DeviceCosts(NamedTuple):
     def bytes_per_ns(self, nbytes: int) -> float:
         """Bandwidth for tensors of ``nbytes``: interpolated in log size between the measured
         sizes, the nearest one outside them."""
-        points = self.bandwidth
-        if nbytes <= points[0][0]:
-            return points[0][1]
-        for (s0, b0), (s1, b1) in itertools.pairwise(points):
-            if nbytes <= s1:
-                w = math.log(nbytes / s0) / math.log(s1 / s0)
-                return b0 + w * (b1 - b0)
-        return points[-1][1]
+        return float(self._rates([nbytes])[0])
 
     def moved_ns(self, tensors: list[int]) -> float:
         """Time to write each of ``tensors`` (bytes) and read it back once."""
-        return sum(2 * b / self.bytes_per_ns(b) for b in tensors)
+        sizes = np.asarray(tensors, dtype=np.float64)
+        return float(np.sum(2 * sizes / self._rates(sizes)))
+
+    def _rates(self, sizes: Any) -> np.ndarray:
+        known, rates = zip(*self.bandwidth)
+        return np.interp(np.log(np.maximum(sizes, 1)), np.log(known), rates)
 
 
 class Calibration(NamedTuple):
@@ -209,14 +192,9 @@ def save(device: str, dtype: str, cal: Calibration) -> Path:
     """Keep ``cal`` under its key (other keys left as they are); the file's path."""
     path = cache_path()
     entries = _read(path)
-    entries[calibration_key(device, dtype)] = {
-        "per_op_ns": cal.per_op_ns,
-        "bandwidth": [list(p) for p in cal.bandwidth],
-        "compiled_call_ns": cal.compiled_call_ns,
-        "eager": {k: list(v) for k, v in cal.eager.items()},
-        "optimizers": {k: list(v) for k, v in cal.optimizers.items()},
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
+    measured_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    # JSON writes the tuples as lists, as _load_at reads them back.
+    entries[calibration_key(device, dtype)] = {**cal._asdict(), "measured_at": measured_at}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
     tmp.write_text(json.dumps({"version": CACHE_VERSION, "entries": entries}, indent=1))
@@ -224,191 +202,66 @@ def save(device: str, dtype: str, cal: Calibration) -> Path:
     return path
 
 
-# ---- measuring ------------------------------------------------------------------------------
-
-
 def calibrate(device: str = "cpu", dtype: str = "float32", write: bool = True) -> Calibration:
     """Measure this machine's constants for ``device`` (the CPU: the only device this process
-    times without its backend's own timers) and keep them (``write``). Some 20 s on a CPU."""
+    times without its backend's own timers) with the probes of
+    :mod:`neuronscope.capture.machine`, and keep them (``write``). Some 20 s on a CPU."""
     if device != "cpu":
         from neuronscope.errors import NeuronscopeError
 
         raise NeuronscopeError(f"calibrate measures the CPU only, not {device!r}: captures of {device} are costed from their own op times")
-    import torch
+    from neuronscope.capture import machine
 
-    with torch.autograd.profiler.profile(enabled=False), _private_random_stream():
-        costs = DeviceCosts(*_device_costs())
+    with machine.measuring():
+        costs = DeviceCosts(*machine.device_costs())
         eager = {p.name: rates for p in REGISTRY if (rates := _eager_rates(p.name, costs, dtype)) is not None}
         optimizers = {cls: rates for cls in sorted(FUSED_OPTIMIZERS) if (rates := _optimizer_rates(cls, dtype)) is not None}
-        cal = Calibration(costs.per_op_ns, costs.bandwidth, _compiled_call_ns(), eager, optimizers)
+        cal = Calibration(costs.per_op_ns, costs.bandwidth, machine.compiled_call_ns(), eager, optimizers)
     if write:
         save(device, dtype, cal)
     return cal
 
 
-def _no_sync() -> None:
-    """The CPU's synchronisation: nothing to wait for."""
-
-
-def _device_costs() -> tuple[float, tuple[tuple[int, float], ...]]:
-    """A tiny op's call and an add over tensors of each size in :data:`BANDWIDTH_SIZES`, the
-    quickest of a few loops each (a loop another process interrupted is not the op's cost)."""
-    import torch
-
-    per_op = quickest_loop(block_timer(torch.add, (torch.ones(8), 1.0), {}, _no_sync), 5, 100) * 1e9
-    points = []
-    for size in BANDWIDTH_SIZES:
-        x = torch.ones(size // 4)
-        out = torch.empty_like(x)
-        torch.add(x, 1.0, out=out)  # the pages of both, touched outside the timing
-        t = quickest_loop(block_timer(torch.add, (x, 1.0), {"out": out}, _no_sync), 3, max(1, (1 << 22) // size)) * 1e9
-        points.append((size, 2 * size / max(t - per_op, 1.0)))
-    return per_op, monotone_bandwidth(points)
-
-
-def monotone_bandwidth(points: list[tuple[int, float]]) -> tuple[tuple[int, float], ...]:
-    """Measured (size, bytes per ns) points, each lifted to at least the figure of any larger
-    size: a smaller tensor never moves slower (it sits in a nearer cache), and load only ever
-    slows a probe (a 512 KiB add once measured 600x slow on a busy 2-core machine)."""
-    out = list(points)
-    for i in range(len(out) - 2, -1, -1):
-        out[i] = (out[i][0], max(out[i][1], out[i + 1][1]))
-    return tuple(out)
-
-
-def _compiled_call_ns() -> float | None:
-    """One op compiled (Dynamo's guards and frame, no Inductor build) against the op itself."""
-    try:
-        import torch
-
-        from neuronscope.capture.verify import paired_difference, time_variants
-
-        x = torch.ones(8)
-
-        def one(t: torch.Tensor) -> torch.Tensor:
-            return t + 1.0
-
-        from neuronscope.capture import torch_private
-
-        registry = getattr(torch_private.dynamo_eval_frame(import_it=True), "cached_backends", None)
-        registry = registry if isinstance(registry, dict) else {}
-        before = set(registry)
-        compiled = torch.compile(one, backend="eager", dynamic=False)
-        with torch.no_grad():
-            compiled(x)
-            us = time_variants({"eager": lambda: one(x), "compiled": lambda: compiled(x)}, lambda: None, 9, 0.001)
-        # This is no use of torch.compile by the user: its backend leaves the registry the
-        # observation pass reads to tell (see capture.observe).
-        for key in set(registry) - before:
-            registry.pop(key, None)
-        return max(0.0, paired_difference(us["compiled"], us["eager"]) * 1e3)
-    except Exception:  # a torch.compile that cannot run here: no such cost is claimed
-        return None
+def _solve(rows: list[tuple[float, float, float]]) -> tuple[float, float]:
+    """The two rates ``(x, y)`` with ``a * x + b * y == s`` for both probes ``(a, b, s)``."""
+    (a1, b1, s1), (a2, b2, s2) = rows
+    det = a1 * b2 - a2 * b1
+    return (s1 * b2 - s2 * b1) / det, (a1 * s2 - a2 * s1) / det
 
 
 def _eager_rates(pattern: str, costs: DeviceCosts, dtype: str) -> tuple[float, float] | None:
-    """What ``pattern``'s eager replacement removes: the chain and the replacement timed at
-    the two :data:`PROBE_SHAPES`, the two savings solved for a share of the launches' cost and
-    a cost per intermediate byte. None: no eager replacement, or a probe that cannot run."""
+    """What ``pattern``'s eager replacement removes: the savings its probes measured (at
+    :data:`~neuronscope.capture.machine.PROBE_SHAPES`) solved for a share of the launches'
+    cost and a cost per intermediate byte. None: no eager replacement, or a probe that cannot
+    run."""
+    from neuronscope.capture import machine
+
     record = pattern_named(pattern)
     if record is None or not record.eager_replacement or record.verify is None:
         return None
-    try:
-        import torch
-
-        from neuronscope.capture.verify import floating_dtype, paired_saving_ns
-        from neuronscope.result.hint import Hint
-
-        rows = []
-        with torch.no_grad():
-            for shape in PROBE_SHAPES:
-                probe = Hint("fusion", pattern, [], details={"shape": list(shape), "weight": True})
-                chain, replacement, _ = record.verify(probe, torch.randn(*shape, dtype=floating_dtype(dtype)), torch.device("cpu"))
-                if replacement is None:
-                    return None
-                ops, tensors = _chain_traffic(chain)
-                saving = paired_saving_ns(chain, replacement, EAGER_REPEATS)
-                rows.append((max(0, ops - record.fused_passes) * costs.per_op_ns, float(sum(tensors)), saving))
-    except Exception:  # a probe that cannot run here: the compiled form is the estimate
+    probes = machine.eager_probes(pattern, record.verify, dtype)
+    if probes is None:
         return None
-    (l1, m1, s1), (l2, m2, s2) = rows
+    rows = [(max(0, ops - record.fused_passes) * costs.per_op_ns, float(sum(tensors)), saving) for ops, tensors, saving in probes]
+    (l1, m1, s1), (l2, m2, _) = rows
     max_per_byte = MAX_PER_BYTE_FACTOR * 2 / costs.bytes_per_ns(int(m2) or 1)
-    det = l1 * m2 - l2 * m1
-    if m2 <= 0 or abs(det) < 1e-9 * max(l1, 1.0) * m2:  # nothing tells the two rates apart
+    if m2 <= 0 or abs(l1 * m2 - l2 * m1) < 1e-9 * max(l1, 1.0) * m2:  # nothing tells the two rates apart
         return (min(max(s1, 0.0) / l1, MAX_SHARE), 0.0) if l1 > 0 else None
-    share = (s1 * m2 - s2 * m1) / det
-    per_byte = (l1 * s2 - l2 * s1) / det
+    share, per_byte = _solve(rows)
     return min(max(share, 0.0), MAX_SHARE), min(max(per_byte, 0.0), max_per_byte)
 
 
 def _optimizer_rates(cls: str, dtype: str) -> tuple[float, float] | None:
-    """What ``torch.optim.<cls>(fused=True)`` saves against its default (``foreach=False``)
-    form: one step on each of :data:`OPTIMIZER_PROBES`, solved for ns per parameter and ns per
-    element. None: an optimizer torch cannot fuse here."""
-    try:
-        import torch
+    """What ``torch.optim.<cls>(fused=True)`` saves against its default form: its probes
+    solved for ns per parameter and ns per element. None: an optimizer torch cannot fuse
+    here."""
+    from neuronscope.capture import machine
 
-        from neuronscope.capture.verify import floating_dtype, paired_saving_ns
-
-        optim = getattr(torch.optim, cls)
-        rows = []
-        for count, numel in OPTIMIZER_PROBES:
-
-            def build(numel: int = numel, count: int = count, **kind: bool) -> Any:
-                params = [torch.randn(numel, dtype=floating_dtype(dtype), requires_grad=True) for _ in range(count)]
-                for p in params:
-                    p.grad = torch.randn_like(p)
-                return optim(params, lr=1e-3, **kind)
-
-            default, fused = build(foreach=False), build(fused=True)
-            rows.append((count, count * numel, paired_saving_ns(default.step, fused.step, 5)))
-    except Exception:  # no fused form on this build
+    probes = machine.optimizer_probes(cls, dtype)
+    if probes is None:
         return None
-    (p1, e1, s1), (p2, e2, s2) = rows
-    det = p1 * e2 - p2 * e1
-    per_param = (s1 * e2 - s2 * e1) / det
-    per_element = (p1 * s2 - p2 * s1) / det
+    per_param, per_element = _solve([(float(p), float(e), s) for p, e, s in probes])
     return max(per_param, 0.0), max(per_element, 0.0)
-
-
-def _chain_traffic(fn: Any) -> tuple[int, list[int]]:
-    """Run ``fn`` once and count its ops and its intermediates (bytes, one entry per read of a
-    tensor an earlier op of it made), as the cost model counts a captured chain's."""
-    import torch
-
-    from neuronscope.capture import torch_private
-
-    TorchDispatchMode = torch_private.dispatch_mode_class()
-    tree_leaves = torch_private.tree_leaves
-
-    made: set[int] = set()
-    tensors: list[int] = []
-    ops = 0
-
-    class _Count(TorchDispatchMode):  # type: ignore[misc, valid-type]  # a class from torch_private
-        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-            nonlocal ops
-            out = func(*args, **(kwargs or {}))
-            ops += 1
-            for a in tree_leaves((args, kwargs)):
-                if isinstance(a, torch.Tensor) and a.untyped_storage().data_ptr() in made:
-                    tensors.append(a.numel() * a.element_size())
-            made.update(o.untyped_storage().data_ptr() for o in tree_leaves(out) if isinstance(o, torch.Tensor))
-            return out
-
-    with _Count():
-        fn()
-    return ops, tensors
-
-
-@contextlib.contextmanager
-def _private_random_stream() -> Iterator[None]:
-    """The probes' random numbers, from a forked and seeded stream: the user's is theirs."""
-    import torch
-
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        yield
 
 
 def describe(cal: Calibration) -> str:

@@ -1,15 +1,9 @@
-"""torch.compile inside a capture: recompiles, graph breaks, compilation, and readable op names.
+"""torch.compile inside a capture: ``recompile``, ``graph_break`` and ``compile`` hints.
 
-Three parts, in pipeline order:
-
-1. Gathering (called by the capture engine, :class:`neuronscope.region._Session`):
-   :func:`~neuronscope.capture.dynamo.snapshot` before the profiler starts and :func:`facts` after it stops read Dynamo's
-   own records and return plain data for ``AnalysisContext.extra["compile"]``. Nothing is
-   imported: when the program has not imported ``torch._dynamo``, nothing was compiled.
-2. Rules: :func:`compile_hints` turns the facts and the captured events into ``recompile``,
-   ``graph_break`` and ``compile`` hints.
-3. Naming: :func:`~neuronscope.analysis.compiled_names.labelled_compiled_ops` gives the compiled
-   code's rows in the op table names a person reads (in :mod:`.compiled_names`).
+:func:`compile_hints` turns Dynamo's records, as the capture stage gathered them
+(:mod:`neuronscope.capture.dynamo`, in ``AnalysisContext.extra["compile"]``), and the captured
+events into hints. The op table's names for compiled code, which the hints use too, are the
+result's (:mod:`neuronscope.result.compiled_names`).
 
 What torch exposes (read on torch 2.13; ``getattr`` everywhere, so older versions just give
 less):
@@ -30,9 +24,12 @@ less):
 
 from __future__ import annotations
 
+import collections
 import re
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from neuronscope.result.compiled_names import REGION, REGION_PREFIX, RESUME, compiled_label
 from neuronscope.result.hint import Hint
 from neuronscope.result.stats import OpStat
 
@@ -41,67 +38,30 @@ if TYPE_CHECKING:
     from neuronscope.events import EventTable
     from neuronscope.result.summary import Summary
 
-__all__ = ["REGION", "compile_hints", "compiled_label"]
+__all__ = ["compile_hints"]
 
-REGION_PREFIX = "Torch-Compiled Region: "
-REGION = re.compile(r"^Torch-Compiled Region: (\d+/\d+)")
 _COMPILE_ID = re.compile(r"(\d+)/(\d+)")
-_RESUME = re.compile(r"^torch_dynamo_resume_in_(.+)_at_(\d+)$")
 
 
-
-# ---- 1. gathering: in the capture stage (neuronscope.capture.dynamo) ---------------------
-
-# ---- shared helpers -------------------------------------------------------------------------
 def _split_id(cid: Any) -> tuple[int, int] | None:
     m = _COMPILE_ID.search(str(cid or ""))
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
-def _display_function(co_name: str | None) -> str | None:
-    """``g`` for ``g``, and ``g (after the graph break at line 6)`` for Dynamo's resume frames."""
-    if not co_name:
-        return None
-    m = _RESUME.match(co_name)
-    if m:
-        return f"{m.group(1)} (after the graph break at line {m.group(2)})"
-    return co_name
-
-
 def _owner(co_name: str | None) -> str | None:
     """The user's function a frame belongs to: a resume frame's is the function it resumes."""
-    if not co_name:
-        return None
-    m = _RESUME.match(co_name)
-    return m.group(1) if m else co_name
-
-
-def compiled_label(compile_id: str, functions: dict[str, dict[str, Any]] | None, graph: bool = False) -> str:
-    """The op-table name of a compiled region (or, with ``graph``, of its compiled graph)."""
-    info = (functions or {}).get(compile_id) or {}
-    fn = _display_function(info.get("function"))
-    head = "compiled graph" if graph else "compiled"
-    return f"{head}: {fn} [{compile_id}]" if fn else f"{head}: [{compile_id}]"
+    m = RESUME.match(co_name or "")
+    return m.group(1) if m else co_name or None
 
 
 def _region_events(table: EventTable) -> dict[str, int]:
     """Compile id -> number of ``Torch-Compiled Region`` events in the capture."""
-    seen: dict[str, int] = {}
-    for name in table.names:
-        if name.startswith(REGION_PREFIX):
-            m = REGION.match(name)
-            if m:
-                seen[m.group(1)] = seen.get(m.group(1), 0) + 1
-    return seen
+    regions = (REGION.match(name) for name in table.names if name.startswith(REGION_PREFIX))
+    return collections.Counter(m.group(1) for m in regions if m)
 
 
 def _op_by_name(summary: Summary | None, name: str) -> OpStat | None:
-    if summary is None:
-        return None
-    for op in summary.ops:
-        if op.name == name:
-            return op
-    return None
+    return next((op for op in summary.ops if op.name == name), None) if summary is not None else None
 
 
 # ---- 2. rules -------------------------------------------------------------------------------
@@ -143,26 +103,24 @@ _RECOMPILE_KINDS: tuple[tuple[str, tuple[str, ...], str], ...] = (
         ),
     ),
 )
-_GENERIC_RECOMPILE = "a guard failed: keep what it checks the same between calls (TORCH_LOGS=recompiles prints them)"
+_GUARD = ("guard", "a guard failed: keep what it checks the same between calls (TORCH_LOGS=recompiles prints them)")
+
+
+def _kind_of(reason: str) -> tuple[str, str]:
+    """The kind of guard that ``reason`` says failed, and the advice for it."""
+    for kind, needles, advice in _RECOMPILE_KINDS:
+        if any(n in reason for n in needles):
+            return kind, advice
+    return _GUARD
 
 
 def _recompile_kind(reasons: list[str]) -> tuple[str, list[str]]:
     """The most common kind among ``reasons`` (the latest on a tie), and the advice for each
     kind present, most common first."""
-    kinds: list[tuple[str, str]] = []
-    for r in reasons:
-        for kind, needles, advice in _RECOMPILE_KINDS:
-            if any(n in r for n in needles):
-                kinds.append((kind, advice))
-                break
-        else:
-            kinds.append(("guard", _GENERIC_RECOMPILE))
-    if not kinds:
-        return "guard", [_GENERIC_RECOMPILE]
-    counts: dict[str, int] = {}
-    for kind, _ in kinds:
-        counts[kind] = counts.get(kind, 0) + 1
-    order = sorted(counts, key=lambda k: (counts[k], max(i for i, (kk, _) in enumerate(kinds) if kk == k)), reverse=True)
+    kinds = [_kind_of(r) for r in reasons] or [_GUARD]
+    counts = collections.Counter(kind for kind, _ in kinds)
+    latest = {kind: i for i, (kind, _) in enumerate(kinds)}
+    order = sorted(counts, key=lambda k: (counts[k], latest[k]), reverse=True)
     advice_by_kind = dict(kinds)
     return order[0], [advice_by_kind[k] for k in order]
 
@@ -233,6 +191,21 @@ def _recompile_hints(fx: dict[str, Any]) -> list[Hint]:
     return hints
 
 
+@dataclass
+class _Break:
+    """One graph break, as its hint reports it."""
+
+    file: Any
+    line: Any
+    function: Any
+    reason: str | None
+    calls: int = 0  # crossings at run time: calls of the frame after the break
+    compiled_in_capture: int = 0
+    graphs: list[str] = field(default_factory=list)
+    overhead_us: float = 0.0
+    time_us: float = 0.0
+
+
 def _graph_break_hints(fx: dict[str, Any], table: EventTable, summary: Summary | None) -> list[Hint]:
     functions: dict[str, dict[str, Any]] = fx.get("functions", {})
     # Break records by every user frame on their stack, the innermost (the break itself) last,
@@ -244,90 +217,76 @@ def _graph_break_hints(fx: dict[str, Any], table: EventTable, summary: Summary |
         by_frame[(rec.get("file"), rec.get("line"))] = rec
     # One entry per break: keyed by its record (where it broke) where one is known, else by the
     # resume frame's file and line.
-    sites: dict[tuple[Any, ...], dict[str, Any]] = {}
+    sites: dict[tuple[Any, ...], _Break] = {}
 
-    def site(rec: dict[str, Any] | None, file: Any, line: Any, fn: Any) -> dict[str, Any]:
+    def site(rec: dict[str, Any] | None, file: Any, line: Any, fn: Any) -> _Break:
         if rec is not None:
             key: tuple[Any, ...] = ("record", rec.get("file"), rec.get("line"), rec.get("reason"))
             file, line, fn = rec.get("file"), rec.get("line"), rec.get("function") or fn
         else:
             key = ("resume", file, line)
-        entry = sites.get(key)
-        if entry is None:
-            entry = sites[key] = {
-                "file": file,
-                "line": line,
-                "function": fn,
-                "reason": None if rec is None else rec.get("reason"),
-                "calls": 0,
-                "compiled_in_capture": 0,
-                "graphs": [],
-                "overhead_us": 0.0,
-                "time_us": 0.0,
-            }
-        return entry
+        if key not in sites:
+            sites[key] = _Break(file, line, fn, None if rec is None else rec.get("reason"))
+        return sites[key]
 
     # (a) breaks crossed at run time: each call of a resume frame enters one more graph.
-    for cid, count in _region_events(table).items():
+    regions = _region_events(table)
+    for cid, count in regions.items():
         info = functions.get(cid) or {}
-        m = _RESUME.match(info.get("function") or "")
+        m = RESUME.match(info.get("function") or "")
         if not m:
             continue
         file, line = info.get("file"), int(m.group(2))
         entry = site(by_frame.get((file, line)), file, line, m.group(1))
-        entry["calls"] += count
-        entry["graphs"].append(compiled_label(cid, functions))
+        entry.calls += count
+        entry.graphs.append(compiled_label(cid, functions))
         op = _op_by_name(summary, REGION_PREFIX + cid)
         if op is not None:
             # Entering one more compiled graph: Dynamo's own time around it, as measured.
-            entry["overhead_us"] += op.self_cpu_us
-            entry["time_us"] += op.cpu_total_us
+            entry.overhead_us += op.self_cpu_us
+            entry.time_us += op.cpu_total_us
     # (b) breaks compiled during the capture (the counters moved).
     counted = set()
     for rec in fx.get("break_records", []):
         entry = site(rec, rec.get("file"), rec.get("line"), rec.get("function"))
-        entry["compiled_in_capture"] += rec.get("count", 1)
+        entry.compiled_in_capture += rec.get("count", 1)
         counted.add(rec.get("reason"))
     for reason, count in fx.get("graph_breaks", {}).items():
         if reason not in counted:  # a counter with no record: the location is unknown
             entry = site(None, None, reason, None)
-            entry["reason"] = reason
-            entry["compiled_in_capture"] += count
-    seen = _region_events(table)
+            entry.reason = reason
+            entry.compiled_in_capture += count
     hints = []
     for e in sites.values():
-        file = e["file"]
-        loc = _location(file, e["line"]) if file else None
-        fn = e["function"]
+        file, fn = e.file, e.function
         # The op-table rows of the function's own (first) graph, where it ran in the capture.
         parents = [
             compiled_label(cid, functions)
-            for cid in seen
+            for cid in regions
             if (functions.get(cid) or {}).get("function") == fn and (functions.get(cid) or {}).get("file") == file
         ]
-        reason = e["reason"] or "reason not recorded (TORCH_LOGS=graph_breaks prints it)"
-        crossings = e["calls"] or e["compiled_in_capture"]
+        reason = e.reason or "reason not recorded (TORCH_LOGS=graph_breaks prints it)"
         hints.append(
             Hint(
                 kind="graph_break",
                 pattern="graph_break",
-                ops=(parents or ([f"compiled: {fn}"] if fn else [])) + e["graphs"],
-                calls=crossings,
-                time_us=e["time_us"],
-                est_saving_us=e["overhead_us"],
+                ops=(parents or ([f"compiled: {fn}"] if fn else [])) + e.graphs,
+                calls=e.calls or e.compiled_in_capture,
+                time_us=e.time_us,
+                est_saving_us=e.overhead_us,
                 suggestion=(
                     f"{fn or 'a compiled function'} breaks into separate graphs here: {reason}; move that code out "
                     f"of the compiled function or replace it with something Dynamo traces "
                     f"(torch.compile(fullgraph=True) turns the break into an error that names it)"
                 ),
-                location=loc,
+                location=_location(file, e.line),
                 confidence="measured",
                 details={
                     "function": fn,
                     "reason": reason,
-                    "crossings_in_capture": e["calls"],
-                    "compiled_in_capture": e["compiled_in_capture"],
-                    "graphs": e["graphs"],
+                    "crossings_in_capture": e.calls,
+                    "compiled_in_capture": e.compiled_in_capture,
+                    "graphs": e.graphs,
                 },
             )
         )
@@ -369,8 +328,8 @@ def _compile_in_capture_hints(fx: dict[str, Any]) -> list[Hint]:
 def compile_hints(ctx: AnalysisContext) -> list[Hint]:
     """``recompile``, ``graph_break`` and ``compile`` hints for torch.compile work in the capture.
 
-    Live captures use ``ctx.extra["compile"]`` (from :func:`facts`); a trace file has none, so
-    it gets no compile hints.
+    Live captures use ``ctx.extra["compile"]`` (:func:`neuronscope.capture.dynamo.facts`); a
+    trace file has none, so it gets no compile hints.
     """
     fx = ctx.extra.get("compile")
     if not fx or not fx.get("loaded"):

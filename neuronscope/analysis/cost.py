@@ -25,10 +25,10 @@ from __future__ import annotations
 import itertools
 import math
 import statistics
-from types import MappingProxyType
 
 from neuronscope.analysis import calibration
 from neuronscope.analysis.calibration import DeviceCosts
+from neuronscope.analysis.intermediates import nbytes
 from neuronscope.analysis.opgraph import OpGraph, OpNode
 from neuronscope.analysis.patterns import pattern_named
 from neuronscope.analysis.patterns.base import ROOTS
@@ -52,7 +52,6 @@ __all__ = [
 #: a microsecond the suggestion costs the reader more than it saves. Named idioms are always
 #: reported (their time is worth knowing even when the saving is small).
 MIN_SAVING_NS = 1_000
-_ITEMSIZE = MappingProxyType({"float64": 8, "int64": 8, "complex64": 8, "float32": 4, "int32": 4, "float16": 2, "bfloat16": 2, "int16": 2})
 
 
 def fused_passes(pattern: str) -> int:
@@ -90,7 +89,7 @@ def measured_here(device: str) -> bool:
 def device_costs(device: str = "cpu", dtype: str = "float32") -> DeviceCosts | None:
     """This device's per-op cost and bandwidth as kept by ``neuronscope calibrate`` (a CPU
     never calibrated: the shipped defaults); None where the device is not this machine's CPU."""
-    cal = calibration.constants(device, dtype) if measured_here(device) else None
+    cal = calibration.constants(device, dtype)
     return None if cal is None else DeviceCosts(cal.per_op_ns, cal.bandwidth)
 
 
@@ -98,13 +97,13 @@ def eager_costs(pattern: str, device: str = "cpu", dtype: str = "float32") -> tu
     """What torch's eager replacement of ``pattern`` removes here, as kept (or by default):
     (the share of the chain's launches' cost, ns per byte of the chain's intermediates); None:
     not known."""
-    cal = calibration.constants(device, dtype) if measured_here(device) else None
+    cal = calibration.constants(device, dtype)
     return None if cal is None else cal.eager.get(pattern)
 
 
 def compiled_call_ns(device: str = "cpu", dtype: str = "float32") -> float | None:
     """What entering torch.compile'd code costs beyond the eager op it runs, as kept."""
-    cal = calibration.constants(device, dtype) if measured_here(device) else None
+    cal = calibration.constants(device, dtype)
     return None if cal is None else cal.compiled_call_ns
 
 
@@ -113,7 +112,7 @@ def fused_optimizer_saving_ns(cls: str, shapes: tuple[tuple[int, ...], ...], dty
     parameters of ``shapes``, in ns, from the kept per-parameter and per-element rates (the
     update is elementwise: its cost about proportional to the elements, plus a call per
     parameter). None: not kept here."""
-    cal = calibration.constants(device, dtype) if measured_here(device) else None
+    cal = calibration.constants(device, dtype)
     rates = None if cal is None else cal.optimizers.get(cls)
     if rates is None or not shapes:
         return None
@@ -180,7 +179,7 @@ def _linked_intermediate_bytes(nodes: list[OpNode]) -> list[int]:
     """The intermediates the ops pass each other through their links, in bytes: one entry
     per read (each written, then read again)."""
     inside = {n.index for n in nodes}
-    return [t.numel * _ITEMSIZE.get(t.dtype, 4) for n in nodes for t, p in zip(n.inputs, n.producers) if p in inside]
+    return [nbytes(t) for n in nodes for t, p in zip(n.inputs, n.producers) if p in inside]
 
 
 def _intermediate_bytes(nodes: list[OpNode]) -> list[int]:
@@ -194,7 +193,7 @@ def _intermediate_bytes(nodes: list[OpNode]) -> list[int]:
         b = max(n.inputs, key=lambda t: t.numel, default=None)
         if a is not None and b is not None:
             t = a if a.numel <= b.numel else b
-            moved.append(t.numel * _ITEMSIZE.get(t.dtype, 4))
+            moved.append(nbytes(t))
     return moved
 
 
@@ -215,21 +214,15 @@ def full_size(nodes: list[OpNode]) -> list[bool]:
 def model_text(pattern: str, backend: str, *, bound: str, from_trace: bool = False) -> str:
     """The estimate's model in words, for the hint's details. ``bound``: ``"measured"`` (the
     estimate was bounded by this machine's kept constants, or on a CPU never calibrated the
-    shipped defaults, :func:`grounded_saving_ns`),
-    ``"no_shapes"`` (it could have been, but the ops' shapes were not recorded),
-    ``"uncalibrated"`` (it could have been, but no constants are kept here) or ``"none"``
-    (no such bound applies); ``from_trace``: the capture is a trace file, whose machine need
-    not be this one."""
+    shipped defaults, :func:`grounded_saving_ns`), ``"no_shapes"`` (it could have been, but the
+    ops' shapes were not recorded) or any other (no such bound applies: a CPU always has
+    constants, the kept ones or the defaults); ``from_trace``: the capture is a trace file,
+    whose machine need not be this one."""
     text = f"sum(op times) - {fused_passes(pattern)} pass(es) x median full-size op time, per call, from each op's median over the calls"
     if bound == "no_shapes":
         return text + (
             "; an upper bound: not bounded by this device's measured costs, as the ops' shapes were not recorded "
             "(capture with record_shapes=True), and profiled op times carry the profiler's own per-op overhead"
-        )
-    if bound == "uncalibrated":
-        return text + (
-            "; an upper bound: profiled op times carry the profiler's own per-op overhead, and this machine's costs "
-            "are not kept (run `neuronscope calibrate` once to bound estimates by them)"
         )
     if bound != "measured" or not measured_here(backend):
         return text

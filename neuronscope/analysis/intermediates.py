@@ -9,26 +9,29 @@ output also read outside the occurrence (a residual) is still needed, and left o
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from types import MappingProxyType
 from typing import Any
 
-from neuronscope.analysis.opgraph import OpNode
+from neuronscope.analysis.opgraph import OpNode, TensorArg
 
-__all__ = ["MAX_LISTED", "intermediates"]
+__all__ = ["ITEMSIZE", "MAX_LISTED", "intermediates", "nbytes"]
 
 #: Intermediates a hint lists by name (its total counts them all): a generic chain of
 #: thousands of ops would otherwise fill ``result.json`` with them.
 MAX_LISTED = 16
 
-#: Bytes per element by the dtype names the profiler and the observation use.
+#: Bytes per element by torch's dtype names, as the op graph holds them (a trace's tensors
+#: have none: 4 bytes, a float32's, is assumed).
 ITEMSIZE = MappingProxyType({
-    "float64": 8, "double": 8, "int64": 8, "long int": 8, "long": 8, "complex64": 8,
-    "float32": 4, "float": 4, "int32": 4, "int": 4,
-    "float16": 2, "half": 2, "c10::half": 2, "bfloat16": 2, "c10::bfloat16": 2, "int16": 2, "short int": 2,
-    "int8": 1, "uint8": 1, "bool": 1, "signed char": 1, "unsigned char": 1,
+    "float64": 8, "int64": 8, "complex64": 8, "float32": 4, "int32": 4,
+    "float16": 2, "bfloat16": 2, "int16": 2, "int8": 1, "uint8": 1, "bool": 1,
 })
+
+
+def nbytes(t: TensorArg) -> int:
+    """The size of tensor ``t`` in bytes."""
+    return t.numel * ITEMSIZE.get(t.dtype, 4)
 
 
 def intermediates(nodes: Sequence[OpNode]) -> list[dict[str, Any]]:
@@ -46,6 +49,5 @@ def intermediates(nodes: Sequence[OpNode]) -> list[dict[str, Any]]:
             if any(c not in inside for c in maker.consumers):
                 continue  # read outside the idiom too: the fused form still writes it
             seen.add((p, t.key))
-            size = ITEMSIZE.get(str(t.dtype).lower().removeprefix("torch."), 4)
-            out.append({"op": maker.name, "shape": list(t.sizes), "dtype": t.dtype, "bytes": math.prod(t.sizes) * size})
+            out.append({"op": maker.name, "shape": list(t.sizes), "dtype": t.dtype, "bytes": nbytes(t)})
     return out

@@ -9,11 +9,14 @@ takes a capture's graph whole from it where the capture ran the very ops observe
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from neuronscope.analysis.dataflow import graph_from_profiler, user_ops
-from neuronscope.analysis.opgraph import OpGraph, OpNode, TensorArg
+from neuronscope.analysis.opgraph import OpGraph, OpNode
 from neuronscope.events import EventTable
+
+if TYPE_CHECKING:
+    from neuronscope.capture.observe import Observation
 
 __all__ = [
     "graph_from_observation",
@@ -43,27 +46,30 @@ def graph_with_observation(graph: OpGraph, observed: OpGraph) -> OpGraph:
     for n in graph.nodes:
         n.consumers = []
         oi = aligned.get(n.index)
-        o = observed.nodes[oi % period] if oi is not None else None
-        if o is None or len(o.inputs) != len(n.inputs):
+        if oi is None or len(observed.nodes[oi % period].inputs) != len(n.inputs):
             n.producers = [-1] * len(n.inputs)
             # unique keys: no value shared
-            n.inputs = [TensorArg(-2 - n.index * 64 - k, t.sizes, t.dtype, t.impl, t.numel) for k, t in enumerate(n.inputs)]
+            n.inputs = [t._replace(key=-2 - n.index * 64 - k) for k, t in enumerate(n.inputs)]
             continue
-        n.inputs = [TensorArg(ot.key, t.sizes, t.dtype, t.impl, t.numel) for t, ot in zip(n.inputs, o.inputs)]
-        assert oi is not None  # o is set
+        o = observed.nodes[oi % period]
+        n.inputs = [t._replace(key=ot.key) for t, ot in zip(n.inputs, o.inputs)]
         base = oi - oi % period  # producers within the same repetition
         n.producers = [to_capture.get(base + p, -1) if p >= 0 else -1 for p in o.producers]
         n.writes = o.writes
         n.consts, n.within = o.consts, o.within
         if o.location is not None:
             n.location = o.location
-    for n in graph.nodes:
-        for p in n.producers:
-            if p >= 0:
-                graph.nodes[p].consumers.append(n.index)
+    _link_consumers(graph.nodes)
     graph.linking = "exact"
     return graph
 
+
+def _link_consumers(nodes: list[OpNode]) -> None:
+    """Each op's consumers, from the producers of the ops that read it."""
+    for n in nodes:
+        for p in n.producers:
+            if p >= 0:
+                nodes[p].consumers.append(n.index)
 
 
 def lines_from_observation(graph: OpGraph, observed: OpGraph) -> OpGraph:
@@ -95,6 +101,7 @@ def _aligned(graph: OpGraph, observed: OpGraph) -> dict[int, int]:
         for d in range(block.size):
             to_capture[block.b + d] = block.a + d
     return to_capture
+
 
 def graph_from_observation(observed: OpGraph, table: EventTable) -> OpGraph | None:
     """A capture's graph taken whole from the observation of an earlier call, where the capture
@@ -137,10 +144,7 @@ def graph_from_observation(observed: OpGraph, table: EventTable) -> OpGraph | No
                 event=o.event, consts=o.consts, within=o.within, writes=o.writes,
             )
         )
-    for n in nodes:
-        for p in n.producers:
-            if p >= 0:
-                nodes[p].consumers.append(n.index)
+    _link_consumers(nodes)
     return OpGraph(nodes, "exact", has_device=table.has_device)
 
 
@@ -176,20 +180,12 @@ def _in_order(recorded: list[tuple[int, ...]], observed: list[tuple[int, ...]]) 
     return all(any(r == o for o in it) for r in recorded)
 
 
-def observed_graph(observation: Any) -> OpGraph | None:
+def observed_graph(observation: Observation | None) -> OpGraph | None:
     """The exact graph of an observation pass (:class:`~neuronscope.capture.observe.Observation`),
     or None when there is none or it recorded no linkable ops."""
-    prof = getattr(observation, "profiler", None)
-    if prof is None:
+    if observation is None or observation.profiler is None:
         return None
-    cached = getattr(observation, "graph", None)
-    if isinstance(cached, OpGraph):
-        return cached  # every capture of a name shares its observation: built once
-    graph = graph_from_profiler(prof, None)
-    if graph is None or graph.linking != "exact":
-        return None
-    try:
-        observation.graph = graph
-    except AttributeError:
-        pass
-    return graph
+    if observation.graph is None:  # every capture of a name shares its observation: built once
+        observation.graph = graph_from_profiler(observation.profiler, None)
+    graph = observation.graph
+    return graph if graph is not None and graph.linking == "exact" else None

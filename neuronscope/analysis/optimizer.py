@@ -44,9 +44,9 @@ def has_optimizer_steps(table: EventTable) -> bool:
 def optimizer_steps(g: OpGraph, table: EventTable) -> dict[str, list[list[int]]]:
     """The update ops of each optimizer step (in the ``Optimizer.step#AdamW.step`` ranges
     torch.optim records), a list per step, by optimizer class name."""
-    ranges: dict[str, list[tuple[int, int, int]]] = {}
     if not has_optimizer_steps(table):
         return {}
+    ranges: dict[str, list[tuple[int, int, int]]] = {}
     for i, name in enumerate(table.names):
         if name.startswith(OPTIMIZER_STEP_PREFIX) and table.kinds[i] == KIND_ANNOTATION:
             cls = name[len(OPTIMIZER_STEP_PREFIX) :].split(".", 1)[0]
@@ -86,10 +86,10 @@ def _update_chains(g: OpGraph, update: list[int]) -> list[Match]:
     return []
 
 
-def _parameter_shapes(g: OpGraph, update: list[int]) -> tuple[tuple[int, ...], ...]:
-    """The parameters one step updates: the largest tensor of each per-parameter chain."""
+def _parameter_shapes(chains: list[Match]) -> tuple[tuple[int, ...], ...]:
+    """The parameters one step updates: the largest tensor of each of its per-parameter chains."""
     shapes = []
-    for m in _update_chains(g, update):
+    for m in chains:
         largest = max((t for n in m.nodes for t in n.inputs), key=lambda t: t.numel, default=None)
         if largest is not None and largest.sizes:
             shapes.append(tuple(largest.sizes))
@@ -107,14 +107,14 @@ def optimizer_hints(g: OpGraph, steps: dict[str, list[list[int]]], backend: str,
     save is estimated as for an ``elementwise_chain``. A ``foreach`` or ``fused`` optimizer
     makes no such chains and gets no hint. The estimate is the model on the capture's op times
     (the fused update replaces the chains' work, not just their intermediates), at most what
-    the fused optimizer saved per step timed here on parameters of the update's shapes
-    (:func:`~.cost.fused_optimizer_saving_ns`, ``details["fused_step_saving_us"]``), where
-    this process runs the capture's device."""
+    the fused optimizer saves per step on parameters of the update's shapes by this machine's
+    kept rates (:func:`~.cost.fused_optimizer_saving_ns`, ``details["fused_step_saving_us"]``),
+    where this process runs the capture's device."""
     hints: list[Hint] = []
     for cls, updates in steps.items():
-        # Step by step: the in-place state links one step's update to the next one's. Chains
-        # of 0-dim tensors only (the step counters) are bookkeeping, not the update.
-        chains = [m for update in updates for m in _update_chains(g, update)]
+        # Step by step: the in-place state links one step's update to the next one's.
+        by_step = [_update_chains(g, update) for update in updates]
+        chains = [m for step in by_step for m in step]
         if len(chains) < MIN_OPTIMIZER_CHAINS:
             continue
         time_ns = saving_ns = 0.0
@@ -122,12 +122,11 @@ def optimizer_hints(g: OpGraph, steps: dict[str, list[list[int]]], backend: str,
             times = [float(g.time_ns(n)) for n in m.nodes]
             time_ns += sum(times)
             saving_ns += min(sum(times), estimate_saving_ns(ELEMENTWISE_CHAIN.name, times, full_size(m.nodes), backend))
-        # Bounded by the fused optimizer itself, timed here on parameters of the update's
-        # shapes: the profiled op times carry the profiler's per-op overhead, which neither
+        # Bounded by what the fused optimizer saves on parameters of the update's shapes, by
+        # the kept rates: the profiled op times carry the profiler's per-op overhead, which neither
         # form pays (Mixtral's AdamW, CPU: 3.6 ms estimated from them, 2.0 ms measured).
-        timed = None
-        if cls in FUSED_OPTIMIZERS:
-            timed = fused_optimizer_saving_ns(cls, _parameter_shapes(g, updates[0]), _dtype(chains), backend)
+        # None for a class without a fused form: none is kept for it.
+        timed = fused_optimizer_saving_ns(cls, _parameter_shapes(by_step[0]), _dtype(chains), backend)
         if timed is not None:
             saving_ns = min(saving_ns, max(timed, 0.0) * len(updates))
         if saving_ns < MIN_SAVING_NS:

@@ -23,10 +23,6 @@ log = logging.getLogger("neuronscope")
 RULES: tuple[Rule, ...] = (fusion_hints, compile_hints, launch_hints)
 
 
-def _rank(h: Hint) -> float:
-    return h.est_saving_us
-
-
 def analyze(ctx: AnalysisContext) -> list[Hint]:
     """Run every rule and return the hints, the largest estimated saving first."""
     hints: list[Hint] = []
@@ -38,5 +34,5 @@ def analyze(ctx: AnalysisContext) -> list[Hint]:
                 hints.extend(rule(ctx))
             except Exception as exc:  # a broken rule must not lose the capture
                 log.warning("neuronscope: hint rule %s failed: %s: %s", getattr(rule, "__name__", rule), type(exc).__name__, exc)
-    hints.sort(key=_rank, reverse=True)
+    hints.sort(key=lambda h: h.est_saving_us, reverse=True)
     return hints

@@ -15,7 +15,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from neuronscope.analysis.compiled_names import labelled_compiled_ops
 from neuronscope.analysis.context import AnalysisContext
 from neuronscope.analysis.rules import analyze
 from neuronscope.capture import CaptureRecord, torch_private
@@ -27,6 +26,7 @@ from neuronscope.events.flows import fold_system_profile
 from neuronscope.events.modules import needs_links, sequence_links, split_module_ranges
 from neuronscope.events.table import promote_compiled_events
 from neuronscope.events.timeline import step_breakdown
+from neuronscope.result.compiled_names import labelled_compiled_ops
 from neuronscope.result.modules import build_modules
 from neuronscope.result.placement import place_hints, without_spans
 from neuronscope.result.summary import summarize

@@ -1,27 +1,48 @@
 """Readable names for torch.compile's rows in the op table: ``Torch-Compiled Region: 0/0`` and
 ``## Call CompiledFxGraph <hash> ##`` renamed after the user's function they compiled
 (:func:`labelled_compiled_ops`), and Dynamo's bookkeeping ranges dropped from the regions.
-The hints on the same facts are :mod:`.compile`'s.
+The pipeline builds the result's op table with them after the hint rules, which read torch's
+own names; the hints on the same facts (:mod:`neuronscope.analysis.compile`) name compiled
+code as the table does, with :func:`compiled_label`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from typing import TYPE_CHECKING, Any
 
-from neuronscope.analysis.compile import REGION, compiled_label
 from neuronscope.events.table import COMPILED_CODE_PREFIXES
 from neuronscope.result.stats import OpStat, RegionStat
 
 if TYPE_CHECKING:
     from neuronscope.events import EventTable
 
-__all__ = ["labelled_compiled_ops"]
+__all__ = ["REGION", "REGION_PREFIX", "RESUME", "compiled_label", "labelled_compiled_ops"]
 
+REGION_PREFIX = "Torch-Compiled Region: "
+#: Dynamo's region around one call of compiled code; its compile id ("F/A": frame F, attempt A).
+REGION = re.compile(r"^Torch-Compiled Region: (\d+/\d+)")
+#: The frame Dynamo compiles for the rest of a function after a graph break at a line.
+RESUME = re.compile(r"^torch_dynamo_resume_in_(.+)_at_(\d+)$")
 _GRAPH = re.compile(r"^## Call CompiledFxGraph (\w+) ##$")
 _BACKWARD = "CompiledFunctionBackward"
 _COMPILE_DATA = re.compile(r"^\S+_data: (?:.*, )?compile_id=\S+$")
+
+
+def _display_function(co_name: str | None) -> str | None:
+    """``g`` for ``g``, and ``g (after the graph break at line 6)`` for Dynamo's resume frames."""
+    m = RESUME.match(co_name or "")
+    return f"{m.group(1)} (after the graph break at line {m.group(2)})" if m else co_name or None
+
+
+def compiled_label(compile_id: str, functions: dict[str, dict[str, Any]] | None, graph: bool = False) -> str:
+    """The op-table name of a compiled region (or, with ``graph``, of its compiled graph)."""
+    info = (functions or {}).get(compile_id) or {}
+    fn = _display_function(info.get("function"))
+    head = "compiled graph" if graph else "compiled"
+    return f"{head}: {fn} [{compile_id}]" if fn else f"{head}: [{compile_id}]"
 
 
 def _graph_owners(table: EventTable) -> dict[str, str]:
@@ -59,17 +80,17 @@ def _graph_owners(table: EventTable) -> dict[str, str]:
 
 def _merged(a: OpStat, b: OpStat) -> OpStat:
     """``a`` with ``b``'s calls and times added (device times where both have one)."""
+
+    def added(x: float | None, y: float | None) -> float | None:
+        return x + y if x is not None and y is not None else x
+
     return dataclasses.replace(
         a,
         calls=a.calls + b.calls,
         self_cpu_us=a.self_cpu_us + b.self_cpu_us,
         cpu_total_us=a.cpu_total_us + b.cpu_total_us,
-        self_device_us=a.self_device_us + b.self_device_us
-        if a.self_device_us is not None and b.self_device_us is not None
-        else a.self_device_us,
-        device_total_us=a.device_total_us + b.device_total_us
-        if a.device_total_us is not None and b.device_total_us is not None
-        else a.device_total_us,
+        self_device_us=added(a.self_device_us, b.self_device_us),
+        device_total_us=added(a.device_total_us, b.device_total_us),
     )
 
 
@@ -92,37 +113,27 @@ def labelled_compiled_ops(
     So self times still add up to the capture, as for every other row, and the fused work
     sits under a name that says which function it is. Dynamo's bookkeeping ranges of a
     compile that ran in the capture (``build_guards_data: compile_id=0/1`` ...) are dropped
-    from ``regions``: they hold no ops, and the compile hints carry the compile time. Where the function is not known (a
-    trace file, or a compile no longer in Dynamo's records) the name keeps the compile id
-    only.
+    from ``regions``: they hold no ops, and the compile hints carry the compile time. Where
+    the function is not known (a trace file, or a compile no longer in Dynamo's records) the
+    name keeps the compile id only.
     """
-    if not any(REGION.match(op.name) or _GRAPH.match(op.name) for op in ops):
-        # No compiled code among the ops, so none in any region either (a region's ops are
-        # among them): nothing to rename, only Dynamo's bookkeeping ranges to drop.
-        return list(ops), {name: region for name, region in regions.items() if not _COMPILE_DATA.match(name)}
     functions = (fx or {}).get("functions") or {}
     owners = _graph_owners(table) if any(o.name.startswith("## Call CompiledFxGraph") for o in ops) else {}
-    renames: dict[str, str | None] = {}  # None: the name stays
 
+    @functools.cache  # None: the name stays
     def new_name(name: str) -> str | None:
-        if name in renames:
-            return renames[name]
-        label = None
         m = REGION.match(name)
         if m:
-            label = compiled_label(m.group(1), functions)
-        else:
-            g = _GRAPH.match(name)
-            if g:
-                owner = owners.get(g.group(1))
-                if owner is None:
-                    label = f"compiled graph: [{g.group(1)[:8]}]"
-                elif owner == "backward":
-                    label = f"compiled graph: backward [{g.group(1)[:8]}]"
-                else:
-                    label = compiled_label(owner, functions, graph=True)
-        renames[name] = label
-        return label
+            return compiled_label(m.group(1), functions)
+        g = _GRAPH.match(name)
+        if g is None:
+            return None
+        owner = owners.get(g.group(1))
+        if owner is None:
+            return f"compiled graph: [{g.group(1)[:8]}]"
+        if owner == "backward":
+            return f"compiled graph: backward [{g.group(1)[:8]}]"
+        return compiled_label(owner, functions, graph=True)
 
     def relabel(ops: list[OpStat]) -> list[OpStat]:
         merged: dict[str, int] = {}  # label -> its row's index in out

@@ -44,14 +44,13 @@ def as_dict(obj: Any) -> dict[str, Any]:
     Here the immutable leaves are taken as they are, plain lists, tuples and dicts are copied
     as ``asdict`` copies them, and anything else goes to ``asdict`` itself.
     """
-    cls = type(obj)
-    names = _FIELD_NAMES.get(cls)
-    if names is None:
-        names = _FIELD_NAMES[cls] = tuple(f.name for f in fields(obj))
-    return {name: _plain(getattr(obj, name)) for name in names}
+    cls: type = type(obj)
+    return {name: _plain(getattr(obj, name)) for name in _field_names(cls)}
 
 
-_FIELD_NAMES: dict[type, tuple[str, ...]] = {}  # a few result classes, each read once a process
+@functools.lru_cache(maxsize=64)  # a few result classes, each read once a process
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))
 
 
 _LEAVES = frozenset({str, int, float, bool, type(None)})

@@ -14,7 +14,7 @@ from neuronscope.export import run_dir as export
 from neuronscope.report.diff import diff_results, render_diff
 from neuronscope.result.stats import OpStat
 from neuronscope.result.types import ProfileResult
-from neuronscope.units import MAX_NAME_CHARS, safe_text
+from neuronscope.units import MAX_NAME_CHARS, printable, safe_text
 
 HOSTILE = [
     "bad\ud800name",  # a lone surrogate (os.fsdecode of a name that is not UTF-8)
@@ -50,6 +50,7 @@ def test_terminal_table_and_diff_are_clean() -> None:
     text = _result(HOSTILE[0]).table()
     _clean(text)
     assert "bad\\ud800name" in text
+    assert printable(text, keep="\n\t") == text  # nothing left to escape, line breaks kept
     d = render_diff(diff_results(_result(), _result()))
     _clean(d)
 

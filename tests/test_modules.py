@@ -353,3 +353,43 @@ def test_a_hint_on_a_row_left_out_shows_on_the_nearest_row_shown() -> None:
     assert [row[0] for row in top] == ["Sequential", TREE_INDENT + "0"] and top[-1][-1] == said
     table = result.table()
     assert f"{TREE_INDENT * MODULE_DEPTH}0" in table
+
+
+def _tagged(fn: Any) -> Any:
+    return fn
+
+
+class _Spanned(nn.Module):
+    """A forward with a decorator, a nested function, a comprehension and a last statement
+    over several lines: where a hint's line is looked up among the module classes."""
+
+    @_tagged
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        def twice(t: torch.Tensor) -> torch.Tensor:
+            return t * 2
+
+        parts = [twice(x) for _ in range(2)]
+        return torch.stack(
+            parts,
+        ).sum(
+            0
+        )
+
+
+def test_module_sources_span_each_forward_as_its_source_block() -> None:
+    import inspect
+
+    from neuronscope.capture.modules import ModuleHooks
+
+    hooks = ModuleHooks()
+    assert hooks.install()
+    try:
+        torch.nn.Sequential(_Spanned(), nn.ReLU())(torch.ones(2))
+    finally:
+        facts = hooks.remove()
+    for cls in (_Spanned, nn.ReLU, nn.Sequential):
+        lines, first = inspect.getsourcelines(cls.forward)
+        # the whole block: its first decorator to the closing bracket of its last statement
+        assert facts.sources[cls.__name__] == (inspect.getsourcefile(cls.forward), first, first + len(lines) - 1)
+    _file, first, last = facts.sources["_Spanned"]
+    assert last - first == 10  # "@_tagged" to the last ")"

@@ -244,3 +244,26 @@ def test_a_breakdown_that_cannot_be_read_is_left_out_with_a_note() -> None:
     loaded = ProfileResult.from_dict(data)
     assert loaded.breakdown is None and any("breakdown" in n and "busy_us" in n for n in loaded.notes)
     assert "step breakdown" in loaded.table()
+
+
+def test_rows_to_dict_copy_as_asdict_does() -> None:
+    import dataclasses
+    from collections import namedtuple
+
+    from neuronscope.result.modules import ModuleStat
+
+    point = namedtuple("point", "x y")
+    details = {"shape": (2, [3, 4]), "at": point(1, [2]), "nested": {"k": [OpStat("aten::mm", 1, 1.0, 1.0)]}, 3: None}
+    hint = Hint(kind="fusion", pattern="rms_norm", ops=["aten::mul"], details=details)
+    op = OpStat("aten::mm", 2, 1.5, 2.5, input_shapes=[[[2, 3], [3, 4]]])
+    module = ModuleStat("m", "M", None, 0, 1, 1.0, 1.0, top_ops=(("aten::mm", 1.0, None, 1),), hints=(0,))
+    for row in (hint, op):
+        d = row.to_dict()
+        assert d == dataclasses.asdict(row) and json.dumps(d, default=str) == json.dumps(dataclasses.asdict(row), default=str)
+    assert module.to_dict()["top_ops"] == [["aten::mm", 1.0, None, 1]]
+    # a copy: changing it leaves the row as it was
+    d = hint.to_dict()
+    d["details"]["shape"][1].append(5)
+    d["details"]["nested"]["k"][0]["calls"] = 9
+    assert hint.details["shape"] == (2, [3, 4]) and hint.details["nested"]["k"][0].calls == 1
+    assert d["details"]["at"] == point(1, [2]) and type(d["details"]["at"]) is point

@@ -32,7 +32,9 @@ from __future__ import annotations
 
 import bisect
 import functools
+import itertools
 from collections.abc import Callable, Iterable
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -312,74 +314,75 @@ def _graph_from_profiler(prof: Any, table: EventTable | None) -> OpGraph | None:
     has_device = False
     if table is not None and len(table):
         has_device = table.has_device
-        for t in user_ops(table):
-            times[(table.tids[t.row], table.starts[t.row])] = t
-        for i, kind in enumerate(table.kinds):
-            if kind != KIND_OP:
-                annotations.add((table.tids[i], table.starts[i]))
-                if table.names[i].startswith(COMPILED_REGION_PREFIXES):
-                    compiled.append((table.tids[i], table.starts[i], table.ends[i]))
+        tids, starts = table.tids, table.starts
+        times = {(tids[t.row], starts[t.row]): t for t in user_ops(table)}
+        # The ranges, found at C speed: a table is mostly ops.
+        for i in itertools.compress(range(len(table)), map(KIND_OP.__ne__, table.kinds)):
+            annotations.add((tids[i], starts[i]))
+            if table.names[i].startswith(COMPILED_REGION_PREFIXES):
+                compiled.append((tids[i], starts[i], table.ends[i]))
     in_compiled = _Ranges(compiled)
     any_compiled = bool(in_compiled)
 
     # The user-level ops: the first op on each path down from a root. Annotations are passed
     # through; compiled regions are ops to the tree, which so hides what ran inside them. The
     # table (when there is one) says which is which faster than the node's record scope.
-    found: list[tuple[Any, _TableOp | None]] = []
-    stack = list(reversed(roots))
+    # Each of an event's fields is a call into torch that builds a new Python object: each is
+    # read once here and kept (with the observation's line range above the op, where there
+    # is one) for the nodes below; 100,000 events: 290 -> 200 ms.
+    found: list[tuple[int, int, str, Any, _TableOp | None, Any]] = []  # start, tid, name, event, times, line range
+    stack: list[tuple[Any, Any]] = [(ev, None) for ev in reversed(roots)]
     in_function: set[int] = set()  # the ops a torch.autograd.Function's forward ran
     while stack:
-        ev = stack.pop()
+        ev, line_range = stack.pop()
         name = ev.name  # cheaper to read than the tag: tells allocations and line ranges apart first
         if name == ALLOCATION_NAME:
             continue
         if name.startswith(LOCATION_PREFIX):
-            if id(ev) in in_function:
-                in_function.update(id(c) for c in ev.children)
-            stack.extend(reversed(ev.children))
-            continue
-        if ev.tag == torch_op and id(ev) in in_function:
-            found.append((ev, None))
-            continue
-        if ev.tag == torch_op and "::" not in name and ev.extra_fields.scope == function_scope and not name.startswith(MODULE_RANGE_PREFIX):
-            # A torch.autograd.Function's forward (Bloom's GeLUFunction): an op to the table,
-            # named after the class; the user's idioms are the ops it ran. The capture's own
-            # module-call ranges share its record scope and pass through as annotations.
-            in_function.update(id(c) for c in ev.children)
-            stack.extend(reversed(ev.children))
+            children = ev.children
+            if in_function and id(ev) in in_function:
+                in_function.update(id(c) for c in children)
+            stack.extend((c, ev) for c in reversed(children))
             continue
         if ev.tag == torch_op:
+            if in_function and id(ev) in in_function:
+                found.append((ev.start_time_ns, ev.start_tid, name, ev, None, line_range))
+                continue
+            if "::" not in name and not name.startswith(MODULE_RANGE_PREFIX) and ev.extra_fields.scope == function_scope:
+                # A torch.autograd.Function's forward (Bloom's GeLUFunction): an op to the table,
+                # named after the class; the user's idioms are the ops it ran. The capture's own
+                # module-call ranges share its record scope and pass through as annotations.
+                children = ev.children
+                in_function.update(id(c) for c in children)
+                stack.extend((c, None) for c in reversed(children))
+                continue
             if times or annotations:
-                key = (ev.start_tid, ev.start_time_ns)
-                hit = times.get(key)
+                start, tid = ev.start_time_ns, ev.start_tid
+                hit = times.get((tid, start))
                 if hit is not None:
-                    found.append((ev, hit))
+                    found.append((start, tid, name, ev, hit, line_range))
                     continue
-                if key not in annotations:
+                if (tid, start) not in annotations:
                     continue  # an op the table does not count: compiled code, or inside one
             elif ev.extra_fields.scope != user_scope:
-                found.append((ev, None))
+                found.append((ev.start_time_ns, ev.start_tid, name, ev, None, line_range))
                 continue
         children = ev.children
         if children:
-            stack.extend(reversed(children))
-    found.sort(key=lambda f: f[0].start_time_ns)
+            stack.extend((c, None) for c in reversed(children))
+    found.sort(key=itemgetter(0))  # by start alone: ties keep the walk's order
 
     nodes: list[OpNode] = []
     events: list[Any] = []
     ids: list[list[Any]] = []
-    for ev, hit in found:
-        name = ev.name
+    for start, tid, name, ev, hit, parent in found:
         if "::" not in name:
             continue
-        start = ev.start_time_ns
-        tid = ev.start_tid
         if any_compiled and in_compiled.covers(tid, start):
             continue
         end = ev.end_time_ns
         node = OpNode(len(nodes), name, short_name(name), tid, start, end, event=ev)
-        parent = ev.parent
-        if parent is not None and parent.name.startswith(LOCATION_PREFIX):  # the observation pass's line
+        if parent is not None:  # the observation pass's line: the range the op ran in
             loc, _, rest = parent.name[len(LOCATION_PREFIX) :].partition(CONSTS_SEP)
             nums, _, called = rest.partition(CONSTS_SEP)
             node.location = loc

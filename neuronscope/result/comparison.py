@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from tabulate import tabulate
@@ -16,6 +16,7 @@ from tabulate import tabulate
 from neuronscope.errors import RunLoadError
 from neuronscope.result.serial import (
     SCHEMA_VERSION,
+    as_dict,
     check_schema,
     dumps_json,
     known_fields,
@@ -87,7 +88,7 @@ class ComparisonRow:
         return text + (" (noise)" if self.within_noise(base) else "")
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return as_dict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ComparisonRow:

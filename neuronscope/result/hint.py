@@ -7,11 +7,11 @@ suggestion; :attr:`Hint.message` words them for people.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from neuronscope.capture.verify import measure
-from neuronscope.result.serial import known_fields, opt_float, opt_str
+from neuronscope.result.serial import as_dict, known_fields, opt_float, opt_str
 from neuronscope.units import fmt_us
 
 __all__ = ["NO_FASTER_TEXT", "NO_SAVING", "VERIFIED_SLOWER_TEXT", "Hint"]
@@ -121,7 +121,7 @@ class Hint:
         return replace(self, verified_saving_us=v.verified_saving_us, est_saving_us=est, suggestion=suggestion, details=details)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return as_dict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Hint:

@@ -14,12 +14,12 @@ import bisect
 import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import Any
 
 from neuronscope.events.modules import BACKWARD_PREFIX, ModuleRanges
-from neuronscope.result.serial import known_fields, opt_float, opt_str
+from neuronscope.result.serial import as_dict, known_fields, opt_float, opt_str
 
 __all__ = ["ModuleGroup", "ModuleStat", "build_modules", "collapse_repeats"]
 
@@ -75,7 +75,7 @@ class ModuleStat:
         return self.name if self.parent is None else self.name.rsplit(".", 1)[-1]
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        d = as_dict(self)
         d["top_ops"] = [list(t) for t in self.top_ops]
         d["hints"] = list(self.hints)
         return d

@@ -12,13 +12,14 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from neuronscope.errors import RunLoadError
 
 __all__ = [
     "SCHEMA_VERSION",
+    "as_dict",
     "breakdown_from",
     "breakdown_problem",
     "check_schema",
@@ -34,6 +35,46 @@ __all__ = [
 #: Version of the ``result.json`` layout. Bump it when a field changes meaning; ``from_dict``
 #: keeps loading every older version and refuses newer ones with a clear message.
 SCHEMA_VERSION = 1
+
+def as_dict(obj: Any) -> dict[str, Any]:
+    """``dataclasses.asdict(obj)``, the same value, several times quicker on a result's rows.
+
+    ``asdict`` deep-copies every leaf, strings and numbers too: 8 ms of a small transformer's
+    first capture went to copying its result's ops, hints and modules for ``result.json``.
+    Here the immutable leaves are taken as they are, plain lists, tuples and dicts are copied
+    as ``asdict`` copies them, and anything else goes to ``asdict`` itself.
+    """
+    cls: type = type(obj)
+    return {name: _plain(getattr(obj, name)) for name in _field_names(cls)}
+
+
+@functools.lru_cache(maxsize=64)  # a few result classes, each read once a process
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))
+
+
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+
+
+def _plain(value: Any) -> Any:
+    kind = type(value)
+    if kind in _LEAVES:
+        return value
+    if kind is list:
+        return [_plain(v) for v in value]
+    if kind is dict:
+        return {_plain(k): _plain(v) for k, v in value.items()}
+    if kind is tuple:
+        return tuple(_plain(v) for v in value)
+    return asdict(_Boxed(value))["value"]  # a dataclass, a named tuple, a subclass: asdict's way
+
+
+@dataclass(frozen=True)
+class _Boxed:
+    """A value for ``asdict`` to convert as it converts a field."""
+
+    value: Any
+
 
 def dumps_json(value: Any, indent: int | str | None = 2) -> str:
     """The text of ``json.dumps(value, indent=indent, default=str)``, laid out the same way

@@ -5,10 +5,10 @@ Plain data, re-exported by :mod:`neuronscope.result`."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
-from neuronscope.result.serial import known_fields, opt_float
+from neuronscope.result.serial import as_dict, known_fields, opt_float
 from neuronscope.units import fmt_us
 
 __all__ = ["OpStat", "RegionStat", "Shape"]
@@ -40,7 +40,7 @@ class OpStat:
         return self.self_cpu_us
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return as_dict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> OpStat:

@@ -124,3 +124,38 @@ def test_a_session_on_another_thread_that_outlives_the_capture(tmp_path) -> None
         """,
     )
     assert "theirs True" in out and "lost True True" in out and "later True" in out
+
+
+def test_another_threads_running_session_keeps_its_flag_and_refuses_a_start() -> None:
+    # force_profiler_off reset torch's process-wide "profiler enabled" flag after each of our
+    # stops while the user's session ran on another thread: the next capture's check then
+    # passed and it started inside theirs (the SIGSEGV of test_attack3). In process: nothing
+    # here starts a second session.
+    import threading
+
+    import torch
+
+    from neuronscope.capture.base import force_profiler_off, profiler_running, start_session, watch_sessions
+
+    watch_sessions()  # as a decoration does: sessions from now on are seen (not one begun before)
+    started, stop, held = threading.Event(), threading.Event(), {}
+
+    def user() -> None:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as p:
+            started.set()
+            stop.wait(30)
+            torch.ones(2).sum()
+        held["names"] = {e.name for e in p.events()}
+
+    t = threading.Thread(target=user)
+    t.start()
+    started.wait(30)
+    tried: list[bool] = []
+    try:
+        force_profiler_off()
+        assert profiler_running()
+        assert start_session(lambda: tried.append(True)) is None and tried == []
+    finally:
+        stop.set()
+        t.join()
+    assert not profiler_running() and "aten::sum" in held["names"]

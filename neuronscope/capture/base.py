@@ -387,6 +387,9 @@ def _drop_replaced() -> bool:
         return True
     for thread in [t for t in list(_replaced_here) if not t.is_alive()]:
         _replaced_here.pop(thread, None)
+    if torch_private.thread_session() != _replaced_here[me] or not torch_private.native_profiler_enabled():
+        del _replaced_here[me]  # gone already, or the thread now holds the user's own session
+        return True
     if torch_private.sessions_elsewhere(set(_replaced_here)):
         return False
     try:

@@ -280,13 +280,11 @@ def run_deferred() -> None:
 # ---- starting and stopping a session of neuronscope's: one step against every other thread --
 #
 # Two torch profiler sessions whose lives (Kineto's preparation to ``_disable_profiler``)
-# overlap on two threads cannot both be stopped: the first stop is fine, the second crashes
-# in Kineto (a segmentation fault; torch 2.13, checked in every order). The user's sessions do
-# not ask neuronscope before they begin, but each prepares through a wrapper that takes
-# :func:`~.torch_private.session_gate`; so under that gate neuronscope checks that no other
-# session lives and starts its own as one step, and stops its own only where none began since
-# (a later one replaced it, and will be stopped by its owner: ours is then left alone, and the
-# dead state it left on its thread is dropped once no session lives anywhere else).
+# overlap on two threads cannot both be stopped: the second stop crashes in Kineto (SIGSEGV;
+# torch 2.13, every order). Every session prepares through a wrapper that takes
+# :func:`~.torch_private.session_gate`: under it neuronscope checks that no other session
+# lives and starts its own as one step, and stops its own only where none began since (the
+# later one's owner stops that; ours is left, its dead state dropped once nothing else lives).
 
 
 class Started:
@@ -298,18 +296,11 @@ class Started:
         self.starts = starts
         #: this thread's session in torch's state (:func:`~.torch_private.thread_session`)
         self.span = span
-        #: whether its stop was asked, and whether that stopped it (not replaced)
-        self.ended = False
-        self.stopped = False
+        self.ended = self.stopped = False  # its stop asked; that stop stopped it (not replaced)
 
     def replaced(self) -> bool:
         """Whether another profiler session began since this one started."""
         return torch_private.profiler_starts() != self.starts
-
-
-#: Threads that hold a session of neuronscope's that another thread's replaced (its state
-#: stays in the thread until :func:`_drop_replaced`), each with that session's span.
-_replaced_here: dict[threading.Thread, int] = {}
 
 
 def watch_sessions() -> None:
@@ -329,7 +320,7 @@ def start_session(start: Callable[[], None]) -> Started | None:
     with torch_private.session_gate():
         if not _drop_replaced() or profiler_running() or torch_private.thread_session() is not None:
             return None
-        if torch_private.sessions_elsewhere(set(_replaced_here)):
+        if torch_private.sessions_elsewhere():
             return None
         try:
             start()
@@ -375,29 +366,27 @@ def _leave_replaced(session: Started) -> None:
     """``session`` was replaced by another: where its state is still this thread's (the other
     began on another thread), it is dropped once nothing else lives (:func:`_drop_replaced`)."""
     if session.span is not None and torch_private.thread_session() == session.span:
-        _replaced_here[threading.current_thread()] = session.span
+        torch_private.replaced_sessions()[threading.current_thread()] = session.span
         _drop_replaced()
 
 
 def _drop_replaced() -> bool:
-    """Drop this thread's replaced session (:data:`_replaced_here`), if any; False where it
-    must wait (a session lives on another thread). The caller holds the gate."""
-    me = threading.current_thread()
-    if me not in _replaced_here:
+    """Drop this thread's replaced session (:func:`~.torch_private.replaced_sessions`), if
+    any; False where it must wait (a session lives on another thread). Under the gate."""
+    me, replaced = threading.current_thread(), torch_private.replaced_sessions()
+    if me not in replaced:
         return True
-    for thread in [t for t in list(_replaced_here) if not t.is_alive()]:
-        _replaced_here.pop(thread, None)
-    if torch_private.thread_session() != _replaced_here[me] or not torch_private.native_profiler_enabled():
-        del _replaced_here[me]  # gone already, or the thread now holds the user's own session
+    if torch_private.thread_session() != replaced[me] or not torch_private.native_profiler_enabled():
+        del replaced[me]  # gone already, or the thread now holds the user's own session
         return True
-    if torch_private.sessions_elsewhere(set(_replaced_here)):
+    if torch_private.sessions_elsewhere():
         return False
     try:
         with quiet_native_stderr((_USDT_MARKER, _NO_KINETO_LINKS)):
             torch_private.discard_replaced_session()
     except Exception:  # torch refusing: the thread keeps it; later starts on it are refused
         return False
-    del _replaced_here[me]
+    del replaced[me]
     return True
 
 
@@ -414,7 +403,7 @@ def force_profiler_off() -> None:
         try:
             if not torch_private.profiler_flag_on() or torch_private.thread_session() is not None:
                 return
-            if not torch_private.sessions_elsewhere(set(_replaced_here)):
+            if not torch_private.sessions_elsewhere():
                 torch_private.clear_profiler_flag()
         except Exception:  # pragma: no cover - another torch: nothing more can be done
             pass

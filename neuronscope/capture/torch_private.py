@@ -38,6 +38,7 @@ __all__ = [
     "profiler_starts",
     "record_function_fast",
     "record_scope_and_event_type",
+    "replaced_sessions",
     "session_gate",
     "sessions_elsewhere",
     "thread_session",
@@ -82,6 +83,9 @@ class _SessionHooks:
         #: Ranges begun in a session that another one replaced since: never ended (end_range),
         #: kept alive here (their end would run when they are freed).
         self.stranded: list[Any] = []
+        #: Threads whose session (of neuronscope's) another thread's replaced, with its span:
+        #: left in their state until capture.base drops it.
+        self.replaced: dict[threading.Thread, int] = {}
 
 
 def _session_hooks() -> _SessionHooks | None:
@@ -141,16 +145,25 @@ def thread_session() -> int | None:
     return None if hooks is None else hooks.spans.get(threading.current_thread())
 
 
-def sessions_elsewhere(ignore: set[threading.Thread]) -> list[threading.Thread]:
-    """The live threads other than this one, and not in ``ignore``, that hold a session in
-    torch's state (prepared or running; the user's or another capture's)."""
+def replaced_sessions() -> dict[threading.Thread, int]:
+    """The threads that hold a dead session of neuronscope's (another thread's replaced it),
+    each with its span: not living sessions, for :func:`sessions_elsewhere`. Kept on the
+    wrappers; an empty dict of its own on a torch without the names."""
+    hooks = _session_hooks()
+    return hooks.replaced if hooks is not None else {}
+
+
+def sessions_elsewhere() -> list[threading.Thread]:
+    """The live threads other than this one that hold a living session in torch's state
+    (prepared or running; the user's or another capture's; not a :func:`replaced_sessions`)."""
     hooks = _session_hooks()
     if hooks is None:
         return []
     me = threading.current_thread()
     for thread in [t for t in list(hooks.spans) if not t.is_alive()]:  # its state went with it
         hooks.spans.pop(thread, None)
-    return [t for t in list(hooks.spans) if t is not me and t not in ignore]
+        hooks.replaced.pop(thread, None)
+    return [t for t in list(hooks.spans) if t is not me and t not in hooks.replaced]
 
 
 def discard_replaced_session() -> None:

@@ -108,13 +108,6 @@ def test_the_users_profile_started_in_a_capture_reads_back_in_fresh_processes(tm
         assert run.returncode == 0 and "events" in run.stdout, run.stderr[-2000:]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a capture replaced by the user's profiler on another thread is never stopped: its "
-    "thread keeps torch's per-thread profiler state, and every later capture on that thread "
-    "fails to start (RuntimeError: Profiler is already enabled on this thread); stopping it "
-    "instead would end the user's kineto session (fa7a8e3 segfaulted here)",
-)
 def test_a_capture_replaced_from_another_thread_leaves_later_captures_working(tmp_path) -> None:
     # In a process of its own: the state it leaves would break every later capture of the
     # test process's main thread.

@@ -24,6 +24,7 @@ from neuronscope.config import Options
 __all__ = [
     "Backend",
     "Capture",
+    "Started",
     "WrongThreadError",
     "claim_held_for",
     "claim_profiler",
@@ -36,6 +37,9 @@ __all__ = [
     "quiet_native_stderr",
     "release_profiler",
     "run_deferred",
+    "start_session",
+    "stop_session",
+    "watch_sessions",
 ]
 
 
@@ -112,6 +116,9 @@ _UNKNOWN_BLOCK = b"was allocated before the profiling started"
 #: that imported torch: it then skips torch's client init hook, which does nothing in torch's
 #: client; nothing for the user to act on.
 _KINETO_THREAD_NOTE = b"External init callback must run in same thread as registerClient"
+#: What torch prints when a session it finalizes has no Kineto trace of its own to link its ops
+#: to: the dead session :func:`_drop_replaced` drops, whose records nobody reads.
+_NO_KINETO_LINKS = b"Failed to recover relationship between all profiler and kineto events"
 
 
 def _allocated_block() -> object:
@@ -270,19 +277,136 @@ def run_deferred() -> None:
             raise
 
 
+# ---- starting and stopping a session of neuronscope's: one step against every other thread --
+#
+# Two torch profiler sessions whose lives (Kineto's preparation to ``_disable_profiler``)
+# overlap on two threads cannot both be stopped: the second stop crashes in Kineto (SIGSEGV;
+# torch 2.13, every order). Every session prepares through a wrapper that takes
+# :func:`~.torch_private.session_gate`: under it neuronscope checks that no other session
+# lives and starts its own as one step, and stops its own only where none began since (the
+# later one's owner stops that; ours is left, its dead state dropped once nothing else lives).
+
+
+class Started:
+    """A session of neuronscope's, as :func:`start_session` began it."""
+
+    def __init__(self, starts: int, span: int | None) -> None:
+        #: :func:`~.torch_private.profiler_starts` once it started: another value later means
+        #: another session began since and replaced it
+        self.starts = starts
+        #: this thread's session in torch's state (:func:`~.torch_private.thread_session`)
+        self.span = span
+        self.ended = self.stopped = False  # its stop asked; that stop stopped it (not replaced)
+
+    def replaced(self) -> bool:
+        """Whether another profiler session began since this one started."""
+        return torch_private.profiler_starts() != self.starts
+
+
+def watch_sessions() -> None:
+    """Count torch's profiler sessions from now on (where torch is imported): a session that
+    another thread prepared before this is not seen while it is only prepared (a
+    ``schedule``'s warm-up: the flag :func:`profiler_running` reads is off until it starts).
+    Called where a callable is decorated, and before every start."""
+    torch_private.profiler_start_counter()
+
+
+def start_session(start: Callable[[], None]) -> Started | None:
+    """Run ``start`` (a profiler's start, on this thread) where no other session lives in
+    torch's state, and return the session; None, with nothing started, where one does (the
+    user's on another thread, begun after the caller's own check): torch runs one at a time.
+    A start that raises half-way leaves nothing running."""
+    watch_sessions()
+    with torch_private.session_gate():
+        if not _drop_replaced() or profiler_running() or torch_private.thread_session() is not None:
+            return None
+        if torch_private.sessions_elsewhere():
+            return None
+        try:
+            start()
+        except BaseException:
+            _settle(Started(torch_private.profiler_starts(), torch_private.thread_session()))
+            raise
+        return Started(torch_private.profiler_starts(), torch_private.thread_session())
+
+
+def stop_session(session: Started, stop: Callable[[], None]) -> bool:
+    """Run ``stop`` (the session's stop, on its own thread) unless another session began since
+    ``session`` started (the user's own): then it is left alone and False returned. Whatever
+    ``stop`` does, this thread's session is off afterwards, and the flag right."""
+    with torch_private.session_gate():
+        if session.ended:
+            return session.stopped
+        session.ended = True
+        if session.replaced():
+            _leave_replaced(session)
+            return False
+        session.stopped = True
+        try:
+            stop()
+        finally:
+            _settle(session)
+        return True
+
+
+def _settle(session: Started) -> None:
+    """After this thread's own stop (or a failed start): its session off where the stop did
+    not get that far, and the Python flag off where no session runs."""
+    if session.span is not None and torch_private.thread_session() == session.span:
+        try:
+            with quiet_native_stderr():
+                torch_private.disable_native_profiler()
+        except Exception:  # pragma: no cover - another torch: nothing more can be done
+            pass
+        torch_private.forget_thread_session()  # a preparation that never started
+    force_profiler_off()
+
+
+def _leave_replaced(session: Started) -> None:
+    """``session`` was replaced by another: where its state is still this thread's (the other
+    began on another thread), it is dropped once nothing else lives (:func:`_drop_replaced`)."""
+    if session.span is not None and torch_private.thread_session() == session.span:
+        torch_private.replaced_sessions()[threading.current_thread()] = session.span
+        _drop_replaced()
+
+
+def _drop_replaced() -> bool:
+    """Drop this thread's replaced session (:func:`~.torch_private.replaced_sessions`), if
+    any; False where it must wait (a session lives on another thread). Under the gate."""
+    me, replaced = threading.current_thread(), torch_private.replaced_sessions()
+    if me not in replaced:
+        return True
+    if torch_private.thread_session() != replaced[me] or not torch_private.native_profiler_enabled():
+        del replaced[me]  # gone already, or the thread now holds the user's own session
+        return True
+    if torch_private.sessions_elsewhere():
+        return False
+    try:
+        with quiet_native_stderr((_USDT_MARKER, _NO_KINETO_LINKS)):
+            torch_private.discard_replaced_session()
+    except Exception:  # torch refusing: the thread keeps it; later starts on it are refused
+        return False
+    del replaced[me]
+    return True
+
+
 def force_profiler_off() -> None:
-    """Leave torch's profiler off, whatever state an interrupted stop left it in.
+    """Leave torch's Python-level "profiler enabled" flag off where no session runs.
 
     ``torch.autograd.profiler.profile.__exit__`` stops the native profiler and only then resets
-    the Python-level "profiler enabled" flag: a Ctrl-C landing between the two (or before both)
-    left the flag set, and every later capture in the process saw "a profiler is running" and
-    skipped. Both are checked and put right here; torch names no public call for either.
+    the flag: a Ctrl-C landing between the two left the flag set, and every later capture in
+    the process saw "a profiler is running" and skipped. The flag is process-wide: it is left
+    alone while any thread's session lives (resetting it under the user's running session
+    let captures start inside theirs, which crashed the process at their stop).
     """
-    try:
-        with quiet_native_stderr():
-            torch_private.disable_native_profiler()
-    except Exception:  # pragma: no cover - another torch: nothing more can be done
-        pass
+    with torch_private.session_gate():
+        try:
+            if not torch_private.profiler_flag_on() or torch_private.thread_session() is not None:
+                return
+            if not torch_private.sessions_elsewhere():
+                torch_private.clear_profiler_flag()
+        except Exception:  # pragma: no cover - another torch: nothing more can be done
+            pass
 
 
 class Capture:
@@ -295,14 +419,18 @@ class Capture:
         self.runner: Any = None  # what start()/stop() drive; usually the profile itself
         #: The thread that started the profiler: the only one that may stop it or export it.
         self.thread: threading.Thread | None = None
-        #: torch's count of profiler starts once this session began (-1: not started)
-        self._starts = -1
+        #: The running session (:func:`start_session`), None before the start
+        self.session: Started | None = None
+        #: Whether the start found another session living (the user's, on another thread) and
+        #: started nothing: the capture then times the call with no profile
+        self.refused = False
 
     def start(self) -> None:
-        """Start the profiler on this thread (the caller holds :func:`claim_profiler`)."""
+        """Start the profiler on this thread (the caller holds :func:`claim_profiler`); or
+        nothing, :attr:`refused` set, where another session lives (see :func:`start_session`)."""
         self.thread = threading.current_thread()
         opts = self.backend.options
-        self.runner = self.backend.make_profiler(
+        runner = self.backend.make_profiler(
             dict(
                 activities=self.backend.activities(),
                 record_shapes=opts.record_shapes,
@@ -315,20 +443,27 @@ class Capture:
         # allocated before the start is freed inside the capture ("Memory block of unknown
         # size ..."): true of every capture, and nothing the user can act on. Freeing such a
         # block here, while stderr is filtered, spends that warning where no one sees it.
-        probe = _allocated_block() if opts.profile_memory else None
-        with quiet_native_stderr((_USDT_MARKER, _UNKNOWN_BLOCK, _KINETO_THREAD_NOTE)):
-            self.runner.start()
-            del probe
-        self._starts = torch_private.profiler_starts()
-        self.prof = getattr(self.runner, "torch_profiler", self.runner)
+        probe = [_allocated_block()] if opts.profile_memory else []
+
+        def begin() -> None:
+            with quiet_native_stderr((_USDT_MARKER, _UNKNOWN_BLOCK, _KINETO_THREAD_NOTE)):
+                runner.start()
+                probe.clear()
+
+        self.session = start_session(begin)
+        self.refused = self.session is None
+        if self.session is not None:
+            self.runner = runner
+            self.prof = getattr(runner, "torch_profiler", runner)
 
     def replaced(self) -> bool:
         """Whether another profiler session (the user's own ``torch.profiler``, started inside
-        the captured code or between a shared session's captures) started since this one did.
-        torch runs one session at a time: the new one replaced this one without a word, so
-        this one must not be stopped (that would end theirs, or stop nothing) nor read (torch
-        2.13 can crash exporting a session another one replaced)."""
-        return self._starts >= 0 and torch_private.profiler_starts() != self._starts
+        the captured code, on another thread meanwhile, or between a shared session's
+        captures) began since this one did. torch runs one session at a time: the new one
+        replaced this one without a word, so this one must not be stopped (that would end
+        theirs, or crash at their stop) nor read (torch 2.13 can crash exporting a session
+        another one replaced)."""
+        return self.session is not None and self.session.replaced()
 
     def stop(self, on_synced: Callable[[], None] | None = None) -> Any:
         """Synchronise the device, stop the profiler and return the finished profile object.
@@ -346,11 +481,14 @@ class Capture:
             if on_synced is not None:
                 on_synced()
         finally:
-            if self.replaced():  # the running session, if any, is the user's: left alone
-                self.prof = None
-            else:
-                self._stop_runner()
+            self.end()
         return self.prof
+
+    def end(self) -> None:
+        """Stop the profiler (no device sync) where this capture's session still runs; the
+        profile is None where another session replaced it or none started."""
+        if self.session is None or not stop_session(self.session, self._stop_runner):
+            self.prof = None
 
     def _stop_runner(self) -> None:
         try:
@@ -358,5 +496,3 @@ class Capture:
                 self.runner.stop()
         finally:
             self.prof = getattr(self.runner, "torch_profiler", self.runner)
-            if profiler_running():
-                force_profiler_off()

@@ -38,11 +38,14 @@ from typing import Any
 
 from neuronscope.capture import torch_private
 from neuronscope.capture.base import (
+    Started,
     claim_profiler,
     defer_to_thread,
     force_profiler_off,
     quiet_native_stderr,
     release_profiler,
+    start_session,
+    stop_session,
 )
 from neuronscope.capture.frames import is_user_file
 from neuronscope.capture.neuron_files import StrayRuntimeOutput
@@ -210,18 +213,25 @@ def observe_dataflow() -> Iterator[Observation]:
         # torch warns once per process, on stderr from C++, when a block allocated before
         # profile_memory started is freed: freeing one here, while stderr is filtered, spends
         # that warning where the user does not see it.
-        probe = torch.empty(1)
+        probe = [torch.empty(1)]
         # A loaded TorchNeuron starts its runtime trace in this CPU-only capture too, into
         # ./output: what it writes there is removed after the stop (nothing is exported).
         stray = StrayRuntimeOutput()
         stray.snapshot()
-        with quiet_native_stderr(NATIVE_NOISE):
-            prof.start()
-            del probe
-        starts = torch_private.profiler_starts()
+
+        def begin() -> None:
+            with quiet_native_stderr(NATIVE_NOISE):
+                prof.start()
+                probe.clear()
+
+        session = start_session(begin)
     except Exception as err:  # observing is best effort: the user's call runs regardless
         obs.error = f"{type(err).__name__}: {err}"
-        force_profiler_off()
+        release_profiler()
+        yield obs
+        return
+    if session is None:  # another thread's session began after the claim: not ours to race
+        obs.error = "a profiler was already running"
         release_profiler()
         yield obs
         return
@@ -233,23 +243,17 @@ def observe_dataflow() -> Iterator[Observation]:
             # Stopped by its own thread when that thread next enters neuronscope; until then
             # the claim stays taken (captures elsewhere skip rather than race it).
             obs.error = "the observed block ended on another thread than it began; nothing observed"
-            defer_to_thread(thread, lambda: _stop_observer(prof, stray, starts), orphaned=forget_observer)
-        elif torch_private.profiler_starts() != starts:
-            # The user's own torch.profiler started inside the observed call and replaced this
-            # session: the running one is theirs, never to be stopped here.
-            obs.error = REPLACED
-            release_profiler()
-            _collect_stray(stray)
+            defer_to_thread(thread, lambda: _stop_deferred(prof, stray, session), orphaned=forget_observer)
         else:
             try:
-                with quiet_native_stderr():
-                    prof.stop()
-                obs.profiler = prof
+                if _stop_observer(prof, stray, session):
+                    obs.profiler = prof
+                else:
+                    # The user's own torch.profiler started inside the observed call (or on
+                    # another thread meanwhile) and replaced this session: never stopped here.
+                    obs.error = REPLACED
             except Exception as err:
                 obs.error = f"{type(err).__name__}: {err}"
-            finally:
-                release_profiler()
-            _collect_stray(stray)
 
 
 def forget_observer() -> None:
@@ -259,18 +263,23 @@ def forget_observer() -> None:
     release_profiler()
 
 
-def _stop_observer(prof: Any, stray: StrayRuntimeOutput, starts: int) -> None:
-    if torch_private.profiler_starts() != starts:  # replaced: the running session is not ours
+def _stop_observer(prof: Any, stray: StrayRuntimeOutput, session: Started) -> bool:
+    """Stop the observation's session unless another replaced it (False then); the claim is
+    given back whatever happens."""
+    try:
+        return stop_session(session, lambda: _quiet_stop(prof))
+    finally:
         release_profiler()
         _collect_stray(stray)
-        return
-    try:
-        with quiet_native_stderr():
-            prof.stop()
-    finally:
-        force_profiler_off()
-        release_profiler()
-    _collect_stray(stray)
+
+
+def _stop_deferred(prof: Any, stray: StrayRuntimeOutput, session: Started) -> None:
+    _stop_observer(prof, stray, session)
+
+
+def _quiet_stop(prof: Any) -> None:
+    with quiet_native_stderr():
+        prof.stop()
 
 
 def _collect_stray(stray: StrayRuntimeOutput) -> None:

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from neuronscope.capture import dynamo, torch_private
-from neuronscope.capture.base import Backend, Capture, WrongThreadError, force_profiler_off, profiler_running, quiet_native_stderr
+from neuronscope.capture.base import Backend, Capture, WrongThreadError, quiet_native_stderr
 from neuronscope.capture.modules import ModuleFacts, ModuleHooks
 
-__all__ = ["LOST", "MARKER", "REPLACED", "CaptureRecord", "CaptureSession", "SharedSession"]
+__all__ = ["BUSY", "LOST", "MARKER", "REPLACED", "CaptureRecord", "CaptureSession", "SharedSession"]
 
 #: The range that bounds each capture of a shared session (left out of its events).
 MARKER = "neuronscope::capture#"
@@ -29,11 +29,19 @@ LOST = (
     "shared session ran (between or inside its captures) and replaced it (one_session); pass "
     "one_session=False to profile inside your own torch.profiler"
 )
-#: Why a capture has no events: a session started inside the captured code replaced it.
+#: Why a capture has no events: a session started inside the captured code (or on another
+#: thread while it ran) replaced it.
 REPLACED = (
     "no events: another torch profiler session (your own torch.profiler?) started inside the "
-    "captured call and replaced neuronscope's (torch runs one session at a time); start yours "
-    "outside the captured call instead: neuronscope then leaves it alone and labels the call in it"
+    "captured call (or on another thread while it ran) and replaced neuronscope's (torch runs "
+    "one session at a time); start yours outside the captured call instead: neuronscope then "
+    "leaves it alone and labels the call in it"
+)
+#: Why a capture has no events: another thread's session was living when it began.
+BUSY = (
+    "no events: another torch profiler session (your own torch.profiler on another thread?) "
+    "was running when this capture began, and torch runs one session per process; the call ran "
+    "unprofiled (its wall time is kept). Capture while no other profiler runs"
 )
 #: What torch prints (C++, stderr) at each toggle of CPU collection with another activity on.
 _TOGGLE_NOTE = b"Toggling CPU activity"
@@ -115,6 +123,8 @@ class SharedSession:
 
         if self.capture.runner is None:
             self.capture.start()
+            if self.capture.refused:  # another thread's session lives: the next call tries again
+                raise RuntimeError(BUSY)
             self.sessions_started += 1
         elif self.replaced():
             raise RuntimeError(LOST)
@@ -138,13 +148,15 @@ class SharedSession:
         finally:
             if marker is not None:  # not ended in a session that replaced this one
                 torch_private.end_range(*marker)
-            if not self.replaced():
-                self._toggle(False)
+            self._toggle(False)
 
     def finish(self) -> Any:
-        """Stop the session (the device synchronised, the profiler off whatever happens)."""
-        if self.prof is None and not self.replaced():
+        """Stop the session (the device synchronised, the profiler off whatever happens);
+        one that another replaced is left to :meth:`Capture.stop`, which never stops it."""
+        session = self.capture.session
+        if self.prof is None and session is not None and not session.ended:
             self.prof = self.capture.stop()
+            self.lost = self.lost or self.prof is None  # None: replaced (stop_session)
         return self.prof
 
     def slice(self, marker: str) -> Any:
@@ -162,11 +174,16 @@ class SharedSession:
         toggle = getattr(self.capture.runner, "toggle_collection_dynamic", None)
         if toggle is None:  # a vendor's wrapper of torch's profiler: it records throughout
             return
-        try:
-            with quiet_native_stderr((_TOGGLE_NOTE,)):
-                toggle(enable, self.backend.activities())
-        except Exception:  # the user's code recorded between captures costs time, not results
-            pass
+        # Under the gate: no other thread's session begins between the check and the toggle
+        # (that would toggle theirs: Kineto's activities are process-wide).
+        with torch_private.session_gate():
+            if self.replaced():
+                return
+            try:
+                with quiet_native_stderr((_TOGGLE_NOTE,)):
+                    toggle(enable, self.backend.activities())
+            except Exception:  # the user's code recorded between captures costs time, not results
+                pass
 
 
 class CaptureSession:
@@ -231,15 +248,10 @@ class CaptureSession:
                 self.shared.close()
             except Exception:
                 pass
-        if self.capture.replaced():  # the running session, if any, is not ours
-            return
-        if self.capture.runner is not None and profiler_running():
-            try:
-                self.capture.stop()
-            except Exception:
-                pass
-        if profiler_running() and self.capture.runner is not None:
-            force_profiler_off()
+        try:
+            self.capture.end()  # not where another session replaced it (see Capture.end)
+        except Exception:
+            pass
         if self.shared is not None and self.shared.prof is None:  # ended: its slices stay readable
             self.shared.prof = self.capture.prof
 
@@ -277,6 +289,8 @@ class CaptureSession:
             artifacts = self._artifacts(prof, notes)
             if prof is None and self.capture.replaced():
                 notes.append(REPLACED)
+            elif self.capture.refused:
+                notes.append(BUSY)
         try:
             device = self.backend.device_name()
         except Exception:

@@ -14,16 +14,20 @@ says what each record is), through :func:`dynamo_utils` here.
 from __future__ import annotations
 
 import sys
+import threading
 from typing import Any
 
 __all__ = [
+    "clear_profiler_flag",
     "default_store",
     "disable_native_profiler",
+    "discard_replaced_session",
     "dispatch_mode_class",
     "dynamo_eval_frame",
     "dynamo_utils",
     "end_range",
     "experimental_config_class",
+    "forget_thread_session",
     "kineto_results",
     "marker_span",
     "native_profiler_enabled",
@@ -34,47 +38,148 @@ __all__ = [
     "profiler_starts",
     "record_function_fast",
     "record_scope_and_event_type",
+    "replaced_sessions",
+    "session_gate",
+    "sessions_elsewhere",
+    "thread_session",
     "tree_leaves",
 ]
 
 
 def profiler_starts() -> int:
-    """How many torch profiler sessions (ours and the user's) started in this process since
-    this was first asked. ``torch.autograd.profiler._run_on_profiler_start`` is called by every
-    session's start (``torch.profiler.profile`` and ``torch.autograd.profiler.profile`` alike;
-    checked on torch 2.13); it is wrapped once to count them, the count kept on the wrapper
-    (torch's module holds it; none of ours). Why: a session started while another runs
-    replaces it in torch's state without a word, and a session kept over several captures
-    (one_session) must know that it is no longer the one running before it toggles or stops
-    anything, or it would turn off or end the user's own. On a torch without the name: always
-    0 (a replaced session is then not noticed, as before)."""
+    """How many torch profiler sessions (ours and the user's) began in this process since this
+    was first asked: each session's Kineto preparation and its start count one each (a
+    ``schedule``'s warm-up prepares a session steps before it starts it). The module functions
+    ``torch.autograd.profiler._prepare_profiler``, ``_run_on_profiler_start`` and
+    ``_disable_profiler`` that every session goes through (``torch.profiler.profile`` and
+    ``torch.autograd.profiler.profile`` alike; checked on torch 2.13) are wrapped once to count
+    them (:func:`profiler_start_counter`), the count kept on the wrappers (torch's module holds
+    them; none of ours). Why: a session begun while another runs replaces it in torch's state
+    without a word, and a session of ours must know that it is no longer the one running before
+    it toggles or stops anything, or it would turn off or end the user's own. On a torch
+    without the names: always 0 (a replaced session is then not noticed, as before)."""
     return profiler_start_counter()[0]
 
 
 def profiler_start_counter() -> list[int]:
     """The one-item list that :func:`profiler_starts` reads (``counter[0]``): a hook that runs
     at every module call keeps it and reads the count without a call. A list of its own
-    (always ``[0]``) on a torch without the name."""
+    (always ``[0]``) on a torch without the names. The first call installs the wrappers."""
+    hooks = _session_hooks()
+    return hooks.starts if hooks is not None else [0]
+
+
+class _SessionHooks:
+    """What the wrappers of torch's session functions share (kept on the wrappers)."""
+
+    def __init__(self) -> None:
+        self.starts = [0]
+        #: Held by every Kineto preparation in the process (the user's, inside the wrapper) and
+        #: by neuronscope around each start, stop and toggle of its own: see :func:`session_gate`.
+        self.gate = threading.RLock()
+        #: The session each thread holds in torch's state, from its preparation to its
+        #: ``_disable_profiler``: the thread's :data:`starts` count at its preparation.
+        self.spans: dict[threading.Thread, int] = {}
+        #: Ranges begun in a session that another one replaced since: never ended (end_range),
+        #: kept alive here (their end would run when they are freed).
+        self.stranded: list[Any] = []
+        #: Threads whose session (of neuronscope's) another thread's replaced, with its span:
+        #: left in their state until capture.base drops it.
+        self.replaced: dict[threading.Thread, int] = {}
+
+
+def _session_hooks() -> _SessionHooks | None:
+    """The wrappers' shared state, installing the wrappers on first use; None on a torch
+    without the names (or not imported)."""
     torch = sys.modules.get("torch")
     module = getattr(getattr(torch, "autograd", None), "profiler", None)
-    current = getattr(module, "_run_on_profiler_start", None)
-    if module is None or not callable(current):
-        return [0]
-    count = getattr(current, "neuronscope_starts", None)
-    if isinstance(count, list):
-        return count
-    starts = [0]
+    names = ("_run_on_profiler_start", "_prepare_profiler", "_disable_profiler")
+    if module is None or not all(callable(getattr(module, n, None)) for n in names):
+        return None
+    hooks = getattr(module._run_on_profiler_start, "neuronscope_hooks", None)
+    if isinstance(hooks, _SessionHooks):
+        return hooks
+    hooks = _SessionHooks()
+    on_start, prepare, disable = (getattr(module, n) for n in names)
 
     def counted() -> Any:
-        starts[0] += 1
-        return current()
+        hooks.starts[0] += 1
+        return on_start()
 
-    counted.neuronscope_starts = starts  # type: ignore[attr-defined]
-    # Ranges begun in a session that another one replaced since: never ended (end_range),
-    # kept alive here (their end would run when they are freed).
-    counted.neuronscope_stranded = []  # type: ignore[attr-defined]
+    def gated_prepare(*args: Any, **kwargs: Any) -> Any:
+        # Under the gate: neuronscope's "is a session running?" and its start are one step
+        # for every other thread's session (a session prepared while another one runs makes
+        # the second of their two stops crash: a segmentation fault in Kineto).
+        with hooks.gate:
+            hooks.starts[0] += 1
+            hooks.spans[threading.current_thread()] = hooks.starts[0]
+            return prepare(*args, **kwargs)
+
+    def ended() -> Any:
+        try:
+            return disable()
+        finally:
+            hooks.spans.pop(threading.current_thread(), None)
+
+    counted.neuronscope_hooks = hooks  # type: ignore[attr-defined]
     module._run_on_profiler_start = counted
-    return starts
+    module._prepare_profiler = gated_prepare
+    module._disable_profiler = ended
+    return hooks
+
+
+def session_gate() -> Any:
+    """The lock that every torch profiler session's preparation takes in this process (the
+    user's too, through the wrapper of ``_prepare_profiler``): neuronscope holds it around
+    each start, stop and toggle of its own, so that no other thread's session begins between
+    its check and its act. Reentrant (a start prepares inside it). A lock of its own, doing
+    nothing for anyone else, on a torch without the names."""
+    hooks = _session_hooks()
+    return hooks.gate if hooks is not None else threading.RLock()
+
+
+def thread_session() -> int | None:
+    """The session this thread holds in torch's state (its count at its preparation), or None:
+    none since the wrappers were installed, or its ``_disable_profiler`` ran."""
+    hooks = _session_hooks()
+    return None if hooks is None else hooks.spans.get(threading.current_thread())
+
+
+def replaced_sessions() -> dict[threading.Thread, int]:
+    """The threads that hold a dead session of neuronscope's (another thread's replaced it),
+    each with its span: not living sessions, for :func:`sessions_elsewhere`. Kept on the
+    wrappers; an empty dict of its own on a torch without the names."""
+    hooks = _session_hooks()
+    return hooks.replaced if hooks is not None else {}
+
+
+def sessions_elsewhere() -> list[threading.Thread]:
+    """The live threads other than this one that hold a living session in torch's state
+    (prepared or running; the user's or another capture's; not a :func:`replaced_sessions`)."""
+    hooks = _session_hooks()
+    if hooks is None:
+        return []
+    me = threading.current_thread()
+    for thread in [t for t in list(hooks.spans) if not t.is_alive()]:  # its state went with it
+        hooks.spans.pop(thread, None)
+        hooks.replaced.pop(thread, None)
+    return [t for t in list(hooks.spans) if t is not me and t not in hooks.replaced]
+
+
+def discard_replaced_session() -> None:
+    """Drop this thread's profiler state, left by a session that another thread's session
+    replaced, once that one ended: ``_prepare_profiler`` (a fresh Kineto trace) and then
+    ``_disable_profiler``. Checked on torch 2.13: a plain ``_disable_profiler`` here is the
+    second stop of two overlapping sessions, and crashes in Kineto (``transferCpuTrace``,
+    ``processTraceInternal``: a segmentation fault); with a trace of its own prepared first it
+    does not. Without it the thread keeps the dead session: every later start on it raises
+    "Profiler is already enabled on this thread". The caller holds :func:`session_gate` and
+    knows that no other thread holds a session."""
+    import torch.autograd.profiler as autograd_profiler
+
+    helper = autograd_profiler.profile(use_kineto=True)
+    autograd_profiler._prepare_profiler(helper.config(create_trace_id=True), helper.kineto_activities)
+    autograd_profiler._disable_profiler()
 
 
 def end_range(rng: Any, starts: int) -> None:
@@ -87,11 +192,9 @@ def end_range(rng: Any, starts: int) -> None:
     if rng is None:
         return
     if profiler_starts() != starts:
-        torch = sys.modules.get("torch")
-        counted = getattr(getattr(getattr(torch, "autograd", None), "profiler", None), "_run_on_profiler_start", None)
-        stranded = getattr(counted, "neuronscope_stranded", None)
-        if isinstance(stranded, list):
-            stranded.append(rng)
+        hooks = _session_hooks()
+        if hooks is not None:
+            hooks.stranded.append(rng)
         return
     try:
         rng.__exit__(None, None, None)
@@ -122,17 +225,33 @@ def native_profiler_enabled() -> bool:
     return bool(_profiler_enabled())
 
 
-def disable_native_profiler(flag_too: bool = True) -> None:
-    """``torch.autograd.profiler._disable_profiler()`` and ``_set_is_profiler_enabled(False)``:
-    stop the native profiler and reset the Python flag. Checked on torch 2.13. Without them a
-    Ctrl-C between the two halves of ``profile.__exit__`` leaves the flag set, and every later
-    capture in the process skips ("a profiler is running")."""
+def disable_native_profiler() -> None:
+    """``torch.autograd.profiler._disable_profiler()``: stop this thread's native profiler
+    where it is on, whatever the Python flag says. Checked on torch 2.13. Without it a Ctrl-C
+    between the two halves of ``profile.__exit__`` (or before both) leaves the thread's
+    session running, and every later start on the thread raises."""
     import torch.autograd.profiler as autograd_profiler
 
     if native_profiler_enabled():
         autograd_profiler._disable_profiler()
-    if flag_too:
-        autograd_profiler._set_is_profiler_enabled(False)
+
+
+def clear_profiler_flag() -> None:
+    """``torch.autograd.profiler._set_is_profiler_enabled(False)``: reset the Python flag that
+    :func:`profiler_flag_on` reads. Checked on torch 2.13. Without it a Ctrl-C between the
+    halves of ``profile.__exit__`` leaves the flag set, and every later capture in the process
+    skips ("a profiler is running"). The caller knows that no session runs."""
+    import torch.autograd.profiler as autograd_profiler
+
+    autograd_profiler._set_is_profiler_enabled(False)
+
+
+def forget_thread_session() -> None:
+    """Forget this thread's session where its preparation never became a start (the start
+    failed half-way): nothing in torch's thread state to stop, and it must not look running."""
+    hooks = _session_hooks()
+    if hooks is not None:
+        hooks.spans.pop(threading.current_thread(), None)
 
 
 def record_function_fast() -> Any:

@@ -11,7 +11,7 @@ import threading
 from typing import Any
 
 from neuronscope.announce import announce_window, announce_window_used, on_skipped
-from neuronscope.capture.base import claim_held_for, profiler_claimed, profiler_running
+from neuronscope.capture.base import claim_held_for, profiler_claimed, profiler_running, watch_sessions
 from neuronscope.capture.cells import execution_count, in_kernel
 from neuronscope.capture.observe import Observation
 from neuronscope.config import Options
@@ -67,6 +67,8 @@ class Owner:
         self.target = target
         self.window = window
         self.skipped = 0
+        # From its decoration on, a session another thread prepares is seen (base.start_session).
+        watch_sessions()
 
     def on_used_window(self) -> None:
         """A call past the window. In a notebook, say so once per cell run (a re-run cell

@@ -17,7 +17,7 @@ from typing import Any
 from neuronscope.announce import announce_result, backend_ignores, log, warn_once, warn_user
 from neuronscope.capture import Backend, CaptureRecord, CaptureSession, resolve_backend, torch_private
 from neuronscope.capture.observe import Observation, options_added
-from neuronscope.capture.record import REPLACED, SharedSession
+from neuronscope.capture.record import BUSY, REPLACED, SharedSession
 from neuronscope.config import Options
 from neuronscope.drive import distributed as _distributed
 from neuronscope.drive.pipeline import CaptureFacts, result_from_record
@@ -155,6 +155,8 @@ class Session:
         self.record = self.capture.stop()
         if REPLACED in self.record.notes:  # a lost measurement is said where the user looks
             warn_user(f"neuronscope: {self.name}: {REPLACED}")
+        elif BUSY in self.record.notes:  # once a name: a loop beside the user's would repeat it
+            warn_once(("busy", self.name), f"neuronscope: {self.name}: {BUSY}")
         _distributed.mark_stopped(self.dist)  # rank 0: no rank joins this capture from now on
         self._facts = CaptureFacts(
             name=self.name,

@@ -16,7 +16,10 @@ last op and walked back through the producers of its inputs:
   dim 1: a sum over another dim, or over two, is another template or none; an example tensor the
   spelling declares broadcast, such as rotary's ``cos``, is not checked), and an op's output
   the template takes as it is is not read through a view there (``e.sum(-2).transpose(...)``
-  has a per-row statistic's shape on a square ``x``, not its dims).
+  has a per-row statistic's shape on a square ``x``, not its dims);
+- a slot (:func:`~.spelling.elementwise_slot`: attention's scale and mask between its scores and
+  its softmax) is a chain of up to :data:`MAX_SLOT_OPS` ops, each one the slot takes, from what
+  the slot takes to what reads it, each op taking the chain through one dimensioned input.
 
 What a match says (``details``) comes from the spelling choice that ran the template.
 """
@@ -30,32 +33,40 @@ from typing import Any
 from neuronscope.analysis.opgraph import VIEW_OPS, OpGraph, OpNode, TensorArg
 from neuronscope.analysis.patterns.base import Match, root_value
 from neuronscope.analysis.patterns.kept import COMMUTATIVE, kept_templates
-from neuronscope.analysis.patterns.spelling import Spelling, TemplateOp, shape_fits, shape_relation, templates
+from neuronscope.analysis.patterns.spelling import SLOT, Spelling, TemplateOp, shape_fits, shape_relation, templates
 
-__all__ = ["graph_matcher"]
+__all__ = ["MAX_SLOT_OPS", "graph_matcher"]
+
+#: Most ops a slot's chain holds (attention's: a scale, a bias, a mask and a cast).
+MAX_SLOT_OPS = 4
 
 
 class _Walk:
     """One attempt to find a template anchored at a node."""
 
-    def __init__(self, g: OpGraph, ops: tuple[TemplateOp, ...], broadcast: frozenset[str]) -> None:
-        self.g, self.ops, self.broadcast = g, ops, broadcast
+    def __init__(self, g: OpGraph, ops: tuple[TemplateOp, ...], broadcast: frozenset[str], shared: frozenset[str]) -> None:
+        self.g, self.ops, self.broadcast, self.shared = g, ops, broadcast, shared
         self.assign: dict[int, OpNode] = {}
         self.bound: dict[str, list[Any]] = {}  # name -> [value, impl or None, TensorArg]
         self.sides: list[tuple[Any, int]] = []
         self.shapes: list[tuple[tuple[int, ...], tuple[int, ...]]] = []  # (template's, capture's)
+        self.chained: list[OpNode] = []  # the ops that fill the slots
+        self.filled: dict[int, OpNode | None] = {}  # slot -> the op that makes its value
 
     def _state(self) -> tuple[Any, ...]:
-        return dict(self.assign), {k: list(v) for k, v in self.bound.items()}, list(self.sides), list(self.shapes)
+        return dict(self.assign), {k: list(v) for k, v in self.bound.items()}, list(self.sides), list(self.shapes), list(self.chained), dict(self.filled)
 
     def _restore(self, state: tuple[Any, ...]) -> None:
-        self.assign, self.bound, self.sides, self.shapes = state
+        self.assign, self.bound, self.sides, self.shapes, self.chained, self.filled = state
+
+    def taken(self, node: OpNode) -> bool:
+        return any(n is node for n in (*self.assign.values(), *self.chained))
 
     def op(self, j: int, node: OpNode) -> bool:
         if j in self.assign:
             return self.assign[j] is node
         t = self.ops[j]
-        if node.op != t.op or not node.writes or any(n is node for n in self.assign.values()):
+        if node.op != t.op or not node.writes or self.taken(node):
             return False
         big = node.big_inputs()
         if len(big) != len(t.args) or not _same_numbers(t.consts, node.consts):
@@ -72,6 +83,8 @@ class _Walk:
         kind, name, direct = ref
         if name not in self.broadcast:
             self.shapes.append((shape, node.inputs[k].sizes))
+        if kind == "op" and self.ops[name].op.startswith(SLOT):
+            return self.slot(name, node, k)
         if kind == "op":
             p = self.g.producer(node, k)
             if p is None or (direct and any(v.op in VIEW_OPS and p.index in v.producers for v in self.g.nodes[p.index + 1 : node.index])):
@@ -94,9 +107,40 @@ class _Walk:
                 return False
         return True
 
+    def slot(self, j: int, node: OpNode, k: int) -> bool:
+        """Slot ``j`` makes input ``k`` of ``node``: filled once, read as often as the template
+        reads it (a written-out softmax reads its scores twice)."""
+        made_by = self.g.producer(node, k)
+        if j in self.filled:
+            return made_by is self.filled[j]
+        if not self.chain(j, node, k, MAX_SLOT_OPS):
+            return False
+        self.filled[j] = made_by
+        return True
+
+    def chain(self, j: int, node: OpNode, k: int, hops: int) -> bool:
+        """Slot ``j`` makes input ``k`` of ``node``: that input is what the slot takes, or is
+        made by an op the slot takes from what the slot takes, and so on, ``hops`` ops at most;
+        read through views or not (code reshapes around them as it likes)."""
+        slot, state = self.ops[j], self._state()
+        if all(self.arg((kind, name, False), node, k, shape) for (kind, name, _), shape in zip(slot.args, slot.shapes)):
+            return True
+        self._restore(state)
+        p = self.g.producer(node, k)
+        if hops == 0 or p is None or p.op not in slot.op[len(SLOT) :].split(",") or not p.writes or self.taken(p):
+            return False
+        for pk in p.big_inputs():
+            state = self._state()
+            self.chained.append(p)
+            if self.chain(j, p, pk, hops - 1):
+                return True
+            self._restore(state)
+        return False
+
     def distinct(self) -> bool:
-        """Different example tensors are different values, and a side tensor none of them."""
-        seen = [(b[0], b[1]) for b in self.bound.values()]
+        """Different example tensors are different values (but those the spelling declares
+        shared), and a side tensor none of them."""
+        seen = [(b[0], b[1]) for name, b in self.bound.items() if name not in self.shared]
         return len(set(seen)) == len(seen) and not any(s in seen for s in self.sides)
 
     def shaped(self) -> bool:
@@ -143,6 +187,7 @@ def graph_matcher(
 
     by_last: dict[str, list[tuple[tuple[TemplateOp, ...], Mapping[str, Any]]]] = {}
     broadcast = frozenset(name for s in spellings for name in s.broadcast)
+    shared = frozenset(name for s in spellings for name in s.shared)
 
     def anchored(op: str) -> list[tuple[tuple[TemplateOp, ...], Mapping[str, Any]]]:
         """The templates ending in ``op``, largest first (derived on first use)."""
@@ -159,11 +204,12 @@ def graph_matcher(
         made_by = {g.nodes[p].op for k in big if (p := n.producers[k]) >= 0}
         for ops, choice in templates_here:
             last = ops[-1]
-            if len(last.args) != len(big) or any(r[0] == "op" and ops[r[1]].op not in made_by for r in last.args):
+            if len(last.args) != len(big) or any(r[0] == "op" and ops[r[1]].op not in made_by and not ops[r[1]].op.startswith(SLOT) for r in last.args):
                 continue  # the anchor's inputs are not made by the ops the template's are
-            walk = _Walk(g, ops, broadcast)
-            if walk.op(len(ops) - 1, n) and len(walk.assign) == sum(op.own for op in ops) and walk.distinct() and walk.shaped():
-                nodes = sorted((walk.assign[j] for j, op in enumerate(ops) if op.own), key=lambda m: m.index)
+            walk = _Walk(g, ops, broadcast, shared)
+            own = sum(op.own and not op.op.startswith(SLOT) for op in ops)
+            if walk.op(len(ops) - 1, n) and len(walk.assign) == own and walk.distinct() and walk.shaped():
+                nodes = sorted([*walk.assign.values(), *walk.chained], key=lambda m: m.index)
                 x: TensorArg | None = walk.bound["x"][2] if "x" in walk.bound else None
                 return Match(pattern, nodes, x, params(choice, nodes))
         return None

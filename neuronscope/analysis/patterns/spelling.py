@@ -30,10 +30,12 @@ from neuronscope.capture.idioms import Builders
 
 __all__ = [
     "EXAMPLE_DIM",
+    "SLOT",
     "ShapeSig",
     "Spelling",
     "TemplateOp",
     "builder",
+    "elementwise_slot",
     "examples",
     "op_orders",
     "order_shapes",
@@ -70,6 +72,9 @@ class Spelling:
     #: other is shaped in a capture as in the spelling (a GLU's ``up`` is ``gate``'s shape: a
     #: per-channel statistic times a GELU is no GLU).
     broadcast: tuple[str, ...] = ()
+    #: Example tensors code may pass as one value, which the graph matcher then does not tell
+    #: apart (attention's q, k and v: views of one packed projection, or one input).
+    shared: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "choices", MappingProxyType(dict(self.choices)))  # read-only, as the record is
@@ -176,6 +181,8 @@ class _Run:
         self.numbers = numbers
         self.cast_skipped = False
         self.refs: dict[int, tuple[str, Any, bool]] = {}
+        #: per :func:`elementwise_slot` call: its first op, the op after its last, what it took
+        self.slots: list[tuple[int, int, tuple[str, Any, bool] | None, tuple[int, ...]]] = []
         self.keep: list[Any] = []  # alive, so that no id is reused by a tensor made later
         for name, value in vars(t).items():
             if isinstance(value, torch.Tensor):
@@ -215,6 +222,30 @@ class _Run:
                 self.keep.append(o)
         return out
 
+    def slot(self, x: Any, fn: Callable[[Any], Any]) -> Any:
+        start, ref = len(self.ops), self.refs.get(id(x))
+        out = fn(x)
+        self.slots.append((start, len(self.ops), ref, tuple(x.shape)))
+        self.refs[id(out)] = ("slot", len(self.slots) - 1, True)  # read after it: through the slot
+        self.keep.append(out)
+        return out
+
+
+#: A graph template's slot op is named ``*`` and the ops it takes, joined by ``,``.
+SLOT = "*"
+
+
+def elementwise_slot(t: Any, x: Any, fn: Callable[[Any], Any]) -> Any:
+    """``fn(x)``, where a spelling writes ops that code writes in any number and order between
+    two of the idiom's own (attention's scale, mask and casts between its scores and softmax).
+    Op orders keep the ops ``fn`` runs, as written; a graph template holds one slot op there
+    instead (:data:`SLOT`), which the graph matcher fills with a chain of a few ops, each one
+    that ``fn`` runs under some choice of the spelling, taking the chain through one of its
+    dimensioned inputs (any others are side tensors: a mask, a bias). ``t``: the spelling's
+    example tensors, which say whether a run records it."""
+    run = getattr(t, "recording", None)
+    return fn(x) if run is None else run.slot(x, fn)
+
 
 @functools.cache
 def _mode() -> Any:
@@ -236,19 +267,20 @@ def _record(fn: Callable[..., Any], t: Any, kwargs: dict[str, Any], side: tuple[
     """``fn(t, **kwargs)``'s user-level ops with their data flow (see :class:`TemplateOp`)."""
     run = _Run(t, side, numbers)
     with _mode()(run):
-        fn(t, **kwargs)
+        fn(SimpleNamespace(**vars(t), recording=run), **kwargs)
     return run
 
 
 @functools.cache
-def _runs(spellings: tuple[Spelling, ...]) -> tuple[tuple[tuple[TemplateOp, ...], Mapping[str, Any], Spelling], ...]:
+def _runs(spellings: tuple[Spelling, ...]) -> tuple[tuple[tuple[TemplateOp, ...], Mapping[str, Any], Spelling, tuple[Any, ...]], ...]:
     """Every spelling choice run once on float32 examples, and once more on bfloat16 ones where
-    a cast copied nothing: its ops, its choice and its spelling. Derived once per process."""
+    a cast copied nothing: its ops, its choice, its spelling and its slots (see
+    :func:`elementwise_slot`). Derived once per process."""
     import torch
 
     from neuronscope.events import gc_paused
 
-    found: list[tuple[tuple[TemplateOp, ...], Mapping[str, Any], Spelling]] = []
+    found: list[tuple[tuple[TemplateOp, ...], Mapping[str, Any], Spelling, tuple[Any, ...]]] = []
     threads = torch.get_num_threads()
     # One thread: on a busy machine a parallel op (softmax) waited milliseconds for its workers
     # on these tiny tensors, hundreds of times over.
@@ -259,10 +291,10 @@ def _runs(spellings: tuple[Spelling, ...]) -> tuple[tuple[tuple[TemplateOp, ...]
             for spelling in spellings:
                 for choice in spelling.variants():
                     run = _record(spelling.fn, t32, choice, spelling.side, spelling.exact_numbers)
-                    found.append((tuple(run.ops), MappingProxyType(choice), spelling))
+                    found.append((tuple(run.ops), MappingProxyType(choice), spelling, tuple(run.slots)))
                     if run.cast_skipped:
                         run = _record(spelling.fn, t16, choice, spelling.side, spelling.exact_numbers)
-                        found.append((tuple(run.ops), MappingProxyType(choice), spelling))
+                        found.append((tuple(run.ops), MappingProxyType(choice), spelling, tuple(run.slots)))
     finally:
         torch.set_num_threads(threads)
     return tuple(run for run in found if run[0])
@@ -281,7 +313,7 @@ def op_orders(spellings: tuple[Spelling, ...]) -> Mapping[tuple[str, ...], tuple
     """Every op order the spellings show, in float32 and bfloat16 (a cast that copies shows
     only in the second), with which of its ops are the idiom's."""
     found: dict[tuple[str, ...], tuple[bool, ...]] = {}
-    for ops, _, _ in _runs(spellings):
+    for ops, *_ in _runs(spellings):
         found.setdefault(tuple(op.op for op in ops), tuple(op.own for op in ops))
     return MappingProxyType(found)
 
@@ -290,15 +322,45 @@ def op_orders(spellings: tuple[Spelling, ...]) -> Mapping[tuple[str, ...], tuple
 def templates(spellings: tuple[Spelling, ...]) -> tuple[tuple[tuple[TemplateOp, ...], Mapping[str, Any]], ...]:
     """Each distinct op graph the spellings run, with the choice that ran it, the most ops
     first: what the graph matcher looks for. Choices that run the same graph on the same
-    shapes (a fused softmax's dim) cannot be told apart by a match: None there, not known."""
+    shapes (a fused softmax's dim) cannot be told apart by a match: None there, not known.
+    A slot's ops are one slot op, taking every op the spellings run in that slot under any
+    choice (their side ops aside)."""
+    takes: dict[int, set[str]] = {}  # slot -> its ops
+    for ops, _, _, slots in _runs(spellings):
+        for i, (a, b, _, _) in enumerate(slots):
+            takes.setdefault(i, set()).update(op.op for op in ops[a:b] if op.own)
     found: dict[tuple[TemplateOp, ...], dict[str, Any]] = {}
-    for ops, choice, _ in _runs(spellings):
-        known = found.setdefault(ops, dict(choice))
+    for ops, choice, _, slots in _runs(spellings):
+        names = [SLOT + ",".join(sorted(takes[i])) for i in range(len(slots))]
+        known = found.setdefault(_slotted(ops, slots, names), dict(choice))
         for k, v in choice.items():
             if known.get(k) != v:
                 known[k] = None
     ordered = sorted(found.items(), key=lambda kv: -sum(op.own for op in kv[0]))
     return tuple((ops, MappingProxyType(choice)) for ops, choice in ordered)
+
+
+def _slotted(ops: tuple[TemplateOp, ...], slots: tuple[Any, ...], names: list[str]) -> tuple[TemplateOp, ...]:
+    """``ops`` with the ops of each slot replaced by one slot op named ``names[k]``, taking
+    what the slot took; what read the slot's value reads the slot op."""
+    out: list[TemplateOp] = []
+    at: dict[tuple[str, int], int] = {}  # ("op", i) or ("slot", k) -> its index in out
+
+    def ref(r: tuple[str, Any, bool]) -> tuple[str, Any, bool]:
+        return ("op", at[r[0], r[1]], r[2]) if r[0] in ("op", "slot") else r
+
+    for i in range(len(ops) + 1):
+        for k, (a, _, r, shape) in enumerate(slots):
+            if a == i:
+                at["slot", k] = len(out)
+                out.append(TemplateOp(names[k], True, (ref(r),) if r else (), (shape,) if r else ()))
+        inside = next((k for k, (a, b, _, _) in enumerate(slots) if a <= i < b), None)
+        if inside is not None:
+            at["op", i] = at["slot", inside]
+        elif i < len(ops):
+            at["op", i] = len(out)
+            out.append(ops[i]._replace(args=tuple(map(ref, ops[i].args))))
+    return tuple(out)
 
 
 #: How one op's dimensioned inputs relate to ``x`` in a spelling: per argument, dim for dim
@@ -343,7 +405,7 @@ def order_shapes(spellings: tuple[Spelling, ...]) -> Mapping[tuple[str, ...], fr
         return f"{relation}@{ref[1]}" if ref[0] == "in" else relation
 
     found: dict[tuple[str, ...], set[ShapeSig]] = {}
-    for ops, _, spelling in _runs(spellings):
+    for ops, _, spelling, _ in _runs(spellings):
         sig = tuple(
             tuple(arg(ref, shape, spelling.broadcast) for ref, shape in zip(op.args, op.shapes)) if op.own else None
             for op in ops
@@ -367,7 +429,7 @@ def builder(spellings: tuple[Spelling, ...], replacement: Replacement) -> Callab
     def build(hint: Any, x: Any, device: Any) -> Builders:
         ops = [o.rsplit("::", 1)[-1] for o in hint.ops]
         ops = [o[:-1] if o.endswith("_") and not o.startswith("_") else o for o in ops]
-        _, choice, spelling = max(
+        _, choice, spelling, _ = max(
             _runs(spellings), key=lambda v: difflib.SequenceMatcher(None, [op.op for op in v[0]], ops, autojunk=False).ratio()
         )
         details = hint.details

@@ -9,7 +9,7 @@ last op and walked back through the producers of its inputs:
 - an example tensor of the spelling (``x``, ``cos``) is one value of the capture, the same
   wherever the template takes it (a view of it, such as ``x[..., :d]``, is of its storage),
   and different example tensors are different values (``x * silu(x)`` is no GLU: its ``up``
-  would be its ``x``);
+  would be its ``x``) but those the spellings declare shared (attention's q, k and v);
 - a side tensor (attention's mask, a GLU's up projection) is any input, other than the
   example tensors' values;
 - shapes relate to ``x`` as the spelling's did (a per-row statistic is ``x`` with its reduced
@@ -17,7 +17,10 @@ last op and walked back through the producers of its inputs:
   spelling declares broadcast, such as rotary's ``cos``, is not checked, one it declares a
   vector, such as a norm's weight, is 1-D of ``x``'s last dim), and an op's output
   the template takes as it is is not read through a view there (``e.sum(-2).transpose(...)``
-  has a per-row statistic's shape on a square ``x``, not its dims).
+  has a per-row statistic's shape on a square ``x``, not its dims);
+- a slot (:func:`~.spelling.elementwise_slot`: attention's scale and mask between its scores and
+  its softmax) is a chain of up to :data:`MAX_SLOT_OPS` ops, each one the slot takes, from what
+  the slot takes to what reads it, each op taking the chain through one dimensioned input.
 
 What a match says (``details``) comes from the spelling choice that ran the template.
 """
@@ -31,32 +34,41 @@ from typing import Any
 from neuronscope.analysis.opgraph import VIEW_OPS, OpGraph, OpNode, TensorArg
 from neuronscope.analysis.patterns.base import Match, root_value
 from neuronscope.analysis.patterns.kept import COMMUTATIVE, kept_templates
-from neuronscope.analysis.patterns.spelling import Spelling, TemplateOp, relation_of, shape_fits, templates
+from neuronscope.analysis.patterns.shapes import shape_fits
+from neuronscope.analysis.patterns.spelling import SLOT, Spelling, TemplateOp, relation_of, templates
 
-__all__ = ["graph_matcher"]
+__all__ = ["MAX_SLOT_OPS", "graph_matcher"]
+
+#: Most ops a slot's chain holds (attention's: a scale, a bias, a mask and a cast).
+MAX_SLOT_OPS = 4
 
 
 class _Walk:
     """One attempt to find a template anchored at a node."""
 
-    def __init__(self, g: OpGraph, ops: tuple[TemplateOp, ...], relation: Callable[[tuple[str, Any, bool], tuple[int, ...]], str]) -> None:
-        self.g, self.ops, self.relation = g, ops, relation
+    def __init__(self, g: OpGraph, ops: tuple[TemplateOp, ...], declared: Spelling) -> None:
+        self.g, self.ops, self.declared = g, ops, declared
         self.assign: dict[int, OpNode] = {}
         self.bound: dict[str, list[Any]] = {}  # name -> [value, impl or None, TensorArg]
         self.sides: list[tuple[Any, int]] = []
         self.shapes: list[tuple[str, tuple[int, ...]]] = []  # (the template's relation to x, the capture's shape)
+        self.chained: list[OpNode] = []  # the ops that fill the slots
+        self.filled: dict[int, OpNode | None] = {}  # slot -> the op that makes its value
 
     def _state(self) -> tuple[Any, ...]:
-        return dict(self.assign), {k: list(v) for k, v in self.bound.items()}, list(self.sides), list(self.shapes)
+        return dict(self.assign), {k: list(v) for k, v in self.bound.items()}, list(self.sides), list(self.shapes), list(self.chained), dict(self.filled)
 
     def _restore(self, state: tuple[Any, ...]) -> None:
-        self.assign, self.bound, self.sides, self.shapes = state
+        self.assign, self.bound, self.sides, self.shapes, self.chained, self.filled = state
+
+    def taken(self, node: OpNode) -> bool:
+        return any(n is node for n in (*self.assign.values(), *self.chained))
 
     def op(self, j: int, node: OpNode) -> bool:
         if j in self.assign:
             return self.assign[j] is node
         t = self.ops[j]
-        if node.op != t.op or not node.writes or any(n is node for n in self.assign.values()):
+        if node.op != t.op or not node.writes or self.taken(node):
             return False
         big = node.big_inputs()
         if len(big) != len(t.args) or not _same_numbers(t.consts, node.consts):
@@ -71,7 +83,9 @@ class _Walk:
 
     def arg(self, ref: tuple[str, Any, bool], node: OpNode, k: int, shape: tuple[int, ...]) -> bool:
         kind, name, direct = ref
-        self.shapes.append((self.relation(ref, shape), node.inputs[k].sizes))
+        self.shapes.append((relation_of(self.declared, ref, shape), node.inputs[k].sizes))
+        if kind == "op" and self.ops[name].op.startswith(SLOT):
+            return self.slot(name, node, k)
         if kind == "op":
             p = self.g.producer(node, k)
             if p is None or (direct and any(v.op in VIEW_OPS and p.index in v.producers for v in self.g.nodes[p.index + 1 : node.index])):
@@ -94,9 +108,40 @@ class _Walk:
                 return False
         return True
 
+    def slot(self, j: int, node: OpNode, k: int) -> bool:
+        """Slot ``j`` makes input ``k`` of ``node``: filled once, read as often as the template
+        reads it (a written-out softmax reads its scores twice)."""
+        made_by = self.g.producer(node, k)
+        if j in self.filled:
+            return made_by is self.filled[j]
+        if not self.chain(j, node, k, MAX_SLOT_OPS):
+            return False
+        self.filled[j] = made_by
+        return True
+
+    def chain(self, j: int, node: OpNode, k: int, hops: int) -> bool:
+        """Slot ``j`` makes input ``k`` of ``node``: that input is what the slot takes, or is
+        made by an op the slot takes from what the slot takes, and so on, ``hops`` ops at most;
+        read through views or not (code reshapes around them as it likes)."""
+        slot, state = self.ops[j], self._state()
+        if all(self.arg((kind, name, False), node, k, shape) for (kind, name, _), shape in zip(slot.args, slot.shapes)):
+            return True
+        self._restore(state)
+        p = self.g.producer(node, k)
+        if hops == 0 or p is None or p.op not in slot.op[len(SLOT) :].split(",") or not p.writes or self.taken(p):
+            return False
+        for pk in p.big_inputs():
+            state = self._state()
+            self.chained.append(p)
+            if self.chain(j, p, pk, hops - 1):
+                return True
+            self._restore(state)
+        return False
+
     def distinct(self) -> bool:
-        """Different example tensors are different values, and a side tensor none of them."""
-        seen = [(b[0], b[1]) for b in self.bound.values()]
+        """Different example tensors are different values (but those the spelling declares
+        shared), and a side tensor none of them."""
+        seen = [(b[0], b[1]) for name, b in self.bound.items() if name not in self.declared.shared]
         return len(set(seen)) == len(seen) and not any(s in seen for s in self.sides)
 
     def shaped(self) -> bool:
@@ -146,10 +191,13 @@ def graph_matcher(
         return None
 
     by_last: dict[str, list[tuple[tuple[TemplateOp, ...], Mapping[str, Any]]]] = {}
-    declared = Spelling(lambda t: None, broadcast=tuple(n for s in spellings for n in s.broadcast), vectors=tuple(n for s in spellings for n in s.vectors))
-
-    def relation(ref: tuple[str, Any, bool], shape: tuple[int, ...]) -> str:
-        return relation_of(declared, ref, shape)
+    # What the idiom's spellings declare of their example tensors, together: one walk serves them all.
+    declared = Spelling(
+        lambda t: None,
+        broadcast=tuple(n for s in spellings for n in s.broadcast),
+        vectors=tuple(n for s in spellings for n in s.vectors),
+        shared=tuple(n for s in spellings for n in s.shared),
+    )
 
     def anchored(op: str) -> list[tuple[tuple[TemplateOp, ...], Mapping[str, Any]]]:
         """The templates ending in ``op``, largest first (derived on first use)."""
@@ -166,11 +214,12 @@ def graph_matcher(
         made_by = {g.nodes[p].op for k in big if (p := n.producers[k]) >= 0}
         for ops, choice in templates_here:
             last = ops[-1]
-            if len(last.args) != len(big) or any(r[0] == "op" and ops[r[1]].op not in made_by for r in last.args):
+            if len(last.args) != len(big) or any(r[0] == "op" and ops[r[1]].op not in made_by and not ops[r[1]].op.startswith(SLOT) for r in last.args):
                 continue  # the anchor's inputs are not made by the ops the template's are
-            walk = _Walk(g, ops, relation)
-            if walk.op(len(ops) - 1, n) and len(walk.assign) == sum(op.own for op in ops) and walk.distinct() and walk.shaped():
-                nodes = sorted((walk.assign[j] for j, op in enumerate(ops) if op.own), key=lambda m: m.index)
+            walk = _Walk(g, ops, declared)
+            own = sum(op.own and not op.op.startswith(SLOT) for op in ops)
+            if walk.op(len(ops) - 1, n) and len(walk.assign) == own and walk.distinct() and walk.shaped():
+                nodes = sorted([*walk.assign.values(), *walk.chained], key=lambda m: m.index)
                 x: TensorArg | None = walk.bound["x"][2] if "x" in walk.bound else None
                 return Match(pattern, nodes, x, {**walk.named(), **params(choice, nodes)})
         return None

@@ -26,32 +26,26 @@ from types import MappingProxyType, SimpleNamespace
 from typing import Any, NamedTuple
 
 from neuronscope.analysis.opgraph import MAYBE_ALIAS_OPS, VIEW_OPS
+from neuronscope.analysis.patterns.shapes import EXAMPLE_DIM, ShapeSig, shape_relation
 from neuronscope.capture.idioms import Builders
 
 __all__ = [
-    "EXAMPLE_DIM",
+    "SLOT",
     "OrderShapes",
-    "ShapeSig",
     "Spelling",
     "TemplateOp",
     "builder",
+    "elementwise_slot",
     "examples",
     "merged_choice",
     "op_orders",
     "order_shapes",
     "recorded_ops",
     "relation_of",
-    "shape_fits",
-    "shape_relation",
     "templates",
     "vector_choices",
 ]
 
-#: The last dim of the example tensors: even (rotary halves it), and unlike their other dims,
-#: so that a per-row statistic, a weight and the input all have other shapes.
-EXAMPLE_DIM = 8
-#: The example ``x`` every spelling runs on (see :func:`examples`).
-_EXAMPLE_X = (2, 4, EXAMPLE_DIM)
 
 
 @dataclass(frozen=True, eq=False)  # by identity: the derived orders are cached per spelling
@@ -77,6 +71,9 @@ class Spelling:
     #: Example tensors of ``x``'s last dim (a norm's weight and bias): in a capture, 1-D of the
     #: size of its ``x``'s last dim, not any tensor that broadcasts.
     vectors: tuple[str, ...] = ()
+    #: Example tensors code may pass as one value, which the graph matcher then does not tell
+    #: apart (attention's q, k and v: views of one packed projection, or one input).
+    shared: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "choices", MappingProxyType(dict(self.choices)))  # read-only, as the record is
@@ -204,6 +201,8 @@ class _Run:
         self.numbers = numbers
         self.cast_skipped = False
         self.refs: dict[int, tuple[str, Any, bool]] = {}
+        #: per :func:`elementwise_slot` call: its first op, the op after its last, what it took
+        self.slots: list[tuple[int, int, tuple[str, Any, bool] | None, tuple[int, ...]]] = []
         self.keep: list[Any] = []  # alive, so that no id is reused by a tensor made later
         for name, value in vars(t).items():
             if isinstance(value, torch.Tensor):
@@ -246,6 +245,30 @@ class _Run:
                 self.keep.append(o)
         return out
 
+    def slot(self, x: Any, fn: Callable[[Any], Any]) -> Any:
+        start, ref = len(self.ops), self.refs.get(id(x))
+        out = fn(x)
+        self.slots.append((start, len(self.ops), ref, tuple(x.shape)))
+        self.refs[id(out)] = ("slot", len(self.slots) - 1, True)  # read after it: through the slot
+        self.keep.append(out)
+        return out
+
+
+#: A graph template's slot op is named ``*`` and the ops it takes, joined by ``,``.
+SLOT = "*"
+
+
+def elementwise_slot(t: Any, x: Any, fn: Callable[[Any], Any]) -> Any:
+    """``fn(x)``, where a spelling writes ops that code writes in any number and order between
+    two of the idiom's own (attention's scale, mask and casts between its scores and softmax).
+    Op orders keep the ops ``fn`` runs, as written; a graph template holds one slot op there
+    instead (:data:`SLOT`), which the graph matcher fills with a chain of a few ops, each one
+    that ``fn`` runs under some choice of the spelling, taking the chain through one of its
+    dimensioned inputs (any others are side tensors: a mask, a bias). ``t``: the spelling's
+    example tensors, which say whether a run records it."""
+    run = getattr(t, "recording", None)
+    return fn(x) if run is None else run.slot(x, fn)
+
 
 @functools.cache
 def _mode() -> Any:
@@ -267,19 +290,20 @@ def _record(fn: Callable[..., Any], t: Any, kwargs: dict[str, Any], side: tuple[
     """``fn(t, **kwargs)``'s user-level ops with their data flow (see :class:`TemplateOp`)."""
     run = _Run(t, side, numbers)
     with _mode()(run):
-        fn(t, **kwargs)
+        fn(SimpleNamespace(**vars(t), recording=run), **kwargs)
     return run
 
 
 @functools.cache
-def _runs(spellings: tuple[Spelling, ...]) -> tuple[tuple[tuple[TemplateOp, ...], Mapping[str, Any], Spelling], ...]:
+def _runs(spellings: tuple[Spelling, ...]) -> tuple[tuple[tuple[TemplateOp, ...], Mapping[str, Any], Spelling, tuple[Any, ...]], ...]:
     """Every spelling choice run once on float32 examples, and once more on bfloat16 ones where
-    a cast copied nothing: its ops, its choice and its spelling. Derived once per process."""
+    a cast copied nothing: its ops, its choice, its spelling and its slots (see
+    :func:`elementwise_slot`). Derived once per process."""
     import torch
 
     from neuronscope.events import gc_paused
 
-    found: list[tuple[tuple[TemplateOp, ...], Mapping[str, Any], Spelling]] = []
+    found: list[tuple[tuple[TemplateOp, ...], Mapping[str, Any], Spelling, tuple[Any, ...]]] = []
     threads = torch.get_num_threads()
     # One thread: on a busy machine a parallel op (softmax) waited milliseconds for its workers
     # on these tiny tensors, hundreds of times over.
@@ -290,10 +314,10 @@ def _runs(spellings: tuple[Spelling, ...]) -> tuple[tuple[tuple[TemplateOp, ...]
             for spelling in spellings:
                 for choice in spelling.variants():
                     run = _record(spelling.fn, t32, choice, spelling.side, spelling.exact_numbers)
-                    found.append((tuple(run.ops), MappingProxyType(choice), spelling))
+                    found.append((tuple(run.ops), MappingProxyType(choice), spelling, tuple(run.slots)))
                     if run.cast_skipped:
                         run = _record(spelling.fn, t16, choice, spelling.side, spelling.exact_numbers)
-                        found.append((tuple(run.ops), MappingProxyType(choice), spelling))
+                        found.append((tuple(run.ops), MappingProxyType(choice), spelling, tuple(run.slots)))
     finally:
         torch.set_num_threads(threads)
     return tuple(run for run in found if run[0])
@@ -312,7 +336,7 @@ def op_orders(spellings: tuple[Spelling, ...]) -> Mapping[tuple[str, ...], tuple
     """Every op order the spellings show, in float32 and bfloat16 (a cast that copies shows
     only in the second), with which of its ops are the idiom's."""
     found: dict[tuple[str, ...], tuple[bool, ...]] = {}
-    for ops, _, _ in _runs(spellings):
+    for ops, *_ in _runs(spellings):
         found.setdefault(tuple(op.op for op in ops), tuple(op.own for op in ops))
     return MappingProxyType(found)
 
@@ -321,29 +345,42 @@ def op_orders(spellings: tuple[Spelling, ...]) -> Mapping[tuple[str, ...], tuple
 def templates(spellings: tuple[Spelling, ...]) -> tuple[tuple[tuple[TemplateOp, ...], Mapping[str, Any]], ...]:
     """Each distinct op graph the spellings run, with the choice that ran it, the most ops
     first: what the graph matcher looks for. Choices that run the same graph on the same
-    shapes (a fused softmax's dim) cannot be told apart by a match: None there, not known."""
+    shapes (a fused softmax's dim) cannot be told apart by a match: None there, not known.
+    A slot's ops are one slot op, taking every op the spellings run in that slot under any
+    choice (their side ops aside)."""
+    takes: dict[int, set[str]] = {}  # slot -> its ops
+    for ops, _, _, slots in _runs(spellings):
+        for i, (a, b, _, _) in enumerate(slots):
+            takes.setdefault(i, set()).update(op.op for op in ops[a:b] if op.own)
     found: dict[tuple[TemplateOp, ...], list[Mapping[str, Any]]] = {}
-    for ops, choice, _ in _runs(spellings):
-        found.setdefault(ops, []).append(choice)
+    for ops, choice, _, slots in _runs(spellings):
+        names = [SLOT + ",".join(sorted(takes[i])) for i in range(len(slots))]
+        found.setdefault(_slotted(ops, slots, names), []).append(choice)
     ordered = sorted(found.items(), key=lambda kv: -sum(op.own for op in kv[0]))
     return tuple((ops, MappingProxyType(merged_choice(choices))) for ops, choices in ordered)
 
 
-#: How one op's dimensioned inputs relate to ``x`` in a spelling: per argument, dim for dim
-#: (from the first) "T" the example ``x``'s, "F" 1, "H" half of it (rotary's ``x[..., :d // 2]``);
-#: "V" ``x``'s last dim alone (a declared vector); "." not of that form (another rank, a
-#: matmul's, a tensor declared broadcast): not checked; then, for an example tensor (or a view
-#: of it), ``@`` and its name: the ops reading ``x`` read one tensor. None for an op not the
-#: idiom's own.
-ShapeSig = tuple[tuple[str, ...] | None, ...]
+def _slotted(ops: tuple[TemplateOp, ...], slots: tuple[Any, ...], names: list[str]) -> tuple[TemplateOp, ...]:
+    """``ops`` with the ops of each slot replaced by one slot op named ``names[k]``, taking
+    what the slot took; what read the slot's value reads the slot op."""
+    out: list[TemplateOp] = []
+    at: dict[tuple[str, int], int] = {}  # ("op", i) or ("slot", k) -> its index in out
 
+    def ref(r: tuple[str, Any, bool]) -> tuple[str, Any, bool]:
+        return ("op", at[r[0], r[1]], r[2]) if r[0] in ("op", "slot") else r
 
-def shape_relation(shape: tuple[int, ...]) -> str:
-    """How ``shape`` relates to the example ``x``, as :data:`ShapeSig` writes it."""
-    if len(shape) != len(_EXAMPLE_X):
-        return "."
-    dims = ["T" if t == e else "F" if t == 1 else "H" if 2 * t == e else "." for t, e in zip(shape, _EXAMPLE_X)]
-    return "." if "." in dims else "".join(dims)
+    for i in range(len(ops) + 1):
+        for k, (a, _, r, shape) in enumerate(slots):
+            if a == i:
+                at["slot", k] = len(out)
+                out.append(TemplateOp(names[k], True, (ref(r),) if r else (), (shape,) if r else ()))
+        inside = next((k for k, (a, b, _, _) in enumerate(slots) if a <= i < b), None)
+        if inside is not None:
+            at["op", i] = at["slot", inside]
+        elif i < len(ops):
+            at["op", i] = len(out)
+            out.append(ops[i]._replace(args=tuple(map(ref, ops[i].args))))
+    return tuple(out)
 
 
 def relation_of(spelling: Spelling, ref: tuple[str, Any, bool], shape: tuple[int, ...]) -> str:
@@ -352,23 +389,6 @@ def relation_of(spelling: Spelling, ref: tuple[str, Any, bool], shape: tuple[int
     if ref[0] == "in" and ref[1] in spelling.vectors:
         return "V"
     return "." if ref[0] == "in" and ref[1] in spelling.broadcast else shape_relation(shape)
-
-
-def shape_fits(relation: str, capture: tuple[int, ...], x: tuple[int, ...]) -> bool:
-    """Does ``capture`` relate to the capture's ``x`` as ``relation`` (see :data:`ShapeSig`)
-    says: dim for dim from the last the same, 1 where it says F, half where it says H; ``x``'s
-    last dim alone where it says V?"""
-    relation = relation.partition("@")[0]
-    if relation == ".":
-        return True
-    if relation == "V":
-        return tuple(capture) == tuple(x[-1:])
-    if len(capture) != len(x) or any(c != "T" for c in relation[: max(0, len(relation) - len(x))]):
-        return False
-    relation = relation[max(0, len(relation) - len(x)) :]
-    lead = len(x) - len(relation)
-    want = {"T": lambda d: d, "F": lambda d: 1, "H": lambda d: d // 2 if d % 2 == 0 else -1}
-    return list(capture) == [*x[:lead], *(want[c](x[lead + i]) for i, c in enumerate(relation))]
 
 
 #: What a spelling's choice is for each way (:data:`ShapeSig`) an op order's ops can relate to
@@ -397,7 +417,7 @@ def order_shapes(spellings: tuple[Spelling, ...]) -> OrderShapes:
         return f"{relation}@{ref[1]}" if ref[0] == "in" else relation
 
     found: dict[tuple[str, ...], dict[ShapeSig, list[Mapping[str, Any]]]] = {}
-    for ops, choice, spelling in _runs(spellings):
+    for ops, choice, spelling, _ in _runs(spellings):
         sig = tuple(
             tuple(arg(ref, shape, spelling) for ref, shape in zip(op.args, op.shapes)) if op.own else None
             for op in ops
@@ -415,7 +435,7 @@ def vector_choices(spellings: tuple[Spelling, ...]) -> frozenset[str]:
     bias): op order alone cannot tell them (a multiply by a weight is a multiply), so a match
     whose shapes were not recorded does not know them."""
     reads: dict[tuple[int, str, tuple[tuple[str, Any], ...]], set[frozenset[str]]] = {}
-    for ops, choice, spelling in _runs(spellings):
+    for ops, choice, spelling, _ in _runs(spellings):
         vectors = frozenset(r[1] for op in ops for r in op.args if r[0] == "in" and r[1] in spelling.vectors)
         for k in choice:  # the runs alike but for ``k``: do they read other vectors?
             rest = tuple(sorted((n, v) for n, v in choice.items() if n != k))
@@ -438,7 +458,7 @@ def builder(spellings: tuple[Spelling, ...], replacement: Replacement) -> Callab
     def build(hint: Any, x: Any, device: Any) -> Builders:
         ops = [o.rsplit("::", 1)[-1] for o in hint.ops]
         ops = [o[:-1] if o.endswith("_") and not o.startswith("_") else o for o in ops]
-        _, choice, spelling = max(
+        _, choice, spelling, _ = max(
             _runs(spellings), key=lambda v: difflib.SequenceMatcher(None, [op.op for op in v[0]], ops, autojunk=False).ratio()
         )
         details = hint.details

@@ -817,6 +817,26 @@ def test_a_norm_times_another_activation_is_no_weight() -> None:
         assert [o.rsplit("::", 1)[-1] for o in hint.ops] == ["pow", "mean", "add", "rsqrt", "mul"]
 
 
+def test_a_spellings_own_numbers_are_exact() -> None:
+    """A spelling's numbers that are no named parameter are the idiom's: ``pow(3)`` shaped like
+    an RMSNorm is no RMSNorm, by exact links (the profiler's recorded scalars) or by an
+    observation (the user's Python numbers); its eps and dim are the code's to choose."""
+    x, w = torch.randn(4, 8, 64), torch.randn(64)
+
+    def norm(power: int, eps: float, dim: int) -> Any:
+        return lambda: w * (x * torch.rsqrt(x.pow(power).mean(dim, keepdim=True) + eps))
+
+    def results(power: int, eps: float, dim: int) -> list[Any]:
+        run = norm(power, eps, dim)
+        return [from_profiler(capture(run, profile_memory=True)), observed_result(run)]
+
+    for result in results(3, 1e-6, -1):
+        assert "rms_norm" not in {h.pattern for h in result.hints}
+    for result in results(2, 1e-5, 2):
+        hint = fusion(result)["rms_norm"]
+        assert hint.details["weight"] is True and len(hint.ops) == 6
+
+
 def test_a_layer_norm_over_n_minus_2_says_so() -> None:
     x, w, b = torch.randn(4, 8, 256), torch.randn(256), torch.randn(256)
     hint = fusion(from_profiler(capture(lambda: _ln(None, correction=2)(x, w, b), profile_memory=True)))["layer_norm"]

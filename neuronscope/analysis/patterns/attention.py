@@ -15,7 +15,7 @@ from typing import Any
 from neuronscope.analysis.opgraph import OpGraph, OpNode
 from neuronscope.analysis.patterns.base import MATMULS, SOFTMAXES, Match, Pattern, input_from, softmax_on_last_dim
 from neuronscope.analysis.patterns.matcher import graph_matcher
-from neuronscope.analysis.patterns.spelling import Spelling, elementwise_slot
+from neuronscope.analysis.patterns.spelling import Spelling, elementwise_slot, named
 
 __all__ = ["ATTENTION"]
 
@@ -33,10 +33,10 @@ def _spelling(t: Any, matmul: str, scale: str | None, mask: str | None, softmax:
     q, k, v = t.q, t.k, t.v
     d = q.shape[-1]
     if scale == "q":
-        q = q * d**-0.5
+        q = q * named("scale", d**-0.5)
     if matmul == "baddbmm":
         q3, k3 = q.reshape(-1, *q.shape[-2:]), k.reshape(-1, *k.shape[-2:])
-        s = torch.baddbmm(t.mask.reshape(-1, *t.mask.shape[-2:]), q3, k3.transpose(1, 2), beta=1.0, alpha=d**-0.5).view(t.mask.shape)
+        s = torch.baddbmm(t.mask.reshape(-1, *t.mask.shape[-2:]), q3, k3.transpose(1, 2), beta=1.0, alpha=named("scale", d**-0.5)).view(t.mask.shape)
     elif matmul == "einsum":
         s = torch.einsum("bhqd,bhkd->bhqk", q, k)
     elif matmul == "bmm":
@@ -70,12 +70,12 @@ def _spelling(t: Any, matmul: str, scale: str | None, mask: str | None, softmax:
 
     s = elementwise_slot(t, s, scaled_and_masked)
     if softmax in ("fused", "t5"):
-        p = s.softmax(dim=-1)
+        p = s.softmax(dim=t.dim)
     elif softmax == "float32":
-        p = F.softmax(s, dim=-1, dtype=torch.float32)
+        p = F.softmax(s, dim=t.dim, dtype=torch.float32)
     else:
-        e = torch.exp(s - s.amax(-1, keepdim=True)) if softmax == "amax" else torch.exp(s)
-        p = e / e.sum(-1, keepdim=True)
+        e = torch.exp(s - s.amax(t.dim, keepdim=True)) if softmax == "amax" else torch.exp(s)
+        p = e / e.sum(t.dim, keepdim=True)
     p = elementwise_slot(t, p, cast_and_dropped)
     if matmul == "einsum":
         return torch.einsum("bhqk,bhkd->bhqd", p, v)

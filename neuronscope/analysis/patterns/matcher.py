@@ -12,6 +12,9 @@ last op and walked back through the producers of its inputs:
   would be its ``x``) but those the spellings declare shared (attention's q, k and v);
 - a side tensor (attention's mask, a GLU's up projection) is any input, other than the
   example tensors' values;
+- a number the spelling writes is the idiom's, among the user's op's where they were recorded
+  (``pow(2)``: ``x.pow(3)`` is no RMSNorm), but a named parameter (:func:`~.spelling.named`:
+  an eps, a dim), which is the code's;
 - shapes relate to ``x`` as the spelling's did (a per-row statistic is ``x`` with its reduced
   dim 1: a sum over another dim, or over two, is another template or none; an example tensor the
   spelling declares broadcast, such as rotary's ``cos``, is not checked, one it declares a
@@ -35,7 +38,7 @@ from neuronscope.analysis.opgraph import VIEW_OPS, OpGraph, OpNode, TensorArg
 from neuronscope.analysis.patterns.base import Match, root_value
 from neuronscope.analysis.patterns.kept import COMMUTATIVE, kept_templates
 from neuronscope.analysis.patterns.shapes import shape_fits
-from neuronscope.analysis.patterns.spelling import SLOT, Spelling, TemplateOp, relation_of, templates
+from neuronscope.analysis.patterns.spelling import READ_PARAMETERS, SLOT, Spelling, TemplateOp, relation_of, templates
 
 __all__ = ["MAX_SLOT_OPS", "graph_matcher"]
 
@@ -71,7 +74,7 @@ class _Walk:
         if node.op != t.op or not node.writes or self.taken(node):
             return False
         big = node.big_inputs()
-        if len(big) != len(t.args) or not _same_numbers(t.consts, node.consts):
+        if len(big) != len(t.args) or not _same_numbers(t.consts, node):
             return False
         for order in (big, big[::-1]) if node.op in COMMUTATIVE and len(big) == 2 else (big,):
             state = self._state()
@@ -151,21 +154,25 @@ class _Walk:
 
     def named(self) -> dict[str, float]:
         """The named parameters' values (an eps), read from the ops that take them where an
-        observation recorded the user's numbers for them."""
+        observation recorded as many of the user's numbers as the spelling's op takes."""
         found: dict[str, float] = {}
         for j, node in self.assign.items():
-            for name, k, count in self.ops[j].named:
-                if len(node.consts) == count:
-                    found.setdefault(name, node.consts[k])
+            consts = self.ops[j].consts
+            if len(node.consts) == len(consts):
+                for name, value in zip(consts, node.consts):
+                    if name in READ_PARAMETERS:
+                        found.setdefault(str(name), value)
         return found
 
 
-def _same_numbers(template: tuple[float, ...], recorded: tuple[float, ...]) -> bool:
-    """The user's numbers (where an observation recorded them) are the spelling's, where the
-    spelling's numbers are the idiom's (``exact_numbers``); 0.1% apart at most."""
-    if not template or not recorded:
-        return True
-    return len(template) == len(recorded) and all(math.isclose(a, b, rel_tol=1e-3) for a, b in zip(sorted(template), sorted(recorded)))
+def _same_numbers(template: tuple[float | str, ...], node: OpNode) -> bool:
+    """Each of the spelling's own numbers (not a named parameter) is among the user's op's:
+    the Python numbers an observation recorded, else the scalars the profiler recorded with
+    the shapes (``pow``'s 2: ``x.pow(3)`` is no RMSNorm); 0.1% apart at most. Where neither
+    recorded a number (a number the profiler wrapped as a tensor), not checked."""
+    own = [a for a in template if not isinstance(a, str)]
+    recorded = node.consts or [v for v in node.scalars if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return not own or not recorded or all(any(math.isclose(a, b, rel_tol=1e-3) for b in recorded) for a in own)
 
 
 def graph_matcher(

@@ -23,13 +23,14 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from numbers import Real
 from types import MappingProxyType, SimpleNamespace
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar, cast
 
 from neuronscope.analysis.opgraph import MAYBE_ALIAS_OPS, VIEW_OPS
 from neuronscope.analysis.patterns.shapes import EXAMPLE_DIM, ShapeSig, shape_relation
 from neuronscope.capture.idioms import Builders
 
 __all__ = [
+    "READ_PARAMETERS",
     "SLOT",
     "OrderShapes",
     "Spelling",
@@ -38,6 +39,7 @@ __all__ = [
     "elementwise_slot",
     "examples",
     "merged_choice",
+    "named",
     "op_orders",
     "order_shapes",
     "recorded_ops",
@@ -55,15 +57,14 @@ class Spelling:
 
     ``side`` names example tensors whose own computations run amid the idiom but are not part
     of it (attention's ``mask == 0``, a GLU's up projection): a trace match spans their ops and
-    leaves them out, as the live matchers, following data flow, never reach them."""
+    leaves them out, as the live matchers, following data flow, never reach them.
+
+    The numbers it writes are the idiom's (GELU's 0.044715, RMSNorm's ``pow(2)``), but those
+    it takes as named parameters (``t.eps``, ``t.dim``, :func:`named`): the code's to choose."""
 
     fn: Callable[..., Any]
     choices: Mapping[str, tuple[Any, ...]] = field(default_factory=lambda: MappingProxyType({}))
     side: tuple[str, ...] = ()
-    #: The Python numbers the spelling writes are the idiom's (GELU's 0.5, 0.044715): where an
-    #: observation recorded the user's numbers, they must be these. False: they are parameters
-    #: (an eps, a dim).
-    exact_numbers: bool = False
     #: Example tensors the code may broadcast against ``x`` (rotary's ``cos`` and ``sin``); any
     #: other is shaped in a capture as in the spelling (a GLU's ``up`` is ``gate``'s shape: a
     #: per-channel statistic times a GELU is no GLU).
@@ -87,23 +88,35 @@ class Spelling:
 #: The named parameters a spelling reads from ``t`` besides tensors, at the values a derived
 #: op order does not depend on: ``verify`` sets the ones a hint recorded (its ``details``).
 PARAMETERS = MappingProxyType({"eps": 1e-6, "dim": -1, "correction": 0})
+#: The named parameters a match reads from the user's numbers into what it says (an eps, a
+#: correction: the replacement takes them as the code wrote them). A dim is what the shapes
+#: say, counted from the end; a scale follows a head dim.
+READ_PARAMETERS = ("eps", "correction")
 
 
-class _Named(float):
-    """A named parameter's number as a spelling runs on it (``t.eps``): the op it reaches
-    records which of its numbers is that parameter (:attr:`TemplateOp.named`)."""
+_Number = TypeVar("_Number", int, float)
 
+
+class _NamedFloat(float):
     name = ""
 
 
-def _named(name: str) -> _Named:
-    made = _Named(PARAMETERS[name])
+class _NamedInt(int):
+    name = ""
+
+
+def named(name: str, value: _Number) -> _Number:
+    """``value`` as the spelling's named parameter ``name`` (a dim a choice picks, a scale of
+    ``d ** -0.5``): a number the code chooses, where every other number a spelling writes is
+    the idiom's own (GELU's 0.044715, RMSNorm's ``pow(2)``). The op it reaches records which
+    of its numbers is that parameter (:attr:`TemplateOp.consts`)."""
+    made = (_NamedInt if isinstance(value, int) else _NamedFloat)(value)
     made.name = name
-    return made
+    return cast(_Number, made)
 
 
-#: The :data:`PARAMETERS` that are numbers an op takes, as the spellings run on them.
-_NAMED = MappingProxyType({name: _named(name) for name in ("eps", "correction")})
+#: The :data:`PARAMETERS` as the spellings run on them (``t.eps``, ``t.dim``).
+_NAMED = MappingProxyType({name: named(name, value) for name, value in PARAMETERS.items()})
 
 
 def examples(dtype: Any, x: Any = None, device: Any = None, **params: Any) -> SimpleNamespace:
@@ -182,23 +195,20 @@ class TemplateOp(NamedTuple):
     args: tuple[tuple[str, Any, bool], ...]
     #: each argument's shape as the spelling ran on the example tensors
     shapes: tuple[tuple[int, ...], ...] = ()
-    #: the Python numbers of the call, as an observation records them (see ``exact_numbers``)
-    consts: tuple[float, ...] = ()
-    #: the named parameters the call takes, each (its name, its place among the call's Python
-    #: numbers, how many the call takes): where an observation recorded the user's numbers,
-    #: the parameter's value is read there
-    named: tuple[tuple[str, int, int], ...] = ()
+    #: the Python numbers of the call, as an observation records them: the idiom's own, but
+    #: a named parameter (:func:`named`), written as its name, which the user's op may take at
+    #: any value and where an observation recorded the user's numbers is read
+    consts: tuple[float | str, ...] = ()
 
 
 class _Run:
     """What one run of a spelling recorded: its ops, and whether a cast copied nothing (then
     its op order in another dtype may differ: the cast would copy)."""
 
-    def __init__(self, t: Any, side: tuple[str, ...], numbers: bool) -> None:
+    def __init__(self, t: Any, side: tuple[str, ...]) -> None:
         import torch
 
         self.ops: list[TemplateOp] = []
-        self.numbers = numbers
         self.cast_skipped = False
         self.refs: dict[int, tuple[str, Any, bool]] = {}
         #: per :func:`elementwise_slot` call: its first op, the op after its last, what it took
@@ -225,14 +235,15 @@ class _Run:
         if recorded:
             first = len(ops)
             taken = [(r, tuple(a.shape)) for r, a in zip(in_refs, inputs) if r is not None and a.dim()]
-            # The call's numbers as the observation pass records them (capture/observe.py).
-            numbers: list[Any] = [a for a in (*args, *kwargs.values()) if isinstance(a, Real) and a.__class__ is not bool]
-            nums = tuple(map(float, numbers))
-            named = tuple((a.name, k, len(numbers)) for k, a in enumerate(numbers) if isinstance(a, _Named))
+            # The call's numbers as the observation pass records them (capture/observe.py), but
+            # torch's own keywords (F.softmax's ``_stacklevel``): no number the spelling writes.
+            given = (*args, *(v for k, v in kwargs.items() if not k.startswith("_")))
+            numbers = [a for a in given if isinstance(a, Real) and a.__class__ is not bool]
+            nums = tuple(a.name if isinstance(a, (_NamedFloat, _NamedInt)) else float(a) for a in numbers)
             for i, name in enumerate(names):  # ``1 / t``: reciprocal, then mul
                 if i == 0:
                     args_ = tuple(r for r, _ in taken)
-                    ops.append(TemplateOp(name, not is_side, args_, tuple(s for _, s in taken), nums if self.numbers else (), named))
+                    ops.append(TemplateOp(name, not is_side, args_, tuple(s for _, s in taken), nums))
                 else:
                     ops.append(TemplateOp(name, not is_side, (("op", first + i - 1, True),), (tuple(out.shape),)))
             out_ref = ("side", "", False) if is_side else ("op", len(ops) - 1, True)
@@ -286,9 +297,9 @@ def _mode() -> Any:
     return _Record
 
 
-def _record(fn: Callable[..., Any], t: Any, kwargs: dict[str, Any], side: tuple[str, ...] = (), numbers: bool = False) -> _Run:
+def _record(fn: Callable[..., Any], t: Any, kwargs: dict[str, Any], side: tuple[str, ...] = ()) -> _Run:
     """``fn(t, **kwargs)``'s user-level ops with their data flow (see :class:`TemplateOp`)."""
-    run = _Run(t, side, numbers)
+    run = _Run(t, side)
     with _mode()(run):
         fn(SimpleNamespace(**vars(t), recording=run), **kwargs)
     return run
@@ -313,10 +324,10 @@ def _runs(spellings: tuple[Spelling, ...]) -> tuple[tuple[tuple[TemplateOp, ...]
             t32, t16 = examples(torch.float32, **_NAMED), examples(torch.bfloat16, **_NAMED)
             for spelling in spellings:
                 for choice in spelling.variants():
-                    run = _record(spelling.fn, t32, choice, spelling.side, spelling.exact_numbers)
+                    run = _record(spelling.fn, t32, choice, spelling.side)
                     found.append((tuple(run.ops), MappingProxyType(choice), spelling, tuple(run.slots)))
                     if run.cast_skipped:
-                        run = _record(spelling.fn, t16, choice, spelling.side, spelling.exact_numbers)
+                        run = _record(spelling.fn, t16, choice, spelling.side)
                         found.append((tuple(run.ops), MappingProxyType(choice), spelling, tuple(run.slots)))
     finally:
         torch.set_num_threads(threads)

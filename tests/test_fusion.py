@@ -7,6 +7,7 @@ Every case runs a real CPU capture (``torch.profiler.profile`` with the default 
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import math
@@ -835,6 +836,21 @@ def test_a_spellings_own_numbers_are_exact() -> None:
     for result in results(2, 1e-5, 2):
         hint = fusion(result)["rms_norm"]
         assert hint.details["weight"] is True and len(hint.ops) == 6
+
+
+def test_verify_rebuilds_the_norm_with_the_eps_the_hint_found() -> None:
+    """hint.verify() times the user's formula: with the user's eps, where the hint read it."""
+    x = torch.randn(4, 8, 64) * 0.1  # a spread the eps weighs on
+
+    def norm() -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 0.5)
+
+    hint = fusion(from_profiler(capture(norm, profile_memory=True)))["rms_norm"]
+    # The eps as an observation reads it from the user's numbers (a capture alone does not
+    # record them; in a process where torch.compile ran, nor does an observation).
+    hint = dataclasses.replace(hint, details={**hint.details, "eps": 0.5})
+    chain, replacement, _ = pattern_named("rms_norm").verify(hint, x, "cpu")
+    assert torch.allclose(chain(), norm()) and torch.allclose(replacement(), norm(), atol=1e-6)
 
 
 def test_a_layer_norm_over_n_minus_2_says_so() -> None:

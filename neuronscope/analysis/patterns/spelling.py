@@ -475,12 +475,11 @@ def builder(spellings: tuple[Spelling, ...], replacement: Replacement) -> Callab
         details = hint.details
         # A choice the hint recorded (a softmax's dim, a cross-entropy's loss) is the code's.
         choice = {k: (details[k] if k in details and details[k] in spelling.choices[k] else v) for k, v in choice.items()}
-        params: dict[str, Any] = {}
+        # The parameters the hint read from the user's numbers (an eps, a correction), and its dim.
+        params = {k: details[k] for k in READ_PARAMETERS if isinstance(details.get(k), (int, float)) and not isinstance(details[k], bool)}
         dim = details.get("dim")
         if isinstance(dim, int) and not isinstance(dim, bool) and -x.dim() <= dim < x.dim():
             params["dim"] = dim
-        if details.get("correction"):
-            params["correction"] = float(details["correction"])
         t = examples(x.dtype, x, device, **params)
         fused = replacement(t, **choice)
         return (lambda: spelling.fn(t, **choice)), (fused[1] if fused else None), (fused[0] if fused else None)

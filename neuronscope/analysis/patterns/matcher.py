@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from neuronscope.analysis.opgraph import VIEW_OPS, OpGraph, OpNode, TensorArg
 from neuronscope.analysis.patterns.base import Match, root_value
@@ -46,11 +46,37 @@ __all__ = ["MAX_SLOT_OPS", "graph_matcher"]
 MAX_SLOT_OPS = 4
 
 
+class _Template(NamedTuple):
+    """A spelling's op graph as the walk reads it, with what it checks derived once."""
+
+    ops: tuple[TemplateOp, ...]
+    choice: Mapping[str, Any]
+    #: per op, per argument: how it relates to ``x`` (:func:`~.spelling.relation_of`)
+    relations: tuple[tuple[str, ...], ...]
+    #: per op: the ops a slot takes; None for an op of the idiom
+    takes: tuple[frozenset[str] | None, ...]
+    #: the ops a walk assigns (a slot's are chained), and those making the anchor's inputs
+    own: int
+    feeds: frozenset[str]
+
+
+def _template(ops: tuple[TemplateOp, ...], choice: Mapping[str, Any], declared: Spelling) -> _Template:
+    takes = tuple(frozenset(op.op[len(SLOT) :].split(",")) if op.op.startswith(SLOT) else None for op in ops)
+    return _Template(
+        ops,
+        choice,
+        tuple(tuple(relation_of(declared, ref, shape) for ref, shape in zip(op.args, op.shapes)) for op in ops),
+        takes,
+        sum(op.own and t is None for op, t in zip(ops, takes)),
+        frozenset(ops[r[1]].op for r in ops[-1].args if r[0] == "op" and takes[r[1]] is None),
+    )
+
+
 class _Walk:
     """One attempt to find a template anchored at a node."""
 
-    def __init__(self, g: OpGraph, ops: tuple[TemplateOp, ...], declared: Spelling) -> None:
-        self.g, self.ops, self.declared = g, ops, declared
+    def __init__(self, g: OpGraph, template: _Template, shared: tuple[str, ...]) -> None:
+        self.g, self.ops, self.template, self.shared = g, template.ops, template, shared
         self.assign: dict[int, OpNode] = {}
         self.bound: dict[str, list[Any]] = {}  # name -> [value, impl or None, TensorArg]
         self.sides: list[tuple[Any, int]] = []
@@ -79,19 +105,19 @@ class _Walk:
         for order in (big, big[::-1]) if node.op in COMMUTATIVE and len(big) == 2 else (big,):
             state = self._state()
             self.assign[j] = node
-            if all(self.arg(ref, node, k, shape) for ref, k, shape in zip(t.args, order, t.shapes)):
+            if all(self.arg(ref, node, k, rel) for ref, k, rel in zip(t.args, order, self.template.relations[j])):
                 return True
             self._restore(state)
         return False
 
-    def arg(self, ref: tuple[str, Any, bool], node: OpNode, k: int, shape: tuple[int, ...]) -> bool:
+    def arg(self, ref: tuple[str, Any, bool], node: OpNode, k: int, relation: str) -> bool:
         kind, name, direct = ref
-        self.shapes.append((relation_of(self.declared, ref, shape), node.inputs[k].sizes))
-        if kind == "op" and self.ops[name].op.startswith(SLOT):
+        self.shapes.append((relation, node.inputs[k].sizes))
+        if kind == "op" and self.template.takes[name] is not None:
             return self.slot(name, node, k)
         if kind == "op":
             p = self.g.producer(node, k)
-            if p is None or (direct and any(v.op in VIEW_OPS and p.index in v.producers for v in self.g.nodes[p.index + 1 : node.index])):
+            if p is None or (direct and any(c < node.index and self.g.nodes[c].op in VIEW_OPS for c in p.consumers)):
                 return False
             return self.op(name, p)
         value, impl = root_value(self.g, node, k), node.inputs[k].impl
@@ -126,12 +152,12 @@ class _Walk:
         """Slot ``j`` makes input ``k`` of ``node``: that input is what the slot takes, or is
         made by an op the slot takes from what the slot takes, and so on, ``hops`` ops at most;
         read through views or not (code reshapes around them as it likes)."""
-        slot, state = self.ops[j], self._state()
-        if all(self.arg((kind, name, False), node, k, shape) for (kind, name, _), shape in zip(slot.args, slot.shapes)):
+        slot, takes, state = self.ops[j], self.template.takes[j] or frozenset(), self._state()
+        if all(self.arg((kind, name, False), node, k, rel) for (kind, name, _), rel in zip(slot.args, self.template.relations[j])):
             return True
         self._restore(state)
         p = self.g.producer(node, k)
-        if hops == 0 or p is None or p.op not in slot.op[len(SLOT) :].split(",") or not p.writes or self.taken(p):
+        if hops == 0 or p is None or p.op not in takes or not p.writes or self.taken(p):
             return False
         for pk in p.big_inputs():
             state = self._state()
@@ -144,7 +170,7 @@ class _Walk:
     def distinct(self) -> bool:
         """Different example tensors are different values (but those the spelling declares
         shared), and a side tensor none of them."""
-        seen = [(b[0], b[1]) for name, b in self.bound.items() if name not in self.declared.shared]
+        seen = [(b[0], b[1]) for name, b in self.bound.items() if name not in self.shared]
         return len(set(seen)) == len(seen) and not any(s in seen for s in self.sides)
 
     def shaped(self) -> bool:
@@ -197,7 +223,7 @@ def graph_matcher(
             found = better
         return None
 
-    by_last: dict[str, list[tuple[tuple[TemplateOp, ...], Mapping[str, Any]]]] = {}
+    by_last: dict[str, list[_Template]] = {}
     # What the idiom's spellings declare of their example tensors, together: one walk serves them all.
     declared = Spelling(
         lambda t: None,
@@ -206,29 +232,31 @@ def graph_matcher(
         shared=tuple(n for s in spellings for n in s.shared),
     )
 
-    def anchored(op: str) -> list[tuple[tuple[TemplateOp, ...], Mapping[str, Any]]]:
+    def anchored(op: str) -> list[_Template]:
         """The templates ending in ``op``, largest first (derived on first use)."""
         if not by_last:
             for ops, choice in kept_templates().get(pattern) or templates(spellings):
-                by_last.setdefault(ops[-1].op, []).append((ops, choice))
+                by_last.setdefault(ops[-1].op, []).append(_template(ops, choice, declared))
         return by_last.get(op, [])
 
+    # By anchor (its op, its dimensioned inputs, the ops that made them): the templates whose
+    # last op takes as many inputs, made by those ops. Anchors repeat these few keys, and an
+    # idiom has a hundred templates (a norm's).
+    candidates: dict[tuple[str, int, frozenset[str]], list[_Template]] = {}
+
     def at(g: OpGraph, n: OpNode) -> Match | None:
-        templates_here = anchored(n.op)
-        if not templates_here:
+        if not anchored(n.op):
             return None
         big = n.big_inputs()
-        made_by = {g.nodes[p].op for k in big if (p := n.producers[k]) >= 0}
-        for ops, choice in templates_here:
-            last = ops[-1]
-            if len(last.args) != len(big) or any(r[0] == "op" and ops[r[1]].op not in made_by and not ops[r[1]].op.startswith(SLOT) for r in last.args):
-                continue  # the anchor's inputs are not made by the ops the template's are
-            walk = _Walk(g, ops, declared)
-            own = sum(op.own and not op.op.startswith(SLOT) for op in ops)
-            if walk.op(len(ops) - 1, n) and len(walk.assign) == own and walk.distinct() and walk.shaped():
+        key = (n.op, len(big), frozenset(g.nodes[p].op for k in big if (p := n.producers[k]) >= 0))
+        if key not in candidates:
+            candidates[key] = [t for t in anchored(n.op) if len(t.ops[-1].args) == key[1] and t.feeds <= key[2]]
+        for template in candidates[key]:
+            walk = _Walk(g, template, declared.shared)
+            if walk.op(len(template.ops) - 1, n) and len(walk.assign) == template.own and walk.distinct() and walk.shaped():
                 nodes = sorted([*walk.assign.values(), *walk.chained], key=lambda m: m.index)
                 x: TensorArg | None = walk.bound["x"][2] if "x" in walk.bound else None
-                return Match(pattern, nodes, x, {**walk.named(), **params(choice, nodes)})
+                return Match(pattern, nodes, x, {**walk.named(), **params(template.choice, nodes)})
         return None
 
     match.derived_from = spellings  # type: ignore[attr-defined]  # what keeping its templates runs

@@ -7,6 +7,7 @@ Every case runs a real CPU capture (``torch.profiler.profile`` with the default 
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import math
@@ -817,6 +818,41 @@ def test_a_norm_times_another_activation_is_no_weight() -> None:
         assert [o.rsplit("::", 1)[-1] for o in hint.ops] == ["pow", "mean", "add", "rsqrt", "mul"]
 
 
+def test_a_spellings_own_numbers_are_exact() -> None:
+    """A spelling's numbers that are no named parameter are the idiom's: ``pow(3)`` shaped like
+    an RMSNorm is no RMSNorm, by exact links (the profiler's recorded scalars) or by an
+    observation (the user's Python numbers); its eps and dim are the code's to choose."""
+    x, w = torch.randn(4, 8, 64), torch.randn(64)
+
+    def norm(power: int, eps: float, dim: int) -> Any:
+        return lambda: w * (x * torch.rsqrt(x.pow(power).mean(dim, keepdim=True) + eps))
+
+    def results(power: int, eps: float, dim: int) -> list[Any]:
+        run = norm(power, eps, dim)
+        return [from_profiler(capture(run, profile_memory=True)), observed_result(run)]
+
+    for result in results(3, 1e-6, -1):
+        assert "rms_norm" not in {h.pattern for h in result.hints}
+    for result in results(2, 1e-5, 2):
+        hint = fusion(result)["rms_norm"]
+        assert hint.details["weight"] is True and len(hint.ops) == 6
+
+
+def test_verify_rebuilds_the_norm_with_the_eps_the_hint_found() -> None:
+    """hint.verify() times the user's formula: with the user's eps, where the hint read it."""
+    x = torch.randn(4, 8, 64) * 0.1  # a spread the eps weighs on
+
+    def norm() -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 0.5)
+
+    hint = fusion(from_profiler(capture(norm, profile_memory=True)))["rms_norm"]
+    # The eps as an observation reads it from the user's numbers (a capture alone does not
+    # record them; in a process where torch.compile ran, nor does an observation).
+    hint = dataclasses.replace(hint, details={**hint.details, "eps": 0.5})
+    chain, replacement, _ = pattern_named("rms_norm").verify(hint, x, "cpu")
+    assert torch.allclose(chain(), norm()) and torch.allclose(replacement(), norm(), atol=1e-6)
+
+
 def test_a_layer_norm_over_n_minus_2_says_so() -> None:
     x, w, b = torch.randn(4, 8, 256), torch.randn(256), torch.randn(256)
     hint = fusion(from_profiler(capture(lambda: _ln(None, correction=2)(x, w, b), profile_memory=True)))["layer_norm"]
@@ -1150,3 +1186,57 @@ def test_attention_suggestion_gives_the_same_output_as_the_code(way: str) -> Non
     call = call.replace(UNKNOWN_SCALE, repr(q.shape[-1] ** -0.5))
     got = eval(call, {"torch": torch}, {"q": q, "k": k, "v": v, **names})  # the suggestion is our own text
     assert torch.allclose(got, expected, atol=1e-6), (way, call)
+
+
+def _t5_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """T5's: unscaled scores, a position bias and a mask added, the softmax taken on a float32
+    copy and cast back."""
+    s = torch.matmul(q, k.transpose(3, 2)) + bias + mask
+    return torch.matmul(torch.nn.functional.softmax(s.float(), dim=-1).type_as(s), v)
+
+
+def _deberta_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """DeBERTa-v2's: 3-d ``bmm`` with k scaled, the scores and probabilities viewed to 4-d and back."""
+    s = torch.bmm(q, k.transpose(-1, -2) / 4.0).view(-1, 2, _T, _T)
+    p = torch.softmax(s.masked_fill(~keep, torch.finfo(s.dtype).min), dim=-1)
+    return torch.bmm(p.view(-1, _T, _T), v)
+
+
+def _softcapped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Gemma2's: the scores capped (``tanh(s / cap) * cap``) before the softmax."""
+    s = torch.matmul(q, k.transpose(-2, -1)) * 0.25
+    return torch.matmul((torch.tanh(s / 50.0) * 50.0).softmax(dim=-1), v)
+
+
+def _attention_hints(fn: Any) -> tuple[list[Hint], list[Hint]]:
+    """The attention hints of a decorated capture of ``fn`` and of a profile of it read by op order."""
+    from neuronscope import profile_on_neuron
+
+    f = profile_on_neuron(fn, export=False, backend="cpu", print_summary=False)
+    f()
+    f()
+    with profile(record_shapes=True) as prof:
+        fn()
+    return [h for h in f.last_result.hints if h.pattern == "attention"], [h for h in from_profiler(prof).hints if h.pattern == "attention"]
+
+
+def test_what_code_writes_between_scores_softmax_and_values_is_a_slot_of_the_spellings_ops() -> None:
+    """Between attention's matmuls and its softmax the graph matcher takes any chain of the ops
+    the spellings write there: T5's casts, which copy in bfloat16 (found by op order too: a
+    spelling writes them), and DeBERTa's views around them; never an op no spelling writes
+    there, such as a softcap's tanh (sdpa caps nothing)."""
+    q, k, v = (torch.randn(2, 2, _T, 16, dtype=torch.bfloat16) for _ in range(3))
+    bias, mask = torch.randn(1, 2, _T, _T, dtype=torch.bfloat16), torch.zeros(2, 1, _T, _T, dtype=torch.bfloat16)
+    live, traced = _attention_hints(lambda: _t5_attention(q, k, v, bias, mask))
+    assert [h.ops for h in live] == [h.ops for h in traced] == [
+        ["aten::matmul", "aten::add", "aten::add", "aten::to", "aten::softmax", "aten::type_as", "aten::matmul"]
+    ]
+    assert (live[0].details["mask"], live[0].details["scale"]) == ("bias, add", 1.0)
+
+    q3, k3, v3 = (torch.randn(4, _T, 8) for _ in range(3))
+    live, _ = _attention_hints(lambda: _deberta_attention(q3, k3, v3, _KEEP))
+    assert [h.details["mask"] for h in live] == ["masked_fill"]
+
+    q4, k4, v4 = (torch.randn(2, 2, _T, 8) for _ in range(3))
+    live, traced = _attention_hints(lambda: _softcapped_attention(q4, k4, v4))
+    assert live == traced == []

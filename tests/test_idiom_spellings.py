@@ -74,9 +74,9 @@ def test_a_new_spelling_is_matched_in_a_trace() -> None:
     derived, with no pattern text to write (here: an RMSNorm through ``torch.sqrt`` and a
     ``reciprocal`` call, which no declared spelling runs)."""
 
-    def written(t: Any) -> Any:
+    def written(t: Any) -> Any:  # its dim and eps named (``t.dim``, ``t.eps``): the code's to choose
         x = t.x
-        return x * torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6).reciprocal() * t.weight
+        return x * torch.sqrt(x.pow(2).mean(t.dim, keepdim=True) + t.eps).reciprocal() * t.weight
 
     new = Spelling(written)
     (order,) = op_orders((new,))
@@ -90,9 +90,9 @@ def test_a_new_spelling_is_matched_in_a_live_graph() -> None:
     from neuronscope.analysis.dataflow import graph_from_profiler
     from neuronscope.analysis.patterns.matcher import graph_matcher
 
-    def written(t: Any) -> Any:
+    def written(t: Any) -> Any:  # its dim and eps named (``t.dim``, ``t.eps``): the code's to choose
         x = t.x
-        return x * torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6).reciprocal() * t.weight
+        return x * torch.sqrt(x.pow(2).mean(t.dim, keepdim=True) + t.eps).reciprocal() * t.weight
 
     match = graph_matcher("a_new_idiom", (Spelling(written),), lambda choice, nodes: {})  # no kept templates
     x, other, w = torch.randn(4, 16, 32), torch.randn(4, 16, 32), torch.randn(32)

@@ -151,15 +151,15 @@ def test_a_scale_the_observation_could_not_read_is_not_taken_for_the_default() -
             if p >= 0:
                 nodes[p].consumers.append(n.index)
     g = OpGraph(nodes, "exact")
-    assert attention.match is not None
-    m = attention.match(g, nodes[2])
+    assert attention.match is not None  # anchored at its last op, ``@ v``, as every derived matcher
+    m = attention.match(g, nodes[3])
     assert m is not None
     assert "scale=<the scale your code applies>" in attention.suggest(m, "cpu")
     nodes[1].consts = (0.25,)  # 16 ** -0.5: sdpa's default
-    m = attention.match(g, nodes[2])
+    m = attention.match(g, nodes[3])
     assert m is not None and "scale=" not in attention.suggest(m, "cpu")
     nodes[1].consts = (1.0,)
-    m = attention.match(g, nodes[2])
+    m = attention.match(g, nodes[3])
     assert m is not None and "scale=1.0" in attention.suggest(m, "cpu")
 
 

@@ -1,9 +1,11 @@
 """Attention written out: ``q @ k^T``, a scale (on the scores, on q or k, or none), an optional
-mask, softmax (fused or written out), ``@ v``.
+mask, softmax (fused or written out), ``@ v``: its spellings, matched by the graph matcher with
+what lies between the matmuls and the softmax as a slot of the ops the spellings write there.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import sys
@@ -12,63 +14,69 @@ from typing import Any
 
 from neuronscope.analysis.opgraph import OpGraph, OpNode
 from neuronscope.analysis.patterns.base import MATMULS, SOFTMAXES, Match, Pattern, input_from, softmax_on_last_dim
-from neuronscope.analysis.patterns.softmax import match_softmax
-from neuronscope.analysis.patterns.spelling import Spelling
+from neuronscope.analysis.patterns.matcher import graph_matcher
+from neuronscope.analysis.patterns.spelling import Spelling, elementwise_slot, named
 
 __all__ = ["ATTENTION"]
-
-
-#: Most ops walked between an attention's softmax and its matmuls (scale, mask, cast,
-#: dropout each take one).
-MAX_ATTENTION_HOPS = 4
-_ATTENTION_PRE = frozenset({"div", "mul", "add", "sub", "masked_fill", "where", "to", "_to_copy", "type_as"})
-_ATTENTION_POST = frozenset({"to", "_to_copy", "type_as", "dropout", "masked_fill"})
 
 
 def _spelling(t: Any, matmul: str, scale: str | None, mask: str | None, softmax: str, dropout: bool) -> Any:
     """Attention written out: ``q @ k^T`` (``matmul``, ``bmm``, ``einsum``, or Bloom's
     ``baddbmm`` with the scale as its alpha), scaled on the scores (``*`` or ``/``) or on q
     first (timm), masked by an add, ``masked_fill`` (of a boolean mask, or of ``mask == 0``) or
-    ``where``, softmax (fused, fused in float32 and cast back, or written out), dropout, ``@ v``."""
+    ``where``, softmax (fused, fused in float32 and cast back, on a float32 copy cast back as
+    T5 does, or written out), dropout, ``@ v``. What code writes between the scores and the
+    softmax, and between the softmax and ``@ v``, are slots: any chain of the ops written there."""
     import torch
 
     F = torch.nn.functional
     q, k, v = t.q, t.k, t.v
     d = q.shape[-1]
     if scale == "q":
-        q = q * d**-0.5
+        q = q * named("scale", d**-0.5)
     if matmul == "baddbmm":
         q3, k3 = q.reshape(-1, *q.shape[-2:]), k.reshape(-1, *k.shape[-2:])
-        s = torch.baddbmm(t.mask.reshape(-1, *t.mask.shape[-2:]), q3, k3.transpose(1, 2), beta=1.0, alpha=d**-0.5).view(t.mask.shape)
+        s = torch.baddbmm(t.mask.reshape(-1, *t.mask.shape[-2:]), q3, k3.transpose(1, 2), beta=1.0, alpha=named("scale", d**-0.5)).view(t.mask.shape)
     elif matmul == "einsum":
         s = torch.einsum("bhqd,bhkd->bhqk", q, k)
     elif matmul == "bmm":
         s = torch.bmm(q.reshape(-1, *q.shape[-2:]), k.reshape(-1, *k.shape[-2:]).transpose(1, 2)).view(t.mask.shape)
     else:
         s = torch.matmul(q, k.transpose(-2, -1))
-    if scale == "mul":
-        s = s * d**-0.5
-    elif scale == "div":
-        s = s / math.sqrt(d)
-    if mask in ("add", "bias, add"):  # T5: a position bias, then the mask
-        s = s + t.mask
-    if mask == "bias, add":
-        s = s + t.mask
-    elif mask == "masked_fill":
-        s = s.masked_fill(t.bool_mask, -1e9)
-    elif mask == "eq, masked_fill":
-        s = s.masked_fill(t.mask == 0, -1e9)
-    elif mask == "where":
-        s = torch.where(t.bool_mask, s, -1e9)
-    if softmax == "fused":
-        p = s.softmax(dim=-1)
+
+    masked = []  # T5 casts its softmax back to its scores' dtype
+
+    def scaled_and_masked(s: Any) -> Any:
+        if scale == "mul":
+            s = s * d**-0.5
+        elif scale == "div":
+            s = s / math.sqrt(d)
+        if mask in ("add", "bias, add"):  # T5: a position bias, then the mask
+            s = s + t.mask
+        if mask == "bias, add":
+            s = s + t.mask
+        elif mask == "masked_fill":
+            s = s.masked_fill(t.bool_mask, -1e9)
+        elif mask == "eq, masked_fill":
+            s = s.masked_fill(t.mask == 0, -1e9)
+        elif mask == "where":
+            s = torch.where(t.bool_mask, s, -1e9)
+        masked.append(s)
+        return s.float() if softmax == "t5" else s
+
+    def cast_and_dropped(p: Any) -> Any:
+        p = p.to(q.dtype) if softmax == "float32" else p.type_as(masked[0]) if softmax == "t5" else p
+        return F.dropout(p, p=0.1, training=True) if dropout else p
+
+    s = elementwise_slot(t, s, scaled_and_masked)
+    if softmax in ("fused", "t5"):
+        p = s.softmax(dim=t.dim)
     elif softmax == "float32":
-        p = F.softmax(s, dim=-1, dtype=torch.float32).to(q.dtype)
+        p = F.softmax(s, dim=t.dim, dtype=torch.float32)
     else:
-        e = torch.exp(s - s.amax(-1, keepdim=True)) if softmax == "amax" else torch.exp(s)
-        p = e / e.sum(-1, keepdim=True)
-    if dropout:
-        p = F.dropout(p, p=0.1, training=True)
+        e = torch.exp(s - s.amax(t.dim, keepdim=True)) if softmax == "amax" else torch.exp(s)
+        p = e / e.sum(t.dim, keepdim=True)
+    p = elementwise_slot(t, p, cast_and_dropped)
     if matmul == "einsum":
         return torch.einsum("bhqk,bhkd->bhqd", p, v)
     if matmul in ("bmm", "baddbmm"):
@@ -78,67 +86,34 @@ def _spelling(t: Any, matmul: str, scale: str | None, mask: str | None, softmax:
 
 _ATTENTION_CHOICES = MappingProxyType({
     "mask": (None, "add", "bias, add", "masked_fill", "eq, masked_fill", "where"),
-    "softmax": ("fused", "float32", "amax", "plain"),
+    "softmax": ("fused", "float32", "t5", "amax", "plain"),
     "dropout": (False, True),
 })
 _MASKS = ("mask", "bool_mask")
+_QKV = ("q", "k", "v")  # self-attention, or views of one packed projection
 SPELLINGS = (
-    Spelling(_spelling, {"matmul": ("matmul", "bmm", "einsum"), "scale": (None, "mul", "div", "q"), **_ATTENTION_CHOICES}, side=_MASKS),
-    Spelling(_spelling, {"matmul": ("baddbmm",), "scale": (None,), **_ATTENTION_CHOICES}, side=_MASKS),
+    Spelling(_spelling, {"matmul": ("matmul", "bmm", "einsum"), "scale": (None, "mul", "div", "q"), **_ATTENTION_CHOICES}, side=_MASKS, shared=_QKV),
+    Spelling(_spelling, {"matmul": ("baddbmm",), "scale": (None,), **_ATTENTION_CHOICES}, side=_MASKS, shared=_QKV),
 )
 
 
-def _scores_matmul(g: OpGraph, n: OpNode, k: int, hops: int, path: list[OpNode]) -> OpNode | None:
-    """Walk back from input ``k`` of ``n`` through scale/mask/cast ops to a matmul."""
-    p = g.producer(n, k)
-    if p is None:
-        return None
-    if p.op in MATMULS:
-        return p
-    if hops <= 0 or p.op not in _ATTENTION_PRE:
-        return None
-    for pk in p.big_inputs():
-        found = _scores_matmul(g, p, pk, hops - 1, path)
-        if found is not None:
-            path.append(p)
-            return found
-    return None
+_matched = graph_matcher("attention", SPELLINGS, lambda choice, nodes: {})
 
 
-def _values_matmul(g: OpGraph, n: OpNode, hops: int, path: list[OpNode]) -> OpNode | None:
-    """Walk forward from ``n`` through casts and dropout to the matmul with the values."""
-    for c in sorted(set(n.consumers)):
-        cn = g.nodes[c]
-        if cn.op in MATMULS and input_from(cn, n) == 0:  # probs @ v: probs come first
-            return cn
-        if hops > 0 and cn.op in _ATTENTION_POST:
-            found = _values_matmul(g, cn, hops - 1, path)
-            if found is not None:
-                path.append(cn)
-                return found
-    return None
-
-
-def _match_attention(g: OpGraph, head: OpNode, tail: OpNode, inner: list[OpNode]) -> Match | None:
-    """``q @ k^T`` -> scale / mask -> softmax (fused or written out) -> ``@ v``."""
-    if not softmax_on_last_dim([head, *inner, tail]):
-        return None  # over the queries (dim=1 of [B, T, T]): sdpa normalises over the keys
-    pre: list[OpNode] = []
-    k = head.big_inputs()[0] if head.big_inputs() else 0
-    mm1 = _scores_matmul(g, head, k, MAX_ATTENTION_HOPS, pre)
-    if mm1 is None:
+def match_attention(g: OpGraph, n: OpNode) -> Match | None:
+    """A spelling anchored at ``n``, ``@ v``, its softmax over the keys (sdpa's; not over the
+    queries, dim=1 of [B, T, T]), with what the equivalent sdpa call takes: the shapes of q, k
+    and v, how the scores are masked, their scale (on the scores, or on q or k before the
+    first matmul: timm, Whisper)."""
+    m = _matched(g, n)
+    if m is None or not softmax_on_last_dim(m.nodes):
         return None
-    post: list[OpNode] = []
-    mm2 = _values_matmul(g, tail, MAX_ATTENTION_HOPS, post)
-    if mm2 is None or mm2 is mm1:
-        return None
-    # The scale: on the scores, or on q or k before the first matmul (timm, Whisper), or none.
-    scales = [p for p in pre if _is_scaling(p)]
-    for k_in in (0, 1):
-        p = g.producer(mm1, k_in)
-        if p is not None and _is_scaling(p) and {c for c in p.consumers if g.nodes[c].writes} == {mm1.index}:
-            scales.append(p)
-    nodes = {m.index: m for m in [mm1, *pre, *scales, *inner, *post, mm2]}
+    mm1, mm2 = next(x for x in m.nodes if x.op in MATMULS), m.nodes[-1]
+    head = next(x for x in m.nodes if x.op in SOFTMAXES or x.op in ("exp", "max", "amax"))
+    pre = [x for x in m.nodes if mm1.index < x.index < head.index]
+    # A scale of q or k may be read through a view (Whisper, OPT): not the spelling's ``q * s``.
+    only_mm1 = [p for k_in in (0, 1) if (p := g.producer(mm1, k_in)) and {c for c in p.consumers if g.nodes[c].writes} == {mm1.index}]
+    scales = {x.index: x for x in [*m.nodes, *only_mm1] if x.index < head.index and _is_scaling(x)}
     q, k_sizes = _query_and_key(mm1)
     mask = _mask_kind(mm1, pre)
     params: dict[str, Any] = {
@@ -148,11 +123,14 @@ def _match_attention(g: OpGraph, head: OpNode, tail: OpNode, inner: list[OpNode]
         "masked": mask is not None,
         "mask": mask,
     }
-    scale = _scale_value(scales, q.sizes[-1] if q is not None and q.sizes else None, _alpha(mm1))
+    scale = _scale_value(list(scales.values()), q.sizes[-1] if q is not None and q.sizes else None, _alpha(mm1))
     if scale is not None:
         params["scale"] = scale
-    return Match("attention", sorted(nodes.values(), key=lambda m: m.index), q, params)
+    nodes = {x.index: x for x in [*m.nodes, *scales.values()]}
+    return dataclasses.replace(m, nodes=sorted(nodes.values(), key=lambda x: x.index), x=q, params=params)
 
+
+match_attention.derived_from = SPELLINGS  # type: ignore[attr-defined]  # its templates are kept
 
 
 def _query_and_key(mm: OpNode) -> tuple[Any, list[int] | None]:
@@ -258,17 +236,6 @@ def _scale_value(scales: list[OpNode], head_dim: int | None, alpha: float = 1.0)
     if head_dim and abs(value * head_dim**0.5 - 1.0) < 1e-6:
         return None
     return value
-
-
-def match_attention(g: OpGraph, n: OpNode) -> Match | None:
-    """Anchored at a softmax: ``torch.softmax`` itself, or the division of a written-out one."""
-    if n.op in SOFTMAXES:
-        return _match_attention(g, n, n, [n])
-    sm = match_softmax(g, n)
-    if sm is None:
-        return None
-    head = next((x for x in sm.nodes if x.op in ("max", "amax")), None) or next(x for x in sm.nodes if x.op == "exp")
-    return _match_attention(g, head, sm.nodes[-1], sm.nodes)
 
 
 #: Library calls that write attention out inside them, and the switch that makes them call

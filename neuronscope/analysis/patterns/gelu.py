@@ -52,9 +52,9 @@ def _replacement(t: Any, inner: str, **_: Any) -> tuple[str, Callable[[], Any]]:
 
 
 _INNERS = ("cubic", "fast", "bloom", "square", "root_divided", "cube_by_muls", "erf_div", "erf_mul")
-#: GELU's numbers are GELU's: where an observation recorded the user's, ``x * 0.5 * (1 +
-#: erf(x / 2))`` or ``tanh(0.5 * (x + 0.044715 * x**3))`` is another function.
-SPELLINGS = (Spelling(_spelling, {"half": ("0.5 * x", "x * 0.5", "last"), "inner": _INNERS}, exact_numbers=True),)
+#: GELU's numbers are GELU's, as any spelling's: where the user's were recorded, ``x * 0.5 * (1
+#: + erf(x / 2))`` or ``tanh(0.5 * (x + 0.044715 * x**3))`` is another function.
+SPELLINGS = (Spelling(_spelling, {"half": ("0.5 * x", "x * 0.5", "last"), "inner": _INNERS}),)
 
 
 def _suggest(m: Match, backend: str) -> str:

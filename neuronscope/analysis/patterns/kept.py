@@ -13,7 +13,8 @@ from types import MappingProxyType
 from typing import Any
 
 from neuronscope.analysis.opgraph import TensorArg
-from neuronscope.analysis.patterns.spelling import OrderShapes, ShapeSig, TemplateOp, merged_choice, shape_fits
+from neuronscope.analysis.patterns.shapes import ShapeSig, shape_fits
+from neuronscope.analysis.patterns.spelling import OrderShapes, TemplateOp, merged_choice
 
 __all__ = [
     "COMMUTATIVE",

@@ -25,21 +25,21 @@ def _spelling(t: Any, stats: str, root: str, weight: bool, bias: bool, square: s
 
     x = t.x
     if stats == "std":  # the weight multiplies the centred x, before the division
-        mean, std = x.mean(-1, keepdim=True), x.std(-1, keepdim=True, correction=t.correction)
+        mean, std = x.mean(t.dim, keepdim=True), x.std(t.dim, keepdim=True, correction=t.correction)
         y = t.weight * (x - mean) if weight else x - mean
         y = y / (std + t.eps) if eps == "outside" else y / std
         return y + t.bias if bias else y
     if stats in ("centred", "centred_twice"):
-        mean = x.mean(-1, keepdim=True)
+        mean = x.mean(t.dim, keepdim=True)
         centred = x - mean
-        var = (centred.pow(2) if square == "pow" else centred * centred).mean(-1, keepdim=True)
+        var = (centred.pow(2) if square == "pow" else centred * centred).mean(t.dim, keepdim=True)
         if stats == "centred_twice":
             centred = x - mean
     else:
         if stats == "var_mean":
-            var, mean = torch.var_mean(x, dim=-1, keepdim=True, correction=t.correction)
+            var, mean = torch.var_mean(x, dim=t.dim, keepdim=True, correction=t.correction)
         else:
-            mean, var = x.mean(-1, keepdim=True), x.var(-1, keepdim=True, correction=t.correction)
+            mean, var = x.mean(t.dim, keepdim=True), x.var(t.dim, keepdim=True, correction=t.correction)
         centred = None if late else x - mean
     if root == "rsqrt":
         r = torch.rsqrt(var + t.eps)

@@ -13,7 +13,7 @@ from neuronscope.analysis.opgraph import OpNode
 from neuronscope.analysis.patterns.base import Match, Pattern
 from neuronscope.analysis.patterns.matcher import graph_matcher
 from neuronscope.analysis.patterns.softmax import DIMS, UNKNOWN_DIM, written_softmax
-from neuronscope.analysis.patterns.spelling import Spelling, builder
+from neuronscope.analysis.patterns.spelling import Spelling, builder, named
 
 __all__ = ["LOG_SOFTMAX", "match_log_softmax"]
 
@@ -28,6 +28,7 @@ def _spelling(t: Any, form: str, shift: str | None, division: str, loss: str | N
     import torch
 
     x, dim = (t.x.reshape(-1, t.x.shape[-1]), -1) if loss else (t.x, dim)  # a loss reads rows
+    dim = named("dim", dim)
     if form == "logsumexp":
         logp = x - torch.logsumexp(x, dim, keepdim=True)
     elif form == "log(softmax)":
@@ -38,9 +39,9 @@ def _spelling(t: Any, form: str, shift: str | None, division: str, loss: str | N
         z = x if shift is None else x - (x.amax(dim, keepdim=True) if shift == "amax" else x.max(dim=dim, keepdim=True).values)
         logp = z - torch.log(torch.exp(z).sum(dim, keepdim=True))
     if loss == "gather":
-        return logp.gather(-1, t.target[:, None])
+        return logp.gather(dim, t.target[:, None])
     if loss == "nll_loss":
-        return torch.nn.functional.nll_loss(logp, t.target)
+        return torch.nn.functional.nll_loss(logp, t.target, ignore_index=named("ignore_index", -100))
     return logp
 
 

@@ -9,15 +9,21 @@ last op and walked back through the producers of its inputs:
 - an example tensor of the spelling (``x``, ``cos``) is one value of the capture, the same
   wherever the template takes it (a view of it, such as ``x[..., :d]``, is of its storage),
   and different example tensors are different values (``x * silu(x)`` is no GLU: its ``up``
-  would be its ``x``);
+  would be its ``x``) but those the spellings declare shared (attention's q, k and v);
 - a side tensor (attention's mask, a GLU's up projection) is any input, other than the
   example tensors' values;
+- a number the spelling writes is the idiom's, among the user's op's where they were recorded
+  (``pow(2)``: ``x.pow(3)`` is no RMSNorm), but a named parameter (:func:`~.spelling.named`:
+  an eps, a dim), which is the code's;
 - shapes relate to ``x`` as the spelling's did (a per-row statistic is ``x`` with its reduced
   dim 1: a sum over another dim, or over two, is another template or none; an example tensor the
   spelling declares broadcast, such as rotary's ``cos``, is not checked, one it declares a
   vector, such as a norm's weight, is 1-D of ``x``'s last dim), and an op's output
   the template takes as it is is not read through a view there (``e.sum(-2).transpose(...)``
-  has a per-row statistic's shape on a square ``x``, not its dims).
+  has a per-row statistic's shape on a square ``x``, not its dims);
+- a slot (:func:`~.spelling.elementwise_slot`: attention's scale and mask between its scores and
+  its softmax) is a chain of up to :data:`MAX_SLOT_OPS` ops, each one the slot takes, from what
+  the slot takes to what reads it, each op taking the chain through one dimensioned input.
 
 What a match says (``details``) comes from the spelling choice that ran the template.
 """
@@ -26,55 +32,92 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from neuronscope.analysis.opgraph import VIEW_OPS, OpGraph, OpNode, TensorArg
 from neuronscope.analysis.patterns.base import Match, root_value
 from neuronscope.analysis.patterns.kept import COMMUTATIVE, kept_templates
-from neuronscope.analysis.patterns.spelling import Spelling, TemplateOp, relation_of, shape_fits, templates
+from neuronscope.analysis.patterns.shapes import shape_fits
+from neuronscope.analysis.patterns.spelling import READ_PARAMETERS, SLOT, Spelling, TemplateOp, relation_of, templates
 
-__all__ = ["graph_matcher"]
+__all__ = ["MAX_SLOT_OPS", "graph_matcher"]
+
+#: Most ops a slot's chain holds (attention's: a scale, a bias, a mask and a cast).
+MAX_SLOT_OPS = 4
+
+
+class _Template(NamedTuple):
+    """A spelling's op graph as the walk reads it, with what it checks derived once."""
+
+    ops: tuple[TemplateOp, ...]
+    choice: Mapping[str, Any]
+    #: per op, per argument: how it relates to ``x`` (:func:`~.spelling.relation_of`)
+    relations: tuple[tuple[str, ...], ...]
+    #: per op: the ops a slot takes; None for an op of the idiom
+    takes: tuple[frozenset[str] | None, ...]
+    #: the ops a walk assigns (a slot's are chained), and those making the anchor's inputs
+    own: int
+    feeds: frozenset[str]
+
+
+def _template(ops: tuple[TemplateOp, ...], choice: Mapping[str, Any], declared: Spelling) -> _Template:
+    takes = tuple(frozenset(op.op[len(SLOT) :].split(",")) if op.op.startswith(SLOT) else None for op in ops)
+    return _Template(
+        ops,
+        choice,
+        tuple(tuple(relation_of(declared, ref, shape) for ref, shape in zip(op.args, op.shapes)) for op in ops),
+        takes,
+        sum(op.own and t is None for op, t in zip(ops, takes)),
+        frozenset(ops[r[1]].op for r in ops[-1].args if r[0] == "op" and takes[r[1]] is None),
+    )
 
 
 class _Walk:
     """One attempt to find a template anchored at a node."""
 
-    def __init__(self, g: OpGraph, ops: tuple[TemplateOp, ...], relation: Callable[[tuple[str, Any, bool], tuple[int, ...]], str]) -> None:
-        self.g, self.ops, self.relation = g, ops, relation
+    def __init__(self, g: OpGraph, template: _Template, shared: tuple[str, ...]) -> None:
+        self.g, self.ops, self.template, self.shared = g, template.ops, template, shared
         self.assign: dict[int, OpNode] = {}
         self.bound: dict[str, list[Any]] = {}  # name -> [value, impl or None, TensorArg]
         self.sides: list[tuple[Any, int]] = []
         self.shapes: list[tuple[str, tuple[int, ...]]] = []  # (the template's relation to x, the capture's shape)
+        self.chained: list[OpNode] = []  # the ops that fill the slots
+        self.filled: dict[int, OpNode | None] = {}  # slot -> the op that makes its value
 
     def _state(self) -> tuple[Any, ...]:
-        return dict(self.assign), {k: list(v) for k, v in self.bound.items()}, list(self.sides), list(self.shapes)
+        return dict(self.assign), {k: list(v) for k, v in self.bound.items()}, list(self.sides), list(self.shapes), list(self.chained), dict(self.filled)
 
     def _restore(self, state: tuple[Any, ...]) -> None:
-        self.assign, self.bound, self.sides, self.shapes = state
+        self.assign, self.bound, self.sides, self.shapes, self.chained, self.filled = state
+
+    def taken(self, node: OpNode) -> bool:
+        return any(n is node for n in (*self.assign.values(), *self.chained))
 
     def op(self, j: int, node: OpNode) -> bool:
         if j in self.assign:
             return self.assign[j] is node
         t = self.ops[j]
-        if node.op != t.op or not node.writes or any(n is node for n in self.assign.values()):
+        if node.op != t.op or not node.writes or self.taken(node):
             return False
         big = node.big_inputs()
-        if len(big) != len(t.args) or not _same_numbers(t.consts, node.consts):
+        if len(big) != len(t.args) or not _same_numbers(t.consts, node):
             return False
         for order in (big, big[::-1]) if node.op in COMMUTATIVE and len(big) == 2 else (big,):
             state = self._state()
             self.assign[j] = node
-            if all(self.arg(ref, node, k, shape) for ref, k, shape in zip(t.args, order, t.shapes)):
+            if all(self.arg(ref, node, k, rel) for ref, k, rel in zip(t.args, order, self.template.relations[j])):
                 return True
             self._restore(state)
         return False
 
-    def arg(self, ref: tuple[str, Any, bool], node: OpNode, k: int, shape: tuple[int, ...]) -> bool:
+    def arg(self, ref: tuple[str, Any, bool], node: OpNode, k: int, relation: str) -> bool:
         kind, name, direct = ref
-        self.shapes.append((self.relation(ref, shape), node.inputs[k].sizes))
+        self.shapes.append((relation, node.inputs[k].sizes))
+        if kind == "op" and self.template.takes[name] is not None:
+            return self.slot(name, node, k)
         if kind == "op":
             p = self.g.producer(node, k)
-            if p is None or (direct and any(v.op in VIEW_OPS and p.index in v.producers for v in self.g.nodes[p.index + 1 : node.index])):
+            if p is None or (direct and any(c < node.index and self.g.nodes[c].op in VIEW_OPS for c in p.consumers)):
                 return False
             return self.op(name, p)
         value, impl = root_value(self.g, node, k), node.inputs[k].impl
@@ -94,9 +137,40 @@ class _Walk:
                 return False
         return True
 
+    def slot(self, j: int, node: OpNode, k: int) -> bool:
+        """Slot ``j`` makes input ``k`` of ``node``: filled once, read as often as the template
+        reads it (a written-out softmax reads its scores twice)."""
+        made_by = self.g.producer(node, k)
+        if j in self.filled:
+            return made_by is self.filled[j]
+        if not self.chain(j, node, k, MAX_SLOT_OPS):
+            return False
+        self.filled[j] = made_by
+        return True
+
+    def chain(self, j: int, node: OpNode, k: int, hops: int) -> bool:
+        """Slot ``j`` makes input ``k`` of ``node``: that input is what the slot takes, or is
+        made by an op the slot takes from what the slot takes, and so on, ``hops`` ops at most;
+        read through views or not (code reshapes around them as it likes)."""
+        slot, takes, state = self.ops[j], self.template.takes[j] or frozenset(), self._state()
+        if all(self.arg((kind, name, False), node, k, rel) for (kind, name, _), rel in zip(slot.args, self.template.relations[j])):
+            return True
+        self._restore(state)
+        p = self.g.producer(node, k)
+        if hops == 0 or p is None or p.op not in takes or not p.writes or self.taken(p):
+            return False
+        for pk in p.big_inputs():
+            state = self._state()
+            self.chained.append(p)
+            if self.chain(j, p, pk, hops - 1):
+                return True
+            self._restore(state)
+        return False
+
     def distinct(self) -> bool:
-        """Different example tensors are different values, and a side tensor none of them."""
-        seen = [(b[0], b[1]) for b in self.bound.values()]
+        """Different example tensors are different values (but those the spelling declares
+        shared), and a side tensor none of them."""
+        seen = [(b[0], b[1]) for name, b in self.bound.items() if name not in self.shared]
         return len(set(seen)) == len(seen) and not any(s in seen for s in self.sides)
 
     def shaped(self) -> bool:
@@ -106,21 +180,25 @@ class _Walk:
 
     def named(self) -> dict[str, float]:
         """The named parameters' values (an eps), read from the ops that take them where an
-        observation recorded the user's numbers for them."""
+        observation recorded as many of the user's numbers as the spelling's op takes."""
         found: dict[str, float] = {}
         for j, node in self.assign.items():
-            for name, k, count in self.ops[j].named:
-                if len(node.consts) == count:
-                    found.setdefault(name, node.consts[k])
+            consts = self.ops[j].consts
+            if len(node.consts) == len(consts):
+                for name, value in zip(consts, node.consts):
+                    if name in READ_PARAMETERS:
+                        found.setdefault(str(name), value)
         return found
 
 
-def _same_numbers(template: tuple[float, ...], recorded: tuple[float, ...]) -> bool:
-    """The user's numbers (where an observation recorded them) are the spelling's, where the
-    spelling's numbers are the idiom's (``exact_numbers``); 0.1% apart at most."""
-    if not template or not recorded:
-        return True
-    return len(template) == len(recorded) and all(math.isclose(a, b, rel_tol=1e-3) for a, b in zip(sorted(template), sorted(recorded)))
+def _same_numbers(template: tuple[float | str, ...], node: OpNode) -> bool:
+    """Each of the spelling's own numbers (not a named parameter) is among the user's op's:
+    the Python numbers an observation recorded, else the scalars the profiler recorded with
+    the shapes (``pow``'s 2: ``x.pow(3)`` is no RMSNorm); 0.1% apart at most. Where neither
+    recorded a number (a number the profiler wrapped as a tensor), not checked."""
+    own = [a for a in template if not isinstance(a, str)]
+    recorded = node.consts or [v for v in node.scalars if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return not own or not recorded or all(any(math.isclose(a, b, rel_tol=1e-3) for b in recorded) for a in own)
 
 
 def graph_matcher(
@@ -145,34 +223,40 @@ def graph_matcher(
             found = better
         return None
 
-    by_last: dict[str, list[tuple[tuple[TemplateOp, ...], Mapping[str, Any]]]] = {}
-    declared = Spelling(lambda t: None, broadcast=tuple(n for s in spellings for n in s.broadcast), vectors=tuple(n for s in spellings for n in s.vectors))
+    by_last: dict[str, list[_Template]] = {}
+    # What the idiom's spellings declare of their example tensors, together: one walk serves them all.
+    declared = Spelling(
+        lambda t: None,
+        broadcast=tuple(n for s in spellings for n in s.broadcast),
+        vectors=tuple(n for s in spellings for n in s.vectors),
+        shared=tuple(n for s in spellings for n in s.shared),
+    )
 
-    def relation(ref: tuple[str, Any, bool], shape: tuple[int, ...]) -> str:
-        return relation_of(declared, ref, shape)
-
-    def anchored(op: str) -> list[tuple[tuple[TemplateOp, ...], Mapping[str, Any]]]:
+    def anchored(op: str) -> list[_Template]:
         """The templates ending in ``op``, largest first (derived on first use)."""
         if not by_last:
             for ops, choice in kept_templates().get(pattern) or templates(spellings):
-                by_last.setdefault(ops[-1].op, []).append((ops, choice))
+                by_last.setdefault(ops[-1].op, []).append(_template(ops, choice, declared))
         return by_last.get(op, [])
 
+    # By anchor (its op, its dimensioned inputs, the ops that made them): the templates whose
+    # last op takes as many inputs, made by those ops. Anchors repeat these few keys, and an
+    # idiom has a hundred templates (a norm's).
+    candidates: dict[tuple[str, int, frozenset[str]], list[_Template]] = {}
+
     def at(g: OpGraph, n: OpNode) -> Match | None:
-        templates_here = anchored(n.op)
-        if not templates_here:
+        if not anchored(n.op):
             return None
         big = n.big_inputs()
-        made_by = {g.nodes[p].op for k in big if (p := n.producers[k]) >= 0}
-        for ops, choice in templates_here:
-            last = ops[-1]
-            if len(last.args) != len(big) or any(r[0] == "op" and ops[r[1]].op not in made_by for r in last.args):
-                continue  # the anchor's inputs are not made by the ops the template's are
-            walk = _Walk(g, ops, relation)
-            if walk.op(len(ops) - 1, n) and len(walk.assign) == sum(op.own for op in ops) and walk.distinct() and walk.shaped():
-                nodes = sorted((walk.assign[j] for j, op in enumerate(ops) if op.own), key=lambda m: m.index)
+        key = (n.op, len(big), frozenset(g.nodes[p].op for k in big if (p := n.producers[k]) >= 0))
+        if key not in candidates:
+            candidates[key] = [t for t in anchored(n.op) if len(t.ops[-1].args) == key[1] and t.feeds <= key[2]]
+        for template in candidates[key]:
+            walk = _Walk(g, template, declared.shared)
+            if walk.op(len(template.ops) - 1, n) and len(walk.assign) == template.own and walk.distinct() and walk.shaped():
+                nodes = sorted([*walk.assign.values(), *walk.chained], key=lambda m: m.index)
                 x: TensorArg | None = walk.bound["x"][2] if "x" in walk.bound else None
-                return Match(pattern, nodes, x, {**walk.named(), **params(choice, nodes)})
+                return Match(pattern, nodes, x, {**walk.named(), **params(template.choice, nodes)})
         return None
 
     match.derived_from = spellings  # type: ignore[attr-defined]  # what keeping its templates runs

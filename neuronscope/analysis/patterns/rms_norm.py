@@ -12,7 +12,7 @@ from typing import Any
 from neuronscope.analysis.opgraph import OpNode
 from neuronscope.analysis.patterns.base import UNKNOWN_EPS, UNKNOWN_WEIGHT, Match, Pattern, dims, param_text
 from neuronscope.analysis.patterns.matcher import graph_matcher
-from neuronscope.analysis.patterns.spelling import Spelling, builder
+from neuronscope.analysis.patterns.spelling import Spelling, builder, named
 
 __all__ = ["RMS_NORM"]
 
@@ -26,10 +26,10 @@ def _spelling(t: Any, root: str, weight: str, cast: str | None, square: str = "p
     x = t.x
     h = x.float() if cast else x
     if root == "norm":
-        ms = h.norm(2, dim=-1, keepdim=True) * (h.shape[-1] ** -0.5) + t.eps
+        ms = h.norm(dim=t.dim, keepdim=True) * named("scale", h.shape[-1] ** -0.5) + t.eps  # p=2, written or not
     else:
         sq = {"pow": lambda: h.pow(2), "square": lambda: h.square(), "mul": lambda: h * h}[square]()
-        ms = sq.mean(-1, keepdim=True) + t.eps
+        ms = sq.mean(t.dim, keepdim=True) + t.eps
     if root == "norm":
         h = h / ms
     elif root == "rsqrt":

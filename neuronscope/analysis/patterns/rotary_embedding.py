@@ -20,9 +20,9 @@ def _spelling(t: Any, rotate: str) -> Any:
     def rotated(x: Any) -> Any:
         if rotate == "half":
             x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
-            return torch.cat((-x2, x1), dim=-1)
+            return torch.cat((-x2, x1), dim=t.dim)
         x1, x2 = x[..., ::2], x[..., 1::2]
-        return torch.stack((-x2, x1), dim=-1).flatten(-2)
+        return torch.stack((-x2, x1), dim=t.dim).flatten(-2)
 
     return (t.x * t.cos) + (rotated(t.x) * t.sin)
 

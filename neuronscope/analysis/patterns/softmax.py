@@ -9,7 +9,7 @@ from typing import Any
 from neuronscope.analysis.opgraph import OpNode
 from neuronscope.analysis.patterns.base import Match, Pattern
 from neuronscope.analysis.patterns.matcher import graph_matcher
-from neuronscope.analysis.patterns.spelling import Spelling, builder
+from neuronscope.analysis.patterns.spelling import Spelling, builder, named
 
 __all__ = ["DIMS", "SOFTMAX", "UNKNOWN_DIM", "match_softmax", "written_softmax"]
 
@@ -19,7 +19,7 @@ def written_softmax(t: Any, shift: str | None, form: str, dim: int = -1) -> Any:
     or none, the exp once or twice (``exp(z) / exp(z).sum()``), or ``e * (1 / sum)``."""
     import torch
 
-    x = t.x
+    x, dim = t.x, named("dim", dim)
     z = {None: lambda: x, "max": lambda: x - x.max(dim=dim, keepdim=True).values, "amax": lambda: x - x.amax(dim, keepdim=True)}[shift]()
     if form == "twice":
         return torch.exp(z) / torch.exp(z).sum(dim, keepdim=True)

@@ -23,35 +23,31 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from numbers import Real
 from types import MappingProxyType, SimpleNamespace
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar, cast
 
 from neuronscope.analysis.opgraph import MAYBE_ALIAS_OPS, VIEW_OPS
+from neuronscope.analysis.patterns.shapes import EXAMPLE_DIM, ShapeSig, shape_relation
 from neuronscope.capture.idioms import Builders
 
 __all__ = [
-    "EXAMPLE_DIM",
+    "READ_PARAMETERS",
+    "SLOT",
     "OrderShapes",
-    "ShapeSig",
     "Spelling",
     "TemplateOp",
     "builder",
+    "elementwise_slot",
     "examples",
     "merged_choice",
+    "named",
     "op_orders",
     "order_shapes",
     "recorded_ops",
     "relation_of",
-    "shape_fits",
-    "shape_relation",
     "templates",
     "vector_choices",
 ]
 
-#: The last dim of the example tensors: even (rotary halves it), and unlike their other dims,
-#: so that a per-row statistic, a weight and the input all have other shapes.
-EXAMPLE_DIM = 8
-#: The example ``x`` every spelling runs on (see :func:`examples`).
-_EXAMPLE_X = (2, 4, EXAMPLE_DIM)
 
 
 @dataclass(frozen=True, eq=False)  # by identity: the derived orders are cached per spelling
@@ -61,15 +57,14 @@ class Spelling:
 
     ``side`` names example tensors whose own computations run amid the idiom but are not part
     of it (attention's ``mask == 0``, a GLU's up projection): a trace match spans their ops and
-    leaves them out, as the live matchers, following data flow, never reach them."""
+    leaves them out, as the live matchers, following data flow, never reach them.
+
+    The numbers it writes are the idiom's (GELU's 0.044715, RMSNorm's ``pow(2)``), but those
+    it takes as named parameters (``t.eps``, ``t.dim``, :func:`named`): the code's to choose."""
 
     fn: Callable[..., Any]
     choices: Mapping[str, tuple[Any, ...]] = field(default_factory=lambda: MappingProxyType({}))
     side: tuple[str, ...] = ()
-    #: The Python numbers the spelling writes are the idiom's (GELU's 0.5, 0.044715): where an
-    #: observation recorded the user's numbers, they must be these. False: they are parameters
-    #: (an eps, a dim).
-    exact_numbers: bool = False
     #: Example tensors the code may broadcast against ``x`` (rotary's ``cos`` and ``sin``); any
     #: other is shaped in a capture as in the spelling (a GLU's ``up`` is ``gate``'s shape: a
     #: per-channel statistic times a GELU is no GLU).
@@ -77,6 +72,9 @@ class Spelling:
     #: Example tensors of ``x``'s last dim (a norm's weight and bias): in a capture, 1-D of the
     #: size of its ``x``'s last dim, not any tensor that broadcasts.
     vectors: tuple[str, ...] = ()
+    #: Example tensors code may pass as one value, which the graph matcher then does not tell
+    #: apart (attention's q, k and v: views of one packed projection, or one input).
+    shared: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "choices", MappingProxyType(dict(self.choices)))  # read-only, as the record is
@@ -90,23 +88,35 @@ class Spelling:
 #: The named parameters a spelling reads from ``t`` besides tensors, at the values a derived
 #: op order does not depend on: ``verify`` sets the ones a hint recorded (its ``details``).
 PARAMETERS = MappingProxyType({"eps": 1e-6, "dim": -1, "correction": 0})
+#: The named parameters a match reads from the user's numbers into what it says (an eps, a
+#: correction: the replacement takes them as the code wrote them). A dim is what the shapes
+#: say, counted from the end; a scale follows a head dim.
+READ_PARAMETERS = ("eps", "correction")
 
 
-class _Named(float):
-    """A named parameter's number as a spelling runs on it (``t.eps``): the op it reaches
-    records which of its numbers is that parameter (:attr:`TemplateOp.named`)."""
+_Number = TypeVar("_Number", int, float)
 
+
+class _NamedFloat(float):
     name = ""
 
 
-def _named(name: str) -> _Named:
-    made = _Named(PARAMETERS[name])
+class _NamedInt(int):
+    name = ""
+
+
+def named(name: str, value: _Number) -> _Number:
+    """``value`` as the spelling's named parameter ``name`` (a dim a choice picks, a scale of
+    ``d ** -0.5``): a number the code chooses, where every other number a spelling writes is
+    the idiom's own (GELU's 0.044715, RMSNorm's ``pow(2)``). The op it reaches records which
+    of its numbers is that parameter (:attr:`TemplateOp.consts`)."""
+    made = (_NamedInt if isinstance(value, int) else _NamedFloat)(value)
     made.name = name
-    return made
+    return cast(_Number, made)
 
 
-#: The :data:`PARAMETERS` that are numbers an op takes, as the spellings run on them.
-_NAMED = MappingProxyType({name: _named(name) for name in ("eps", "correction")})
+#: The :data:`PARAMETERS` as the spellings run on them (``t.eps``, ``t.dim``).
+_NAMED = MappingProxyType({name: named(name, value) for name, value in PARAMETERS.items()})
 
 
 def examples(dtype: Any, x: Any = None, device: Any = None, **params: Any) -> SimpleNamespace:
@@ -185,25 +195,24 @@ class TemplateOp(NamedTuple):
     args: tuple[tuple[str, Any, bool], ...]
     #: each argument's shape as the spelling ran on the example tensors
     shapes: tuple[tuple[int, ...], ...] = ()
-    #: the Python numbers of the call, as an observation records them (see ``exact_numbers``)
-    consts: tuple[float, ...] = ()
-    #: the named parameters the call takes, each (its name, its place among the call's Python
-    #: numbers, how many the call takes): where an observation recorded the user's numbers,
-    #: the parameter's value is read there
-    named: tuple[tuple[str, int, int], ...] = ()
+    #: the Python numbers of the call, as an observation records them: the idiom's own, but
+    #: a named parameter (:func:`named`), written as its name, which the user's op may take at
+    #: any value and where an observation recorded the user's numbers is read
+    consts: tuple[float | str, ...] = ()
 
 
 class _Run:
     """What one run of a spelling recorded: its ops, and whether a cast copied nothing (then
     its op order in another dtype may differ: the cast would copy)."""
 
-    def __init__(self, t: Any, side: tuple[str, ...], numbers: bool) -> None:
+    def __init__(self, t: Any, side: tuple[str, ...]) -> None:
         import torch
 
         self.ops: list[TemplateOp] = []
-        self.numbers = numbers
         self.cast_skipped = False
         self.refs: dict[int, tuple[str, Any, bool]] = {}
+        #: per :func:`elementwise_slot` call: its first op, the op after its last, what it took
+        self.slots: list[tuple[int, int, tuple[str, Any, bool] | None, tuple[int, ...]]] = []
         self.keep: list[Any] = []  # alive, so that no id is reused by a tensor made later
         for name, value in vars(t).items():
             if isinstance(value, torch.Tensor):
@@ -226,14 +235,15 @@ class _Run:
         if recorded:
             first = len(ops)
             taken = [(r, tuple(a.shape)) for r, a in zip(in_refs, inputs) if r is not None and a.dim()]
-            # The call's numbers as the observation pass records them (capture/observe.py).
-            numbers: list[Any] = [a for a in (*args, *kwargs.values()) if isinstance(a, Real) and a.__class__ is not bool]
-            nums = tuple(map(float, numbers))
-            named = tuple((a.name, k, len(numbers)) for k, a in enumerate(numbers) if isinstance(a, _Named))
+            # The call's numbers as the observation pass records them (capture/observe.py), but
+            # torch's own keywords (F.softmax's ``_stacklevel``): no number the spelling writes.
+            given = (*args, *(v for k, v in kwargs.items() if not k.startswith("_")))
+            numbers = [a for a in given if isinstance(a, Real) and a.__class__ is not bool]
+            nums = tuple(a.name if isinstance(a, (_NamedFloat, _NamedInt)) else float(a) for a in numbers)
             for i, name in enumerate(names):  # ``1 / t``: reciprocal, then mul
                 if i == 0:
                     args_ = tuple(r for r, _ in taken)
-                    ops.append(TemplateOp(name, not is_side, args_, tuple(s for _, s in taken), nums if self.numbers else (), named))
+                    ops.append(TemplateOp(name, not is_side, args_, tuple(s for _, s in taken), nums))
                 else:
                     ops.append(TemplateOp(name, not is_side, (("op", first + i - 1, True),), (tuple(out.shape),)))
             out_ref = ("side", "", False) if is_side else ("op", len(ops) - 1, True)
@@ -245,6 +255,30 @@ class _Run:
                 refs[id(o)] = out_ref
                 self.keep.append(o)
         return out
+
+    def slot(self, x: Any, fn: Callable[[Any], Any]) -> Any:
+        start, ref = len(self.ops), self.refs.get(id(x))
+        out = fn(x)
+        self.slots.append((start, len(self.ops), ref, tuple(x.shape)))
+        self.refs[id(out)] = ("slot", len(self.slots) - 1, True)  # read after it: through the slot
+        self.keep.append(out)
+        return out
+
+
+#: A graph template's slot op is named ``*`` and the ops it takes, joined by ``,``.
+SLOT = "*"
+
+
+def elementwise_slot(t: Any, x: Any, fn: Callable[[Any], Any]) -> Any:
+    """``fn(x)``, where a spelling writes ops that code writes in any number and order between
+    two of the idiom's own (attention's scale, mask and casts between its scores and softmax).
+    Op orders keep the ops ``fn`` runs, as written; a graph template holds one slot op there
+    instead (:data:`SLOT`), which the graph matcher fills with a chain of a few ops, each one
+    that ``fn`` runs under some choice of the spelling, taking the chain through one of its
+    dimensioned inputs (any others are side tensors: a mask, a bias). ``t``: the spelling's
+    example tensors, which say whether a run records it."""
+    run = getattr(t, "recording", None)
+    return fn(x) if run is None else run.slot(x, fn)
 
 
 @functools.cache
@@ -263,23 +297,24 @@ def _mode() -> Any:
     return _Record
 
 
-def _record(fn: Callable[..., Any], t: Any, kwargs: dict[str, Any], side: tuple[str, ...] = (), numbers: bool = False) -> _Run:
+def _record(fn: Callable[..., Any], t: Any, kwargs: dict[str, Any], side: tuple[str, ...] = ()) -> _Run:
     """``fn(t, **kwargs)``'s user-level ops with their data flow (see :class:`TemplateOp`)."""
-    run = _Run(t, side, numbers)
+    run = _Run(t, side)
     with _mode()(run):
-        fn(t, **kwargs)
+        fn(SimpleNamespace(**vars(t), recording=run), **kwargs)
     return run
 
 
 @functools.cache
-def _runs(spellings: tuple[Spelling, ...]) -> tuple[tuple[tuple[TemplateOp, ...], Mapping[str, Any], Spelling], ...]:
+def _runs(spellings: tuple[Spelling, ...]) -> tuple[tuple[tuple[TemplateOp, ...], Mapping[str, Any], Spelling, tuple[Any, ...]], ...]:
     """Every spelling choice run once on float32 examples, and once more on bfloat16 ones where
-    a cast copied nothing: its ops, its choice and its spelling. Derived once per process."""
+    a cast copied nothing: its ops, its choice, its spelling and its slots (see
+    :func:`elementwise_slot`). Derived once per process."""
     import torch
 
     from neuronscope.events import gc_paused
 
-    found: list[tuple[tuple[TemplateOp, ...], Mapping[str, Any], Spelling]] = []
+    found: list[tuple[tuple[TemplateOp, ...], Mapping[str, Any], Spelling, tuple[Any, ...]]] = []
     threads = torch.get_num_threads()
     # One thread: on a busy machine a parallel op (softmax) waited milliseconds for its workers
     # on these tiny tensors, hundreds of times over.
@@ -289,11 +324,11 @@ def _runs(spellings: tuple[Spelling, ...]) -> tuple[tuple[tuple[TemplateOp, ...]
             t32, t16 = examples(torch.float32, **_NAMED), examples(torch.bfloat16, **_NAMED)
             for spelling in spellings:
                 for choice in spelling.variants():
-                    run = _record(spelling.fn, t32, choice, spelling.side, spelling.exact_numbers)
-                    found.append((tuple(run.ops), MappingProxyType(choice), spelling))
+                    run = _record(spelling.fn, t32, choice, spelling.side)
+                    found.append((tuple(run.ops), MappingProxyType(choice), spelling, tuple(run.slots)))
                     if run.cast_skipped:
-                        run = _record(spelling.fn, t16, choice, spelling.side, spelling.exact_numbers)
-                        found.append((tuple(run.ops), MappingProxyType(choice), spelling))
+                        run = _record(spelling.fn, t16, choice, spelling.side)
+                        found.append((tuple(run.ops), MappingProxyType(choice), spelling, tuple(run.slots)))
     finally:
         torch.set_num_threads(threads)
     return tuple(run for run in found if run[0])
@@ -312,7 +347,7 @@ def op_orders(spellings: tuple[Spelling, ...]) -> Mapping[tuple[str, ...], tuple
     """Every op order the spellings show, in float32 and bfloat16 (a cast that copies shows
     only in the second), with which of its ops are the idiom's."""
     found: dict[tuple[str, ...], tuple[bool, ...]] = {}
-    for ops, _, _ in _runs(spellings):
+    for ops, *_ in _runs(spellings):
         found.setdefault(tuple(op.op for op in ops), tuple(op.own for op in ops))
     return MappingProxyType(found)
 
@@ -321,29 +356,42 @@ def op_orders(spellings: tuple[Spelling, ...]) -> Mapping[tuple[str, ...], tuple
 def templates(spellings: tuple[Spelling, ...]) -> tuple[tuple[tuple[TemplateOp, ...], Mapping[str, Any]], ...]:
     """Each distinct op graph the spellings run, with the choice that ran it, the most ops
     first: what the graph matcher looks for. Choices that run the same graph on the same
-    shapes (a fused softmax's dim) cannot be told apart by a match: None there, not known."""
+    shapes (a fused softmax's dim) cannot be told apart by a match: None there, not known.
+    A slot's ops are one slot op, taking every op the spellings run in that slot under any
+    choice (their side ops aside)."""
+    takes: dict[int, set[str]] = {}  # slot -> its ops
+    for ops, _, _, slots in _runs(spellings):
+        for i, (a, b, _, _) in enumerate(slots):
+            takes.setdefault(i, set()).update(op.op for op in ops[a:b] if op.own)
     found: dict[tuple[TemplateOp, ...], list[Mapping[str, Any]]] = {}
-    for ops, choice, _ in _runs(spellings):
-        found.setdefault(ops, []).append(choice)
+    for ops, choice, _, slots in _runs(spellings):
+        names = [SLOT + ",".join(sorted(takes[i])) for i in range(len(slots))]
+        found.setdefault(_slotted(ops, slots, names), []).append(choice)
     ordered = sorted(found.items(), key=lambda kv: -sum(op.own for op in kv[0]))
     return tuple((ops, MappingProxyType(merged_choice(choices))) for ops, choices in ordered)
 
 
-#: How one op's dimensioned inputs relate to ``x`` in a spelling: per argument, dim for dim
-#: (from the first) "T" the example ``x``'s, "F" 1, "H" half of it (rotary's ``x[..., :d // 2]``);
-#: "V" ``x``'s last dim alone (a declared vector); "." not of that form (another rank, a
-#: matmul's, a tensor declared broadcast): not checked; then, for an example tensor (or a view
-#: of it), ``@`` and its name: the ops reading ``x`` read one tensor. None for an op not the
-#: idiom's own.
-ShapeSig = tuple[tuple[str, ...] | None, ...]
+def _slotted(ops: tuple[TemplateOp, ...], slots: tuple[Any, ...], names: list[str]) -> tuple[TemplateOp, ...]:
+    """``ops`` with the ops of each slot replaced by one slot op named ``names[k]``, taking
+    what the slot took; what read the slot's value reads the slot op."""
+    out: list[TemplateOp] = []
+    at: dict[tuple[str, int], int] = {}  # ("op", i) or ("slot", k) -> its index in out
 
+    def ref(r: tuple[str, Any, bool]) -> tuple[str, Any, bool]:
+        return ("op", at[r[0], r[1]], r[2]) if r[0] in ("op", "slot") else r
 
-def shape_relation(shape: tuple[int, ...]) -> str:
-    """How ``shape`` relates to the example ``x``, as :data:`ShapeSig` writes it."""
-    if len(shape) != len(_EXAMPLE_X):
-        return "."
-    dims = ["T" if t == e else "F" if t == 1 else "H" if 2 * t == e else "." for t, e in zip(shape, _EXAMPLE_X)]
-    return "." if "." in dims else "".join(dims)
+    for i in range(len(ops) + 1):
+        for k, (a, _, r, shape) in enumerate(slots):
+            if a == i:
+                at["slot", k] = len(out)
+                out.append(TemplateOp(names[k], True, (ref(r),) if r else (), (shape,) if r else ()))
+        inside = next((k for k, (a, b, _, _) in enumerate(slots) if a <= i < b), None)
+        if inside is not None:
+            at["op", i] = at["slot", inside]
+        elif i < len(ops):
+            at["op", i] = len(out)
+            out.append(ops[i]._replace(args=tuple(map(ref, ops[i].args))))
+    return tuple(out)
 
 
 def relation_of(spelling: Spelling, ref: tuple[str, Any, bool], shape: tuple[int, ...]) -> str:
@@ -352,23 +400,6 @@ def relation_of(spelling: Spelling, ref: tuple[str, Any, bool], shape: tuple[int
     if ref[0] == "in" and ref[1] in spelling.vectors:
         return "V"
     return "." if ref[0] == "in" and ref[1] in spelling.broadcast else shape_relation(shape)
-
-
-def shape_fits(relation: str, capture: tuple[int, ...], x: tuple[int, ...]) -> bool:
-    """Does ``capture`` relate to the capture's ``x`` as ``relation`` (see :data:`ShapeSig`)
-    says: dim for dim from the last the same, 1 where it says F, half where it says H; ``x``'s
-    last dim alone where it says V?"""
-    relation = relation.partition("@")[0]
-    if relation == ".":
-        return True
-    if relation == "V":
-        return tuple(capture) == tuple(x[-1:])
-    if len(capture) != len(x) or any(c != "T" for c in relation[: max(0, len(relation) - len(x))]):
-        return False
-    relation = relation[max(0, len(relation) - len(x)) :]
-    lead = len(x) - len(relation)
-    want = {"T": lambda d: d, "F": lambda d: 1, "H": lambda d: d // 2 if d % 2 == 0 else -1}
-    return list(capture) == [*x[:lead], *(want[c](x[lead + i]) for i, c in enumerate(relation))]
 
 
 #: What a spelling's choice is for each way (:data:`ShapeSig`) an op order's ops can relate to
@@ -397,7 +428,7 @@ def order_shapes(spellings: tuple[Spelling, ...]) -> OrderShapes:
         return f"{relation}@{ref[1]}" if ref[0] == "in" else relation
 
     found: dict[tuple[str, ...], dict[ShapeSig, list[Mapping[str, Any]]]] = {}
-    for ops, choice, spelling in _runs(spellings):
+    for ops, choice, spelling, _ in _runs(spellings):
         sig = tuple(
             tuple(arg(ref, shape, spelling) for ref, shape in zip(op.args, op.shapes)) if op.own else None
             for op in ops
@@ -415,7 +446,7 @@ def vector_choices(spellings: tuple[Spelling, ...]) -> frozenset[str]:
     bias): op order alone cannot tell them (a multiply by a weight is a multiply), so a match
     whose shapes were not recorded does not know them."""
     reads: dict[tuple[int, str, tuple[tuple[str, Any], ...]], set[frozenset[str]]] = {}
-    for ops, choice, spelling in _runs(spellings):
+    for ops, choice, spelling, _ in _runs(spellings):
         vectors = frozenset(r[1] for op in ops for r in op.args if r[0] == "in" and r[1] in spelling.vectors)
         for k in choice:  # the runs alike but for ``k``: do they read other vectors?
             rest = tuple(sorted((n, v) for n, v in choice.items() if n != k))
@@ -438,18 +469,17 @@ def builder(spellings: tuple[Spelling, ...], replacement: Replacement) -> Callab
     def build(hint: Any, x: Any, device: Any) -> Builders:
         ops = [o.rsplit("::", 1)[-1] for o in hint.ops]
         ops = [o[:-1] if o.endswith("_") and not o.startswith("_") else o for o in ops]
-        _, choice, spelling = max(
+        _, choice, spelling, _ = max(
             _runs(spellings), key=lambda v: difflib.SequenceMatcher(None, [op.op for op in v[0]], ops, autojunk=False).ratio()
         )
         details = hint.details
         # A choice the hint recorded (a softmax's dim, a cross-entropy's loss) is the code's.
         choice = {k: (details[k] if k in details and details[k] in spelling.choices[k] else v) for k, v in choice.items()}
-        params: dict[str, Any] = {}
+        # The parameters the hint read from the user's numbers (an eps, a correction), and its dim.
+        params = {k: details[k] for k in READ_PARAMETERS if isinstance(details.get(k), (int, float)) and not isinstance(details[k], bool)}
         dim = details.get("dim")
         if isinstance(dim, int) and not isinstance(dim, bool) and -x.dim() <= dim < x.dim():
             params["dim"] = dim
-        if details.get("correction"):
-            params["correction"] = float(details["correction"])
         t = examples(x.dtype, x, device, **params)
         fused = replacement(t, **choice)
         return (lambda: spelling.fn(t, **choice)), (fused[1] if fused else None), (fused[0] if fused else None)

@@ -1,0 +1,47 @@
+"""How an op's inputs relate to an idiom's ``x``: what a spelling's ops show on the example
+tensors (:func:`shape_relation`), and whether a capture's shapes relate so (:func:`shape_fits`).
+"""
+
+from __future__ import annotations
+
+__all__ = ["EXAMPLE_DIM", "ShapeSig", "shape_fits", "shape_relation"]
+
+#: The last dim of the example tensors: even (rotary halves it), and unlike their other dims,
+#: so that a per-row statistic, a weight and the input all have other shapes.
+EXAMPLE_DIM = 8
+#: The example ``x`` every spelling runs on (see :func:`~.spelling.examples`).
+_EXAMPLE_X = (2, 4, EXAMPLE_DIM)
+
+
+#: How one op's dimensioned inputs relate to ``x`` in a spelling: per argument, dim for dim
+#: (from the first) "T" the example ``x``'s, "F" 1, "H" half of it (rotary's ``x[..., :d // 2]``);
+#: "V" ``x``'s last dim alone (a declared vector); "." not of that form (another rank, a
+#: matmul's, a tensor declared broadcast): not checked; then, for an example tensor (or a view
+#: of it), ``@`` and its name: the ops reading ``x`` read one tensor. None for an op not the
+#: idiom's own.
+ShapeSig = tuple[tuple[str, ...] | None, ...]
+
+
+def shape_relation(shape: tuple[int, ...]) -> str:
+    """How ``shape`` relates to the example ``x``, as :data:`ShapeSig` writes it."""
+    if len(shape) != len(_EXAMPLE_X):
+        return "."
+    dims = ["T" if t == e else "F" if t == 1 else "H" if 2 * t == e else "." for t, e in zip(shape, _EXAMPLE_X)]
+    return "." if "." in dims else "".join(dims)
+
+
+def shape_fits(relation: str, capture: tuple[int, ...], x: tuple[int, ...]) -> bool:
+    """Does ``capture`` relate to the capture's ``x`` as ``relation`` (see :data:`ShapeSig`)
+    says: dim for dim from the last the same, 1 where it says F, half where it says H; ``x``'s
+    last dim alone where it says V?"""
+    relation = relation.partition("@")[0]
+    if relation == ".":
+        return True
+    if relation == "V":
+        return tuple(capture) == tuple(x[-1:])
+    if len(capture) != len(x) or any(c != "T" for c in relation[: max(0, len(relation) - len(x))]):
+        return False
+    relation = relation[max(0, len(relation) - len(x)) :]
+    lead = len(x) - len(relation)
+    want = {"T": lambda d: d, "F": lambda d: 1, "H": lambda d: d // 2 if d % 2 == 0 else -1}
+    return list(capture) == [*x[:lead], *(want[c](x[lead + i]) for i, c in enumerate(relation))]

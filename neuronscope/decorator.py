@@ -163,6 +163,10 @@ def wrap_callable(func: F, options: Options) -> F:
     target = f"{getattr(func, '__module__', '?')}.{_describe(func)}"
     state = _DecoratedState(options, name, target)
     compiling = _compiling_check()
+    # ``profile_on_neuron(model.forward)``: the bound method's module is the capture's root,
+    # as ``self`` is for a forward decorated in the class body.
+    bound = getattr(func, "__self__", None)
+    bound_module = bound if _is_module_instance(bound) else None
 
     if inspect.iscoroutinefunction(func):
 
@@ -195,10 +199,11 @@ def wrap_callable(func: F, options: Options) -> F:
             entry = enter(state)  # past the window: an unprofiled pass, in a few reads
             if entry is OFF:
                 return func(*args, **kwargs)
-            if entry.kind is CAPTURE and args and _is_module_instance(args[0]):
+            root = bound_module if bound_module is not None else args[0] if args and _is_module_instance(args[0]) else None
+            if entry.kind is CAPTURE and root is not None:
                 # A decorated forward: its module's own call began before the capture, so the
                 # module calls inside are named by their paths in it (model.layers.1.mlp).
-                set_capture_root(args[0], entry)
+                set_capture_root(root, entry)
             try:
                 value = func(*args, **kwargs)
             except BaseException as exc:

@@ -126,6 +126,10 @@ def match_attention(g: OpGraph, n: OpNode) -> Match | None:
     scale = _scale_value(list(scales.values()), q.sizes[-1] if q is not None and q.sizes else None, _alpha(mm1))
     if scale is not None:
         params["scale"] = scale
+    if any(x.index < mm1.index for x in scales.values()):
+        # The hint takes in the scale of q or k, so its sdpa call reads them unscaled: the
+        # code's scaled q with sdpa's default scale would apply it twice.
+        params["scale_on_inputs"] = True
     nodes = {x.index: x for x in [*m.nodes, *scales.values()]}
     return dataclasses.replace(m, nodes=sorted(nodes.values(), key=lambda x: x.index), x=q, params=params)
 
@@ -274,13 +278,16 @@ def _suggest(m: Match, backend: str) -> str:
     elif scale is not None:
         args.append(f"scale={scale!r}")
     call = f"torch.nn.functional.scaled_dot_product_attention({', '.join(args)})"
+    notes = [mask_note] if mask_note else []
+    if m.params.get("scale_on_inputs"):
+        notes.append("q, k: before the scale your code multiplies them by; sdpa applies the scale itself")
     within = {n.within for n in m.nodes}
     if len(within) == 1 and (switch := COMPOSITE_SWITCHES.get(next(iter(within)) or "")) is not None:
         return switch.format(call="torch.nn.functional.scaled_dot_product_attention")
     sources = {n.location.rsplit(":", 1)[0] for n in m.nodes if n.location is not None}
     if sources and all(supports_sdpa_switch(src) for src in sources):
         return f'load the model with attn_implementation="sdpa" (its own switch to {call})'
-    return f"use {call} ({mask_note})" if mask_note else f"use {call}"
+    return f"use {call} ({'; '.join(notes)})" if notes else f"use {call}"
 
 
 def _sequence_params(members: list[OpNode]) -> dict[str, Any]:

@@ -37,10 +37,11 @@ def wait_child(pid, seconds=30):
 """
 
 
-def _run(tmp_path: Path, body: str, timeout: int = 120) -> str:
-    """Run ``body`` after the prelude in a fresh process; its stdout (it must exit 0)."""
+def _run(tmp_path: Path, body: str, timeout: int = 120, before: str = "") -> str:
+    """Run ``body`` after the prelude (and ``before`` before it) in a fresh process; its
+    stdout (it must exit 0)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OUT": str(tmp_path)}
-    code = textwrap.dedent(_PRELUDE) + textwrap.dedent(body)
+    code = textwrap.dedent(before) + textwrap.dedent(_PRELUDE) + textwrap.dedent(body)
     run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout, check=False)
     assert run.returncode == 0, f"rc={run.returncode}\n{run.stdout[-2000:]}\n{run.stderr[-2000:]}"
     return run.stdout
@@ -73,3 +74,41 @@ def test_a_child_forked_while_another_thread_holds_the_gate_can_profile(tmp_path
         """,
     )
     assert "child 0" in out
+
+
+_WITHOUT_NAMES = """
+import builtins, torch, torch.autograd.profiler as ap
+# A torch without the session functions' names on its module (neuronscope's wrappers then find
+# nothing to wrap): torch's own code still reaches them, through builtins.
+for n in ("_run_on_profiler_start", "_prepare_profiler", "_disable_profiler"):
+    setattr(builtins, n, getattr(ap, n)); delattr(ap, n)
+"""
+
+
+def test_without_the_private_names_a_session_inside_the_call_is_no_crash(tmp_path) -> None:
+    # Without the names no session is counted, so the user's own torch.profiler begun and ended
+    # inside a decorated call went unseen: the capture's stop was a second _disable_profiler
+    # with no session, and the process died (SIGSEGV, 3 of 3; so before this round too).
+    out = _run(
+        tmp_path,
+        before=_WITHOUT_NAMES,
+        body="""
+        print("gate", type(torch_private.session_gate()).__name__, torch_private.profiler_starts())
+
+        @profile_on_neuron(backend="cpu", warmup=0, active=None, output_dir=OUT)
+        def g(x):
+            with torch.profiler.profile(activities=CPU) as p:
+                x.neg()
+            held.append({e.name for e in p.events()})
+            return x.relu()
+
+        held = []
+        g(x); g(x)
+        print("theirs", all("aten::neg" in names for names in held), len(held))
+        print("said", [any("replaced neuronscope's" in n for n in r.notes) for r in g.results])
+        with neuron_region("r", backend="cpu", output_dir=OUT) as r:
+            x.exp()
+        print("later", r.result.op("aten::exp") is not None)
+        """,
+    )
+    assert "gate RLock 0" in out and "theirs True 2" in out and "said [True, True]" in out and "later True" in out

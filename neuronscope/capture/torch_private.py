@@ -32,6 +32,7 @@ __all__ = [
     "kineto_results",
     "marker_span",
     "native_profiler_enabled",
+    "native_profiler_on",
     "privateuse1_backend_name",
     "profile_slice",
     "profiler_flag_on",
@@ -235,6 +236,15 @@ def native_profiler_enabled() -> bool:
     from torch._C._autograd import _profiler_enabled
 
     return bool(_profiler_enabled())
+
+
+def native_profiler_on() -> bool:
+    """:func:`native_profiler_enabled`, True where it cannot be told (another torch): a caller
+    that would stop a session stops it, as it would without the check."""
+    try:
+        return native_profiler_enabled()
+    except Exception:  # pragma: no cover - another torch
+        return True
 
 
 def disable_native_profiler() -> None:

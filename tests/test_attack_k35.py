@@ -13,6 +13,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 _PRELUDE = """
@@ -112,3 +114,55 @@ def test_without_the_private_names_a_session_inside_the_call_is_no_crash(tmp_pat
         """,
     )
     assert "gate RLock 0" in out and "theirs True 2" in out and "said [True, True]" in out and "later True" in out
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a Ctrl-C inside the user's own torch.profiler start (after Kineto's preparation, or "
+    "between its flag and its start) leaves this thread's preparation recorded, or the flag "
+    "set, with nothing running: every later capture is refused until the user's next "
+    "profile ends on that thread. Not dropped on purpose for now: a preparation left that way "
+    "cannot be told from a schedule's warm-up that will still start, whose Kineto trace a drop "
+    "would take away",
+)
+def test_a_capture_after_an_interrupted_start_of_the_users_profiler(tmp_path) -> None:
+    # Found by a timer's KeyboardInterrupt at random points of the start (0.01-0.8 ms): about
+    # 6 starts in 10 leave such a state (400 tries, 2 seeds: 241 and 254 later captures lost).
+    out = _run(
+        tmp_path,
+        """
+        import random, signal
+
+        @profile_on_neuron(backend="cpu", warmup=0, active=None, output_dir=OUT)
+        def f(x):
+            return x.relu()
+
+        f(x)
+        def interrupt(sig, frame):
+            raise KeyboardInterrupt
+        signal.signal(signal.SIGALRM, interrupt)
+        random.seed(0)
+        for _ in range(400):
+            try:
+                signal.setitimer(signal.ITIMER_REAL, random.uniform(0.00001, 0.0008))
+                with torch.profiler.profile(activities=CPU):
+                    x.sum()
+                while True:
+                    pass
+            except KeyboardInterrupt:
+                pass
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            if torch_private.native_profiler_enabled():  # their session really runs: refused, rightly
+                torch.autograd.profiler._disable_profiler(); torch_private.clear_profiler_flag()
+                continue
+            if torch_private.thread_session() is not None or torch_private.profiler_flag_on():
+                break
+        else:
+            raise AssertionError("no interrupted start left a state behind")
+        n = len(f.results)
+        f(x)
+        print("captured", len(f.results) > n and f.last_result.op("aten::relu") is not None)
+        """,
+        timeout=300,
+    )
+    assert "captured True" in out

@@ -166,3 +166,43 @@ def test_a_capture_after_an_interrupted_start_of_the_users_profiler(tmp_path) ->
         timeout=300,
     )
     assert "captured True" in out
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a signal handler that runs the user's own torch.profiler on the main thread can run "
+    "between a capture's Kineto preparation and its start (or inside its stop, after the "
+    "check): the handler's session consumes the preparation, and the capture's start then "
+    "poisons the thread (any later prepare or stop there crashes: SIGSEGV, bare torch too "
+    "in that order). The gate is reentrant for the thread; making a start atomic against "
+    "Python signal handlers (deferring them around start and stop) is not a small change",
+)
+def test_a_signal_handler_that_profiles_during_captures(tmp_path) -> None:
+    # Bare torch: 100 handler sessions in 100 plain calls, no crash. With a decorated call:
+    # SIGSEGV in 3 runs of 3 (the handler inside gated_prepare, or inside _stop_runner).
+    out = _run(
+        tmp_path,
+        """
+        import random, signal
+
+        @profile_on_neuron(backend="cpu", warmup=0, active=None, output_dir=OUT)
+        def f(x):
+            return x.relu()
+
+        seen = []
+        def handler(sig, frame):
+            with torch.profiler.profile(activities=CPU) as p:
+                x.neg()
+            seen.append(any(e.name == "aten::neg" for e in p.events()))
+        signal.signal(signal.SIGALRM, handler)
+        f(x)
+        random.seed(1)
+        for _ in range(200):
+            signal.setitimer(signal.ITIMER_REAL, random.uniform(0.00001, 0.003))
+            f(x)
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        print("theirs", len(seen) > 0 and all(seen))
+        """,
+        timeout=300,
+    )
+    assert "theirs True" in out

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from neuronscope.capture import signals, torch_private
+from neuronscope.capture import torch_private
 from neuronscope.config import Options
 
 __all__ = [
@@ -323,8 +323,7 @@ def start_session(start: Callable[[], None]) -> Started | None:
         if torch_private.sessions_elsewhere():
             return None
         try:
-            with signals.handlers_held():
-                start()
+            start()
         except BaseException:
             _settle(Started(torch_private.profiler_starts(), torch_private.thread_session()))
             raise
@@ -335,10 +334,11 @@ def stop_session(session: Started, stop: Callable[[], None]) -> bool:
     """Run ``stop`` (the session's stop, on its own thread) unless another session began since
     ``session`` started (the user's own): then it is left alone and False returned. Whatever
     ``stop`` does, this thread's session is off afterwards, and the flag right."""
-    with torch_private.session_gate(), signals.handlers_held():
+    with torch_private.session_gate():
         if session.ended:
             return session.stopped
-        gone = session.replaced() or not torch_private.native_profiler_on()  # theirs ended it
+        # Off natively: ended by the user's own inside the call, counted or not; a stop crashes.
+        gone = session.replaced() or not torch_private.native_profiler_on()
         session.ended = True
         if gone:
             _leave_replaced(session)

@@ -299,8 +299,8 @@ class Started:
         self.ended = self.stopped = False  # its stop asked; that stop stopped it (not replaced)
 
     def replaced(self) -> bool:
-        """Whether another profiler session began since this one started."""
-        return torch_private.profiler_starts() != self.starts
+        """Whether another session began since this one started, or ended it (stop_session)."""
+        return (self.ended and not self.stopped) or torch_private.profiler_starts() != self.starts
 
 
 def watch_sessions() -> None:
@@ -337,8 +337,10 @@ def stop_session(session: Started, stop: Callable[[], None]) -> bool:
     with torch_private.session_gate():
         if session.ended:
             return session.stopped
+        # Off natively: ended by the user's own inside the call, counted or not; a stop crashes.
+        gone = session.replaced() or not torch_private.native_profiler_on()
         session.ended = True
-        if session.replaced():
+        if gone:
             _leave_replaced(session)
             return False
         session.stopped = True

@@ -13,6 +13,7 @@ says what each record is), through :func:`dynamo_utils` here.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from typing import Any
@@ -31,6 +32,7 @@ __all__ = [
     "kineto_results",
     "marker_span",
     "native_profiler_enabled",
+    "native_profiler_on",
     "privateuse1_backend_name",
     "profile_slice",
     "profiler_flag_on",
@@ -121,6 +123,17 @@ def _session_hooks() -> _SessionHooks | None:
         finally:
             hooks.spans.pop(threading.current_thread(), None)
 
+    def reopen_gate_in_child() -> None:
+        # A fork while another thread held the gate (a capture starting, the user's session
+        # preparing) leaves it held by a thread the child does not have: every profiler
+        # preparation there, the user's own in a DataLoader worker included, waited for ever.
+        if hooks.gate.acquire(blocking=False):  # free, or this (the forking) thread's own
+            hooks.gate.release()
+        else:
+            hooks.gate = threading.RLock()
+
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=reopen_gate_in_child)
     counted.neuronscope_hooks = hooks  # type: ignore[attr-defined]
     module._run_on_profiler_start = counted
     module._prepare_profiler = gated_prepare
@@ -223,6 +236,15 @@ def native_profiler_enabled() -> bool:
     from torch._C._autograd import _profiler_enabled
 
     return bool(_profiler_enabled())
+
+
+def native_profiler_on() -> bool:
+    """:func:`native_profiler_enabled`, True where it cannot be told (another torch): a caller
+    that would stop a session stops it, as it would without the check."""
+    try:
+        return native_profiler_enabled()
+    except Exception:  # pragma: no cover - another torch
+        return True
 
 
 def disable_native_profiler() -> None:

@@ -204,11 +204,7 @@ class ProfileResult:
             parts.append(f"note: {printable(shorten(note, 4 * MAX_NAME_CHARS))}")
         if self.skipped_calls:
             parts.append(f"note: {self.skipped_calls} call(s) ran uncaptured while another capture was running")
-        # Line by line: a line with nothing to escape is checked at C speed (isprintable), where
-        # the whole text, its line breaks being no printable characters, went through
-        # printable's loop one character at a time (4-6 ms of a small model's summary).
-        text = "\n\n".join(parts) + "\n"
-        return "\n".join(printable(line, keep="\t") for line in text.split("\n"))
+        return printable("\n\n".join(parts) + "\n", keep="\n\t")
 
     def _repr_html_(self, row_limit: int = 15) -> str:
         """The notebook view: the top ops, the hints, the nested regions and the notes (what

@@ -236,7 +236,7 @@ def profiler_claimed() -> bool:
 # with it: its work's ``orphaned`` part (release the claim) runs on whichever thread looks
 # next, the main thread at exit at the latest. Keyed by the Thread object, not its id: ids
 # are reused by later threads, which must not stop a session they never started.
-_deferred: dict[threading.Thread, list[tuple[Callable[[], None], Callable[[], None] | None]]] = {}
+_deferred: dict[threading.Thread, list[tuple[Callable[[], object], Callable[[], None] | None]]] = {}
 _deferred_lock = threading.Lock()
 #: The same dict, read as a truth value on the hot path (a call past its window) instead of
 #: calling :func:`has_deferred`: one name lookup, no call.
@@ -244,7 +244,7 @@ pending_work = _deferred
 
 
 def defer_to_thread(
-    thread: threading.Thread, work: Callable[[], None], orphaned: Callable[[], None] | None = None
+    thread: threading.Thread, work: Callable[[], object], orphaned: Callable[[], None] | None = None
 ) -> None:
     """Leave ``work`` for ``thread`` to run; ``orphaned`` runs instead, on another thread,
     if ``thread`` ends first (see :func:`run_deferred`)."""

@@ -243,7 +243,7 @@ def observe_dataflow() -> Iterator[Observation]:
             # Stopped by its own thread when that thread next enters neuronscope; until then
             # the claim stays taken (captures elsewhere skip rather than race it).
             obs.error = "the observed block ended on another thread than it began; nothing observed"
-            defer_to_thread(thread, lambda: _stop_deferred(prof, stray, session), orphaned=forget_observer)
+            defer_to_thread(thread, lambda: _stop_observer(prof, stray, session), orphaned=forget_observer)
         else:
             try:
                 if _stop_observer(prof, stray, session):
@@ -271,10 +271,6 @@ def _stop_observer(prof: Any, stray: StrayRuntimeOutput, session: Started) -> bo
     finally:
         release_profiler()
         _collect_stray(stray)
-
-
-def _stop_deferred(prof: Any, stray: StrayRuntimeOutput, session: Started) -> None:
-    _stop_observer(prof, stray, session)
 
 
 def _quiet_stop(prof: Any) -> None:

@@ -393,3 +393,34 @@ def test_module_sources_span_each_forward_as_its_source_block() -> None:
         assert facts.sources[cls.__name__] == (inspect.getsourcefile(cls.forward), first, first + len(lines) - 1)
     _file, first, last = facts.sources["_Spanned"]
     assert last - first == 10  # "@_tagged" to the last ")"
+
+
+def test_one_index_under_folded_parents_is_labelled_once() -> None:
+    # ConvNeXt's shape: each stage's downsampling_layer.0 / .1 fold across the stages into one
+    # row each, whose label is the one index they share ("down.0"), not a range ("down.0-0")
+    class Stage(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.down = nn.ModuleList([nn.LayerNorm(8), nn.Linear(8, 8)])
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for m in self.down:
+                x = m(x)
+            return x
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.stages = nn.ModuleList([Stage() for _ in range(3)])
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for s in self.stages:
+                x = s(x)
+            return x
+
+    wrapped = ns.profile_on_neuron(Net(), backend="cpu", export=False, print_summary=False, warmup=0)
+    wrapped(torch.randn(2, 8))
+    groups = {g.label: g for g in collapse_repeats(wrapped.last_result.modules)}
+    assert "stages.0-2" in groups
+    assert len(groups["down.0"].members) == 3 and len(groups["down.1"].members) == 3
+    assert not any(label.endswith(("0-0", "1-1")) for label in groups)

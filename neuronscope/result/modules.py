@@ -396,17 +396,15 @@ def collapse_repeats(modules: Sequence[ModuleStat], max_depth: int | None = None
 
 
 def _label(rel: str, group: Sequence[ModuleStat], parents: int) -> str:
-    """``layers.0-31`` for indexed siblings; a part's own name (``mlp``) otherwise."""
-    if not rel.endswith(".") or len(group) == 1:
-        return rel + _index(group[0].name) if rel.endswith(".") else rel
+    """``layers.0-31`` for indexed siblings; a part's own name (``mlp``) otherwise. The same
+    index under several folded parents (each stage's ``downsample.0``) stays one index."""
+    if not rel.endswith("."):
+        return rel
     idx = sorted({int(_INDEXED.match(m.name).group(2)) for m in group})  # type: ignore[union-attr]
+    if len(idx) == 1:
+        return f"{rel}{idx[0]}"
     run = f"{idx[0]}-{idx[-1]}" if idx == list(range(idx[0], idx[-1] + 1)) else ",".join(map(str, idx))
     return f"{rel}{run}"
-
-
-def _index(name: str) -> str:
-    found = _INDEXED.match(name)
-    return found.group(2) if found else ""
 
 
 _INDEXED = re.compile(r"^(.*?)(\d+)$")

@@ -181,6 +181,14 @@ elif case == "not_an_object":
     bad.write_text("[1, 2, 3]")
 elif case == "binary":
     bad.write_bytes(bytes(range(256)))
+elif case == "empty_template":
+    bad.write_text(json.dumps({name: [[[], {}]] for name in good}))
+elif case == "dangling_op":
+    for found in good.values():
+        for ops, _ in found:
+            for op in ops:
+                op[2] = [["op", 999, True] for _ in op[2]]
+    bad.write_text(json.dumps(good))
 kept.TEMPLATES_FILE = bad
 import torch.nn as nn
 
@@ -201,7 +209,9 @@ print("same", torch.allclose(y, m(x)), "hints", sorted({h.pattern for h in f.las
 def test_damaged_kept_templates_are_derived_instead(tmp_path) -> None:
     # A truncated, wrong-shaped, non-object or binary graph_templates.json: the templates are
     # derived from the spellings, the user's call returns its value, and the hint is given.
-    for case in ("truncated", "wrong_shape", "not_an_object", "binary"):
+    # A file that decodes but cannot be walked (an empty template, an op reading op 999) lost
+    # every fusion hint of the capture (IndexError in the matcher) before it was checked.
+    for case in ("truncated", "wrong_shape", "not_an_object", "binary", "empty_template", "dangling_op"):
         out = _run(tmp_path / case, _TEMPLATES_CASE, env={"CASE": case, "OUT": str(tmp_path / case)})
         assert "same True hints ['layer_norm']" in out, (case, out)
 

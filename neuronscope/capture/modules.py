@@ -249,6 +249,8 @@ def _source(cls: type) -> tuple[str, int, int] | None:
         file = inspect.getsourcefile(fn)
     except (TypeError, OSError, AttributeError):
         return None  # a builtin or a C function: no Python source to place a hint in
+    except ValueError:  # a loop of ``__wrapped__``: raised here, it lost every module's name
+        return None
     if not file:
         return None
     return (file, code.co_firstlineno, _last_line(code))

@@ -113,9 +113,21 @@ def _session_hooks() -> _SessionHooks | None:
         # for every other thread's session (a session prepared while another one runs makes
         # the second of their two stops crash: a segmentation fault in Kineto).
         with hooks.gate:
+            me = threading.current_thread()
+            before = hooks.spans.get(me)
             hooks.starts[0] += 1
-            hooks.spans[threading.current_thread()] = hooks.starts[0]
-            return prepare(*args, **kwargs)
+            hooks.spans[me] = hooks.starts[0]
+            try:
+                return prepare(*args, **kwargs)
+            except BaseException:
+                # Refused (bad arguments, a session already on the thread): nothing of this
+                # one is in torch's state. Recorded, it made the thread's next capture stop a
+                # session that never began: an empty result, the user's op lost.
+                if before is None:
+                    hooks.spans.pop(me, None)
+                else:
+                    hooks.spans[me] = before
+                raise
 
     def ended() -> Any:
         try:

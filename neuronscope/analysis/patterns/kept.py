@@ -123,7 +123,18 @@ def kept_templates() -> Mapping[str, Templates]:
         kept = msgspec.json.decode(TEMPLATES_FILE.read_bytes(), type=dict[str, Templates])
     except (OSError, msgspec.DecodeError):
         return MappingProxyType({})
+    if not all(_whole(ops) for found in kept.values() for ops, _ in found):
+        return MappingProxyType({})  # damaged: derived instead, as where it is missing
     return MappingProxyType({name: tuple((ops, MappingProxyType(choice)) for ops, choice in found) for name, found in kept.items()})
+
+
+def _whole(ops: tuple[TemplateOp, ...]) -> bool:
+    """Whether a kept template can be walked: some ops, each reading only ops before it. A
+    damaged file that decodes (an empty template, an ``("op", 99, True)``) otherwise raised
+    IndexError in the matcher, and every fusion hint of the capture was lost."""
+    return bool(ops) and all(
+        kind != "op" or (type(ref) is int and 0 <= ref < i) for i, op in enumerate(ops) for kind, ref, _ in op.args
+    )
 
 
 #: Ops whose two dimensioned inputs code writes in either order (``w * h``, ``h * w``).

@@ -129,6 +129,30 @@ def test_the_kept_op_orders_are_what_the_spellings_run() -> None:
     assert ORDERS_FILE.read_text() == derived, "run: python -m neuronscope.analysis.patterns"
 
 
+def test_damaged_kept_op_orders_are_derived_instead(tmp_path, monkeypatch) -> None:
+    # A line with a field missing, or choices that are no JSON list of objects: the op orders
+    # are derived from the spellings, as where the file is missing (before, the fusion rule
+    # raised and every fusion hint of a trace was lost).
+    from neuronscope.analysis import fusion
+    from neuronscope.analysis.patterns import kept
+
+    good = kept.ORDERS_FILE.read_text().splitlines()
+    expected = fusion._orders()["rms_norm"].orders
+    for damaged in (good[0].rsplit("\t", 1)[0], good[0].rsplit("\t", 2)[0] + "\t[1, 2]\t"):
+        bad = tmp_path / "op_orders.txt"
+        bad.write_text("\n".join([damaged, *good[1:]]) + "\n")
+        monkeypatch.setattr(kept, "ORDERS_FILE", bad)
+        kept.kept_orders.cache_clear()
+        fusion._orders.cache_clear()
+        try:
+            assert kept.kept_orders() == {}
+            assert fusion._orders()["rms_norm"].orders == expected
+        finally:
+            monkeypatch.undo()
+            kept.kept_orders.cache_clear()
+            fusion._orders.cache_clear()
+
+
 def test_the_kept_graph_templates_are_what_the_spellings_run() -> None:
     """A capture is matched on the graph templates kept with the package (a first capture
     derives nothing), which are its spellings' own, read back as they were derived."""

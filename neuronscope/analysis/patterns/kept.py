@@ -84,12 +84,15 @@ def kept_orders() -> Mapping[str, KeptOrders]:
         text = ORDERS_FILE.read_text()
     except OSError:
         return MappingProxyType({})
-    for line in text.splitlines():
-        name, ops, flags, sigs, choices, vectors = line.split("\t")
-        orders, shapes, _ = found.setdefault(name, ({}, {}, vectors))
-        order = tuple(ops.split())
-        orders[order] = tuple(c == "1" for c in flags)
-        shapes[order] = MappingProxyType(dict(zip(map(_sig_of, sigs.split(" ")), map(MappingProxyType, json.loads(choices)))))
+    try:
+        for line in text.splitlines():
+            name, ops, flags, sigs, choices, vectors = line.split("\t")
+            orders, shapes, _ = found.setdefault(name, ({}, {}, vectors))
+            order = tuple(ops.split())
+            orders[order] = tuple(c == "1" for c in flags)
+            shapes[order] = MappingProxyType(dict(zip(map(_sig_of, sigs.split(" ")), map(MappingProxyType, json.loads(choices)))))
+    except (ValueError, TypeError):  # damaged: derived instead, as where it is missing (see kept_templates)
+        return MappingProxyType({})
     return MappingProxyType({
         name: (MappingProxyType(o), MappingProxyType(sh), frozenset(v.split())) for name, (o, sh, v) in found.items()
     })

@@ -28,11 +28,13 @@ OUT = os.environ["OUT"]
 x = torch.randn(4, 8)
 
 def free_after():
-    # the gate and the claim free, and a capture on this thread still records its op
-    print("gate", torch_private.session_gate().acquire(blocking=False), "claim", base.profiler_claimed())
+    # a capture on this thread still records its op, and the gate and the claim are free once
+    # it entered neuronscope (a capture that ended on another thread keeps the claim until its
+    # own thread enters neuronscope again: capture.base.claim_held_for says so to skipped calls)
     with neuron_region("after", backend="cpu", output_dir=OUT) as after:
         x.sin()
     print("after", after.result is not None and after.result.op("aten::sin") is not None)
+    print("gate", torch_private.session_gate().acquire(blocking=False), "claim", base.profiler_claimed())
 """
 
 

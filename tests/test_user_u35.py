@@ -9,6 +9,7 @@ and checks the hint's suggestion against what the code computes, applied as writ
 from __future__ import annotations
 
 import logging
+import re
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -112,21 +113,76 @@ def _cohere_qk_norm() -> Any:
     return model.eval()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Cohere's q/k LayerNorm multiplies by a [heads, head_dim] weight, which the layer_norm "
-    "spelling (a [d] weight) does not take: the hint covers the norm alone and suggests "
-    "layer_norm(x, (16,), None, None, eps), which, applied in place of CohereLayerNorm, drops the weight",
-)
 def test_cohere_qk_norm_suggestion_keeps_the_per_head_weight() -> None:
+    """Cohere's q/k LayerNorm multiplies by a ``[heads, head_dim]`` weight, broadcast over the
+    normalized last dim: layer_norm's ``weight=`` takes a ``(head_dim,)`` one only, so the hint
+    applies it after the call. Before, the weight was no vector to the matcher, the hint
+    covered the norm alone and said ``layer_norm(x, (16,), None, None, eps)``: in place of
+    CohereLayerNorm it dropped the weight. Applied as written, the suggestion gives the
+    model's output."""
     model = _cohere_qk_norm()
     ids = torch.randint(0, 128, (B, T), generator=torch.Generator().manual_seed(0))
     f = profile_on_neuron(model.forward, export=False, backend="cpu")
     with torch.no_grad():
-        f(input_ids=ids)
+        expected = f(input_ids=ids).logits
         f(input_ids=ids)
     (hint,) = [h for h in f.last_result.hints if h.pattern == "layer_norm" and "(16,)" in h.suggestion]
     assert "None, None" not in hint.suggestion, hint.suggestion
+    assert hint.ops[-1] == "aten::mul"  # the weight's multiply is the hint's: the fused call replaces it
+    (call,) = re.findall(r"torch\.nn\.functional\.layer_norm\(x, \(\d+,\)[^)]*\)(?: \* weight)?(?: \+ bias)?", hint.suggestion)
+    norms = [m for name, m in model.named_modules() if name.endswith(("q_norm", "k_norm"))]
+    assert len(norms) == 2 * 2 and all(m.weight.dim() == 2 for m in norms)
+    for norm in norms:  # applied in place of CohereLayerNorm, as the suggestion says
+        norm.forward = lambda x, w=norm.weight: eval(call, {"torch": torch}, {"x": x, "weight": w})  # our own text
+    with torch.no_grad():
+        got = model(input_ids=ids).logits
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
+
+
+class HeadRMSNorm(nn.Module):
+    """A hand-written RMSNorm over each head, its weight per head (``[heads, head_dim]``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.rand(H, C // H) + 0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
+
+
+def _gated_rms(x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * gate
+
+
+@pytest.mark.parametrize("how", ["decorated", "from_profiler"])
+def test_a_per_head_rms_norm_weight_is_applied_after_the_fused_call(how: str) -> None:
+    """As Cohere's LayerNorm: rms_norm's ``weight=`` takes a ``(head_dim,)`` one only, so a
+    ``[heads, head_dim]`` weight is applied after the call, in a live capture and by op order;
+    applied as written, the suggestion gives the code's output. A tensor of x's own shape is
+    a gate, no weight: the hint covers the norm alone, and says so."""
+    torch.manual_seed(0)
+    norm, x = HeadRMSNorm(), torch.randn(B, T, H, C // H)
+    gate = torch.rand(B, T, H, C // H)
+    with torch.no_grad():
+        expected = norm(x)
+        if how == "decorated":
+            f = profile_on_neuron(lambda: (norm(x), _gated_rms(x, gate)), export=False, backend="cpu")
+            f()
+            f()
+            hints = f.last_result.hints
+        else:
+            with torch.profiler.profile(record_shapes=True) as prof:
+                norm(x), _gated_rms(x, gate)
+            hints = from_profiler(prof).hints
+    weighted, gated = sorted((h for h in hints if h.pattern == "rms_norm"), key=lambda h: -len(h.ops))
+    assert weighted.ops[-1] == "aten::mul" and len(weighted.ops) == len(gated.ops) + 1
+    (call,) = re.findall(r"torch\.nn\.functional\.rms_norm\(x, \(\d+,\)[^)]*\)(?: \* weight)?", weighted.suggestion)
+    assert call.endswith("* weight"), weighted.suggestion
+    call = call.replace("<the eps your code uses>", "1e-6")  # a trace records no eps
+    with torch.no_grad():
+        got = eval(call, {"torch": torch}, {"x": x, "weight": norm.weight})  # our own text
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
+    assert "(16,), None," in gated.suggestion, gated.suggestion
 
 
 def test_bound_forward_names_modules_by_their_paths() -> None:

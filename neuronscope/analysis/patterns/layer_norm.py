@@ -9,8 +9,18 @@ from types import MappingProxyType
 from typing import Any
 
 from neuronscope.analysis.opgraph import OpNode
-from neuronscope.analysis.patterns.base import UNKNOWN_BIAS, UNKNOWN_EPS, UNKNOWN_WEIGHT, Match, Pattern, dims, param_text
+from neuronscope.analysis.patterns.base import (
+    UNKNOWN_BIAS,
+    UNKNOWN_EPS,
+    UNKNOWN_WEIGHT,
+    Match,
+    Pattern,
+    dims,
+    param_text,
+    vectors_note,
+)
 from neuronscope.analysis.patterns.matcher import graph_matcher
+from neuronscope.analysis.patterns.shapes import VECTOR_SHAPES
 from neuronscope.analysis.patterns.spelling import Spelling, builder
 
 __all__ = ["LAYER_NORM"]
@@ -103,6 +113,12 @@ def _correction(spread: OpNode) -> float:
 def _suggest(m: Match, backend: str) -> str:
     eps = m.params.get("eps")
     eps_text = f"eps={eps!r}" if eps is not None else f"eps={UNKNOWN_EPS}"
+    if m.params.get(VECTOR_SHAPES):
+        # layer_norm takes a weight and bias of (d,) only: one broadcast over more of x's dims
+        # (Cohere's per-head [heads, d]) is applied after it, as the code applies it.
+        after = (" * weight" if m.params.get("weight") else "") + (" + bias" if m.params.get("bias") else "")
+        call = f"use torch.nn.functional.layer_norm(x, ({dims(m)},), {eps_text}){after}"
+        return call + vectors_note(m, "layer_norm") + _differences(m)
     weight = param_text(m.params.get("weight"), "weight", UNKNOWN_WEIGHT)
     bias = param_text(m.params.get("bias"), "bias", UNKNOWN_BIAS)
     call = f"use torch.nn.functional.layer_norm(x, ({dims(m)},), {weight}, {bias}, {eps_text})"

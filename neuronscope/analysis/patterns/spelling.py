@@ -69,8 +69,9 @@ class Spelling:
     #: other is shaped in a capture as in the spelling (a GLU's ``up`` is ``gate``'s shape: a
     #: per-channel statistic times a GELU is no GLU).
     broadcast: tuple[str, ...] = ()
-    #: Example tensors of ``x``'s last dim (a norm's weight and bias): in a capture, 1-D of the
-    #: size of its ``x``'s last dim, not any tensor that broadcasts.
+    #: Example tensors of ``x``'s last dim (a norm's weight and bias): in a capture, a tensor
+    #: ending in its ``x``'s last dim and broadcast over some of its other dims (``[d]``, or a
+    #: per-head ``[heads, d]``: :func:`~.shapes.is_vector`), not one of ``x``'s own shape.
     vectors: tuple[str, ...] = ()
     #: Example tensors code may pass as one value, which the graph matcher then does not tell
     #: apart (attention's q, k and v: views of one packed projection, or one input).

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from neuronscope import from_profiler, profile_on_neuron
+from neuronscope.analysis.patterns.attention import UNKNOWN_SCALE
 from neuronscope.result.hint import Hint
 
 B, T, C, H = 2, 16, 64, 4
@@ -78,21 +79,56 @@ def test_q_scaled_attention_suggestion_takes_q_before_its_scale() -> None:
     torch.testing.assert_close(fused, expected, atol=1e-5, rtol=1e-4)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="from_profiler's sequence matcher sees no scale between q @ k^T and the softmax when q was "
-    "scaled several ops earlier (before k and v are projected), and says scale=1.0 where the decorated "
-    "capture says sdpa's default scale on q before its scale: the two disagree on the same ops",
-)
 def test_q_scaled_attention_from_profiler_agrees_on_the_scale() -> None:
+    """By op order (the user's own profile: no data flow), no scale between the scores and the
+    softmax does not mean none: q was scaled a few ops before, ahead of the k and v
+    projections, which no spelling's op order holds. Op order does not show which tensor that
+    multiply scaled, so the hint says the scale is not known and that q and k are the ones
+    before any scale, where it said ``scale=1.0`` (the live capture: sdpa's default on q before
+    its scale). Applied as written, the code's scale filled in, it gives the block's output."""
     torch.manual_seed(0)
     attn, x = QScaledAttention(), torch.randn(B, T, C)
     with torch.no_grad():
-        attn(x)
+        expected = attn(x)
         with torch.profiler.profile(record_shapes=True, with_stack=True) as prof:
             attn(x)
     hint = _attention_hint(from_profiler(prof).hints)
     assert "scale=1.0" not in hint.suggestion, hint.suggestion
+    assert "q, k: before any scale your code multiplies them by" in hint.suggestion, hint.suggestion
+    (call,) = re.findall(r"torch\.nn\.functional\.scaled_dot_product_attention\([^)]*\)", hint.suggestion)
+    call = call.replace(UNKNOWN_SCALE, repr((C // H) ** -0.5))  # the one the code applies
+    with torch.no_grad():  # q unscaled, as the note says; mask: the bias the code adds
+        q, k, v = (attn.heads(p, x) for p in (attn.q, attn.k, attn.v))
+        got = eval(call, {"torch": torch}, {"q": q, "k": k, "v": v, "mask": attn.bias})  # our own text
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
+
+
+def _unscaled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    return torch.matmul(torch.softmax(torch.matmul(q, k.transpose(-2, -1)), dim=-1), v)
+
+
+def test_attention_by_op_order_reads_q_before_a_scale_right_before_the_scores() -> None:
+    """timm's ``q * scale`` right before ``q @ k^T`` is in the hint's op order: its sdpa call
+    reads q before it (the code's scaled q would be scaled twice), as the live hint says."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(B, H, T, C // H) for _ in range(3))
+    with torch.no_grad(), torch.profiler.profile(record_shapes=True) as prof:
+        _unscaled_attention(q * (C // H) ** -0.5, k, v)
+    hint = _attention_hint(from_profiler(prof).hints)
+    assert hint.ops[0] == "aten::mul", hint.ops
+    assert "q, k: before the scale your code multiplies them by" in hint.suggestion, hint.suggestion
+
+
+def test_attention_by_op_order_says_no_scale_where_none_precedes_it() -> None:
+    """T5's case: no multiply by a number among the ops since the projections before the
+    scores: op order says the code applies no scale (1.0), as the live capture does."""
+    torch.manual_seed(0)
+    proj, x = nn.Linear(C, C, bias=False), torch.randn(B, T, C)
+    with torch.no_grad(), torch.profiler.profile(record_shapes=True) as prof:
+        q, k, v = (proj(x).view(B, T, H, C // H).transpose(1, 2) for _ in range(3))
+        _unscaled_attention(q, k, v)
+    hint = _attention_hint(from_profiler(prof).hints)
+    assert "scale=1.0" in hint.suggestion and "before any scale" not in hint.suggestion, hint.suggestion
 
 
 def _cohere_qk_norm() -> Any:

@@ -173,6 +173,13 @@ def test_cohere_qk_norm_suggestion_keeps_the_per_head_weight() -> None:
     with torch.no_grad():
         got = model(input_ids=ids).logits
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
+    # hint.verify() rebuilds it so too: the [heads, head_dim] weight after layer_norm.
+    from neuronscope.capture import idioms
+
+    chain, fused, _ = idioms.BUILDERS["layer_norm"](hint, torch.randn(*hint.details["shape"]), torch.device("cpu"))
+    assert fused is not None
+    with torch.no_grad():
+        torch.testing.assert_close(fused(), chain(), atol=1e-5, rtol=1e-4)
 
 
 class HeadRMSNorm(nn.Module):
@@ -219,6 +226,39 @@ def test_a_per_head_rms_norm_weight_is_applied_after_the_fused_call(how: str) ->
         got = eval(call, {"torch": torch}, {"x": x, "weight": norm.weight})  # our own text
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
     assert "(16,), None," in gated.suggestion, gated.suggestion
+
+
+def test_verify_rebuilds_a_per_head_weight_in_its_shape(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``hint.verify()`` times the hand-written norm and the suggestion with the weight in the
+    shape the capture recorded (``[heads, head_dim]``), applied after the fused call as the
+    suggestion says: the two agree, and the weight differs from head to head (a ``[d]`` one,
+    rebuilt before, times another form than the one suggested)."""
+    from neuronscope.capture import idioms, verify
+
+    torch.manual_seed(0)
+    norm, x = HeadRMSNorm(), torch.randn(B, T, H, C // H)
+    f = profile_on_neuron(norm.forward, export=False, backend="cpu")
+    with torch.no_grad():
+        f(x)
+        f(x)
+    (hint,) = [h for h in f.last_result.hints if h.pattern == "rms_norm"]
+    assert hint.details["vector_shapes"] == {"weight": [H, C // H]}
+    chain, fused, _ = idioms.BUILDERS["rms_norm"](hint, x, torch.device("cpu"))
+    assert fused is not None
+    with torch.no_grad():
+        torch.testing.assert_close(fused(), chain(), atol=1e-5, rtol=1e-4)
+        scaled = chain() / F.rms_norm(x, (C // H,), eps=1e-6)
+    assert not torch.allclose(scaled[:, :, 0], scaled[:, :, 1])  # a weight per head
+    ran: list[str] = []
+
+    def once(variants: dict[str, Any], *_: Any) -> dict[str, list[float]]:
+        for name, run in variants.items():
+            run()
+            ran.append(name)
+        return {name: [2.0 if name == "chain" else 1.0] * 5 for name in variants}
+
+    monkeypatch.setattr(verify, "time_variants", once)
+    assert hint.verify(compile=False).verified_saving_us is not None and ran == ["chain", "replacement"]
 
 
 def test_bound_forward_names_modules_by_their_paths() -> None:

@@ -66,7 +66,15 @@ def _replacement(t: Any, weight: bool, bias: bool, **_: Any) -> tuple[str, Calla
 
     d = t.x.shape[-1]
     w, b = (t.weight if weight else None), (t.bias if bias else None)
-    return "torch.nn.functional.layer_norm", lambda: torch.nn.functional.layer_norm(t.x, (d,), w, b, t.eps)
+    if all(v is None or tuple(v.shape) == (d,) for v in (w, b)):
+        return "torch.nn.functional.layer_norm", lambda: torch.nn.functional.layer_norm(t.x, (d,), w, b, t.eps)
+
+    def after() -> Any:  # a weight or bias broadcast over more of x's dims: applied after, as suggested
+        y = torch.nn.functional.layer_norm(t.x, (d,), None, None, t.eps)
+        y = y * w if w is not None else y
+        return y + b if b is not None else y
+
+    return "torch.nn.functional.layer_norm", after
 
 
 _AFFINE = MappingProxyType({"weight": (False, True), "bias": (False, True)})

@@ -53,6 +53,8 @@ def _replacement(t: Any, weight: str | None, **_: Any) -> tuple[str, Callable[[]
 
     def fused() -> Any:
         w = None if weight == "none" else t.weight if weight == "weight" else 1.0 + t.weight
+        if w is not None and tuple(w.shape) != (t.x.shape[-1],):  # broadcast over more of x's dims: after, as suggested
+            return torch.rms_norm(t.x, (t.x.shape[-1],), None, t.eps) * w
         return torch.rms_norm(t.x, (t.x.shape[-1],), w, t.eps)
 
     return "torch.rms_norm", fused

@@ -26,7 +26,7 @@ from types import MappingProxyType, SimpleNamespace
 from typing import Any, NamedTuple, TypeVar, cast
 
 from neuronscope.analysis.opgraph import MAYBE_ALIAS_OPS, VIEW_OPS
-from neuronscope.analysis.patterns.shapes import EXAMPLE_DIM, ShapeSig, shape_relation
+from neuronscope.analysis.patterns.shapes import EXAMPLE_DIM, VECTOR_SHAPES, ShapeSig, shape_relation
 from neuronscope.capture.idioms import Builders
 
 __all__ = [
@@ -468,6 +468,8 @@ def builder(spellings: tuple[Spelling, ...], replacement: Replacement) -> Callab
     import difflib
 
     def build(hint: Any, x: Any, device: Any) -> Builders:
+        import torch
+
         ops = [o.rsplit("::", 1)[-1] for o in hint.ops]
         ops = [o[:-1] if o.endswith("_") and not o.startswith("_") else o for o in ops]
         _, choice, spelling, _ = max(
@@ -482,6 +484,12 @@ def builder(spellings: tuple[Spelling, ...], replacement: Replacement) -> Callab
         if isinstance(dim, int) and not isinstance(dim, bool) and -x.dim() <= dim < x.dim():
             params["dim"] = dim
         t = examples(x.dtype, x, device, **params)
+        shapes = details.get(VECTOR_SHAPES)
+        for name, shape in (shapes.items() if isinstance(shapes, dict) else ()):
+            # A weight broadcast over more of x's dims (a per-head one), in its shape: the
+            # replacement applies it after the fused call, as the hint says.
+            if isinstance(shape, list) and hasattr(t, name):
+                setattr(t, name, torch.randn(*shape, generator=torch.Generator().manual_seed(0)).to(device=device, dtype=x.dtype))
         fused = replacement(t, **choice)
         return (lambda: spelling.fn(t, **choice)), (fused[1] if fused else None), (fused[0] if fused else None)
 

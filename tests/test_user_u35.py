@@ -183,11 +183,12 @@ def test_cohere_qk_norm_suggestion_keeps_the_per_head_weight() -> None:
 
 
 class HeadRMSNorm(nn.Module):
-    """A hand-written RMSNorm over each head, its weight per head (``[heads, head_dim]``)."""
+    """A hand-written RMSNorm over each head, its weight per head (``[heads, head_dim]``, or
+    one gain per head, ``[heads, 1]``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, shape: tuple[int, ...] = (H, C // H)) -> None:
         super().__init__()
-        self.weight = nn.Parameter(torch.rand(H, C // H) + 0.5)
+        self.weight = nn.Parameter(torch.rand(*shape) + 0.5)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
@@ -197,14 +198,15 @@ def _gated_rms(x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * gate
 
 
+@pytest.mark.parametrize("shape", [(H, C // H), (H, 1)])
 @pytest.mark.parametrize("how", ["decorated", "from_profiler"])
-def test_a_per_head_rms_norm_weight_is_applied_after_the_fused_call(how: str) -> None:
+def test_a_per_head_rms_norm_weight_is_applied_after_the_fused_call(how: str, shape: tuple[int, ...]) -> None:
     """As Cohere's LayerNorm: rms_norm's ``weight=`` takes a ``(head_dim,)`` one only, so a
     ``[heads, head_dim]`` weight is applied after the call, in a live capture and by op order;
     applied as written, the suggestion gives the code's output. A tensor of x's own shape is
     a gate, no weight: the hint covers the norm alone, and says so."""
     torch.manual_seed(0)
-    norm, x = HeadRMSNorm(), torch.randn(B, T, H, C // H)
+    norm, x = HeadRMSNorm(shape), torch.randn(B, T, H, C // H)
     gate = torch.rand(B, T, H, C // H)
     with torch.no_grad():
         expected = norm(x)

@@ -69,7 +69,7 @@ def _replacement(t: Any, weight: bool, bias: bool, **_: Any) -> tuple[str, Calla
     if all(v is None or tuple(v.shape) == (d,) for v in (w, b)):
         return "torch.nn.functional.layer_norm", lambda: torch.nn.functional.layer_norm(t.x, (d,), w, b, t.eps)
 
-    def after() -> Any:  # a weight or bias broadcast over more of x's dims: applied after, as suggested
+    def after() -> Any:  # a weight or bias of another shape than (d,): applied after, as suggested
         y = torch.nn.functional.layer_norm(t.x, (d,), None, None, t.eps)
         y = y * w if w is not None else y
         return y + b if b is not None else y
@@ -122,7 +122,7 @@ def _suggest(m: Match, backend: str) -> str:
     eps = m.params.get("eps")
     eps_text = f"eps={eps!r}" if eps is not None else f"eps={UNKNOWN_EPS}"
     if m.params.get(VECTOR_SHAPES):
-        # layer_norm takes a weight and bias of (d,) only: one broadcast over more of x's dims
+        # layer_norm takes a weight and bias of (d,) only: one of another shape
         # (Cohere's per-head [heads, d]) is applied after it, as the code applies it.
         after = (" * weight" if m.params.get("weight") else "") + (" + bias" if m.params.get("bias") else "")
         call = f"use torch.nn.functional.layer_norm(x, ({dims(m)},), {eps_text}){after}"

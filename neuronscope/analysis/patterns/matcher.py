@@ -18,8 +18,8 @@ last op and walked back through the producers of its inputs:
 - shapes relate to ``x`` as the spelling's did (a per-row statistic is ``x`` with its reduced
   dim 1: a sum over another dim, or over two, is another template or none; an example tensor the
   spelling declares broadcast, such as rotary's ``cos``, is not checked, one it declares a
-  vector, such as a norm's weight, ends in ``x``'s last dim and broadcasts over the others,
-  its shape said where it is not ``[d]``: :data:`~.shapes.VECTOR_SHAPES`), and an op's output
+  vector, such as a norm's weight, is ``[d]`` or broadcast onto ``x``, its shape said where
+  it is not ``[d]``: :data:`~.shapes.VECTOR_SHAPES`), and an op's output
   the template takes as it is is not read through a view there (``e.sum(-2).transpose(...)``
   has a per-row statistic's shape on a square ``x``, not its dims);
 - a slot (:func:`~.spelling.elementwise_slot`: attention's scale and mask between its scores and

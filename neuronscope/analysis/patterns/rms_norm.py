@@ -53,7 +53,7 @@ def _replacement(t: Any, weight: str | None, **_: Any) -> tuple[str, Callable[[]
 
     def fused() -> Any:
         w = None if weight == "none" else t.weight if weight == "weight" else 1.0 + t.weight
-        if w is not None and tuple(w.shape) != (t.x.shape[-1],):  # broadcast over more of x's dims: after, as suggested
+        if w is not None and tuple(w.shape) != (t.x.shape[-1],):  # of another shape than (d,): after, as suggested
             return torch.rms_norm(t.x, (t.x.shape[-1],), None, t.eps) * w
         return torch.rms_norm(t.x, (t.x.shape[-1],), w, t.eps)
 
@@ -79,7 +79,7 @@ def _suggest(m: Match, backend: str) -> str:
     eps = m.params.get("eps")
     eps_text = f"eps={eps!r}" if eps is not None else f"eps={UNKNOWN_EPS}"
     if m.params.get(VECTOR_SHAPES):
-        # rms_norm takes a weight of (d,) only: one broadcast over more of x's dims (a per-head
+        # rms_norm takes a weight of (d,) only: one of another shape (a per-head
         # [heads, d]) is applied after it, as the code applies it.
         after = " * (1 + weight)" if m.params.get("weight_plus_one") else " * weight"
         call = f"use torch.nn.functional.rms_norm(x, ({dims(m)},), {eps_text}){after}"

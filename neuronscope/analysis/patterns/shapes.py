@@ -21,8 +21,8 @@ _EXAMPLE_X = (2, 4, EXAMPLE_DIM)
 
 #: How one op's dimensioned inputs relate to ``x`` in a spelling: per argument, dim for dim
 #: (from the first) "T" the example ``x``'s, "F" 1, "H" half of it (rotary's ``x[..., :d // 2]``);
-#: "V" a declared vector (a norm's weight): ``x``'s last dim, alone or broadcast over some of
-#: ``x``'s other dims (see :func:`is_vector`); "." not of that form (another rank, a
+#: "V" a declared vector (a norm's weight): ``x``'s last dim alone, or a tensor broadcast onto
+#: ``x`` (see :func:`is_vector`); "." not of that form (another rank, a
 #: matmul's, a tensor declared broadcast): not checked; then, for an example tensor (or a view
 #: of it), ``@`` and its name: the ops reading ``x`` read one tensor. None for an op not the
 #: idiom's own.
@@ -38,13 +38,13 @@ def shape_relation(shape: tuple[int, ...]) -> str:
 
 
 def is_vector(capture: tuple[int, ...], x: tuple[int, ...]) -> bool:
-    """Is ``capture`` a per-feature tensor of ``x``: one that broadcasts onto ``x`` (so the
-    output keeps ``x``'s shape), ends in its last dim (it scales each feature it normalizes), and
-    is broadcast over at least one dim (one of ``x``'s shape is per element: a gate, not a
-    parameter)? ``[d]``, and Cohere's per-head ``[heads, d]`` over ``[B, T, heads, d]``."""
+    """Is ``capture`` a norm's weight (or bias) of ``x``: ``[d]``, or any tensor broadcast onto
+    ``x`` over at least one of its dims (Cohere's per-head ``[heads, d]`` over ``[B, T, heads,
+    d]``, a ``[heads, 1]`` gain), which the code multiplies (adds) as it multiplies a weight?
+    Not one of ``x``'s own size: a gate, per element, is another value."""
     if tuple(capture) == tuple(x[-1:]):
         return True
-    if not capture or len(capture) > len(x) or capture[-1] != x[-1]:
+    if not capture or len(capture) > len(x):
         return False
     return all(c in (1, d) for c, d in zip(capture[::-1], x[::-1])) and math.prod(capture) < math.prod(x)
 

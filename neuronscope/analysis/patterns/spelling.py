@@ -69,9 +69,9 @@ class Spelling:
     #: other is shaped in a capture as in the spelling (a GLU's ``up`` is ``gate``'s shape: a
     #: per-channel statistic times a GELU is no GLU).
     broadcast: tuple[str, ...] = ()
-    #: Example tensors of ``x``'s last dim (a norm's weight and bias): in a capture, a tensor
-    #: ending in its ``x``'s last dim and broadcast over some of its other dims (``[d]``, or a
-    #: per-head ``[heads, d]``: :func:`~.shapes.is_vector`), not one of ``x``'s own shape.
+    #: Example tensors of ``x``'s last dim (a norm's weight and bias): in a capture, ``[d]`` or
+    #: any tensor broadcast onto its ``x`` (a per-head ``[heads, d]``: :func:`~.shapes.is_vector`),
+    #: not one of ``x``'s own size.
     vectors: tuple[str, ...] = ()
     #: Example tensors code may pass as one value, which the graph matcher then does not tell
     #: apart (attention's q, k and v: views of one packed projection, or one input).
@@ -486,7 +486,7 @@ def builder(spellings: tuple[Spelling, ...], replacement: Replacement) -> Callab
         t = examples(x.dtype, x, device, **params)
         shapes = details.get(VECTOR_SHAPES)
         for name, shape in (shapes.items() if isinstance(shapes, dict) else ()):
-            # A weight broadcast over more of x's dims (a per-head one), in its shape: the
+            # A weight of another shape than (d,) (a per-head one), in that shape: the
             # replacement applies it after the fused call, as the hint says.
             if isinstance(shape, list) and hasattr(t, name):
                 setattr(t, name, torch.randn(*shape, generator=torch.Generator().manual_seed(0)).to(device=device, dtype=x.dtype))

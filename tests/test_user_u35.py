@@ -9,6 +9,7 @@ and checks the hint's suggestion against what the code computes, applied as writ
 from __future__ import annotations
 
 import logging
+import re
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -19,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from neuronscope import from_profiler, profile_on_neuron
+from neuronscope.analysis.patterns.attention import UNKNOWN_SCALE
 from neuronscope.result.hint import Hint
 
 B, T, C, H = 2, 16, 64, 4
@@ -77,21 +79,56 @@ def test_q_scaled_attention_suggestion_takes_q_before_its_scale() -> None:
     torch.testing.assert_close(fused, expected, atol=1e-5, rtol=1e-4)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="from_profiler's sequence matcher sees no scale between q @ k^T and the softmax when q was "
-    "scaled several ops earlier (before k and v are projected), and says scale=1.0 where the decorated "
-    "capture says sdpa's default scale on q before its scale: the two disagree on the same ops",
-)
 def test_q_scaled_attention_from_profiler_agrees_on_the_scale() -> None:
+    """By op order (the user's own profile: no data flow), no scale between the scores and the
+    softmax does not mean none: q was scaled a few ops before, ahead of the k and v
+    projections, which no spelling's op order holds. Op order does not show which tensor that
+    multiply scaled, so the hint says the scale is not known and that q and k are the ones
+    before any scale, where it said ``scale=1.0`` (the live capture: sdpa's default on q before
+    its scale). Applied as written, the code's scale filled in, it gives the block's output."""
     torch.manual_seed(0)
     attn, x = QScaledAttention(), torch.randn(B, T, C)
     with torch.no_grad():
-        attn(x)
+        expected = attn(x)
         with torch.profiler.profile(record_shapes=True, with_stack=True) as prof:
             attn(x)
     hint = _attention_hint(from_profiler(prof).hints)
     assert "scale=1.0" not in hint.suggestion, hint.suggestion
+    assert "q, k: before any scale your code multiplies them by" in hint.suggestion, hint.suggestion
+    (call,) = re.findall(r"torch\.nn\.functional\.scaled_dot_product_attention\([^)]*\)", hint.suggestion)
+    call = call.replace(UNKNOWN_SCALE, repr((C // H) ** -0.5))  # the one the code applies
+    with torch.no_grad():  # q unscaled, as the note says; mask: the bias the code adds
+        q, k, v = (attn.heads(p, x) for p in (attn.q, attn.k, attn.v))
+        got = eval(call, {"torch": torch}, {"q": q, "k": k, "v": v, "mask": attn.bias})  # our own text
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
+
+
+def _unscaled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    return torch.matmul(torch.softmax(torch.matmul(q, k.transpose(-2, -1)), dim=-1), v)
+
+
+def test_attention_by_op_order_reads_q_before_a_scale_right_before_the_scores() -> None:
+    """timm's ``q * scale`` right before ``q @ k^T`` is in the hint's op order: its sdpa call
+    reads q before it (the code's scaled q would be scaled twice), as the live hint says."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(B, H, T, C // H) for _ in range(3))
+    with torch.no_grad(), torch.profiler.profile(record_shapes=True) as prof:
+        _unscaled_attention(q * (C // H) ** -0.5, k, v)
+    hint = _attention_hint(from_profiler(prof).hints)
+    assert hint.ops[0] == "aten::mul", hint.ops
+    assert "q, k: before the scale your code multiplies them by" in hint.suggestion, hint.suggestion
+
+
+def test_attention_by_op_order_says_no_scale_where_none_precedes_it() -> None:
+    """T5's case: no multiply by a number among the ops since the projections before the
+    scores: op order says the code applies no scale (1.0), as the live capture does."""
+    torch.manual_seed(0)
+    proj, x = nn.Linear(C, C, bias=False), torch.randn(B, T, C)
+    with torch.no_grad(), torch.profiler.profile(record_shapes=True) as prof:
+        q, k, v = (proj(x).view(B, T, H, C // H).transpose(1, 2) for _ in range(3))
+        _unscaled_attention(q, k, v)
+    hint = _attention_hint(from_profiler(prof).hints)
+    assert "scale=1.0" in hint.suggestion and "before any scale" not in hint.suggestion, hint.suggestion
 
 
 def _cohere_qk_norm() -> Any:
@@ -112,21 +149,118 @@ def _cohere_qk_norm() -> Any:
     return model.eval()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Cohere's q/k LayerNorm multiplies by a [heads, head_dim] weight, which the layer_norm "
-    "spelling (a [d] weight) does not take: the hint covers the norm alone and suggests "
-    "layer_norm(x, (16,), None, None, eps), which, applied in place of CohereLayerNorm, drops the weight",
-)
 def test_cohere_qk_norm_suggestion_keeps_the_per_head_weight() -> None:
+    """Cohere's q/k LayerNorm multiplies by a ``[heads, head_dim]`` weight, broadcast over the
+    normalized last dim: layer_norm's ``weight=`` takes a ``(head_dim,)`` one only, so the hint
+    applies it after the call. Before, the weight was no vector to the matcher, the hint
+    covered the norm alone and said ``layer_norm(x, (16,), None, None, eps)``: in place of
+    CohereLayerNorm it dropped the weight. Applied as written, the suggestion gives the
+    model's output."""
     model = _cohere_qk_norm()
     ids = torch.randint(0, 128, (B, T), generator=torch.Generator().manual_seed(0))
     f = profile_on_neuron(model.forward, export=False, backend="cpu")
     with torch.no_grad():
-        f(input_ids=ids)
+        expected = f(input_ids=ids).logits
         f(input_ids=ids)
     (hint,) = [h for h in f.last_result.hints if h.pattern == "layer_norm" and "(16,)" in h.suggestion]
     assert "None, None" not in hint.suggestion, hint.suggestion
+    assert hint.ops[-1] == "aten::mul"  # the weight's multiply is the hint's: the fused call replaces it
+    (call,) = re.findall(r"torch\.nn\.functional\.layer_norm\(x, \(\d+,\)[^)]*\)(?: \* weight)?(?: \+ bias)?", hint.suggestion)
+    norms = [m for name, m in model.named_modules() if name.endswith(("q_norm", "k_norm"))]
+    assert len(norms) == 2 * 2 and all(m.weight.dim() == 2 for m in norms)
+    for norm in norms:  # applied in place of CohereLayerNorm, as the suggestion says
+        norm.forward = lambda x, w=norm.weight: eval(call, {"torch": torch}, {"x": x, "weight": w})  # our own text
+    with torch.no_grad():
+        got = model(input_ids=ids).logits
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
+    # hint.verify() rebuilds it so too: the [heads, head_dim] weight after layer_norm.
+    from neuronscope.capture import idioms
+
+    chain, fused, _ = idioms.BUILDERS["layer_norm"](hint, torch.randn(*hint.details["shape"]), torch.device("cpu"))
+    assert fused is not None
+    with torch.no_grad():
+        torch.testing.assert_close(fused(), chain(), atol=1e-5, rtol=1e-4)
+
+
+class HeadRMSNorm(nn.Module):
+    """A hand-written RMSNorm over each head, its weight per head (``[heads, head_dim]``, or
+    one gain per head, ``[heads, 1]``)."""
+
+    def __init__(self, shape: tuple[int, ...] = (H, C // H)) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.rand(*shape) + 0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
+
+
+def _gated_rms(x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * gate
+
+
+@pytest.mark.parametrize("shape", [(H, C // H), (H, 1)])
+@pytest.mark.parametrize("how", ["decorated", "from_profiler"])
+def test_a_per_head_rms_norm_weight_is_applied_after_the_fused_call(how: str, shape: tuple[int, ...]) -> None:
+    """As Cohere's LayerNorm: rms_norm's ``weight=`` takes a ``(head_dim,)`` one only, so a
+    ``[heads, head_dim]`` weight is applied after the call, in a live capture and by op order;
+    applied as written, the suggestion gives the code's output. A tensor of x's own shape is
+    a gate, no weight: the hint covers the norm alone, and says so."""
+    torch.manual_seed(0)
+    norm, x = HeadRMSNorm(shape), torch.randn(B, T, H, C // H)
+    gate = torch.rand(B, T, H, C // H)
+    with torch.no_grad():
+        expected = norm(x)
+        if how == "decorated":
+            f = profile_on_neuron(lambda: (norm(x), _gated_rms(x, gate)), export=False, backend="cpu")
+            f()
+            f()
+            hints = f.last_result.hints
+        else:
+            with torch.profiler.profile(record_shapes=True) as prof:
+                norm(x), _gated_rms(x, gate)
+            hints = from_profiler(prof).hints
+    weighted, gated = sorted((h for h in hints if h.pattern == "rms_norm"), key=lambda h: -len(h.ops))
+    assert weighted.ops[-1] == "aten::mul" and len(weighted.ops) == len(gated.ops) + 1
+    (call,) = re.findall(r"torch\.nn\.functional\.rms_norm\(x, \(\d+,\)[^)]*\)(?: \* weight)?", weighted.suggestion)
+    assert call.endswith("* weight"), weighted.suggestion
+    call = call.replace("<the eps your code uses>", "1e-6")  # a trace records no eps
+    with torch.no_grad():
+        got = eval(call, {"torch": torch}, {"x": x, "weight": norm.weight})  # our own text
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
+    assert "(16,), None," in gated.suggestion, gated.suggestion
+
+
+def test_verify_rebuilds_a_per_head_weight_in_its_shape(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``hint.verify()`` times the hand-written norm and the suggestion with the weight in the
+    shape the capture recorded (``[heads, head_dim]``), applied after the fused call as the
+    suggestion says: the two agree, and the weight differs from head to head (a ``[d]`` one,
+    rebuilt before, times another form than the one suggested)."""
+    from neuronscope.capture import idioms, verify
+
+    torch.manual_seed(0)
+    norm, x = HeadRMSNorm(), torch.randn(B, T, H, C // H)
+    f = profile_on_neuron(norm.forward, export=False, backend="cpu")
+    with torch.no_grad():
+        f(x)
+        f(x)
+    (hint,) = [h for h in f.last_result.hints if h.pattern == "rms_norm"]
+    assert hint.details["vector_shapes"] == {"weight": [H, C // H]}
+    chain, fused, _ = idioms.BUILDERS["rms_norm"](hint, x, torch.device("cpu"))
+    assert fused is not None
+    with torch.no_grad():
+        torch.testing.assert_close(fused(), chain(), atol=1e-5, rtol=1e-4)
+        scaled = chain() / F.rms_norm(x, (C // H,), eps=1e-6)
+    assert not torch.allclose(scaled[:, :, 0], scaled[:, :, 1])  # a weight per head
+    ran: list[str] = []
+
+    def once(variants: dict[str, Any], *_: Any) -> dict[str, list[float]]:
+        for name, run in variants.items():
+            run()
+            ran.append(name)
+        return {name: [2.0 if name == "chain" else 1.0] * 5 for name in variants}
+
+    monkeypatch.setattr(verify, "time_variants", once)
+    assert hint.verify(compile=False).verified_saving_us is not None and ran == ["chain", "replacement"]
 
 
 def test_bound_forward_names_modules_by_their_paths() -> None:

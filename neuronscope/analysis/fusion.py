@@ -30,6 +30,7 @@ when the estimated saving is small; a generic chain only above :data:`~.cost.MIN
 from __future__ import annotations
 
 import functools
+import itertools
 import statistics
 from collections.abc import Iterable
 from collections.abc import Set as AbstractSet
@@ -51,6 +52,7 @@ from neuronscope.analysis.optimizer import has_optimizer_steps, optimizer_hints,
 from neuronscope.analysis.patterns import REGISTRY, Match, Pattern, pattern_named
 from neuronscope.analysis.patterns.base import line_of, match_lines, softmax_on_last_dim
 from neuronscope.analysis.patterns.kept import Orders, kept_orders
+from neuronscope.analysis.patterns.shapes import VECTOR_SHAPES
 from neuronscope.analysis.patterns.spelling import op_orders, order_shapes, vector_choices
 from neuronscope.result.hint import Hint
 from neuronscope.result.placement import OP_SPANS
@@ -150,6 +152,10 @@ def find_sequence_matches(g: OpGraph) -> list[Match]:
                 # spellings that run the order where its shapes no longer say which.
                 choice = _sequence_choice(record.name, seq[i0:end]) or rx.unshaped(tuple(ops.tokens[i0:end]))
                 params: dict[str, Any] = record.params(choice, members) if record.params else {}
+                if choice.get(VECTOR_SHAPES):  # a weight broadcast over x's dims: applied after the fused call
+                    params[VECTOR_SHAPES] = choice[VECTOR_SHAPES]
+                if record.params_before is not None:
+                    params.update(record.params_before(members, itertools.islice(reversed(seq), len(seq) - i0, None)))
                 out.append(Match(record.name, members, x, params))
     return out
 

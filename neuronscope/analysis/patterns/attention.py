@@ -9,6 +9,7 @@ import dataclasses
 import functools
 import math
 import sys
+from collections.abc import Iterable
 from types import MappingProxyType
 from typing import Any
 
@@ -279,7 +280,12 @@ def _suggest(m: Match, backend: str) -> str:
         args.append(f"scale={scale!r}")
     call = f"torch.nn.functional.scaled_dot_product_attention({', '.join(args)})"
     notes = [mask_note] if mask_note else []
-    if m.params.get("scale_on_inputs"):
+    if m.params.get("inputs_maybe_scaled"):
+        notes.append(
+            "q, k: before any scale your code multiplies them by, and scale= the one it applies (1.0 for none): "
+            "op order does not show whether it scales them some ops before the scores"
+        )
+    elif m.params.get("scale_on_inputs"):
         notes.append("q, k: before the scale your code multiplies them by; sdpa applies the scale itself")
     within = {n.within for n in m.nodes}
     if len(within) == 1 and (switch := COMPOSITE_SWITCHES.get(next(iter(within)) or "")) is not None:
@@ -293,7 +299,9 @@ def _suggest(m: Match, backend: str) -> str:
 def _sequence_params(members: list[OpNode]) -> dict[str, Any]:
     """What a trace's op order shows: a mask is an add / masked_fill / where before the
     softmax; a scale is a mul / div there, by a number the trace does not record (the
-    profiler writes it as a 0-dim tensor), so its value stays unknown; no scale op: 1.0."""
+    profiler writes it as a 0-dim tensor), so its value stays unknown, and one right before
+    the scores (timm's ``q * scale``) is read before it; no scale op: 1.0, unless the ops
+    before the match may hold one (:func:`_scaled_before`)."""
     soft = next((i for i, n in enumerate(members) if n.op in SOFTMAXES or n.op in ("exp", "max", "amax")), len(members))
     pre = [n for n in members[:soft] if n.op not in MATMULS]  # a scale of q (timm) comes before the scores
     # Op order does not show which input of a where the scores are: its mask is then named
@@ -302,7 +310,32 @@ def _sequence_params(members: list[OpNode]) -> dict[str, Any]:
     mask = _mask_of(kinds)
     params: dict[str, Any] = {"masked": mask is not None, "mask": mask}
     params["scale"] = UNKNOWN_SCALE if any(n.op in ("mul", "div") for n in pre) else 1.0
+    first = next((i for i, n in enumerate(members) if n.op in MATMULS), 0)
+    if any(n.op in ("mul", "div") for n in members[:first]):
+        params["scale_on_inputs"] = True  # the spelling's ``q * s`` right before the scores
     return params
+
+
+#: Projections that make q, k and v: a scale of q or k comes after the one that made it.
+_QKV_PROJECTIONS = MATMULS | {"linear", "addmm"}
+
+
+def _scaled_before(members: list[OpNode], before: Iterable[OpNode]) -> dict[str, Any]:
+    """Whether q or k may have been scaled before a trace's attention match: a multiply or
+    divide by a number (by anything, where shapes were not recorded) after the three
+    projections before the scores (q, k and v: Whisper scales q, then projects k and v). Op
+    order does not show which tensor it scaled: the scale is not known, where op order alone
+    said 1.0 (no scale between the scores and the softmax), and q and k are read before it."""
+    if _sequence_params(members)["scale"] != 1.0:
+        return {}
+    projections = 0
+    for n in before:
+        if n.op in ("mul", "div") and (not n.inputs or _is_scaling(n)):
+            return {"scale": UNKNOWN_SCALE, "inputs_maybe_scaled": True}
+        projections += n.op in _QKV_PROJECTIONS
+        if projections == 3:
+            break
+    return {}
 
 
 ATTENTION = Pattern(
@@ -312,4 +345,5 @@ ATTENTION = Pattern(
     suggest=_suggest,
     cost_excludes=MATMULS,
     params=lambda choice, members: _sequence_params(members),  # its own reading of op order, not its choice
+    params_before=_scaled_before,
 )

@@ -10,6 +10,7 @@ from typing import Any
 
 from neuronscope.analysis.dataflow import user_line
 from neuronscope.analysis.opgraph import OpGraph, OpNode, TensorArg
+from neuronscope.analysis.patterns.shapes import VECTOR_SHAPES
 from neuronscope.analysis.patterns.spelling import Spelling
 from neuronscope.capture.frames import function_of
 from neuronscope.capture.idioms import Builders, Evidence
@@ -29,6 +30,7 @@ __all__ = [
     "match_location",
     "root_value",
     "softmax_on_last_dim",
+    "vectors_note",
 ]
 
 #: What an equivalent call needs that the evidence did not show: the user carries it over.
@@ -41,6 +43,15 @@ def param_text(present: bool | None, name: str, unknown: str) -> str:
     """An affine parameter as a suggested call passes it: ``name``, ``None``, or ``unknown``
     (a trace without shapes cannot tell)."""
     return unknown if present is None else (name if present else "None")
+
+
+def vectors_note(m: Match, fused: str) -> str:
+    """What the names of a norm's suggestion applied after the ``fused`` call stand for: the
+    tensors of :data:`~.shapes.VECTOR_SHAPES`, which that call cannot take. Their shapes are
+    the match's details, not its text: q and k norms of other head counts (``[4, d]``,
+    ``[2, d]``) are one line of code and one hint."""
+    names = " and ".join(sorted(m.params.get(VECTOR_SHAPES) or {}))
+    return f" ({names}: your code's, broadcast over x; {fused} takes a ({dims(m)},) one only)"
 
 
 CASTS = frozenset({"to", "_to_copy", "type_as", "float", "half", "bfloat16", "double"})
@@ -96,6 +107,11 @@ class Pattern:
     verify: Callable[[Evidence, Any, Any], Builders] | None = None
     exact_only: bool = False
     spellings: tuple[Spelling, ...] = ()
+    #: What a trace's op order before a match adds to what it says: ``(members, before)``, the
+    #: match's ops and the ops of its thread before them, latest first, as an iterator read as
+    #: far as needed (attention: whether q or k may have been scaled a few ops before its
+    #: scores, which no op order of the idiom holds: Whisper projects k and v in between).
+    params_before: Callable[[list[OpNode], Iterable[OpNode]], dict[str, Any]] | None = None
     #: Ops of a match left out of its cost (attention's matmuls: fusion keeps their work).
     cost_excludes: frozenset[str] = frozenset()
     #: Reported whatever its estimated saving (a named idiom's time is worth knowing); False:

@@ -13,7 +13,7 @@ from types import MappingProxyType
 from typing import Any
 
 from neuronscope.analysis.opgraph import TensorArg
-from neuronscope.analysis.patterns.shapes import ShapeSig, shape_fits
+from neuronscope.analysis.patterns.shapes import VECTOR_SHAPES, ShapeSig, shape_fits
 from neuronscope.analysis.patterns.spelling import OrderShapes, TemplateOp, merged_choice
 
 __all__ = [
@@ -160,6 +160,20 @@ def _readings(op: str, relations: tuple[str, ...], got: list[TensorArg], x: tupl
     ]
 
 
+def _vector_shapes(sig: ShapeSig, inputs: list[list[TensorArg]], x: tuple[int, ...]) -> dict[str, list[int]]:
+    """The declared vectors (``V@name``) that ``inputs`` hold in another shape than ``[d]``,
+    by name (see :data:`~.shapes.VECTOR_SHAPES`). Only a vector fits a ``V``: ``x``'s own
+    shape does not, so either order of a ``mul`` reads the same one."""
+    found: dict[str, list[int]] = {}
+    for rel, got in zip(sig, inputs):
+        for r in rel or ():
+            if r.startswith("V@"):
+                found.update(
+                    (r[2:], list(t.sizes)) for t in got if shape_fits("V", t.sizes, x) and tuple(t.sizes) != tuple(x[-1:])
+                )
+    return found
+
+
 def _one_storage_each(options: list[list[list[tuple[str, int]]]], bound: dict[str, int]) -> bool:
     """Can each op take one of its readings with every tensor the spelling reads twice read
     from one storage? (Two tensors alive at once never share one, so this is exact.)"""
@@ -216,7 +230,8 @@ class Orders:
         for sig, choice in self.shapes.get(order, {}).items():
             options = [_readings(op, rel, got, x) for op, rel, got in zip(order, sig, inputs) if rel is not None]
             if all(options) and _one_storage_each(options, {}):
-                fitting.append(choice)
+                shapes = _vector_shapes(sig, inputs, x)
+                fitting.append({**choice, VECTOR_SHAPES: shapes} if shapes else choice)
         return merged_choice(fitting) if fitting else None
 
     def search(self, tokens: list[str], i: int) -> tuple[int, int] | None:

@@ -9,8 +9,18 @@ from types import MappingProxyType
 from typing import Any
 
 from neuronscope.analysis.opgraph import OpNode
-from neuronscope.analysis.patterns.base import UNKNOWN_BIAS, UNKNOWN_EPS, UNKNOWN_WEIGHT, Match, Pattern, dims, param_text
+from neuronscope.analysis.patterns.base import (
+    UNKNOWN_BIAS,
+    UNKNOWN_EPS,
+    UNKNOWN_WEIGHT,
+    Match,
+    Pattern,
+    dims,
+    param_text,
+    vectors_note,
+)
 from neuronscope.analysis.patterns.matcher import graph_matcher
+from neuronscope.analysis.patterns.shapes import VECTOR_SHAPES
 from neuronscope.analysis.patterns.spelling import Spelling, builder
 
 __all__ = ["LAYER_NORM"]
@@ -56,7 +66,15 @@ def _replacement(t: Any, weight: bool, bias: bool, **_: Any) -> tuple[str, Calla
 
     d = t.x.shape[-1]
     w, b = (t.weight if weight else None), (t.bias if bias else None)
-    return "torch.nn.functional.layer_norm", lambda: torch.nn.functional.layer_norm(t.x, (d,), w, b, t.eps)
+    if all(v is None or tuple(v.shape) == (d,) for v in (w, b)):
+        return "torch.nn.functional.layer_norm", lambda: torch.nn.functional.layer_norm(t.x, (d,), w, b, t.eps)
+
+    def after() -> Any:  # a weight or bias of another shape than (d,): applied after, as suggested
+        y = torch.nn.functional.layer_norm(t.x, (d,), None, None, t.eps)
+        y = y * w if w is not None else y
+        return y + b if b is not None else y
+
+    return "torch.nn.functional.layer_norm", after
 
 
 _AFFINE = MappingProxyType({"weight": (False, True), "bias": (False, True)})
@@ -103,6 +121,12 @@ def _correction(spread: OpNode) -> float:
 def _suggest(m: Match, backend: str) -> str:
     eps = m.params.get("eps")
     eps_text = f"eps={eps!r}" if eps is not None else f"eps={UNKNOWN_EPS}"
+    if m.params.get(VECTOR_SHAPES):
+        # layer_norm takes a weight and bias of (d,) only: one of another shape
+        # (Cohere's per-head [heads, d]) is applied after it, as the code applies it.
+        after = (" * weight" if m.params.get("weight") else "") + (" + bias" if m.params.get("bias") else "")
+        call = f"use torch.nn.functional.layer_norm(x, ({dims(m)},), {eps_text}){after}"
+        return call + vectors_note(m, "layer_norm") + _differences(m)
     weight = param_text(m.params.get("weight"), "weight", UNKNOWN_WEIGHT)
     bias = param_text(m.params.get("bias"), "bias", UNKNOWN_BIAS)
     call = f"use torch.nn.functional.layer_norm(x, ({dims(m)},), {weight}, {bias}, {eps_text})"

@@ -18,7 +18,8 @@ last op and walked back through the producers of its inputs:
 - shapes relate to ``x`` as the spelling's did (a per-row statistic is ``x`` with its reduced
   dim 1: a sum over another dim, or over two, is another template or none; an example tensor the
   spelling declares broadcast, such as rotary's ``cos``, is not checked, one it declares a
-  vector, such as a norm's weight, is 1-D of ``x``'s last dim), and an op's output
+  vector, such as a norm's weight, is ``[d]`` or broadcast onto ``x``, its shape said where
+  it is not ``[d]``: :data:`~.shapes.VECTOR_SHAPES`), and an op's output
   the template takes as it is is not read through a view there (``e.sum(-2).transpose(...)``
   has a per-row statistic's shape on a square ``x``, not its dims);
 - a slot (:func:`~.spelling.elementwise_slot`: attention's scale and mask between its scores and
@@ -37,7 +38,7 @@ from typing import Any, NamedTuple
 from neuronscope.analysis.opgraph import VIEW_OPS, OpGraph, OpNode, TensorArg
 from neuronscope.analysis.patterns.base import Match, root_value
 from neuronscope.analysis.patterns.kept import COMMUTATIVE, kept_templates
-from neuronscope.analysis.patterns.shapes import shape_fits
+from neuronscope.analysis.patterns.shapes import VECTOR_SHAPES, shape_fits
 from neuronscope.analysis.patterns.spelling import READ_PARAMETERS, SLOT, Spelling, TemplateOp, relation_of, templates
 
 __all__ = ["MAX_SLOT_OPS", "graph_matcher"]
@@ -178,6 +179,14 @@ class _Walk:
         x = self.bound.get("x")
         return x is None or all(shape_fits(rel, cs, x[2].sizes) for rel, cs in self.shapes)
 
+    def vector_shapes(self, declared: Spelling) -> dict[str, Any]:
+        """The declared vectors bound to a tensor of another shape than ``[d]`` (one broadcast
+        over some of ``x``'s dims), as :data:`~.shapes.VECTOR_SHAPES` says them; {}: none."""
+        x = self.bound.get("x")
+        d = tuple(x[2].sizes[-1:]) if x is not None else ()
+        shapes = {n: list(b[2].sizes) for n, b in self.bound.items() if n in declared.vectors and tuple(b[2].sizes) != d}
+        return {VECTOR_SHAPES: shapes} if shapes else {}
+
     def named(self) -> dict[str, float]:
         """The named parameters' values (an eps), read from the ops that take them where an
         observation recorded as many of the user's numbers as the spelling's op takes."""
@@ -256,7 +265,7 @@ def graph_matcher(
             if walk.op(len(template.ops) - 1, n) and len(walk.assign) == template.own and walk.distinct() and walk.shaped():
                 nodes = sorted([*walk.assign.values(), *walk.chained], key=lambda m: m.index)
                 x: TensorArg | None = walk.bound["x"][2] if "x" in walk.bound else None
-                return Match(pattern, nodes, x, {**walk.named(), **params(template.choice, nodes)})
+                return Match(pattern, nodes, x, {**walk.named(), **params(template.choice, nodes), **walk.vector_shapes(declared)})
         return None
 
     match.derived_from = spellings  # type: ignore[attr-defined]  # what keeping its templates runs

@@ -10,8 +10,9 @@ from types import MappingProxyType
 from typing import Any
 
 from neuronscope.analysis.opgraph import OpNode
-from neuronscope.analysis.patterns.base import UNKNOWN_EPS, UNKNOWN_WEIGHT, Match, Pattern, dims, param_text
+from neuronscope.analysis.patterns.base import UNKNOWN_EPS, UNKNOWN_WEIGHT, Match, Pattern, dims, param_text, vectors_note
 from neuronscope.analysis.patterns.matcher import graph_matcher
+from neuronscope.analysis.patterns.shapes import VECTOR_SHAPES
 from neuronscope.analysis.patterns.spelling import Spelling, builder, named
 
 __all__ = ["RMS_NORM"]
@@ -52,6 +53,8 @@ def _replacement(t: Any, weight: str | None, **_: Any) -> tuple[str, Callable[[]
 
     def fused() -> Any:
         w = None if weight == "none" else t.weight if weight == "weight" else 1.0 + t.weight
+        if w is not None and tuple(w.shape) != (t.x.shape[-1],):  # of another shape than (d,): after, as suggested
+            return torch.rms_norm(t.x, (t.x.shape[-1],), None, t.eps) * w
         return torch.rms_norm(t.x, (t.x.shape[-1],), w, t.eps)
 
     return "torch.rms_norm", fused
@@ -75,6 +78,12 @@ def _params(choice: Mapping[str, Any], nodes: list[OpNode]) -> dict[str, Any]:
 def _suggest(m: Match, backend: str) -> str:
     eps = m.params.get("eps")
     eps_text = f"eps={eps!r}" if eps is not None else f"eps={UNKNOWN_EPS}"
+    if m.params.get(VECTOR_SHAPES):
+        # rms_norm takes a weight of (d,) only: one of another shape (a per-head
+        # [heads, d]) is applied after it, as the code applies it.
+        after = " * (1 + weight)" if m.params.get("weight_plus_one") else " * weight"
+        call = f"use torch.nn.functional.rms_norm(x, ({dims(m)},), {eps_text}){after}"
+        return call + vectors_note(m, "rms_norm") + " (or torch.compile the module)"
     if m.params.get("weight_plus_one"):
         weight = "1 + weight"
     else:  # unknown from a trace without shapes: a trailing mul may be the weight

@@ -26,7 +26,7 @@ from types import MappingProxyType, SimpleNamespace
 from typing import Any, NamedTuple, TypeVar, cast
 
 from neuronscope.analysis.opgraph import MAYBE_ALIAS_OPS, VIEW_OPS
-from neuronscope.analysis.patterns.shapes import EXAMPLE_DIM, ShapeSig, shape_relation
+from neuronscope.analysis.patterns.shapes import EXAMPLE_DIM, VECTOR_SHAPES, ShapeSig, shape_relation
 from neuronscope.capture.idioms import Builders
 
 __all__ = [
@@ -69,8 +69,9 @@ class Spelling:
     #: other is shaped in a capture as in the spelling (a GLU's ``up`` is ``gate``'s shape: a
     #: per-channel statistic times a GELU is no GLU).
     broadcast: tuple[str, ...] = ()
-    #: Example tensors of ``x``'s last dim (a norm's weight and bias): in a capture, 1-D of the
-    #: size of its ``x``'s last dim, not any tensor that broadcasts.
+    #: Example tensors of ``x``'s last dim (a norm's weight and bias): in a capture, ``[d]`` or
+    #: any tensor broadcast onto its ``x`` (a per-head ``[heads, d]``: :func:`~.shapes.is_vector`),
+    #: not one of ``x``'s own size.
     vectors: tuple[str, ...] = ()
     #: Example tensors code may pass as one value, which the graph matcher then does not tell
     #: apart (attention's q, k and v: views of one packed projection, or one input).
@@ -467,6 +468,8 @@ def builder(spellings: tuple[Spelling, ...], replacement: Replacement) -> Callab
     import difflib
 
     def build(hint: Any, x: Any, device: Any) -> Builders:
+        import torch
+
         ops = [o.rsplit("::", 1)[-1] for o in hint.ops]
         ops = [o[:-1] if o.endswith("_") and not o.startswith("_") else o for o in ops]
         _, choice, spelling, _ = max(
@@ -481,6 +484,12 @@ def builder(spellings: tuple[Spelling, ...], replacement: Replacement) -> Callab
         if isinstance(dim, int) and not isinstance(dim, bool) and -x.dim() <= dim < x.dim():
             params["dim"] = dim
         t = examples(x.dtype, x, device, **params)
+        shapes = details.get(VECTOR_SHAPES)
+        for name, shape in (shapes.items() if isinstance(shapes, dict) else ()):
+            # A weight of another shape than (d,) (a per-head one), in that shape: the
+            # replacement applies it after the fused call, as the hint says.
+            if isinstance(shape, list) and hasattr(t, name):
+                setattr(t, name, torch.randn(*shape, generator=torch.Generator().manual_seed(0)).to(device=device, dtype=x.dtype))
         fused = replacement(t, **choice)
         return (lambda: spelling.fn(t, **choice)), (fused[1] if fused else None), (fused[0] if fused else None)
 

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from neuronscope.capture import torch_private
-from neuronscope.events.table import COMPILED_EVENT_PREFIXES
 
 __all__ = [
     "COPY_MARKERS",
@@ -24,9 +23,6 @@ __all__ = [
     "numel",
     "short_name",
 ]
-
-# The names of compiled-code events live with the event table (their one home).
-COMPILED_REGION_PREFIXES = COMPILED_EVENT_PREFIXES
 
 # Ops whose output shares its input's storage: consumers of the view link straight to whoever
 # wrote the storage, as they would to the base tensor.

@@ -17,10 +17,6 @@ from neuronscope.analysis.patterns.spelling import Spelling, builder, named
 
 __all__ = ["LOG_SOFTMAX", "match_log_softmax"]
 
-#: What reads log-probabilities in a hand-written cross-entropy (the loss the fused call computes).
-LOSSES = frozenset({"gather", "nll_loss", "nll_loss_nd", "nll_loss2d"})
-
-
 def _spelling(t: Any, form: str, shift: str | None, division: str, loss: str | None, dim: int = -1) -> Any:
     """Log-softmax written out (``z - log(sum(exp(z)))``, ``z`` shifted by ``max`` / ``amax`` or
     not), through ``logsumexp``, or ``log(softmax(x))`` (softmax fused or written out); alone or

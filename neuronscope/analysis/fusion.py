@@ -167,29 +167,26 @@ class _OpText:
         self.seq = seq
         self.tokens = [n.op for n in seq]
 
+    def fits(self, name: str, rx: Orders, i: int, j: int) -> bool:
+        """Are ops ``i`` to ``j`` a whole match of pattern ``name``, their shapes fitting?"""
+        return rx.fullmatch(self.tokens, i, j) and _sequence_choice(name, self.seq[i:j]) is not None
+
     def fitting_end(self, name: str, rx: Orders, i0: int, i1: int, claimed: AbstractSet[int] = frozenset()) -> int | None:
         """The end of the longest whole match of pattern ``name`` from op ``i0``, ``i1`` at most,
         whose ops are unclaimed and whose shapes fit; None: none. An optional trailing op that
         does not fit (the next op on another shape) leaves the rest a match: taking the longest
         match or nothing lost the GELU before such an op."""
         for j in range(i1, i0, -1):
-            members = self.seq[i0:j]
-            if (j == i1 or rx.fullmatch(self.tokens, i0, j)) and not any(
-                m.index in claimed for m in members
-            ) and _sequence_choice(name, members) is not None:
+            if not any(m.index in claimed for m in self.seq[i0:j]) and self.fits(name, rx, i0, j):
                 return j
         return None
 
     def idiom_length_at(self, i: int) -> int:
         """Ops in the longest idiom that starts at op ``i`` with its shapes fitting; 0: none."""
-        longest = 0
-        for name, rx in _orders().items():
-            end = rx.longest_at(self.tokens, i)
-            if end is not None:
-                j = self.fitting_end(name, rx, i, end)
-                if j is not None:
-                    longest = max(longest, j - i)
-        return longest
+        ends = [
+            self.fitting_end(name, rx, i, end) for name, rx in _orders().items() if (end := rx.longest_at(self.tokens, i)) is not None
+        ]
+        return max((j - i for j in ends if j is not None), default=0)
 
     def idiom_length_ending_at(self, i: int, claimed: AbstractSet[int]) -> int:
         """Ops in the longest idiom of unclaimed ops that ends right before op ``i`` with its
@@ -199,7 +196,7 @@ class _OpText:
             for t in range(i - 1, max(-1, i - 1 - MAX_IDIOM_OPS), -1):
                 if self.seq[t].index in claimed:
                     break
-                if rx.fullmatch(self.tokens, t, i) and _sequence_choice(name, self.seq[t:i]) is not None:
+                if self.fits(name, rx, t, i):
                     longest = max(longest, i - t)
         return longest
 
@@ -209,11 +206,7 @@ class _OpText:
         an idiom right before it (a rotary embedding's add, which was then lost): the start
         moves past the fewest ops that such an idiom, ending there, wholly takes."""
         for b in range(i0 + 1, i1):
-            if (
-                rx.fullmatch(self.tokens, b, i1)
-                and _sequence_choice(name, self.seq[b:i1]) is not None
-                and self.idiom_length_ending_at(b, claimed) >= b - i0
-            ):
+            if self.fits(name, rx, b, i1) and self.idiom_length_ending_at(b, claimed) >= b - i0:
                 return b
         return i0
 
@@ -228,7 +221,7 @@ class _OpText:
             return i1
         end, reach = i1, i1 + self.idiom_length_at(i1)
         for b in range(i1 - 1, i0, -1):
-            if rx.fullmatch(self.tokens, i0, b) and _sequence_choice(name, self.seq[i0:b]) is not None:
+            if self.fits(name, rx, i0, b):
                 after = b + self.idiom_length_at(b)
                 if after > b and after >= reach:
                     end, reach = b, after

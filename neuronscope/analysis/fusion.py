@@ -37,7 +37,7 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from neuronscope.analysis.cost import MIN_SAVING_NS, estimate_saving_ns, full_size, fused_forms_ns, measured_here, model_text
+from neuronscope.analysis.cost import MIN_SAVING_NS, estimate_saving_ns, full_size, grounded_saving_ns, measured_here, model_text
 from neuronscope.analysis.dataflow import graph_from_profiler, graph_from_table
 from neuronscope.analysis.intermediates import MAX_LISTED, intermediates
 from neuronscope.analysis.observed_links import (
@@ -260,15 +260,14 @@ class _Costed:
 def _cost_occurrences(record: Pattern, ms: list[Match], g: OpGraph, backend: str) -> _Costed:
     """The model on the occurrences' op times (per op position, the median over them: one
     occurrence slowed by the machine does not inflate it), bounded by what the better fused form
-    saves at their shape on this machine's kept costs (:func:`~.cost.fused_forms_ns`)."""
+    saves at their shape on this machine's kept costs (:func:`~.cost.grounded_saving_ns`)."""
     first = ms[0]
     kept = [i for i, n in enumerate(first.nodes) if n.op not in record.cost_excludes]
     per_op = [statistics.median(g.time_ns(m.nodes[i]) for m in ms) for i in kept]
     saving_ns = estimate_saving_ns(record.name, per_op, full_size([first.nodes[i] for i in kept]), backend) * len(ms)
     time_ns = float(sum(g.time_ns(n) for m in ms for n in m.nodes))
     dtype = (first.x.dtype if first.x is not None else None) or "float32"
-    forms = fused_forms_ns(record.name, first.nodes, g, backend, dtype)
-    grounded = None if forms is None else max(0.0, *forms.values())
+    grounded = grounded_saving_ns(record.name, first.nodes, g, backend, dtype)
     if grounded is not None:
         saving_ns = min(saving_ns, grounded * len(ms))
     # Medians can add up to more than the total.

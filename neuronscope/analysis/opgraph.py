@@ -20,6 +20,7 @@ __all__ = [
     "TensorArg",
     "copied",
     "event_types",
+    "link_consumers",
     "numel",
     "short_name",
 ]
@@ -155,6 +156,14 @@ class OpGraph:
     def time_ns(self, node: OpNode) -> int:
         """The time that ranks an op: device time where the capture has it, else CPU time."""
         return node.device_ns if self.has_device else node.cpu_ns
+
+
+def link_consumers(nodes: list[OpNode]) -> None:
+    """Each op's consumers, from the producers of the ops that read it."""
+    for n in nodes:
+        for p in n.producers:
+            if p >= 0:
+                nodes[p].consumers.append(n.index)
 
 
 def event_types() -> tuple[Any, Any, Any, Any, Any]:

@@ -155,8 +155,6 @@ def find_sequence_matches(g: OpGraph) -> list[Match]:
 
 
 _PROJECTIONS = frozenset({"linear", "matmul", "mm", "addmm"})
-#: Most ops an idiom's sequence spans (attention and LayerNorm spellings reach about a dozen).
-MAX_IDIOM_OPS = 16
 
 
 class _OpText:
@@ -183,22 +181,23 @@ class _OpText:
 
     def idiom_length_at(self, i: int) -> int:
         """Ops in the longest idiom that starts at op ``i`` with its shapes fitting; 0: none."""
-        ends = [
-            self.fitting_end(name, rx, i, end) for name, rx in _orders().items() if (end := rx.longest_at(self.tokens, i)) is not None
-        ]
-        return max((j - i for j in ends if j is not None), default=0)
+        return max(
+            (n for name, rx in _orders().items() for n in rx.lengths if i + n <= len(self.seq) and self.fits(name, rx, i, i + n)),
+            default=0,
+        )
 
     def idiom_length_ending_at(self, i: int, claimed: AbstractSet[int]) -> int:
         """Ops in the longest idiom of unclaimed ops that ends right before op ``i`` with its
         shapes fitting."""
-        longest = 0
-        for name, rx in _orders().items():
-            for t in range(i - 1, max(-1, i - 1 - MAX_IDIOM_OPS), -1):
-                if self.seq[t].index in claimed:
-                    break
-                if self.fits(name, rx, t, i):
-                    longest = max(longest, i - t)
-        return longest
+        return max(
+            (
+                n
+                for name, rx in _orders().items()
+                for n in rx.lengths
+                if n <= i and not any(m.index in claimed for m in self.seq[i - n : i]) and self.fits(name, rx, i - n, i)
+            ),
+            default=0,
+        )
 
     def yielding_head(self, name: str, rx: Orders, i0: int, i1: int, claimed: AbstractSet[int]) -> int:
         """Where a match of ops ``i0`` to ``i1`` should start. A pattern with optional leading

@@ -10,8 +10,7 @@ from typing import Any
 
 from neuronscope.analysis.opgraph import OpNode
 from neuronscope.analysis.patterns.base import UNKNOWN_BIAS, UNKNOWN_EPS, UNKNOWN_WEIGHT, Match, Pattern, dims, param_text
-from neuronscope.analysis.patterns.matcher import graph_matcher
-from neuronscope.analysis.patterns.spelling import Spelling, builder
+from neuronscope.analysis.patterns.spelling import Spelling
 
 __all__ = ["LAYER_NORM"]
 
@@ -129,10 +128,9 @@ def _differences(m: Match) -> str:
 
 LAYER_NORM = Pattern(
     name="layer_norm",
-    match=graph_matcher("layer_norm", SPELLINGS, _params),
     spellings=SPELLINGS,
     params=_params,
     fused_passes=2,
     suggest=_suggest,
-    verify=builder(SPELLINGS, _replacement),
+    replacement=_replacement,
 )

@@ -33,6 +33,7 @@ __all__ = [
     "READ_PARAMETERS",
     "SLOT",
     "OrderShapes",
+    "Replacement",
     "Spelling",
     "TemplateOp",
     "builder",

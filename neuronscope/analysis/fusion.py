@@ -165,39 +165,33 @@ class _OpText:
         self.seq = seq
         self.tokens = [n.op for n in seq]
 
-    def fits(self, name: str, rx: Orders, i: int, j: int) -> bool:
-        """Are ops ``i`` to ``j`` a whole match of pattern ``name``, their shapes fitting?"""
-        return rx.fullmatch(self.tokens, i, j) and _sequence_choice(name, self.seq[i:j]) is not None
+    def fits(self, name: str, rx: Orders, i: int, j: int, claimed: AbstractSet[int] = frozenset()) -> bool:
+        """Are ops ``i`` to ``j`` a whole match of pattern ``name``, unclaimed, their shapes fitting?"""
+        return (
+            rx.fullmatch(self.tokens, i, j)
+            and not any(m.index in claimed for m in self.seq[i:j])
+            and _sequence_choice(name, self.seq[i:j]) is not None
+        )
 
     def fitting_end(self, name: str, rx: Orders, i0: int, i1: int, claimed: AbstractSet[int] = frozenset()) -> int | None:
         """The end of the longest whole match of pattern ``name`` from op ``i0``, ``i1`` at most,
         whose ops are unclaimed and whose shapes fit; None: none. An optional trailing op that
         does not fit (the next op on another shape) leaves the rest a match: taking the longest
         match or nothing lost the GELU before such an op."""
-        for j in range(i1, i0, -1):
-            if not any(m.index in claimed for m in self.seq[i0:j]) and self.fits(name, rx, i0, j):
-                return j
-        return None
+        return next((j for j in range(i1, i0, -1) if self.fits(name, rx, i0, j, claimed)), None)
 
     def idiom_length_at(self, i: int) -> int:
         """Ops in the longest idiom that starts at op ``i`` with its shapes fitting; 0: none."""
+        first, left = (self.tokens[i] if i < len(self.tokens) else None), len(self.tokens) - i
         return max(
-            (n for name, rx in _orders().items() for n in rx.lengths if i + n <= len(self.seq) and self.fits(name, rx, i, i + n)),
+            (n for name, rx in _orders().items() if first in rx.firsts for n in rx.lengths if n <= left and self.fits(name, rx, i, i + n)),
             default=0,
         )
 
     def idiom_length_ending_at(self, i: int, claimed: AbstractSet[int]) -> int:
         """Ops in the longest idiom of unclaimed ops that ends right before op ``i`` with its
         shapes fitting."""
-        return max(
-            (
-                n
-                for name, rx in _orders().items()
-                for n in rx.lengths
-                if n <= i and not any(m.index in claimed for m in self.seq[i - n : i]) and self.fits(name, rx, i - n, i)
-            ),
-            default=0,
-        )
+        return max((n for name, rx in _orders().items() for n in rx.lengths if n <= i and self.fits(name, rx, i - n, i, claimed)), default=0)
 
     def yielding_head(self, name: str, rx: Orders, i0: int, i1: int, claimed: AbstractSet[int]) -> int:
         """Where a match of ops ``i0`` to ``i1`` should start. A pattern with optional leading

@@ -436,6 +436,62 @@ def test_idioms_back_to_back_in_a_trace_are_the_live_captures(tmp_path: Path, fi
     assert traced == live and sum(calls for _, _, calls, _ in live) == idioms
 
 
+@pytest.mark.parametrize(
+    "first, second",
+    [
+        ("rms_reciprocal", "gelu_erf"),  # the norm's optional weight mul took the GELU's first: GELU lost
+        ("rms_reciprocal", "gelu_fast"),
+        ("gelu_fast", "gelu_erf"),
+        ("softmax_naive", "gelu_erf"),
+    ],
+)
+def test_idioms_back_to_back_in_a_trace_without_shapes_are_the_live_captures(tmp_path: Path, first: str, second: str) -> None:
+    """Without shapes nothing but op order tells an optional trailing op (a norm's weight)
+    from the next idiom's first op: the split is the one that leaves the next idiom whole
+    (``_OpText.yielding_tail``), the same ops the live capture finds by data flow."""
+    from neuronscope.drive.traces import from_trace
+
+    x = torch.randn(64, 256)
+
+    def run() -> None:
+        for name in (first, second):
+            getattr(fc, name)(x)
+
+    run()
+    live = capture(run, profile_memory=True)
+    run()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:  # no record_shapes
+        run()
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+
+    def found(res: Any) -> list[tuple[str, tuple[str, ...], int]]:
+        return sorted((h.pattern, tuple(h.ops), h.calls) for h in res.hints if h.kind == "fusion")
+
+    assert found(from_trace(path)) == found(from_profiler(live)) and len(found(from_profiler(live))) == 2
+
+
+def test_a_norms_weight_is_not_taken_for_the_attention_scale_in_a_trace_without_shapes(tmp_path: Path) -> None:
+    """An RMSNorm's weight mul right before unscaled attention reads, in op order without
+    shapes, as attention's optional scale of q: the attention leaves the op to the idiom that
+    ends there (``_OpText.yielding_head``)."""
+    from neuronscope.drive.traces import from_trace
+
+    x, w = torch.randn(2, 16, 64), torch.randn(64)
+
+    def run() -> torch.Tensor:
+        h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+        return torch.matmul(torch.matmul(h, h.transpose(-2, -1)).softmax(dim=-1), h)
+
+    run()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:  # no record_shapes
+        run()
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+    (attention,) = [h for h in from_trace(path).hints if h.pattern == "attention"]
+    assert attention.ops == ["aten::matmul", "aten::softmax", "aten::matmul"]
+
+
 _IDIOM_MODULE = """\
 import functools
 

@@ -119,11 +119,11 @@ def fused_optimizer_saving_ns(cls: str, shapes: tuple[tuple[int, ...], ...], dty
     return rates[0] * len(shapes) + rates[1] * sum(math.prod(s) for s in shapes)
 
 
-def grounded_saving_ns(pattern: str, nodes: list[OpNode], g: OpGraph, backend: str) -> float | None:
+def grounded_saving_ns(pattern: str, nodes: list[OpNode], g: OpGraph, backend: str, dtype: str = "float32") -> float | None:
     """What fusing one occurrence saves, on this device's measured costs, with the fused form
     ``hint.verify()`` would find faster (:func:`fused_forms_ns`). None where there is no such
     bound: the device's costs are not measured here, or the ops' shapes were not recorded."""
-    forms = fused_forms_ns(pattern, nodes, g, backend)
+    forms = fused_forms_ns(pattern, nodes, g, backend, dtype)
     return None if forms is None else max(0.0, *forms.values())
 
 

@@ -48,6 +48,7 @@ from neuronscope.analysis.opgraph import (
     TensorArg,
     copied,
     event_types,
+    link_consumers,
     numel,
     short_name,
 )
@@ -422,7 +423,6 @@ def _graph_from_profiler(prof: Any, table: EventTable | None) -> OpGraph | None:
     if exact:
         _link_exact(graph, events, ids)
     else:
-        torch_op = event_types()[0]
         for node, ev in zip(nodes, events):  # a view, or a cast or reshape that copied nothing, made no tensor
             if not node.inplace and (node.op in VIEW_OPS or (node.op in MAYBE_ALIAS_OPS and not copied(ev, torch_op))):
                 node.writes = False
@@ -441,10 +441,7 @@ def _link_exact(graph: OpGraph, events: list[Any], ids: list[list[Any]]) -> None
         for k, tensor_id in enumerate(node_ids):
             if tensor_id is None:
                 continue  # the input's key is its id already (see _graph_from_profiler)
-            w = writer.get(tensor_id, -1)
-            node.producers[k] = w
-            if w >= 0:
-                nodes[w].consumers.append(node.index)
+            node.producers[k] = writer.get(tensor_id, -1)
         node.writes = node.inplace
         if node.inplace and node_ids and node_ids[0] is not None:
             writer[node_ids[0]] = node.index
@@ -462,3 +459,4 @@ def _link_exact(graph: OpGraph, events: list[Any], ids: list[list[Any]]) -> None
                         writer[f.id] = node.index
             else:
                 stack.extend(child.children)
+    link_consumers(nodes)

@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from neuronscope.analysis.cost import MIN_SAVING_NS, estimate_saving_ns, full_size, fused_forms_ns, measured_here, model_text
+from neuronscope.analysis.cost import MIN_SAVING_NS, estimate_saving_ns, full_size, grounded_saving_ns, measured_here, model_text
 from neuronscope.analysis.dataflow import graph_from_profiler, graph_from_table
 from neuronscope.analysis.intermediates import MAX_LISTED, intermediates
 from neuronscope.analysis.observed_links import (
@@ -161,8 +161,6 @@ def find_sequence_matches(g: OpGraph) -> list[Match]:
 
 
 _PROJECTIONS = frozenset({"linear", "matmul", "mm", "addmm"})
-#: Most ops an idiom's sequence spans (attention and LayerNorm spellings reach about a dozen).
-MAX_IDIOM_OPS = 16
 
 
 class _OpText:
@@ -173,41 +171,33 @@ class _OpText:
         self.seq = seq
         self.tokens = [n.op for n in seq]
 
+    def fits(self, name: str, rx: Orders, i: int, j: int, claimed: AbstractSet[int] = frozenset()) -> bool:
+        """Are ops ``i`` to ``j`` a whole match of pattern ``name``, unclaimed, their shapes fitting?"""
+        return (
+            rx.fullmatch(self.tokens, i, j)
+            and not any(m.index in claimed for m in self.seq[i:j])
+            and _sequence_choice(name, self.seq[i:j]) is not None
+        )
+
     def fitting_end(self, name: str, rx: Orders, i0: int, i1: int, claimed: AbstractSet[int] = frozenset()) -> int | None:
         """The end of the longest whole match of pattern ``name`` from op ``i0``, ``i1`` at most,
         whose ops are unclaimed and whose shapes fit; None: none. An optional trailing op that
         does not fit (the next op on another shape) leaves the rest a match: taking the longest
         match or nothing lost the GELU before such an op."""
-        for j in range(i1, i0, -1):
-            members = self.seq[i0:j]
-            if (j == i1 or rx.fullmatch(self.tokens, i0, j)) and not any(
-                m.index in claimed for m in members
-            ) and _sequence_choice(name, members) is not None:
-                return j
-        return None
+        return next((j for j in range(i1, i0, -1) if self.fits(name, rx, i0, j, claimed)), None)
 
     def idiom_length_at(self, i: int) -> int:
         """Ops in the longest idiom that starts at op ``i`` with its shapes fitting; 0: none."""
-        longest = 0
-        for name, rx in _orders().items():
-            end = rx.longest_at(self.tokens, i)
-            if end is not None:
-                j = self.fitting_end(name, rx, i, end)
-                if j is not None:
-                    longest = max(longest, j - i)
-        return longest
+        first, left = (self.tokens[i] if i < len(self.tokens) else None), len(self.tokens) - i
+        return max(
+            (n for name, rx in _orders().items() if first in rx.firsts for n in rx.lengths if n <= left and self.fits(name, rx, i, i + n)),
+            default=0,
+        )
 
     def idiom_length_ending_at(self, i: int, claimed: AbstractSet[int]) -> int:
         """Ops in the longest idiom of unclaimed ops that ends right before op ``i`` with its
         shapes fitting."""
-        longest = 0
-        for name, rx in _orders().items():
-            for t in range(i - 1, max(-1, i - 1 - MAX_IDIOM_OPS), -1):
-                if self.seq[t].index in claimed:
-                    break
-                if rx.fullmatch(self.tokens, t, i) and _sequence_choice(name, self.seq[t:i]) is not None:
-                    longest = max(longest, i - t)
-        return longest
+        return max((n for name, rx in _orders().items() for n in rx.lengths if n <= i and self.fits(name, rx, i - n, i, claimed)), default=0)
 
     def yielding_head(self, name: str, rx: Orders, i0: int, i1: int, claimed: AbstractSet[int]) -> int:
         """Where a match of ops ``i0`` to ``i1`` should start. A pattern with optional leading
@@ -215,11 +205,7 @@ class _OpText:
         an idiom right before it (a rotary embedding's add, which was then lost): the start
         moves past the fewest ops that such an idiom, ending there, wholly takes."""
         for b in range(i0 + 1, i1):
-            if (
-                rx.fullmatch(self.tokens, b, i1)
-                and _sequence_choice(name, self.seq[b:i1]) is not None
-                and self.idiom_length_ending_at(b, claimed) >= b - i0
-            ):
+            if self.fits(name, rx, b, i1) and self.idiom_length_ending_at(b, claimed) >= b - i0:
                 return b
         return i0
 
@@ -234,7 +220,7 @@ class _OpText:
             return i1
         end, reach = i1, i1 + self.idiom_length_at(i1)
         for b in range(i1 - 1, i0, -1):
-            if rx.fullmatch(self.tokens, i0, b) and _sequence_choice(name, self.seq[i0:b]) is not None:
+            if self.fits(name, rx, i0, b):
                 after = b + self.idiom_length_at(b)
                 if after > b and after >= reach:
                     end, reach = b, after
@@ -273,15 +259,14 @@ class _Costed:
 def _cost_occurrences(record: Pattern, ms: list[Match], g: OpGraph, backend: str) -> _Costed:
     """The model on the occurrences' op times (per op position, the median over them: one
     occurrence slowed by the machine does not inflate it), bounded by what the better fused form
-    saves at their shape on this machine's kept costs (:func:`~.cost.fused_forms_ns`)."""
+    saves at their shape on this machine's kept costs (:func:`~.cost.grounded_saving_ns`)."""
     first = ms[0]
     kept = [i for i, n in enumerate(first.nodes) if n.op not in record.cost_excludes]
     per_op = [statistics.median(g.time_ns(m.nodes[i]) for m in ms) for i in kept]
     saving_ns = estimate_saving_ns(record.name, per_op, full_size([first.nodes[i] for i in kept]), backend) * len(ms)
     time_ns = float(sum(g.time_ns(n) for m in ms for n in m.nodes))
     dtype = (first.x.dtype if first.x is not None else None) or "float32"
-    forms = fused_forms_ns(record.name, first.nodes, g, backend, dtype)
-    grounded = None if forms is None else max(0.0, *forms.values())
+    grounded = grounded_saving_ns(record.name, first.nodes, g, backend, dtype)
     if grounded is not None:
         saving_ns = min(saving_ns, grounded * len(ms))
     # Medians can add up to more than the total.

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from neuronscope.analysis.dataflow import graph_from_profiler, user_ops
-from neuronscope.analysis.opgraph import OpGraph, OpNode
+from neuronscope.analysis.opgraph import OpGraph, OpNode, link_consumers
 from neuronscope.events import EventTable
 
 if TYPE_CHECKING:
@@ -59,17 +59,9 @@ def graph_with_observation(graph: OpGraph, observed: OpGraph) -> OpGraph:
         n.consts, n.within = o.consts, o.within
         if o.location is not None:
             n.location = o.location
-    _link_consumers(graph.nodes)
+    link_consumers(graph.nodes)
     graph.linking = "exact"
     return graph
-
-
-def _link_consumers(nodes: list[OpNode]) -> None:
-    """Each op's consumers, from the producers of the ops that read it."""
-    for n in nodes:
-        for p in n.producers:
-            if p >= 0:
-                nodes[p].consumers.append(n.index)
 
 
 def lines_from_observation(graph: OpGraph, observed: OpGraph) -> OpGraph:
@@ -144,7 +136,7 @@ def graph_from_observation(observed: OpGraph, table: EventTable) -> OpGraph | No
                 event=o.event, consts=o.consts, within=o.within, writes=o.writes,
             )
         )
-    _link_consumers(nodes)
+    link_consumers(nodes)
     return OpGraph(nodes, "exact", has_device=table.has_device)
 
 

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from neuronscope.capture import torch_private
-from neuronscope.events.table import COMPILED_EVENT_PREFIXES
 
 __all__ = [
     "COPY_MARKERS",
@@ -21,12 +20,10 @@ __all__ = [
     "TensorArg",
     "copied",
     "event_types",
+    "link_consumers",
     "numel",
     "short_name",
 ]
-
-# The names of compiled-code events live with the event table (their one home).
-COMPILED_REGION_PREFIXES = COMPILED_EVENT_PREFIXES
 
 # Ops whose output shares its input's storage: consumers of the view link straight to whoever
 # wrote the storage, as they would to the base tensor.
@@ -159,6 +156,14 @@ class OpGraph:
     def time_ns(self, node: OpNode) -> int:
         """The time that ranks an op: device time where the capture has it, else CPU time."""
         return node.device_ns if self.has_device else node.cpu_ns
+
+
+def link_consumers(nodes: list[OpNode]) -> None:
+    """Each op's consumers, from the producers of the ops that read it."""
+    for n in nodes:
+        for p in n.producers:
+            if p >= 0:
+                nodes[p].consumers.append(n.index)
 
 
 def event_types() -> tuple[Any, Any, Any, Any, Any]:

@@ -11,7 +11,7 @@ from typing import Any
 from neuronscope.analysis.dataflow import user_line
 from neuronscope.analysis.opgraph import OpGraph, OpNode, TensorArg
 from neuronscope.analysis.patterns.shapes import VECTOR_SHAPES
-from neuronscope.analysis.patterns.spelling import Spelling
+from neuronscope.analysis.patterns.spelling import Replacement, Spelling
 from neuronscope.capture.frames import function_of
 from neuronscope.capture.idioms import Builders, Evidence
 
@@ -96,6 +96,10 @@ class Pattern:
       None where the idiom has too many spellings to rebuild from a hint.
     - ``exact_only``: found only on exact links (a claim about data flow that op order cannot
       carry).
+
+    An idiom declared by its spellings is written once: its record in :data:`~.REGISTRY` has
+    for ``match``, where it names neither that nor ``find``, the graph matcher derived from
+    them, and for ``verify``, given a ``replacement``, the builder derived from them and it.
     """
 
     name: str
@@ -124,6 +128,8 @@ class Pattern:
     #: own shape); False: one idiom whatever its shapes (rotary's q and k, of other head counts
     #: under grouped-query attention, are one line of code and one fused call).
     one_hint_per_shape: bool = True
+    #: What to use instead, over the spellings' example tensors (see :data:`~.spelling.Replacement`).
+    replacement: Replacement | None = None
 
 
 # ---- small graph helpers ------------------------------------------------------------------

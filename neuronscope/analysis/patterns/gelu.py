@@ -9,8 +9,7 @@ from typing import Any
 
 from neuronscope.analysis.opgraph import OpNode
 from neuronscope.analysis.patterns.base import Match, Pattern
-from neuronscope.analysis.patterns.matcher import graph_matcher
-from neuronscope.analysis.patterns.spelling import Spelling, builder
+from neuronscope.analysis.patterns.spelling import Spelling
 
 __all__ = ["GELU"]
 
@@ -63,18 +62,14 @@ def _suggest(m: Match, backend: str) -> str:
     return "use torch.nn.functional.gelu(x)"
 
 
-#: GELU anchored at its last op (the product with the halved x, or the halving after it).
 def _params(choice: Mapping[str, Any], nodes: list[OpNode]) -> dict[str, Any]:
     return {"approximate": "tanh" if any(n.op == "tanh" for n in nodes) else "none"}
 
 
-match_gelu = graph_matcher("gelu", SPELLINGS, _params)
-
 GELU = Pattern(
     name="gelu",
-    match=match_gelu,
     spellings=SPELLINGS,
     suggest=_suggest,
-    verify=builder(SPELLINGS, _replacement),
+    replacement=_replacement,
     params=_params,
 )

@@ -19,9 +19,8 @@ from neuronscope.analysis.patterns.base import (
     param_text,
     vectors_note,
 )
-from neuronscope.analysis.patterns.matcher import graph_matcher
 from neuronscope.analysis.patterns.shapes import VECTOR_SHAPES
-from neuronscope.analysis.patterns.spelling import Spelling, builder
+from neuronscope.analysis.patterns.spelling import Spelling
 
 __all__ = ["LAYER_NORM"]
 
@@ -153,10 +152,9 @@ def _differences(m: Match) -> str:
 
 LAYER_NORM = Pattern(
     name="layer_norm",
-    match=graph_matcher("layer_norm", SPELLINGS, _params),
     spellings=SPELLINGS,
     params=_params,
     fused_passes=2,
     suggest=_suggest,
-    verify=builder(SPELLINGS, _replacement),
+    replacement=_replacement,
 )

@@ -11,15 +11,10 @@ from typing import Any
 
 from neuronscope.analysis.opgraph import OpNode
 from neuronscope.analysis.patterns.base import Match, Pattern
-from neuronscope.analysis.patterns.matcher import graph_matcher
 from neuronscope.analysis.patterns.softmax import DIMS, UNKNOWN_DIM, written_softmax
-from neuronscope.analysis.patterns.spelling import Spelling, builder, named
+from neuronscope.analysis.patterns.spelling import Spelling, named
 
-__all__ = ["LOG_SOFTMAX", "match_log_softmax"]
-
-#: What reads log-probabilities in a hand-written cross-entropy (the loss the fused call computes).
-LOSSES = frozenset({"gather", "nll_loss", "nll_loss_nd", "nll_loss2d"})
-
+__all__ = ["LOG_SOFTMAX"]
 
 def _spelling(t: Any, form: str, shift: str | None, division: str, loss: str | None, dim: int = -1) -> Any:
     """Log-softmax written out (``z - log(sum(exp(z)))``, ``z`` shifted by ``max`` / ``amax`` or
@@ -73,10 +68,6 @@ def _params(choice: Mapping[str, Any], nodes: list[OpNode]) -> dict[str, Any]:
     return {"dim": choice["dim"]}
 
 
-#: Log-softmax anchored at its last op (the ``sub``, ``log``, or the loss that reads it).
-match_log_softmax = graph_matcher("log_softmax", SPELLINGS, _params)
-
-
 def _suggest(m: Match, backend: str) -> str:
     dim = m.params.get("dim")
     dim_text = UNKNOWN_DIM if dim is None else dim
@@ -87,10 +78,9 @@ def _suggest(m: Match, backend: str) -> str:
 
 LOG_SOFTMAX = Pattern(
     name="log_softmax",
-    match=match_log_softmax,
     spellings=SPELLINGS,
     params=_params,
     fused_passes=2,
     suggest=_suggest,
-    verify=builder(SPELLINGS, _replacement),
+    replacement=_replacement,
 )

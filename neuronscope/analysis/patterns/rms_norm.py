@@ -11,9 +11,8 @@ from typing import Any
 
 from neuronscope.analysis.opgraph import OpNode
 from neuronscope.analysis.patterns.base import UNKNOWN_EPS, UNKNOWN_WEIGHT, Match, Pattern, dims, param_text, vectors_note
-from neuronscope.analysis.patterns.matcher import graph_matcher
 from neuronscope.analysis.patterns.shapes import VECTOR_SHAPES
-from neuronscope.analysis.patterns.spelling import Spelling, builder, named
+from neuronscope.analysis.patterns.spelling import Spelling, named
 
 __all__ = ["RMS_NORM"]
 
@@ -93,10 +92,9 @@ def _suggest(m: Match, backend: str) -> str:
 
 RMS_NORM = Pattern(
     name="rms_norm",
-    match=graph_matcher("rms_norm", SPELLINGS, _params),
     spellings=SPELLINGS,
     params=_params,
     fused_passes=2,
     suggest=_suggest,
-    verify=builder(SPELLINGS, _replacement),
+    replacement=_replacement,
 )

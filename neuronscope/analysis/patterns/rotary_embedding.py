@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 from neuronscope.analysis.patterns.base import Match, Pattern
-from neuronscope.analysis.patterns.matcher import graph_matcher
 from neuronscope.analysis.patterns.spelling import Spelling
 
 __all__ = ["ROTARY_EMBEDDING"]
@@ -39,7 +38,6 @@ def _suggest(m: Match, backend: str) -> str:
 
 ROTARY_EMBEDDING = Pattern(
     name="rotary_embedding",
-    match=graph_matcher("rotary_embedding", SPELLINGS, lambda choice, nodes: {}),
     spellings=SPELLINGS,
     suggest=_suggest,
     eager_replacement=False,

@@ -8,8 +8,7 @@ from typing import Any
 
 from neuronscope.analysis.opgraph import OpNode
 from neuronscope.analysis.patterns.base import Match, Pattern
-from neuronscope.analysis.patterns.matcher import graph_matcher
-from neuronscope.analysis.patterns.spelling import Spelling, builder
+from neuronscope.analysis.patterns.spelling import Spelling
 
 __all__ = ["SILU_MUL"]
 
@@ -44,10 +43,9 @@ def _suggest(m: Match, backend: str) -> str:
 
 SILU_MUL = Pattern(
     name="silu_mul",
-    match=graph_matcher("silu_mul", SPELLINGS, _params),
     params=_params,
     spellings=SPELLINGS,
     suggest=_suggest,
-    verify=builder(SPELLINGS, lambda t, **_: None),  # torch has no eager fused GLU: torch.compile is the fix
+    replacement=lambda t, **_: None,  # torch has no eager fused GLU: torch.compile is the fix
     eager_replacement=False,
 )

@@ -8,10 +8,9 @@ from typing import Any
 
 from neuronscope.analysis.opgraph import OpNode
 from neuronscope.analysis.patterns.base import Match, Pattern
-from neuronscope.analysis.patterns.matcher import graph_matcher
-from neuronscope.analysis.patterns.spelling import Spelling, builder, named
+from neuronscope.analysis.patterns.spelling import Spelling, named
 
-__all__ = ["DIMS", "SOFTMAX", "UNKNOWN_DIM", "match_softmax", "written_softmax"]
+__all__ = ["DIMS", "SOFTMAX", "UNKNOWN_DIM", "written_softmax"]
 
 
 def written_softmax(t: Any, shift: str | None, form: str, dim: int = -1) -> Any:
@@ -42,10 +41,6 @@ def _params(choice: Mapping[str, Any], nodes: list[OpNode]) -> dict[str, Any]:
     return {"dim": choice["dim"]}
 
 
-#: ``exp(x - max(x)) / sum(exp(...))`` anchored at its division (or ``* (1 / sum)``).
-match_softmax = graph_matcher("softmax", SPELLINGS, _params)
-
-
 #: What the suggestion says where the shapes were not recorded: the user knows the dim.
 UNKNOWN_DIM = "<the dim your code sums over>"
 
@@ -57,10 +52,9 @@ def _suggest(m: Match, backend: str) -> str:
 
 SOFTMAX = Pattern(
     name="softmax",
-    match=match_softmax,
     spellings=SPELLINGS,
     params=_params,
     fused_passes=2,
     suggest=_suggest,
-    verify=builder(SPELLINGS, _replacement),
+    replacement=_replacement,
 )

@@ -25,7 +25,7 @@ from numbers import Real
 from types import MappingProxyType, SimpleNamespace
 from typing import Any, NamedTuple, TypeVar, cast
 
-from neuronscope.analysis.opgraph import MAYBE_ALIAS_OPS, VIEW_OPS
+from neuronscope.analysis.opgraph import MAYBE_ALIAS_OPS, VIEW_OPS, short_name
 from neuronscope.analysis.patterns.shapes import EXAMPLE_DIM, VECTOR_SHAPES, ShapeSig, shape_relation
 from neuronscope.capture.idioms import Builders
 
@@ -33,6 +33,7 @@ __all__ = [
     "READ_PARAMETERS",
     "SLOT",
     "OrderShapes",
+    "Replacement",
     "Spelling",
     "TemplateOp",
     "builder",
@@ -470,8 +471,7 @@ def builder(spellings: tuple[Spelling, ...], replacement: Replacement) -> Callab
     def build(hint: Any, x: Any, device: Any) -> Builders:
         import torch
 
-        ops = [o.rsplit("::", 1)[-1] for o in hint.ops]
-        ops = [o[:-1] if o.endswith("_") and not o.startswith("_") else o for o in ops]
+        ops = list(map(short_name, hint.ops))
         _, choice, spelling, _ = max(
             _runs(spellings), key=lambda v: difflib.SequenceMatcher(None, [op.op for op in v[0]], ops, autojunk=False).ratio()
         )

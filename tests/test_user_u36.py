@@ -1,0 +1,105 @@
+"""A newcomer's round on norms whose output the caller scales (u36): a DiT-style AdaLN block,
+``norm(x) * (1 + scale[:, None]) + shift[:, None]``, its LayerNorm hand-written.
+
+The modulation is per sample (``[B, 1, C]``, computed from the conditioning), not a norm
+weight: each hint is applied as written in place of the norm's module and checked against
+the block's output, live and from the user's own ``torch.profiler``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from neuronscope import from_profiler, profile_on_neuron
+from neuronscope.analysis.patterns.shapes import is_vector
+from neuronscope.result.hint import Hint
+
+B, T, C = 2, 16, 64
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+class HandLayerNorm(nn.Module):
+    """DiT's LayerNorm without affine parameters, written by hand."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mu = x.mean(-1, keepdim=True)
+        var = (x - mu).pow(2).mean(-1, keepdim=True)
+        return (x - mu) / torch.sqrt(var + 1e-6)
+
+
+def modulate(x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    return x * scale + shift
+
+
+class AdaLNBlock(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = HandLayerNorm()
+        self.ada = nn.Linear(C, 2 * C)
+        self.fc = nn.Linear(C, C)
+
+    def forward(self, x: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        shift, scale = self.ada(F.silu(c)).chunk(2, dim=1)
+        scale, shift = 1 + scale[:, None], shift[:, None]  # per sample: [B, 1, C]
+        return x + self.fc(modulate(self.norm(x), shift, scale))
+
+
+def _norm_hint(hints: list[Hint]) -> Hint:
+    (hint,) = [h for h in hints if h.pattern == "layer_norm"]
+    return hint
+
+
+@pytest.mark.parametrize("how", ["decorated", "from_profiler"])
+def test_a_per_sample_modulation_is_no_norm_weight(how: str) -> None:
+    """AdaLN's ``[B, 1, C]`` scale and shift vary from sample to sample: no parameter of the
+    norm, and applied in another function (``modulate``). Taken as the norm's weight and bias,
+    the hint pointed at ``modulate``, where ``x`` is already normalized, and said
+    ``layer_norm(x, (64,), eps=1e-06) * weight + bias``: applied there it normalizes twice and
+    leaves the hand-written norm in place; live and from the user's profiler it then also
+    disagreed where ``1 + scale`` ran between the norm and its multiply (10 ops against 8).
+    The hint covers the norm alone, and applied in place of its module gives the block's
+    output."""
+    torch.manual_seed(0)
+    block, x, c = AdaLNBlock().eval(), torch.randn(B, T, C), torch.randn(B, C)
+    with torch.no_grad():
+        expected = block(x, c)
+        if how == "decorated":
+            f = profile_on_neuron(block.forward, export=False, backend="cpu")
+            f(x, c)
+            f(x, c)
+            hints = f.last_result.hints
+        else:
+            with torch.profiler.profile(record_shapes=True) as prof:
+                block(x, c)
+            hints = from_profiler(prof).hints
+    hint = _norm_hint(hints)
+    assert hint.ops[-1] == "aten::div", hint.ops
+    (call,) = re.findall(r"torch\.nn\.functional\.layer_norm\(x, \(\d+,\)[^)]*\)(?: \* weight)?(?: \+ bias)?", hint.suggestion)
+    assert "None, None" in call, hint.suggestion
+    call = call.replace("<the eps your code uses>", "1e-6")  # a trace records no eps
+    block.norm.forward = lambda x: eval(call, {"torch": torch}, {"x": x})  # our own text
+    with torch.no_grad():
+        got = block(x, c)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
+
+
+def test_a_norm_weight_does_not_vary_over_the_batch() -> None:
+    """A weight is per feature (``[d]``), per head (``[heads, d]``, ``[heads, 1]``), never per
+    sample: a tensor broadcast onto x with x's own first dim is the caller's modulation."""
+    x = (B, T, 4, 16)
+    assert is_vector((16,), x) and is_vector((4, 16), x) and is_vector((4, 1), x) and is_vector((1, 1, 4, 16), x)
+    assert not is_vector((B, 1, 1, 16), x) and not is_vector((B, 1, 4, 1), x)
+    assert not is_vector((B, 1, C), (B, T, C)) and not is_vector((T, 1), (T, C))

@@ -103,3 +103,41 @@ def test_a_norm_weight_does_not_vary_over_the_batch() -> None:
     assert is_vector((16,), x) and is_vector((4, 16), x) and is_vector((4, 1), x) and is_vector((1, 1, 4, 16), x)
     assert not is_vector((B, 1, 1, 16), x) and not is_vector((B, 1, 4, 1), x)
     assert not is_vector((B, 1, C), (B, T, C)) and not is_vector((T, 1), (T, C))
+
+
+def _q_divided_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, blocked: torch.Tensor) -> torch.Tensor:
+    """XLM's, Flaubert's and LayoutLMv2's order: q divided by sqrt(head_dim) right before the
+    scores, masked with ``masked_fill_``, softmax, ``@ v``."""
+    q = q / (q.shape[-1] ** 0.5)
+    scores = torch.matmul(q, k.transpose(2, 3))
+    scores.masked_fill_(blocked, torch.finfo(scores.dtype).min)
+    return torch.matmul(F.softmax(scores.float(), dim=-1).type_as(scores), v)
+
+
+def test_q_divided_right_before_the_scores_is_in_the_op_order_hint() -> None:
+    """Live, the hint takes in XLM's ``q / sqrt(d)`` (5 ops, q read before it, sdpa's default
+    scale); by op order it began at the scores' matmul (4 ops: only ``q * scale`` was a declared
+    spelling) and said the scale was not known, that q may have been scaled some ops before.
+    The op-order hint is the live one's now, and applied as written gives the code's output."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(B, 4, T, C // 4) for _ in range(3))
+    keep = torch.rand(B, 1, T, T) > 0.2
+    keep[..., 0] = True
+    with torch.no_grad():
+        expected = _q_divided_attention(q, k, v, ~keep)
+        f = profile_on_neuron(_q_divided_attention, export=False, backend="cpu")
+        f(q, k, v, ~keep)
+        f(q, k, v, ~keep)
+        with torch.profiler.profile(record_shapes=True) as prof:
+            _q_divided_attention(q, k, v, ~keep)
+    (live,) = [h for h in f.last_result.hints if h.pattern == "attention"]
+    (seq,) = [h for h in from_profiler(prof).hints if h.pattern == "attention"]
+    assert live.ops[0] == "aten::div" and seq.ops == live.ops, (live.ops, seq.ops)
+    assert "some ops before the scores" not in seq.suggestion, seq.suggestion
+    for hint in (live, seq):
+        assert "q, k: before the scale your code multiplies them by" in hint.suggestion, hint.suggestion
+        (call,) = re.findall(r"torch\.nn\.functional\.scaled_dot_product_attention\([^)]*\)", hint.suggestion)
+        call = call.replace("<the scale your code applies>", repr((C // 4) ** -0.5))
+        with torch.no_grad():  # q before its scale, as the note says; cond: what masked_fill_ fills
+            got = eval(call, {"torch": torch}, {"q": q, "k": k, "v": v, "cond": ~keep})  # our own text
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)

@@ -24,7 +24,7 @@ __all__ = ["ATTENTION"]
 def _spelling(t: Any, matmul: str, scale: str | None, mask: str | None, softmax: str, dropout: bool) -> Any:
     """Attention written out: ``q @ k^T`` (``matmul``, ``bmm``, ``einsum``, or Bloom's
     ``baddbmm`` with the scale as its alpha), scaled on the scores (``*`` or ``/``) or on q
-    first (timm), masked by an add, ``masked_fill`` (of a boolean mask, or of ``mask == 0``) or
+    first (timm's ``q * scale``, XLM's ``q / sqrt(d)``), masked by an add, ``masked_fill`` (of a boolean mask, or of ``mask == 0``) or
     ``where``, softmax (fused, fused in float32 and cast back, on a float32 copy cast back as
     T5 does, or written out), dropout, ``@ v``. What code writes between the scores and the
     softmax, and between the softmax and ``@ v``, are slots: any chain of the ops written there."""
@@ -35,6 +35,8 @@ def _spelling(t: Any, matmul: str, scale: str | None, mask: str | None, softmax:
     d = q.shape[-1]
     if scale == "q":
         q = q * named("scale", d**-0.5)
+    elif scale == "q_div":  # XLM, Flaubert, LayoutLMv2: ``q / math.sqrt(d)``
+        q = q / named("scale", math.sqrt(d))
     if matmul == "baddbmm":
         q3, k3 = q.reshape(-1, *q.shape[-2:]), k.reshape(-1, *k.shape[-2:])
         s = torch.baddbmm(t.mask.reshape(-1, *t.mask.shape[-2:]), q3, k3.transpose(1, 2), beta=1.0, alpha=named("scale", d**-0.5)).view(t.mask.shape)
@@ -93,7 +95,7 @@ _ATTENTION_CHOICES = MappingProxyType({
 _MASKS = ("mask", "bool_mask")
 _QKV = ("q", "k", "v")  # self-attention, or views of one packed projection
 SPELLINGS = (
-    Spelling(_spelling, {"matmul": ("matmul", "bmm", "einsum"), "scale": (None, "mul", "div", "q"), **_ATTENTION_CHOICES}, side=_MASKS, shared=_QKV),
+    Spelling(_spelling, {"matmul": ("matmul", "bmm", "einsum"), "scale": (None, "mul", "div", "q", "q_div"), **_ATTENTION_CHOICES}, side=_MASKS, shared=_QKV),
     Spelling(_spelling, {"matmul": ("baddbmm",), "scale": (None,), **_ATTENTION_CHOICES}, side=_MASKS, shared=_QKV),
 )
 

@@ -41,10 +41,13 @@ def is_vector(capture: tuple[int, ...], x: tuple[int, ...]) -> bool:
     """Is ``capture`` a norm's weight (or bias) of ``x``: ``[d]``, or any tensor broadcast onto
     ``x`` over at least one of its dims (Cohere's per-head ``[heads, d]`` over ``[B, T, heads,
     d]``, a ``[heads, 1]`` gain), which the code multiplies (adds) as it multiplies a weight?
-    Not one of ``x``'s own size: a gate, per element, is another value."""
+    Not one of ``x``'s own size: a gate, per element, is another value. Nor one that varies
+    over ``x``'s first dim (its batch): a weight is the same for every sample, and a
+    ``[B, 1, C]`` tensor is the caller's per-sample modulation (DiT's AdaLN
+    ``norm(x) * (1 + scale[:, None]) + shift[:, None]``), often applied in another function."""
     if tuple(capture) == tuple(x[-1:]):
         return True
-    if not capture or len(capture) > len(x):
+    if not capture or len(capture) > len(x) or (len(capture) == len(x) > 1 and capture[0] != 1):
         return False
     return all(c in (1, d) for c, d in zip(capture[::-1], x[::-1])) and math.prod(capture) < math.prod(x)
 

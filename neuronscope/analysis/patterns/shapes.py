@@ -41,10 +41,12 @@ def is_vector(capture: tuple[int, ...], x: tuple[int, ...]) -> bool:
     """Is ``capture`` a norm's weight (or bias) of ``x``: ``[d]``, or any tensor broadcast onto
     ``x`` over at least one of its dims (Cohere's per-head ``[heads, d]`` over ``[B, T, heads,
     d]``, a ``[heads, 1]`` gain), which the code multiplies (adds) as it multiplies a weight?
-    Not one of ``x``'s own size: a gate, per element, is another value."""
+    Not one of ``x``'s own size: a gate, per element, is another value; nor one of a per-row
+    statistic's, ``x`` with its last dim 1: op order does not tell such a tensor from the
+    norm's own ``rsqrt`` (``x * r * r`` is no RMSNorm with a weight)."""
     if tuple(capture) == tuple(x[-1:]):
         return True
-    if not capture or len(capture) > len(x):
+    if not capture or len(capture) > len(x) or tuple(capture) == (*x[:-1], 1):
         return False
     return all(c in (1, d) for c, d in zip(capture[::-1], x[::-1])) and math.prod(capture) < math.prod(x)
 

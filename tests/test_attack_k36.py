@@ -1,0 +1,89 @@
+"""Attacks on what changed since e9a8561 (k36): norm weights broadcast over ``x`` and applied
+after the fused call, the trace attention's look-back for a scale before its scores, and the
+op-order arbitration between adjacent idioms.
+
+Real torch profiler (CPU), live (``@profile_on_neuron``), ``from_profiler`` and ``from_trace``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from neuronscope import from_profiler, from_trace, profile_on_neuron
+from neuronscope.result.hint import Hint
+
+B, T, H, D = 2, 4, 3, 8
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Any:
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _hints(fn: Any, how: str, tmp_path: Path, *args: torch.Tensor) -> list[Hint]:
+    """The fusion hints of ``fn(*args)``: live, from the user's profiler, or from its trace."""
+    with torch.no_grad():
+        if how == "live":
+            f = profile_on_neuron(fn, export=False, backend="cpu")
+            f(*args)
+            f(*args)
+            assert f.last_result is not None
+            return f.last_result.hints
+        with torch.profiler.profile(record_shapes=True) as prof:
+            fn(*args)
+    if how == "from_profiler":
+        return from_profiler(prof).hints
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+    return from_trace(str(path)).hints
+
+
+def _squared_rms(x: torch.Tensor) -> torch.Tensor:
+    r = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+    return x * r * r  # x / mean(x^2): an RMSNorm without a weight, then its statistic once more
+
+
+@pytest.mark.parametrize("how", ["live", "from_profiler", "from_trace"])
+def test_the_norms_own_statistic_is_no_weight(how: str, tmp_path: Path) -> None:
+    """A per-row statistic broadcasts onto ``x`` as a per-head weight does. Taken for the
+    weight (since weights broadcast over x), the hint covered the second ``* r`` too and said
+    ``rms_norm(x, (8,), eps) * weight``: the fused call replaces the ops that make ``r``, so
+    there is no "weight" left to multiply by. The second multiply is the code's own again."""
+    hints = _hints(_squared_rms, how, tmp_path, torch.randn(B, T, H, D))
+    (hint,) = [h for h in hints if h.pattern == "rms_norm"]
+    assert "vector_shapes" not in hint.details and "* weight" not in hint.suggestion, hint.suggestion
+    assert [o.rsplit("::", 1)[-1] for o in hint.ops] == ["pow", "mean", "add", "rsqrt", "mul"]
+
+
+def test_a_weight_made_from_the_norms_statistic_is_no_weight(tmp_path: Path) -> None:
+    """Live, the graph shows where a weight comes from: one the match's own ops make (here a
+    mean of the norm's ``rsqrt`` over the sequence, ``[B, 1, H, 1]``) is gone once the fused
+    call replaces them, so it is no weight to apply after it."""
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        r = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return x * r * r.mean(1, keepdim=True)
+
+    (hint,) = [h for h in _hints(f, "live", tmp_path, torch.randn(B, T, H, D)) if h.pattern == "rms_norm"]
+    assert "vector_shapes" not in hint.details and "* weight" not in hint.suggestion, hint.suggestion
+
+
+def test_a_layer_norm_that_puts_its_statistics_back_is_no_affine_norm(tmp_path: Path) -> None:
+    """``(x - m) / s * s + m`` is ``x``: its "weight" and "bias" are the norm's own ``s`` and
+    ``m``. The hint said ``layer_norm(x, (8,), eps) * weight + bias``, of tensors its fused
+    call no longer makes."""
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        m = x.mean(-1, keepdim=True)
+        s = torch.sqrt((x - m).pow(2).mean(-1, keepdim=True) + 1e-5)
+        return (x - m) / s * s + m
+
+    for h in _hints(f, "live", tmp_path, torch.randn(B, T, H, D)):
+        assert "vector_shapes" not in h.details and "* weight" not in h.suggestion, h.suggestion

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from neuronscope import from_profiler, from_trace, profile_on_neuron
+from neuronscope.errors import NeuronscopeError
 from neuronscope.result.hint import Hint
 
 B, T, H, D = 2, 4, 3, 8
@@ -87,3 +88,17 @@ def test_a_layer_norm_that_puts_its_statistics_back_is_no_affine_norm(tmp_path: 
 
     for h in _hints(f, "live", tmp_path, torch.randn(B, T, H, D)):
         assert "vector_shapes" not in h.details and "* weight" not in h.suggestion, h.suggestion
+
+
+@pytest.mark.parametrize("shape", [[5], [-1], ["a"], [2, 4, 8, 9], [10**6, 10**6]])
+def test_verify_refuses_a_weight_shape_that_is_no_weight_of_x(shape: list[Any]) -> None:
+    """A result.json edited (or from elsewhere) whose per-head weight shape does not broadcast
+    onto the hint's input: verify() raised torch's RuntimeError / TypeError from the timing,
+    or tried to allocate 4 TB; now a NeuronscopeError that says what is wrong."""
+    h = Hint(
+        kind="fusion", pattern="rms_norm", ops=["aten::pow", "aten::mean", "aten::add", "aten::rsqrt", "aten::mul", "aten::mul"],
+        calls=1, time_us=10.0, est_saving_us=5.0, suggestion="use torch.nn.functional.rms_norm(x, (8,), eps=1e-06) * weight",
+        details={"shape": [2, 4, 8], "dtype": "float32", "device": "cpu", "weight": True, "vector_shapes": {"weight": shape}},
+    )
+    with pytest.raises(NeuronscopeError, match="vector_shapes"):
+        h.verify(compile=False, repeats=3, min_block_s=0.001)

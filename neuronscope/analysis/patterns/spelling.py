@@ -26,8 +26,9 @@ from types import MappingProxyType, SimpleNamespace
 from typing import Any, NamedTuple, TypeVar, cast
 
 from neuronscope.analysis.opgraph import MAYBE_ALIAS_OPS, VIEW_OPS, short_name
-from neuronscope.analysis.patterns.shapes import EXAMPLE_DIM, VECTOR_SHAPES, ShapeSig, shape_relation
+from neuronscope.analysis.patterns.shapes import EXAMPLE_DIM, VECTOR_SHAPES, ShapeSig, is_vector, shape_relation
 from neuronscope.capture.idioms import Builders
+from neuronscope.errors import NeuronscopeError
 
 __all__ = [
     "READ_PARAMETERS",
@@ -488,8 +489,16 @@ def builder(spellings: tuple[Spelling, ...], replacement: Replacement) -> Callab
         for name, shape in (shapes.items() if isinstance(shapes, dict) else ()):
             # A weight of another shape than (d,) (a per-head one), in that shape: the
             # replacement applies it after the fused call, as the hint says.
-            if isinstance(shape, list) and hasattr(t, name):
-                setattr(t, name, torch.randn(*shape, generator=torch.Generator().manual_seed(0)).to(device=device, dtype=x.dtype))
+            if not hasattr(t, name):
+                continue
+            if not (isinstance(shape, list) and all(type(n) is int for n in shape) and is_vector(tuple(shape), tuple(x.shape))):
+                # A shape no capture records for a weight of x (a result.json edited or from
+                # elsewhere): no tensor of it, which would fail in the timing or fill memory.
+                raise NeuronscopeError(
+                    f"this hint's {VECTOR_SHAPES}[{name!r}] is {shape!r}, which does not broadcast onto its input "
+                    f"{list(x.shape)} as a norm's weight does; capture again to verify it"
+                )
+            setattr(t, name, torch.randn(*shape, generator=torch.Generator().manual_seed(0)).to(device=device, dtype=x.dtype))
         fused = replacement(t, **choice)
         return (lambda: spelling.fn(t, **choice)), (fused[1] if fused else None), (fused[0] if fused else None)
 

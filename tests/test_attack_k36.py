@@ -136,3 +136,22 @@ def test_the_attention_look_back_does_not_grow_with_the_trace() -> None:
 
     small, large = seconds(4000), seconds(16000)
     assert large < 8 * small, (small, large)
+
+
+def _v_scaled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    v = v * 0.5  # a scale of v, right before the scores in op order
+    return torch.softmax(q @ k.transpose(-1, -2), -1) @ v
+
+
+@pytest.mark.parametrize("how", ["from_profiler", "from_trace"])
+def test_a_trace_does_not_say_a_scale_before_the_scores_is_of_q_or_k(how: str, tmp_path: Path) -> None:
+    """Op order shows a multiply right before the scores, not which tensor it scales. The
+    hint said "q, k: before the scale your code multiplies them by; sdpa applies the scale
+    itself" with scale=<the scale your code applies>: for ``v * 0.5``, that is
+    sdpa(q, k, v, scale=0.5), another attention. Live, the graph shows it is v's (scale=1.0)."""
+    q, k, v = (torch.randn(1, 2, 4, 8, generator=torch.Generator().manual_seed(i)) for i in range(3))
+    (hint,) = [h for h in _hints(_v_scaled_attention, how, tmp_path, q, k, v) if h.pattern == "attention"]
+    assert hint.details.get("scaled_before_scores") and not hint.details.get("scale_on_inputs"), hint.details
+    assert "which of q, k and v" in hint.suggestion, hint.suggestion
+    (live,) = [h for h in _hints(_v_scaled_attention, "live", tmp_path, q, k, v) if h.pattern == "attention"]
+    assert "scale=1.0" in live.suggestion and "aten::mul" not in live.ops, live.suggestion

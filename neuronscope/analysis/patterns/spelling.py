@@ -487,18 +487,13 @@ def builder(spellings: tuple[Spelling, ...], replacement: Replacement) -> Callab
         t = examples(x.dtype, x, device, **params)
         shapes = details.get(VECTOR_SHAPES)
         for name, shape in (shapes.items() if isinstance(shapes, dict) else ()):
-            # A weight of another shape than (d,) (a per-head one), in that shape: the
-            # replacement applies it after the fused call, as the hint says.
-            if not hasattr(t, name):
-                continue
-            if not (isinstance(shape, list) and all(type(n) is int for n in shape) and is_vector(tuple(shape), tuple(x.shape))):
-                # A shape no capture records for a weight of x (a result.json edited or from
-                # elsewhere): no tensor of it, which would fail in the timing or fill memory.
-                raise NeuronscopeError(
-                    f"this hint's {VECTOR_SHAPES}[{name!r}] is {shape!r}, which does not broadcast onto its input "
-                    f"{list(x.shape)} as a norm's weight does; capture again to verify it"
-                )
-            setattr(t, name, torch.randn(*shape, generator=torch.Generator().manual_seed(0)).to(device=device, dtype=x.dtype))
+            # A weight of another shape than (d,) (a per-head one), in that shape: the replacement
+            # applies it after the fused call, as the hint says. One that is no weight of x (an
+            # edited result.json) would fail in the timing, or fill memory: said instead.
+            if hasattr(t, name) and not (isinstance(shape, list) and all(type(n) is int for n in shape) and is_vector(tuple(shape), x.shape)):
+                raise NeuronscopeError(f"this hint's {VECTOR_SHAPES}[{name!r}], {shape!r}, is no weight of its input {list(x.shape)}")
+            if hasattr(t, name):
+                setattr(t, name, torch.randn(*shape, generator=torch.Generator().manual_seed(0)).to(device=device, dtype=x.dtype))
         fused = replacement(t, **choice)
         return (lambda: spelling.fn(t, **choice)), (fused[1] if fused else None), (fused[0] if fused else None)
 

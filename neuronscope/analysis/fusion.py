@@ -30,7 +30,6 @@ when the estimated saving is small; a generic chain only above :data:`~.cost.MIN
 from __future__ import annotations
 
 import functools
-import itertools
 import statistics
 from collections.abc import Iterable
 from collections.abc import Set as AbstractSet
@@ -154,8 +153,8 @@ def find_sequence_matches(g: OpGraph) -> list[Match]:
                 params: dict[str, Any] = record.params(choice, members) if record.params else {}
                 if choice.get(VECTOR_SHAPES):  # a weight broadcast over x's dims: applied after the fused call
                     params[VECTOR_SHAPES] = choice[VECTOR_SHAPES]
-                if record.params_before is not None:
-                    params.update(record.params_before(members, itertools.islice(reversed(seq), len(seq) - i0, None)))
+                if record.params_before is not None:  # read from the match back, not by skipping the ops after it
+                    params.update(record.params_before(members, map(seq.__getitem__, range(i0 - 1, -1, -1))))
                 out.append(Match(record.name, members, x, params))
     return out
 

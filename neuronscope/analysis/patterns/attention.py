@@ -287,6 +287,11 @@ def _suggest(m: Match, backend: str) -> str:
             "q, k: before any scale your code multiplies them by, and scale= the one it applies (1.0 for none): "
             "op order does not show whether it scales them some ops before the scores"
         )
+    elif m.params.get("scaled_before_scores"):
+        notes.append(
+            "q, k: before the scale your code multiplies them by; sdpa applies the scale itself. Op order does not "
+            "show which of q, k and v the multiply before the scores scales: one of v stays in your code, with scale=1.0"
+        )
     elif m.params.get("scale_on_inputs"):
         notes.append("q, k: before the scale your code multiplies them by; sdpa applies the scale itself")
     within = {n.within for n in m.nodes}
@@ -314,7 +319,9 @@ def _sequence_params(members: list[OpNode]) -> dict[str, Any]:
     params["scale"] = UNKNOWN_SCALE if any(n.op in ("mul", "div") for n in pre) else 1.0
     first = next((i for i, n in enumerate(members) if n.op in MATMULS), 0)
     if any(n.op in ("mul", "div") for n in members[:first]):
-        params["scale_on_inputs"] = True  # the spelling's ``q * s`` right before the scores
+        # The spelling's ``q * s`` right before the scores, or a ``v * s`` there: op order
+        # does not say which (a scale of v given to sdpa as its scale= is another attention).
+        params["scaled_before_scores"] = True
     return params
 
 

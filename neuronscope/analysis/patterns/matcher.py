@@ -179,6 +179,24 @@ class _Walk:
         x = self.bound.get("x")
         return x is None or all(shape_fits(rel, cs, x[2].sizes) for rel, cs in self.shapes)
 
+    def vectors_outside(self, declared: Spelling) -> bool:
+        """No declared vector is made from what the match's own ops make: a weight is the
+        user's, kept when the fused call replaces those ops. A norm's statistic broadcasts onto
+        ``x`` as a weight does (``x * r * r``, ``(x - m) / s * s + m``: no norm at all)."""
+        own = {n.index for n in (*self.assign.values(), *self.chained)}
+        first = min(own, default=0)
+        todo = [b[0][1] for name, b in self.bound.items() if name in declared.vectors]
+        seen: set[int] = set()
+        while todo:
+            p = todo.pop()
+            if p < first or p in seen:  # an op before the match's first is made before any of its
+                continue
+            if p in own:
+                return False
+            seen.add(p)
+            todo.extend(self.g.nodes[p].producers)
+        return True
+
     def vector_shapes(self, declared: Spelling) -> dict[str, Any]:
         """The declared vectors bound to a tensor of another shape than ``[d]`` (one broadcast
         over some of ``x``'s dims), as :data:`~.shapes.VECTOR_SHAPES` says them; {}: none."""
@@ -262,7 +280,7 @@ def graph_matcher(
             candidates[key] = [t for t in anchored(n.op) if len(t.ops[-1].args) == key[1] and t.feeds <= key[2]]
         for template in candidates[key]:
             walk = _Walk(g, template, declared.shared)
-            if walk.op(len(template.ops) - 1, n) and len(walk.assign) == template.own and walk.distinct() and walk.shaped():
+            if walk.op(len(template.ops) - 1, n) and len(walk.assign) == template.own and walk.distinct() and walk.shaped() and walk.vectors_outside(declared):
                 nodes = sorted([*walk.assign.values(), *walk.chained], key=lambda m: m.index)
                 x: TensorArg | None = walk.bound["x"][2] if "x" in walk.bound else None
                 return Match(pattern, nodes, x, {**walk.named(), **params(template.choice, nodes), **walk.vector_shapes(declared)})

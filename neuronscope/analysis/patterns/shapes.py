@@ -44,10 +44,17 @@ def is_vector(capture: tuple[int, ...], x: tuple[int, ...]) -> bool:
     Not one of ``x``'s own size: a gate, per element, is another value. Nor one that varies
     over ``x``'s first dim (its batch): a weight is the same for every sample, and a
     ``[B, 1, C]`` tensor is the caller's per-sample modulation (DiT's AdaLN
-    ``norm(x) * (1 + scale[:, None]) + shift[:, None]``), often applied in another function."""
+    ``norm(x) * (1 + scale[:, None]) + shift[:, None]``), often applied in another function.
+    Nor one of a per-row statistic's shape, ``x`` with its last dim 1: op order does not tell
+    such a tensor from the norm's own ``rsqrt`` (``x * r * r`` is no RMSNorm with a weight)."""
     if tuple(capture) == tuple(x[-1:]):
         return True
-    if not capture or len(capture) > len(x) or (len(capture) == len(x) > 1 and capture[0] != 1):
+    if (
+        not capture
+        or len(capture) > len(x)
+        or (len(capture) == len(x) > 1 and capture[0] != 1)
+        or tuple(capture) == (*x[:-1], 1)
+    ):
         return False
     return all(c in (1, d) for c, d in zip(capture[::-1], x[::-1])) and math.prod(capture) < math.prod(x)
 

@@ -26,8 +26,9 @@ from types import MappingProxyType, SimpleNamespace
 from typing import Any, NamedTuple, TypeVar, cast
 
 from neuronscope.analysis.opgraph import MAYBE_ALIAS_OPS, VIEW_OPS, short_name
-from neuronscope.analysis.patterns.shapes import EXAMPLE_DIM, VECTOR_SHAPES, ShapeSig, shape_relation
+from neuronscope.analysis.patterns.shapes import EXAMPLE_DIM, VECTOR_SHAPES, ShapeSig, is_vector, shape_relation
 from neuronscope.capture.idioms import Builders
+from neuronscope.errors import NeuronscopeError
 
 __all__ = [
     "READ_PARAMETERS",
@@ -486,9 +487,12 @@ def builder(spellings: tuple[Spelling, ...], replacement: Replacement) -> Callab
         t = examples(x.dtype, x, device, **params)
         shapes = details.get(VECTOR_SHAPES)
         for name, shape in (shapes.items() if isinstance(shapes, dict) else ()):
-            # A weight of another shape than (d,) (a per-head one), in that shape: the
-            # replacement applies it after the fused call, as the hint says.
-            if isinstance(shape, list) and hasattr(t, name):
+            # A weight of another shape than (d,) (a per-head one), in that shape: the replacement
+            # applies it after the fused call, as the hint says. One that is no weight of x (an
+            # edited result.json) would fail in the timing, or fill memory: said instead.
+            if hasattr(t, name) and not (isinstance(shape, list) and all(type(n) is int for n in shape) and is_vector(tuple(shape), x.shape)):
+                raise NeuronscopeError(f"this hint's {VECTOR_SHAPES}[{name!r}], {shape!r}, is no weight of its input {list(x.shape)}")
+            if hasattr(t, name):
                 setattr(t, name, torch.randn(*shape, generator=torch.Generator().manual_seed(0)).to(device=device, dtype=x.dtype))
         fused = replacement(t, **choice)
         return (lambda: spelling.fn(t, **choice)), (fused[1] if fused else None), (fused[0] if fused else None)

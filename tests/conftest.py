@@ -65,3 +65,14 @@ def calibrated(tmp_path: Path) -> Path:
         {k: (v[0], v[1]) for k, v in CALIBRATION["optimizers"].items()},
     )
     return calibration.save("cpu", "float32", cal)
+
+
+@pytest.fixture
+def one_torch_thread() -> Iterator[None]:
+    """One intra-op thread for the test, the caller's count after it: on a loaded 2-core machine a
+    descheduled OpenMP worker makes single ops take milliseconds, which only adds noise to the
+    times the fusion tests look at."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

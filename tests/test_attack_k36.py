@@ -21,12 +21,7 @@ from neuronscope.result.hint import Hint
 B, T, H, D = 2, 4, 3, 8
 
 
-@pytest.fixture(autouse=True)
-def _one_thread() -> Any:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _hints(fn: Any, how: str, tmp_path: Path, *args: torch.Tensor) -> list[Hint]:

@@ -12,7 +12,6 @@ import inspect
 import json
 import math
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -71,14 +70,7 @@ def check_evidence(h: Hint, confidence: str = "dataflow") -> None:
         assert h.details["dtype"]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    """One intra-op thread: on a loaded 2-core machine a descheduled OpenMP worker makes
-    single ops take milliseconds, which only adds noise to times these tests look at."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 # ---- the case suite -----------------------------------------------------------------------------

@@ -3,7 +3,6 @@ op-order matcher derives from them is what torch's profiler records for the same
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,13 +16,7 @@ from neuronscope.analysis.patterns import REGISTRY
 from neuronscope.analysis.patterns.spelling import Spelling, examples, op_orders, recorded_ops
 from neuronscope.events import table_from_profiler
 
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _profiled_ops(fn: Any, t: Any, **choice: Any) -> list[str]:

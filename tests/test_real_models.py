@@ -9,7 +9,6 @@ asserted (benchmarks/bench_real_models.py compares estimates with hint.verify())
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +23,7 @@ from neuronscope import from_trace, neuron_region, profile_on_neuron
 from neuronscope.result.hint import Hint
 from neuronscope.result.types import ProfileResult
 
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def captured(step: Any, calls: int = 2, **options: Any) -> list[ProfileResult]:

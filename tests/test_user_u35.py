@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import re
 import warnings
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -27,12 +26,7 @@ from neuronscope.result.hint import Hint
 B, T, C, H = 2, 16, 64, 4
 
 
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 class QScaledAttention(nn.Module):

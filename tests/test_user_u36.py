@@ -9,7 +9,6 @@ the block's output, live and from the user's own ``torch.profiler``.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -23,12 +22,7 @@ from neuronscope.result.hint import Hint
 B, T, C = 2, 16, 64
 
 
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 class HandLayerNorm(nn.Module):

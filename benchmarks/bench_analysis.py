@@ -13,10 +13,13 @@ Three sections, each printing medians and the ratio to its target:
    slow one at ``--big``).
 3. The trace: ``trace.json`` and ``trace.json.gz`` written as a capture exports them, size
    and time, for a capture of ``--events``.
+4. Op-order matching of a trace without links: ``find_sequence_matches`` on 4,000 and 16,000
+   unscaled attention blocks back to back (each match looks back for a scale of q or k): four
+   times the blocks should take about four times as long, not sixteen.
 
     python benchmarks/bench_analysis.py [--quick] [--events N] [--big N] [--runs R]
                                         [--ka-runs K] [--skip-big-key-averages]
-                                        [--section 1,2,3] [--no-shapes]
+                                        [--section 1,2,3,4] [--no-shapes]
 
 ``--quick`` (a CI smoke run): 5,000 and 20,000 events, one run each.
 """
@@ -30,6 +33,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -253,6 +257,35 @@ def section_trace(n_events: int) -> None:
         print(f"  trace.json.gz  {size_gz / 1e6:8.2f} MB  {fmt_s(t_gz):>10}  ({size_json / size_gz:.1f}x smaller; reads back: {events:,} trace events)")
 
 
+def _attention_blocks(n: int) -> Any:
+    """A trace's op graph (no shapes) of ``n`` unscaled attention blocks back to back."""
+    from neuronscope.analysis.opgraph import OpGraph, OpNode
+
+    nodes: list[OpNode] = []
+    for _ in range(n):
+        for op in ("bmm", "_softmax", "bmm"):
+            i = len(nodes)
+            nodes.append(OpNode(index=i, name=f"aten::{op}", op=op.lstrip("_"), tid=1, start_ns=10 * i, end_ns=10 * i + 5, cpu_ns=5))
+    return OpGraph(nodes, "none")
+
+
+def section_op_order(runs: int) -> None:
+    """Op-order matching at n and 4n attention blocks: the ratio of their times (about 4: linear)."""
+    from neuronscope.analysis.fusion import find_sequence_matches
+
+    times = {}
+    for n in (4_000, 16_000):
+        g = _attention_blocks(n)
+        best = float("inf")
+        for _ in range(max(runs, 2)):
+            t0 = time.perf_counter()
+            find_sequence_matches(g)
+            best = min(best, time.perf_counter() - t0)
+        times[n] = best
+        print(f"op order, {n:,} attention blocks ({3 * n:,} ops): {best * 1e3:.0f} ms")
+    print(f"op order, 4x the blocks: {times[16_000] / times[4_000]:.1f}x the time (linear: about 4; quadratic: 16)")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="small sizes, one run: a smoke test")
@@ -261,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, help="default 5 (--quick: 1)")
     p.add_argument("--ka-runs", type=int, help="key_averages runs; default 3 (--quick: 1)")
     p.add_argument("--skip-big-key-averages", action="store_true")
-    p.add_argument("--section", default="1,2,3")
+    p.add_argument("--section", default="1,2,3,4")
     p.add_argument("--no-shapes", action="store_true", help="capture without record_shapes=True")
     p.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -284,6 +317,8 @@ def main(argv: list[str] | None = None) -> int:
         section_scaling(args.events, args.big, not args.skip_big_key_averages)
     if "3" in sections:
         section_trace(args.events)
+    if "4" in sections:
+        section_op_order(args.runs)
     return 0
 
 

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the cases the tests hold
 
 import torch
 from _common import (
@@ -257,25 +258,15 @@ def section_trace(n_events: int) -> None:
         print(f"  trace.json.gz  {size_gz / 1e6:8.2f} MB  {fmt_s(t_gz):>10}  ({size_json / size_gz:.1f}x smaller; reads back: {events:,} trace events)")
 
 
-def _attention_blocks(n: int) -> Any:
-    """A trace's op graph (no shapes) of ``n`` unscaled attention blocks back to back."""
-    from neuronscope.analysis.opgraph import OpGraph, OpNode
-
-    nodes: list[OpNode] = []
-    for _ in range(n):
-        for op in ("bmm", "_softmax", "bmm"):
-            i = len(nodes)
-            nodes.append(OpNode(index=i, name=f"aten::{op}", op=op.lstrip("_"), tid=1, start_ns=10 * i, end_ns=10 * i + 5, cpu_ns=5))
-    return OpGraph(nodes, "none")
-
-
 def section_op_order(runs: int) -> None:
     """Op-order matching at n and 4n attention blocks: the ratio of their times (about 4: linear)."""
+    from fusion_cases import attention_blocks
+
     from neuronscope.analysis.fusion import find_sequence_matches
 
     times = {}
     for n in (4_000, 16_000):
-        g = _attention_blocks(n)
+        g = attention_blocks(n)
         best = float("inf")
         for _ in range(max(runs, 2)):
             t0 = time.perf_counter()

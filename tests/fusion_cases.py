@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from neuronscope.analysis.opgraph import OpGraph, OpNode
+
 torch.manual_seed(0)
 
 HIDDEN = 64
@@ -635,3 +637,15 @@ if __name__ == "__main__":
     if kept.load("cpu") is None:  # the cost model's constants, measured once here (neuronscope calibrate)
         kept.calibrate("cpu")
     json.dump(calibration(), sys.stdout)
+
+
+def attention_blocks(n: int) -> OpGraph:
+    """A trace's op graph (no shapes, no links) of ``n`` unscaled attention blocks back to back:
+    op-order matching's case for a look-back that must not grow with the trace (its test in
+    tests/test_attack_k36.py, its timing in benchmarks/bench_analysis.py section 4)."""
+    nodes: list[OpNode] = []
+    for _ in range(n):
+        for op in ("bmm", "_softmax", "bmm"):
+            i = len(nodes)
+            nodes.append(OpNode(index=i, name=f"aten::{op}", op=op.lstrip("_"), tid=1, start_ns=10 * i, end_ns=10 * i + 5, cpu_ns=5))
+    return OpGraph(nodes, "none")

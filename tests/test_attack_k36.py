@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import torch
+from fusion_cases import attention_blocks
 
 from neuronscope import from_profiler, from_trace, profile_on_neuron
 from neuronscope.errors import NeuronscopeError
@@ -108,7 +109,7 @@ def test_the_attention_look_back_reads_back_from_each_match(monkeypatch: pytest.
     here: what each look-back reads first."""
     from neuronscope.analysis import fusion
 
-    g = _attention_blocks(50)
+    g = attention_blocks(50)
     firsts: list[int | None] = []
 
     def reading(members: list[Any], before: Any) -> dict[str, Any]:
@@ -121,19 +122,7 @@ def test_the_attention_look_back_reads_back_from_each_match(monkeypatch: pytest.
     ms = fusion.find_sequence_matches(g)
     assert len(ms) == 50 and firsts == [None, *(m.nodes[0].index - 1 for m in ms[1:])]
     monkeypatch.setattr(fusion, "REGISTRY", registry)
-    assert all(m.params["scale"] == 1.0 for m in fusion.find_sequence_matches(_attention_blocks(4000)))
-
-
-def _attention_blocks(n: int) -> Any:
-    """A trace's op graph (no shapes) of ``n`` unscaled attention blocks back to back."""
-    from neuronscope.analysis.opgraph import OpGraph, OpNode
-
-    nodes: list[OpNode] = []
-    for _ in range(n):
-        for op in ("bmm", "_softmax", "bmm"):
-            i = len(nodes)
-            nodes.append(OpNode(index=i, name=f"aten::{op}", op=op.lstrip("_"), tid=1, start_ns=10 * i, end_ns=10 * i + 5, cpu_ns=5))
-    return OpGraph(nodes, "none")
+    assert all(m.params["scale"] == 1.0 for m in fusion.find_sequence_matches(attention_blocks(4000)))
 
 
 def _v_scaled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

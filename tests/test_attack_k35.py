@@ -14,6 +14,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from reliability_helpers.fresh import run_fresh
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -42,11 +43,7 @@ def wait_child(pid, seconds=30):
 def _run(tmp_path: Path, body: str, timeout: int = 120, before: str = "") -> str:
     """Run ``body`` after the prelude (and ``before`` before it) in a fresh process; its
     stdout (it must exit 0)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OUT": str(tmp_path)}
-    code = textwrap.dedent(before) + textwrap.dedent(_PRELUDE) + textwrap.dedent(body)
-    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout, check=False)
-    assert run.returncode == 0, f"rc={run.returncode}\n{run.stdout[-2000:]}\n{run.stderr[-2000:]}"
-    return run.stdout
+    return run_fresh(tmp_path, before, _PRELUDE, body, timeout=timeout)
 
 
 def test_a_child_forked_while_another_thread_holds_the_gate_can_profile(tmp_path) -> None:

@@ -12,9 +12,10 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
+
+from reliability_helpers.fresh import run_fresh
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -40,12 +41,7 @@ def free_after():
 
 def _run(tmp_path: Path, body: str, timeout: int = 180, env: dict[str, str] | None = None) -> str:
     """Run ``body`` after the prelude in a fresh process; its stdout (it must exit 0)."""
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    full = {**os.environ, "PYTHONPATH": str(ROOT), "OUT": str(tmp_path), **(env or {})}
-    code = textwrap.dedent(_PRELUDE) + textwrap.dedent(body)
-    run = subprocess.run([sys.executable, "-c", code], env=full, capture_output=True, text=True, timeout=timeout, check=False)
-    assert run.returncode == 0, f"rc={run.returncode}\n{run.stdout[-2000:]}\n{run.stderr[-2000:]}"
-    return run.stdout
+    return run_fresh(tmp_path, _PRELUDE, body, timeout=timeout, env=env)
 
 
 def test_a_region_held_across_yields_resumed_on_other_threads_beside_the_users_profiler(tmp_path) -> None:

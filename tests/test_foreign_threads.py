@@ -9,13 +9,9 @@ the capture says what it lost, and later captures on the same thread work. Real 
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from reliability_helpers.fresh import run_fresh
 
 _PRELUDE = """
 import os, threading, warnings, torch
@@ -30,11 +26,7 @@ held = {}
 
 def _run(tmp_path: Path, body: str) -> str:
     """Run ``body`` after the prelude in a fresh process; its stdout (it must exit 0)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OUT": str(tmp_path)}
-    code = textwrap.dedent(_PRELUDE) + textwrap.dedent(body)
-    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, check=False)
-    assert run.returncode == 0, f"rc={run.returncode}\n{run.stderr[-2000:]}"
-    return run.stdout
+    return run_fresh(tmp_path, _PRELUDE, body)
 
 
 def test_a_capture_beside_a_session_in_its_schedules_warmup_starts_nothing(tmp_path) -> None:

@@ -6,6 +6,8 @@ round with what it checked, and exits 0 only when every round held."""
 from __future__ import annotations
 
 import asyncio
+import atexit
+import shutil
 import sys
 import tempfile
 import threading
@@ -20,6 +22,7 @@ from neuronscope.region import ensure_no_capture_running
 
 warnings.simplefilter("ignore")
 OUT = tempfile.mkdtemp(prefix="ns-threads-")
+atexit.register(shutil.rmtree, OUT, ignore_errors=True)  # the runs are checked, not kept
 
 
 def work() -> torch.Tensor:

@@ -13,6 +13,7 @@ from neuronscope.compare import intervals as stats
 from neuronscope.config import Options
 from neuronscope.events import KIND_ANNOTATION, EventTable, table_from_profiler
 from neuronscope.events.modules import split_module_ranges
+from neuronscope.events.nesting import enclosing
 from neuronscope.result.types import ProfileResult
 from neuronscope.units import fmt_us
 
@@ -44,30 +45,22 @@ def dispatched_ops(table: EventTable, range_names: list[str]) -> dict[str, Range
     """
     wanted = set(range_names)
     out = {name: RangeOps(inclusive_us={}) for name in range_names}
-    by_thread: dict[int, list[int]] = {}
-    for i in range(len(table)):
-        by_thread.setdefault(table.tids[i], []).append(i)
-    starts, ends, kinds, names = table.starts, table.ends, table.kinds, table.names
-    for indices in by_thread.values():
-        indices.sort(key=lambda i: (starts[i], -ends[i]))
-        stack: list[int] = []
-        for i in indices:
-            while stack and ends[stack[-1]] <= starts[i]:
-                stack.pop()
-            if kinds[i] != KIND_ANNOTATION and names[i] not in NOT_WORK_OPS:
-                nested = False
-                for j in reversed(stack):
-                    if kinds[j] != KIND_ANNOTATION:
-                        nested = True  # inside another op: that op is the one dispatched
-                    elif names[j] in wanted:
-                        ops = out[names[j]]
-                        ops.total += 1
-                        if not nested:
-                            ops.dispatched += 1
-                            assert ops.inclusive_us is not None
-                            ops.inclusive_us[names[i]] = ops.inclusive_us.get(names[i], 0.0) + (ends[i] - starts[i]) / 1e3
-                        break
-            stack.append(i)
+    kinds, names, starts, ends = table.kinds, table.names, table.starts, table.ends
+    for i, stack in enclosing(table):
+        if kinds[i] == KIND_ANNOTATION or names[i] in NOT_WORK_OPS:
+            continue
+        nested = False
+        for j in reversed(stack):
+            if kinds[j] != KIND_ANNOTATION:
+                nested = True  # inside another op: that op is the one dispatched
+            elif names[j] in wanted:
+                ops = out[names[j]]
+                ops.total += 1
+                if not nested:
+                    ops.dispatched += 1
+                    assert ops.inclusive_us is not None
+                    ops.inclusive_us[names[i]] = ops.inclusive_us.get(names[i], 0.0) + (ends[i] - starts[i]) / 1e3
+                break
     return out
 
 

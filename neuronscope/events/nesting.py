@@ -2,19 +2,21 @@
 
 :func:`parents` nests a whole table at once (for :func:`summarize`); :func:`innermost_open`
 answers "which of these events was open at this instant" for many instants at once (the
-launches of device work, in a trace and in a live capture).
+launches of device work, in a trace and in a live capture); :func:`enclosing` walks events in
+order with the stack of those open around each, for the few readers that need the whole stack.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 
 from neuronscope.events.arrays import as_int64
 from neuronscope.events.table import KIND_ANNOTATION, EventTable
 
-__all__ = ["add_inner_range_device_time", "innermost_open", "last_reaching", "parents", "row_columns", "subtree_ends"]
+__all__ = ["add_inner_range_device_time", "enclosing", "innermost_open", "last_reaching", "parents", "row_columns", "subtree_ends"]
 
 #: Rounds of pointer jumping in :func:`parents` before the rest go to :func:`last_reaching`:
 #: the traces we know need 13 to 19, each cheaper than a round of the tree.
@@ -167,6 +169,24 @@ def innermost_open(
     found = at >= 0
     out[found] = order[at[found]]
     return out
+
+
+def enclosing(table: EventTable, rows: Iterable[int] | None = None) -> Iterator[tuple[int, list[int]]]:
+    """Each of ``rows`` (default: every row) in start order per thread, outer events first, with
+    the rows of ``rows`` open around it, outermost first. The list is the walk's own stack,
+    valid until the next step: read it, do not keep it."""
+    per_thread: dict[int, list[int]] = {}
+    for i in range(len(table)) if rows is None else rows:
+        per_thread.setdefault(table.tids[i], []).append(i)
+    starts, ends = table.starts, table.ends
+    for indices in per_thread.values():
+        indices.sort(key=lambda i: (starts[i], -ends[i]))
+        stack: list[int] = []
+        for i in indices:
+            while stack and ends[stack[-1]] <= starts[i]:
+                stack.pop()
+            yield i, stack
+            stack.append(i)
 
 
 def row_columns(table: EventTable, base: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -13,6 +13,7 @@ import functools
 import re
 from typing import TYPE_CHECKING, Any
 
+from neuronscope.events.nesting import enclosing
 from neuronscope.events.table import COMPILED_CODE_PREFIXES
 from neuronscope.result.stats import OpStat, RegionStat
 
@@ -50,31 +51,19 @@ def _graph_owners(table: EventTable) -> dict[str, str]:
 
     One sweep per thread over the compiled regions and graph calls, parents first.
     """
-    per_thread: dict[int, list[int]] = {}
-    for i, name in enumerate(table.names):
-        if name.startswith(COMPILED_CODE_PREFIXES) or name == _BACKWARD:
-            per_thread.setdefault(table.tids[i], []).append(i)
+    names = table.names
+    rows = [i for i, name in enumerate(names) if name.startswith(COMPILED_CODE_PREFIXES) or name == _BACKWARD]
     owners: dict[str, str] = {}
-    starts, ends, names = table.starts, table.ends, table.names
-    for indices in per_thread.values():
-        indices.sort(key=lambda i: (starts[i], -ends[i]))
-        stack: list[int] = []
-        for i in indices:
-            while stack and ends[stack[-1]] <= starts[i]:
-                stack.pop()
-            g = _GRAPH.match(names[i])
-            if g is None:
-                stack.append(i)
-                continue
-            if g.group(1) in owners or not stack:
-                continue
-            parent = names[stack[-1]]
-            if parent == _BACKWARD:
-                owners[g.group(1)] = "backward"
-            else:
-                m = REGION.match(parent)
-                if m:
-                    owners[g.group(1)] = m.group(1)
+    for i, stack in enclosing(table, rows):
+        g = _GRAPH.match(names[i])
+        if g is None or g.group(1) in owners:
+            continue
+        # The innermost region or backward around the graph call (a graph in a graph: its region).
+        parent = next((names[j] for j in reversed(stack) if not _GRAPH.match(names[j])), None)
+        if parent == _BACKWARD:
+            owners[g.group(1)] = "backward"
+        elif parent is not None and (m := REGION.match(parent)):
+            owners[g.group(1)] = m.group(1)
     return owners
 
 

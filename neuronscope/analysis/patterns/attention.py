@@ -54,11 +54,11 @@ def _spelling(t: Any, matmul: str, scale: str | None, mask: str | None, softmax:
             s = s * d**-0.5
         elif scale == "div":
             s = s / math.sqrt(d)
-        if mask in ("add", "bias, add"):  # T5: a position bias, then the mask
+        if mask in ("add", "bias, add", "bias, masked_fill"):  # T5, MPT: a position bias, then the mask
             s = s + t.mask
         if mask == "bias, add":
             s = s + t.mask
-        elif mask == "masked_fill":
+        elif mask in ("masked_fill", "bias, masked_fill"):
             s = s.masked_fill(t.bool_mask, -1e9)
         elif mask == "eq, masked_fill":
             s = s.masked_fill(t.mask == 0, -1e9)
@@ -88,7 +88,7 @@ def _spelling(t: Any, matmul: str, scale: str | None, mask: str | None, softmax:
 
 
 _ATTENTION_CHOICES = MappingProxyType({
-    "mask": (None, "add", "bias, add", "masked_fill", "eq, masked_fill", "where"),
+    "mask": (None, "add", "bias, add", "masked_fill", "bias, masked_fill", "eq, masked_fill", "where"),
     "softmax": ("fused", "float32", "t5", "amax", "plain"),
     "dropout": (False, True),
 })

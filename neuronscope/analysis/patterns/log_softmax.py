@@ -72,7 +72,12 @@ def _suggest(m: Match, backend: str) -> str:
     dim = m.params.get("dim")
     dim_text = UNKNOWN_DIM if dim is None else dim
     if m.params.get("loss"):
-        return f"use torch.nn.functional.cross_entropy(x, target) (log_softmax over dim={dim_text} and the loss in one call)"
+        # cross_entropy takes dim 1 as the classes: logits of more than two dims ([B, T, V])
+        # are passed as rows, as the code's loss reads them (unknown shapes: rows too, a no-op
+        # on [N, V]).
+        rows = m.x is not None and len(m.x.sizes) == 2
+        args = "x, target" if rows else "x.flatten(0, -2), target.flatten()"
+        return f"use torch.nn.functional.cross_entropy({args}) (log_softmax over dim={dim_text} and the loss in one call)"
     return f"use torch.nn.functional.log_softmax(x, dim={dim_text})"
 
 

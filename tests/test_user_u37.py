@@ -65,8 +65,29 @@ def test_a_cross_entropy_over_3d_logits_is_applied_as_written(how: str) -> None:
     hint = _one(hints, "log_softmax")
     assert hint.details.get("loss") == "gather", hint.details
     call = _call(hint.suggestion, "cross_entropy")
+    per_row = eval(call, {"torch": torch}, {"x": logits, "target": y})  # our own text
+    # One loss a row: the code's own reduction (a mean here; a sum elsewhere) comes after.
+    assert per_row.shape == (B * T,), per_row.shape
+    torch.testing.assert_close(per_row.mean(), expected, atol=1e-5, rtol=1e-4)
+
+
+def test_a_summed_nll_loss_cross_entropy_says_to_keep_its_reduction() -> None:
+    """``nll_loss(log(softmax(x)), reduction="sum")`` is found as a cross-entropy (by op order
+    the reduction is not recorded at all); ``cross_entropy``'s default mean would be another
+    loss, so the hint says to pass the code's reduction, and so applied it gives the loss."""
+    torch.manual_seed(0)
+    logits, y = torch.randn(B, T, V), torch.randint(0, V, (B, T))
+
+    def loss(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.nll_loss(torch.log(torch.softmax(x, -1)).flatten(0, 1), t.flatten(), reduction="sum")
+
+    with torch.profiler.profile(record_shapes=True) as prof:
+        expected = loss(logits, y)
+    hint = _one(from_profiler(prof).hints, "log_softmax")
+    assert "nll_loss's reduction" in hint.suggestion, hint.suggestion
+    call = _call(hint.suggestion, "cross_entropy")[:-1] + ', reduction="sum")'  # as the hint says
     got = eval(call, {"torch": torch}, {"x": logits, "target": y})  # our own text
-    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
 
 
 def _mpt() -> tuple[nn.Module, torch.Tensor]:

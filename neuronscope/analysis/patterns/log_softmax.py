@@ -71,13 +71,21 @@ def _params(choice: Mapping[str, Any], nodes: list[OpNode]) -> dict[str, Any]:
 def _suggest(m: Match, backend: str) -> str:
     dim = m.params.get("dim")
     dim_text = UNKNOWN_DIM if dim is None else dim
-    if m.params.get("loss"):
+    loss = m.params.get("loss")
+    if loss:
         # cross_entropy takes dim 1 as the classes: logits of more than two dims ([B, T, V])
         # are passed as rows, as the code's loss reads them (unknown shapes: rows too, a no-op
-        # on [N, V]).
+        # on [N, V]). The match ends at the gather, before the code's own negation and
+        # reduction (a mean or a sum: not ours to guess), or at an nll_loss, whose reduction
+        # and ignore_index the call must keep.
         rows = m.x is not None and len(m.x.sizes) == 2
         args = "x, target" if rows else "x.flatten(0, -2), target.flatten()"
-        return f"use torch.nn.functional.cross_entropy({args}) (log_softmax over dim={dim_text} and the loss in one call)"
+        if loss == "gather":
+            return (
+                f'use torch.nn.functional.cross_entropy({args}, reduction="none") (log_softmax over dim={dim_text} and '
+                "the loss in one call: the gathered log-probabilities negated, one a row; reduce them as the code does)"
+            )
+        return f"use torch.nn.functional.cross_entropy({args}) (log_softmax over dim={dim_text} and the loss in one call; pass it the nll_loss's reduction and ignore_index)"
     return f"use torch.nn.functional.log_softmax(x, dim={dim_text})"
 
 

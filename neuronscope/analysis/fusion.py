@@ -127,6 +127,7 @@ def find_sequence_matches(g: OpGraph) -> list[Match]:
     for seq in by_tid.values():
         ops = _OpText(seq)
         claimed: set[int] = set()
+        looking_back: list[tuple[int, Pattern, int]] = []  # (match, its record, its first op)
         for record in REGISTRY:
             rx = _orders().get(record.name)
             if rx is None:
@@ -153,9 +154,14 @@ def find_sequence_matches(g: OpGraph) -> list[Match]:
                 params: dict[str, Any] = record.params(choice, members) if record.params else {}
                 if choice.get(VECTOR_SHAPES):  # a weight broadcast over x's dims: applied after the fused call
                     params[VECTOR_SHAPES] = choice[VECTOR_SHAPES]
-                if record.params_before is not None:  # read from the match back, not by skipping the ops after it
-                    params.update(record.params_before(members, map(seq.__getitem__, range(i0 - 1, -1, -1))))
                 out.append(Match(record.name, members, x, params))
+                if record.params_before is not None:
+                    looking_back.append((len(out) - 1, record, i0))
+        # Once every idiom of the thread has its ops: an op one took is not another's.
+        for k, record, i0 in looking_back:  # read from the match back, not by skipping the ops after it
+            m, before = out[k], map(seq.__getitem__, range(i0 - 1, -1, -1))
+            assert record.params_before is not None  # only such records look back
+            out[k] = replace(m, params={**m.params, **record.params_before(m.nodes, before, claimed)})
     return out
 
 

@@ -100,3 +100,36 @@ def test_a_trace_does_not_take_a_gelu_or_another_tensors_multiply_for_a_scale_of
     assert {h.pattern for h in hints} >= {"gelu", "attention"}, [h.pattern for h in hints]
     (attention,) = _attention(hints)
     assert not attention.details.get("inputs_maybe_scaled"), attention.suggestion
+
+
+def _rms_norm_then_attention(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+    return torch.matmul(torch.matmul(h, h.transpose(-2, -1)).softmax(dim=-1), h)
+
+
+@pytest.mark.parametrize("how", ["from_profiler", "from_trace"])
+def test_a_norms_weight_before_unscaled_attention_stays_the_norms_without_shapes(how: str, tmp_path: Path) -> None:
+    """Without shapes, the weight mul of an RMSNorm right before unscaled attention reads as
+    attention's optional ``q * scale`` too. Attention, claimed first, left it to the norm
+    (``yielding_head``); the norm then left it to that attention (``yielding_tail``, which
+    looked for the next idiom among ops attention had already taken): it went to neither, the
+    norm's hint five ops and no weight, and attention's look-back read it as a scale of q.
+    Now the hints are the live capture's, of the same ops."""
+    x, w = torch.randn(2, 16, 64), torch.randn(64)
+    _rms_norm_then_attention(x, w)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True, profile_memory=True) as live:
+        _rms_norm_then_attention(x, w)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:  # no record_shapes
+        _rms_norm_then_attention(x, w)
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+    read = from_profiler(prof) if how == "from_profiler" else from_trace(path)
+
+    def found(hints: list[Hint]) -> list[tuple[str, tuple[str, ...]]]:
+        return sorted((h.pattern, tuple(h.ops)) for h in hints if h.kind == "fusion")
+
+    assert found(read.hints) == found(from_profiler(live).hints), found(read.hints)
+    (norm,) = [h for h in read.hints if h.pattern == "rms_norm"]
+    assert norm.ops[-2:] == ["aten::mul", "aten::mul"], norm.ops
+    (attention,) = _attention(read.hints)
+    assert attention.details.get("scale") == 1.0 and not attention.details.get("inputs_maybe_scaled"), attention.suggestion

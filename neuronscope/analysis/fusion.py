@@ -140,7 +140,7 @@ def find_sequence_matches(g: OpGraph) -> list[Match]:
                     i = i0 + 1  # not here: an idiom may still start at the next op
                     continue
                 i0 = ops.yielding_head(record.name, rx, i0, end, claimed)
-                end = ops.yielding_tail(record.name, rx, i0, end)
+                end = ops.yielding_tail(record.name, rx, i0, end, claimed)
                 members = [m for m, own in zip(seq[i0:end], rx.own(ops.tokens, i0, end)) if own]
                 if not softmax_on_last_dim(members):  # a softmax over another dim: not the idiom
                     i = i0 + 1
@@ -191,11 +191,12 @@ class _OpText:
         match or nothing lost the GELU before such an op."""
         return next((j for j in range(i1, i0, -1) if self.fits(name, rx, i0, j, claimed)), None)
 
-    def idiom_length_at(self, i: int) -> int:
-        """Ops in the longest idiom that starts at op ``i`` with its shapes fitting; 0: none."""
+    def idiom_length_at(self, i: int, claimed: AbstractSet[int]) -> int:
+        """Ops in the longest idiom of unclaimed ops that starts at op ``i`` with its shapes
+        fitting; 0: none."""
         first, left = (self.tokens[i] if i < len(self.tokens) else None), len(self.tokens) - i
         return max(
-            (n for name, rx in _orders().items() if first in rx.firsts for n in rx.lengths if n <= left and self.fits(name, rx, i, i + n)),
+            (n for name, rx in _orders().items() if first in rx.firsts for n in rx.lengths if n <= left and self.fits(name, rx, i, i + n, claimed)),
             default=0,
         )
 
@@ -214,19 +215,20 @@ class _OpText:
                 return b
         return i0
 
-    def yielding_tail(self, name: str, rx: Orders, i0: int, i1: int) -> int:
+    def yielding_tail(self, name: str, rx: Orders, i0: int, i1: int, claimed: AbstractSet[int]) -> int:
         """Where a match of ops ``i0`` to ``i1`` should end. An optional trailing op (GELU's last
         mul, a norm's weight) can as well be the next idiom's first op, which op order alone
         does not tell apart: the end is the one, among ``i1`` and the shorter whole matches that
         fit, after which the next idiom reaches furthest, the shorter on a tie (the next idiom
         whole). The longest match alone lost the idiom after it, or merged two GELUs in a row
-        into one of ten ops."""
+        into one of ten ops. An idiom matched already (an attention, claimed first) is no next
+        idiom: one that took its ops left the op out, which then belongs to neither."""
         if i1 == len(self.seq):
             return i1
-        end, reach = i1, i1 + self.idiom_length_at(i1)
+        end, reach = i1, i1 + self.idiom_length_at(i1, claimed)
         for b in range(i1 - 1, i0, -1):
             if self.fits(name, rx, i0, b):
-                after = b + self.idiom_length_at(b)
+                after = b + self.idiom_length_at(b, claimed)
                 if after > b and after >= reach:
                     end, reach = b, after
         return end

@@ -268,7 +268,7 @@ def _cost_occurrences(record: Pattern, ms: list[Match], g: OpGraph, backend: str
     occurrence slowed by the machine does not inflate it), bounded by what the better fused form
     saves at their shape on this machine's kept costs (:func:`~.cost.grounded_saving_ns`)."""
     first = ms[0]
-    after = _after_fused_call(first)
+    after = len(first.params.get(VECTOR_SHAPES) or ())  # a weight the fused call cannot take: applied after it
     kept = [i for i, n in enumerate(first.nodes) if n.op not in record.cost_excludes]
     per_op = [statistics.median(g.time_ns(m.nodes[i]) for m in ms) for i in kept]
     saving_ns = estimate_saving_ns(record.name, per_op, full_size([first.nodes[i] for i in kept]), backend, after) * len(ms)
@@ -279,12 +279,6 @@ def _cost_occurrences(record: Pattern, ms: list[Match], g: OpGraph, backend: str
         saving_ns = min(saving_ns, grounded * len(ms))
     # Medians can add up to more than the total.
     return _Costed(ms, time_ns, min(saving_ns, time_ns), grounded)
-
-
-def _after_fused_call(m: Match) -> int:
-    """Ops the suggestion for ``m`` runs after its fused call: one per weight or bias of
-    another shape than that call takes, applied after it (:data:`~.shapes.VECTOR_SHAPES`)."""
-    return len(m.params.get(VECTOR_SHAPES) or ())
 
 
 def hints_from_matches(
@@ -349,7 +343,7 @@ def hints_from_matches(
             "device": backend,
             "backend": backend,
             "time_source": "device" if g.has_device else "cpu",
-            "estimate_model": model_text(pattern, backend, bound=bound, from_trace=from_trace, after=_after_fused_call(first)),
+            "estimate_model": model_text(pattern, backend, bound=bound, from_trace=from_trace, after=len(first.params.get(VECTOR_SHAPES) or ())),
             **flags,
             **first.params,
         }

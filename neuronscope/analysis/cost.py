@@ -60,7 +60,7 @@ def fused_passes(pattern: str) -> int:
     return p.fused_passes if p is not None else 1
 
 
-def estimate_saving_ns(pattern: str, times: list[float], full: list[bool], backend: str = "cpu") -> float:
+def estimate_saving_ns(pattern: str, times: list[float], full: list[bool], backend: str = "cpu", after: int = 0) -> float:
     """Estimated saving of fusing one occurrence, in ns, from its measured op times.
 
     ``full[i]`` says whether op ``i`` works on the whole tensor (not a per-row statistic or
@@ -72,11 +72,12 @@ def estimate_saving_ns(pattern: str, times: list[float], full: list[bool], backe
         saving = sum(op times) - passes * (median full-size op time)
 
     with ``passes`` one for an elementwise idiom (read, write), two for a norm or a softmax
-    (read for the statistic, read again to normalise and write).
+    (read for the statistic, read again to normalise and write), and one more for each of the
+    ``after`` ops the suggestion runs after the fused call (a per-head weight it cannot take).
     """
     if len(times) < 2:
         return 0.0
-    passes = fused_passes(pattern)
+    passes = fused_passes(pattern) + after
     pass_ns = statistics.median([t for t, f in zip(times, full) if f] or times)
     return max(0.0, sum(times) - passes * pass_ns)
 
@@ -119,22 +120,26 @@ def fused_optimizer_saving_ns(cls: str, shapes: tuple[tuple[int, ...], ...], dty
     return rates[0] * len(shapes) + rates[1] * sum(math.prod(s) for s in shapes)
 
 
-def grounded_saving_ns(pattern: str, nodes: list[OpNode], g: OpGraph, backend: str, dtype: str = "float32") -> float | None:
+def grounded_saving_ns(pattern: str, nodes: list[OpNode], g: OpGraph, backend: str, dtype: str = "float32", after: int = 0) -> float | None:
     """What fusing one occurrence saves, on this device's measured costs, with the fused form
     ``hint.verify()`` would find faster (:func:`fused_forms_ns`). None where there is no such
     bound: the device's costs are not measured here, or the ops' shapes were not recorded."""
-    forms = fused_forms_ns(pattern, nodes, g, backend, dtype)
+    forms = fused_forms_ns(pattern, nodes, g, backend, dtype, after)
     return None if forms is None else max(0.0, *forms.values())
 
 
-def fused_forms_ns(pattern: str, nodes: list[OpNode], g: OpGraph, backend: str, dtype: str = "float32") -> dict[str, float] | None:
+def fused_forms_ns(
+    pattern: str, nodes: list[OpNode], g: OpGraph, backend: str, dtype: str = "float32", after: int = 0
+) -> dict[str, float] | None:
     """The saving of each fused form of one occurrence, in ns, as ``hint.verify()`` weighs them:
 
     - ``compiled``: torch.compile's single kernel removes the launches of the ops beyond the
       fused form's passes and each intermediate written and read again; where verify can
       rebuild the idiom, each call pays compiled code's own entry cost (guards, the wrapper);
     - ``eager``: torch's eager replacement, where the pattern has one: the share of the same
-      launches' cost and the cost per intermediate byte it was measured to remove here.
+      launches' cost and the cost per intermediate byte it was measured to remove here, less
+      the ``after`` ops the suggestion runs after the eager call (a weight of another shape than
+      it takes: ``layer_norm(x, (d,)) * weight``), each a launch and an intermediate of its own.
 
     None where no constants are kept for the device, or no op's shapes were recorded."""
     if not any(n.inputs for n in nodes):
@@ -154,8 +159,9 @@ def fused_forms_ns(pattern: str, nodes: list[OpNode], g: OpGraph, backend: str, 
     if eager is not None:
         # An op on a parameter alone (Gemma's ``1 + weight``) stays in the eager call's
         # arguments: it is not one of the launches the replacement removes.
-        removable_ns = max(0, len(nodes) - _parameter_ops(nodes) - fused_passes(pattern)) * costs.per_op_ns
-        forms["eager"] = eager[0] * removable_ns + eager[1] * sum(tensors)
+        removable_ns = max(0, len(nodes) - _parameter_ops(nodes) - fused_passes(pattern) - after) * costs.per_op_ns
+        removed = sorted(tensors)[: max(0, len(tensors) - after)]  # an op after the call reads its output, x's size
+        forms["eager"] = eager[0] * removable_ns + eager[1] * sum(removed)
     return forms
 
 
@@ -211,14 +217,14 @@ def full_size(nodes: list[OpNode]) -> list[bool]:
     return [s * 2 >= top for s in sizes]
 
 
-def model_text(pattern: str, backend: str, *, bound: str, from_trace: bool = False) -> str:
+def model_text(pattern: str, backend: str, *, bound: str, from_trace: bool = False, after: int = 0) -> str:
     """The estimate's model in words, for the hint's details. ``bound``: ``"measured"`` (the
     estimate was bounded by this machine's kept constants, or on a CPU never calibrated the
     shipped defaults, :func:`grounded_saving_ns`), ``"no_shapes"`` (it could have been, but the
     ops' shapes were not recorded) or any other (no such bound applies: a CPU always has
     constants, the kept ones or the defaults); ``from_trace``: the capture is a trace file,
-    whose machine need not be this one."""
-    text = f"sum(op times) - {fused_passes(pattern)} pass(es) x median full-size op time, per call, from each op's median over the calls"
+    whose machine need not be this one; ``after``: ops the suggestion runs after the fused call."""
+    text = f"sum(op times) - {fused_passes(pattern) + after} pass(es) x median full-size op time, per call, from each op's median over the calls"
     if bound == "no_shapes":
         return text + (
             "; an upper bound: not bounded by this device's measured costs, as the ops' shapes were not recorded "

@@ -127,6 +127,7 @@ def find_sequence_matches(g: OpGraph) -> list[Match]:
     for seq in by_tid.values():
         ops = _OpText(seq)
         claimed: set[int] = set()
+        looking_back: list[tuple[int, Pattern, int]] = []  # (match, its record, its first op)
         for record in REGISTRY:
             rx = _orders().get(record.name)
             if rx is None:
@@ -139,7 +140,7 @@ def find_sequence_matches(g: OpGraph) -> list[Match]:
                     i = i0 + 1  # not here: an idiom may still start at the next op
                     continue
                 i0 = ops.yielding_head(record.name, rx, i0, end, claimed)
-                end = ops.yielding_tail(record.name, rx, i0, end)
+                end = ops.yielding_tail(record.name, rx, i0, end, claimed)
                 members = [m for m, own in zip(seq[i0:end], rx.own(ops.tokens, i0, end)) if own]
                 if not softmax_on_last_dim(members):  # a softmax over another dim: not the idiom
                     i = i0 + 1
@@ -153,9 +154,14 @@ def find_sequence_matches(g: OpGraph) -> list[Match]:
                 params: dict[str, Any] = record.params(choice, members) if record.params else {}
                 if choice.get(VECTOR_SHAPES):  # a weight broadcast over x's dims: applied after the fused call
                     params[VECTOR_SHAPES] = choice[VECTOR_SHAPES]
-                if record.params_before is not None:  # read from the match back, not by skipping the ops after it
-                    params.update(record.params_before(members, map(seq.__getitem__, range(i0 - 1, -1, -1))))
                 out.append(Match(record.name, members, x, params))
+                if record.params_before is not None:
+                    looking_back.append((len(out) - 1, record, i0))
+        # Once every idiom of the thread has its ops: an op one took is not another's.
+        for k, record, i0 in looking_back:  # read from the match back, not by skipping the ops after it
+            m, before = out[k], map(seq.__getitem__, range(i0 - 1, -1, -1))
+            assert record.params_before is not None  # only such records look back
+            out[k] = replace(m, params={**m.params, **record.params_before(m.nodes, before, claimed)})
     return out
 
 
@@ -185,11 +191,12 @@ class _OpText:
         match or nothing lost the GELU before such an op."""
         return next((j for j in range(i1, i0, -1) if self.fits(name, rx, i0, j, claimed)), None)
 
-    def idiom_length_at(self, i: int) -> int:
-        """Ops in the longest idiom that starts at op ``i`` with its shapes fitting; 0: none."""
+    def idiom_length_at(self, i: int, claimed: AbstractSet[int]) -> int:
+        """Ops in the longest idiom of unclaimed ops that starts at op ``i`` with its shapes
+        fitting; 0: none."""
         first, left = (self.tokens[i] if i < len(self.tokens) else None), len(self.tokens) - i
         return max(
-            (n for name, rx in _orders().items() if first in rx.firsts for n in rx.lengths if n <= left and self.fits(name, rx, i, i + n)),
+            (n for name, rx in _orders().items() if first in rx.firsts for n in rx.lengths if n <= left and self.fits(name, rx, i, i + n, claimed)),
             default=0,
         )
 
@@ -208,19 +215,20 @@ class _OpText:
                 return b
         return i0
 
-    def yielding_tail(self, name: str, rx: Orders, i0: int, i1: int) -> int:
+    def yielding_tail(self, name: str, rx: Orders, i0: int, i1: int, claimed: AbstractSet[int]) -> int:
         """Where a match of ops ``i0`` to ``i1`` should end. An optional trailing op (GELU's last
         mul, a norm's weight) can as well be the next idiom's first op, which op order alone
         does not tell apart: the end is the one, among ``i1`` and the shorter whole matches that
         fit, after which the next idiom reaches furthest, the shorter on a tie (the next idiom
         whole). The longest match alone lost the idiom after it, or merged two GELUs in a row
-        into one of ten ops."""
+        into one of ten ops. An idiom matched already (an attention, claimed first) is no next
+        idiom: one that took its ops left the op out, which then belongs to neither."""
         if i1 == len(self.seq):
             return i1
-        end, reach = i1, i1 + self.idiom_length_at(i1)
+        end, reach = i1, i1 + self.idiom_length_at(i1, claimed)
         for b in range(i1 - 1, i0, -1):
             if self.fits(name, rx, i0, b):
-                after = b + self.idiom_length_at(b)
+                after = b + self.idiom_length_at(b, claimed)
                 if after > b and after >= reach:
                     end, reach = b, after
         return end
@@ -260,12 +268,13 @@ def _cost_occurrences(record: Pattern, ms: list[Match], g: OpGraph, backend: str
     occurrence slowed by the machine does not inflate it), bounded by what the better fused form
     saves at their shape on this machine's kept costs (:func:`~.cost.grounded_saving_ns`)."""
     first = ms[0]
+    after = len(first.params.get(VECTOR_SHAPES) or ())  # a weight the fused call cannot take: applied after it
     kept = [i for i, n in enumerate(first.nodes) if n.op not in record.cost_excludes]
     per_op = [statistics.median(g.time_ns(m.nodes[i]) for m in ms) for i in kept]
-    saving_ns = estimate_saving_ns(record.name, per_op, full_size([first.nodes[i] for i in kept]), backend) * len(ms)
+    saving_ns = estimate_saving_ns(record.name, per_op, full_size([first.nodes[i] for i in kept]), backend, after) * len(ms)
     time_ns = float(sum(g.time_ns(n) for m in ms for n in m.nodes))
     dtype = (first.x.dtype if first.x is not None else None) or "float32"
-    grounded = grounded_saving_ns(record.name, first.nodes, g, backend, dtype)
+    grounded = grounded_saving_ns(record.name, first.nodes, g, backend, dtype, after)
     if grounded is not None:
         saving_ns = min(saving_ns, grounded * len(ms))
     # Medians can add up to more than the total.
@@ -334,7 +343,7 @@ def hints_from_matches(
             "device": backend,
             "backend": backend,
             "time_source": "device" if g.has_device else "cpu",
-            "estimate_model": model_text(pattern, backend, bound=bound, from_trace=from_trace),
+            "estimate_model": model_text(pattern, backend, bound=bound, from_trace=from_trace, after=len(first.params.get(VECTOR_SHAPES) or ())),
             **flags,
             **first.params,
         }

@@ -10,6 +10,7 @@ import functools
 import math
 import sys
 from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
 from types import MappingProxyType
 from typing import Any
 
@@ -284,8 +285,8 @@ def _suggest(m: Match, backend: str) -> str:
     notes = [mask_note] if mask_note else []
     if m.params.get("inputs_maybe_scaled"):
         notes.append(
-            "q, k: before any scale your code multiplies them by, and scale= the one it applies (1.0 for none): "
-            "op order does not show whether it scales them some ops before the scores"
+            "q, k: before any scale your code multiplies them by, and scale= every scale it applies to q, k and "
+            "the scores, multiplied (1.0 for none): op order does not show whether it scales them some ops before the scores"
         )
     elif m.params.get("scaled_before_scores"):
         notes.append(
@@ -329,17 +330,19 @@ def _sequence_params(members: list[OpNode]) -> dict[str, Any]:
 _QKV_PROJECTIONS = MATMULS | {"linear", "addmm"}
 
 
-def _scaled_before(members: list[OpNode], before: Iterable[OpNode]) -> dict[str, Any]:
+def _scaled_before(members: list[OpNode], before: Iterable[OpNode], claimed: AbstractSet[int]) -> dict[str, Any]:
     """Whether q or k may have been scaled before a trace's attention match: a multiply or
-    divide by a number (by anything, where shapes were not recorded) after the three
-    projections before the scores (q, k and v: Whisper scales q, then projects k and v). Op
-    order does not show which tensor it scaled: the scale is not known, where op order alone
-    said 1.0 (no scale between the scores and the softmax), and q and k are read before it."""
-    if _sequence_params(members)["scale"] != 1.0:
-        return {}
+    divide by a number after the three projections before the scores (q, k and v: Whisper
+    scales q, then projects k and v), whatever the match scales itself by (Whisper's
+    ``* 1.0`` on its scores). Not one that another idiom took (a GELU's ``0.5 * x``), nor,
+    where shapes were recorded, one of another size than the scores' q and k (T5's position
+    buckets, a rotary table). Op order does not show which tensor it scaled: the scale is not
+    known and q and k are read before it."""
+    mm = next((n for n in members if n.op in MATMULS), None)
+    sizes = {t.numel for t in mm.inputs if t.sizes} if mm is not None else set()
     projections = 0
     for n in before:
-        if n.op in ("mul", "div") and (not n.inputs or _is_scaling(n)):
+        if n.op in ("mul", "div") and n.index not in claimed and (not n.inputs or (_is_scaling(n) and n.inputs[n.big_inputs()[0]].numel in sizes)):
             return {"scale": UNKNOWN_SCALE, "inputs_maybe_scaled": True}
         projections += n.op in _QKV_PROJECTIONS
         if projections == 3:

@@ -1036,6 +1036,7 @@ def test_the_glu_family_says_which_activation(act: str, spelling: Any, tmp_path:
         (h,) = [h for h in result.hints if h.pattern == "silu_mul"]
         assert h.details["activation"] == act and f"{act}(gate) * up" in h.suggestion
         assert ("GeGLU" if act == "gelu" else "SwiGLU") in h.suggestion
+        assert "MLP block" not in h.suggestion  # a gate anywhere (Mamba's y * silu(z)), not only an MLP's
 
 
 def test_multihead_attention_with_weights_is_told_need_weights_false() -> None:

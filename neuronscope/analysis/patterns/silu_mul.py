@@ -38,7 +38,8 @@ def _suggest(m: Match, backend: str) -> str:
     act = m.params.get("activation", "silu")
     name = "GeGLU" if act == "gelu" else "SwiGLU"
     kernel = f"NKI's fused {name} kernel" if backend == "neuron" else f"a fused {name} kernel"
-    return f"torch.compile the MLP block ({act}(gate) * up), or {kernel}"
+    # Not only an MLP's: Mamba gates its scan's output with ``y * silu(z)``.
+    return f"torch.compile the code that computes {act}(gate) * up (a gated MLP, or any other gate), or {kernel}"
 
 
 SILU_MUL = Pattern(

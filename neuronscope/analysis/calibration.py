@@ -21,7 +21,9 @@ import functools
 import json
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -56,13 +58,21 @@ MAX_PER_BYTE_FACTOR = 8.0
 FUSED_OPTIMIZERS = frozenset({"Adam", "AdamW", "SGD", "Adagrad"})
 
 
-class DeviceCosts(NamedTuple):
-    """What ops cost on one device: a small op's call and the bandwidth by tensor size."""
+class Calibration(NamedTuple):
+    """What ops cost on one device, measured outside any profiler by :func:`calibrate`: a small
+    op's call and the bandwidth by tensor size (all the cost model asks of a device: a
+    :class:`DeviceCosts` holds these two alone), and what fusing removes."""
 
     #: one small op's call (dispatch, allocation, the Python call), ns
     per_op_ns: float
     #: (tensor bytes, bytes per ns), smallest first: a tensor in a cache moves faster
     bandwidth: tuple[tuple[int, float], ...]
+    #: entering torch.compile'd code beyond the eager op it runs, ns (None: not measured)
+    compiled_call_ns: float | None = None
+    #: per pattern with an eager replacement: (share of the launches' cost, ns per byte)
+    eager: Mapping[str, tuple[float, float]] = MappingProxyType({})
+    #: per optimizer class: (ns saved per parameter, ns saved per element) by ``fused=True``
+    optimizers: Mapping[str, tuple[float, float]] = MappingProxyType({})
 
     def bytes_per_ns(self, nbytes: int) -> float:
         """Bandwidth for tensors of ``nbytes``: interpolated in log size between the measured
@@ -79,19 +89,9 @@ class DeviceCosts(NamedTuple):
         return np.interp(np.log(np.maximum(sizes, 1)), np.log(known), rates)
 
 
-class Calibration(NamedTuple):
-    """What ops cost on one device, measured outside any profiler by :func:`calibrate`."""
-
-    #: one small op's call (dispatch, allocation, the Python call), ns
-    per_op_ns: float
-    #: (tensor bytes, bytes per ns), smallest first: a tensor in a cache moves faster
-    bandwidth: tuple[tuple[int, float], ...]
-    #: entering torch.compile'd code beyond the eager op it runs, ns (None: not measured)
-    compiled_call_ns: float | None
-    #: per pattern with an eager replacement: (share of the launches' cost, ns per byte)
-    eager: dict[str, tuple[float, float]]
-    #: per optimizer class: (ns saved per parameter, ns saved per element) by ``fused=True``
-    optimizers: dict[str, tuple[float, float]]
+#: What the cost model asks of a device, its per-op cost and bandwidth: a :class:`Calibration`
+#: given those two alone.
+DeviceCosts = Calibration
 
 
 #: Where :data:`DEFAULT_CPU` was measured, as estimates that use it say.

@@ -90,8 +90,7 @@ def measured_here(device: str) -> bool:
 def device_costs(device: str = "cpu", dtype: str = "float32") -> DeviceCosts | None:
     """This device's per-op cost and bandwidth as kept by ``neuronscope calibrate`` (a CPU
     never calibrated: the shipped defaults); None where the device is not this machine's CPU."""
-    cal = calibration.constants(device, dtype)
-    return None if cal is None else DeviceCosts(cal.per_op_ns, cal.bandwidth)
+    return calibration.constants(device, dtype)
 
 
 def eager_costs(pattern: str, device: str = "cpu", dtype: str = "float32") -> tuple[float, float] | None:

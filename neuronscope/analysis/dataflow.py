@@ -33,6 +33,7 @@ from __future__ import annotations
 import bisect
 import functools
 import itertools
+import math
 from collections.abc import Callable, Iterable
 from operator import itemgetter
 from typing import Any, NamedTuple
@@ -49,7 +50,6 @@ from neuronscope.analysis.opgraph import (
     copied,
     event_types,
     link_consumers,
-    numel,
     short_name,
 )
 from neuronscope.capture import torch_private
@@ -198,7 +198,7 @@ def graph_from_table(table: EventTable, locations: list[str | None] | None = Non
             inputs = inputs_of.get(id(recorded))
             if inputs is None:
                 sized = [s for s in map(_shape_tuple, recorded) if s is not None]
-                inputs = inputs_of[id(recorded)] = [TensorArg(-1, s, "", 0, numel(s)) for s in sized]
+                inputs = inputs_of[id(recorded)] = [TensorArg(-1, s, "", 0, math.prod(s)) for s in sized]
             node.inputs = list(inputs)
             node.producers = [-1] * len(inputs)
         if locations is not None and i < len(locations):
@@ -412,7 +412,7 @@ def _graph_from_profiler(prof: Any, table: EventTable | None) -> OpGraph | None:
                 tensor_id = item.id  # profile_memory's id: the key exact links use
                 key = ptr if tensor_id is None else tensor_id
                 sizes = tuple(item.sizes)
-                tensors.append(TensorArg(key, sizes, _dtype_name(item.dtype), item.impl_ptr, numel(sizes)))
+                tensors.append(TensorArg(key, sizes, _dtype_name(item.dtype), item.impl_ptr, math.prod(sizes)))
                 producers.append(-1)
                 node_ids.append(tensor_id)
         nodes.append(node)

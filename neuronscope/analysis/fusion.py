@@ -165,9 +165,6 @@ def find_sequence_matches(g: OpGraph) -> list[Match]:
     return out
 
 
-_PROJECTIONS = frozenset({"linear", "matmul", "mm", "addmm"})
-
-
 class _OpText:
     """One thread's user-level ops as the idioms' op orders see them (each op's short name),
     and the questions the matching asks of them, in op indices."""
@@ -243,8 +240,7 @@ def _sequence_choice(pattern: str, members: list[OpNode]) -> dict[str, Any] | No
     order = tuple(m.op for m in members)
     if not all(m.inputs for m in members):
         return _orders()[pattern].unshaped(order)
-    elementwise = [m for m in members if m.op not in _PROJECTIONS]
-    x = max(elementwise[0].inputs, key=lambda t: t.numel).sizes
+    x = max(members[0].inputs, key=lambda t: t.numel).sizes
     if not x:
         return None
     return _orders()[pattern].choice(order, [[t for t in m.inputs if t.sizes] for m in members], x)

@@ -21,7 +21,6 @@ __all__ = [
     "copied",
     "event_types",
     "link_consumers",
-    "numel",
     "short_name",
 ]
 
@@ -72,13 +71,6 @@ def short_name(name: str) -> str:
     if base.endswith("_") and not base.startswith("_"):
         base = base[:-1]
     return base
-
-
-def numel(sizes: tuple[int, ...]) -> int:
-    n = 1
-    for s in sizes:
-        n *= s
-    return n
 
 
 class TensorArg(NamedTuple):

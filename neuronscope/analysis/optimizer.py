@@ -21,7 +21,7 @@ from neuronscope.analysis.cost import (
     model_text,
 )
 from neuronscope.analysis.opgraph import OpGraph, OpNode
-from neuronscope.analysis.patterns.base import MATMULS, Match, match_location
+from neuronscope.analysis.patterns.base import MATMULS, Match, match_lines
 from neuronscope.analysis.patterns.elementwise_chain import ELEMENTWISE_CHAIN, elementwise_chains
 from neuronscope.events import KIND_ANNOTATION, EventTable
 from neuronscope.result.hint import Hint
@@ -155,7 +155,7 @@ def optimizer_hints(g: OpGraph, steps: dict[str, list[list[int]]], backend: str,
                 time_us=time_ns / 1e3,
                 est_saving_us=saving_ns / 1e3,
                 suggestion=suggestion,
-                location=match_location(typical),
+                location=match_lines(typical)[0],
                 confidence=confidence,
                 details={
                     "optimizer": cls,

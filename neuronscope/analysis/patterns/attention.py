@@ -15,7 +15,7 @@ from types import MappingProxyType
 from typing import Any
 
 from neuronscope.analysis.opgraph import OpGraph, OpNode
-from neuronscope.analysis.patterns.base import MATMULS, SOFTMAXES, Match, Pattern, input_from, softmax_on_last_dim
+from neuronscope.analysis.patterns.base import MATMULS, SOFTMAXES, Match, Pattern, softmax_on_last_dim
 from neuronscope.analysis.patterns.matcher import graph_matcher
 from neuronscope.analysis.patterns.spelling import Spelling, elementwise_slot, named
 
@@ -197,7 +197,8 @@ def _mask_kind(mm1: OpNode, pre: list[OpNode]) -> str | None:
         elif p.op == "where" and len(p.inputs) < 3:
             kinds.append("where, number")
         elif p.op == "where":
-            kinds.append("where" if input_from(p, prev) == 1 else "where, inverted")
+            scores_at = next((k for k, made_by in enumerate(p.producers) if made_by == prev.index), None)
+            kinds.append("where" if scores_at == 1 else "where, inverted")
         prev = p
     return _mask_of(kinds)
 

@@ -24,11 +24,9 @@ __all__ = [
     "Match",
     "Pattern",
     "dims",
-    "input_from",
     "is_float",
     "line_of",
     "match_lines",
-    "match_location",
     "root_value",
     "softmax_on_last_dim",
     "vectors_note",
@@ -164,13 +162,6 @@ def root_value(g: OpGraph, n: OpNode, k: int) -> tuple[int, int]:
     return (key, p)
 
 
-def input_from(n: OpNode, producer: OpNode) -> int | None:
-    for k, p in enumerate(n.producers):
-        if p == producer.index:
-            return k
-    return None
-
-
 def is_float(dtype: str) -> bool:
     """A floating-point dtype name (``float32``, ``bfloat16``...); an unknown one counts as float."""
     return not dtype or "float" in dtype or "complex" in dtype
@@ -185,11 +176,6 @@ def dims(m: Match) -> str:
 def line_of(loc: str) -> int:
     tail = loc.rsplit(":", 1)[-1]
     return int(tail) if tail.isdigit() else 0
-
-
-def match_location(m: Match) -> str | None:
-    """The user's line where the idiom starts (the first of :func:`match_lines`)."""
-    return match_lines(m)[0]
 
 
 def match_lines(m: Match) -> tuple[str | None, str | None]:

@@ -166,13 +166,7 @@ def _op_names(func: Any) -> tuple[str, ...]:
 
 
 def _storages(value: Any) -> set[int]:
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return {value.untyped_storage().data_ptr()} if value.numel() else set()
-    if isinstance(value, (list, tuple)):
-        return set().union(*map(_storages, value)) if value else set()
-    return set()
+    return {t.untyped_storage().data_ptr() for t in _tensors(value) if t.numel()}
 
 
 def _tensors(value: Any) -> list[Any]:

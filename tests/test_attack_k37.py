@@ -1,0 +1,60 @@
+"""Attacks on round 37's changes: suggestions applied as written must keep the program's output."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.profiler import ProfilerActivity, profile
+
+from neuronscope import from_profiler
+from neuronscope.drive.traces import from_trace
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def _log_softmax(x: torch.Tensor, dim: int) -> torch.Tensor:
+    s = x - x.amax(dim, keepdim=True)
+    return s - torch.log(torch.exp(s).sum(dim, keepdim=True))
+
+
+def _hints(fn, args, tmp_path: Path, shapes: bool) -> list:  # type: ignore[no-untyped-def]
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=shapes) as prof:
+        fn(*args)
+    path = tmp_path / f"trace_{shapes}.json"
+    prof.export_chrome_trace(str(path))
+    return [
+        h for r in (from_profiler(prof), from_trace(path)) for h in r.fusion_hints if h.pattern == "log_softmax"
+    ]
+
+
+def test_a_segmentation_loss_over_the_classes_dim_is_no_cross_entropy_of_rows(tmp_path: Path) -> None:
+    """``nll_loss(log_softmax(x, 1), t)`` on ``[N, C, H, W]`` logits (segmentation) was read as
+    a cross-entropy of rows over the last dim: ``cross_entropy(x.flatten(0, -2),
+    target.flatten())``, which is another loss (or a shape error). The loss spellings ran on
+    rows reshaped before the log-softmax, so no op's shape was checked against ``x``'s. With
+    shapes it is now the log-softmax over dim -3, as written; without, the dim is not known
+    and the suggestion says where cross_entropy reads the classes."""
+    x, t = torch.randn(2, 5, 8, 8), torch.randint(0, 5, (2, 8, 8))
+    fn = lambda x, t: F.nll_loss(_log_softmax(x, 1), t)  # noqa: E731
+    with_shapes = _hints(fn, (x, t), tmp_path, True)
+    assert with_shapes and all(h.details["dim"] == -3 and not h.details.get("loss") for h in with_shapes)
+    assert torch.allclose(F.log_softmax(x, dim=-3), _log_softmax(x, 1), atol=1e-6)
+    for h in _hints(fn, (x, t), tmp_path, False):
+        assert h.details["dim"] is None and "cross_entropy(x, target)" in h.suggestion and "dim 1" in h.suggestion
+        assert torch.allclose(F.cross_entropy(x, t), fn(x, t), atol=1e-6)  # cross_entropy(x, target), as written
+
+
+def test_an_nll_loss_weight_is_kept_by_the_suggestion(tmp_path: Path) -> None:
+    """``nll_loss(logp, t, weight=w)``, read without shapes, was suggested as ``cross_entropy``
+    with the nll_loss's reduction and ignore_index: dropping the class weights changes the loss."""
+    x, t, w = torch.randn(32, 10), torch.randint(0, 10, (32,)), torch.rand(10)
+    fn = lambda x, t: F.nll_loss(_log_softmax(x, -1), t, weight=w)  # noqa: E731
+    hints = [h for h in _hints(fn, (x, t), tmp_path, False) if h.details.get("loss")]
+    assert hints
+    for h in hints:
+        assert "weight" in h.suggestion
+    assert not torch.allclose(F.cross_entropy(x, t), fn(x, t))
+    assert torch.allclose(F.cross_entropy(x, t, weight=w), fn(x, t), atol=1e-6)

@@ -98,7 +98,7 @@ def _suggest(m: Match, backend: str) -> str:
             )
         return (
             f"use torch.nn.functional.cross_entropy({args}) (log_softmax over dim={dim_text} and the loss in one call; "
-            f"pass it the nll_loss's weight, reduction and ignore_index{classes})"
+            f"pass it the nll_loss's reduction, ignore_index and weight{classes})"
         )
     return f"use torch.nn.functional.log_softmax(x, dim={dim_text})"
 

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 from neuronscope import from_profiler
+from neuronscope.analysis.patterns.attention import UNKNOWN_SCALE
 from neuronscope.drive.traces import from_trace
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -58,3 +59,27 @@ def test_an_nll_loss_weight_is_kept_by_the_suggestion(tmp_path: Path) -> None:
         assert "weight" in h.suggestion
     assert not torch.allclose(F.cross_entropy(x, t), fn(x, t))
     assert torch.allclose(F.cross_entropy(x, t, weight=w), fn(x, t), atol=1e-6)
+
+
+def test_a_mask_added_before_the_scale_is_scaled_in_the_suggestion() -> None:
+    """``softmax((q @ k^T + bias) * d**-0.5) @ v``: the live matcher takes the scores' ops in any
+    order, and suggested ``sdpa(q, k, v, attn_mask=mask)`` with the bias as the mask, where sdpa
+    adds it to the scaled scores: the code scales the bias too. The suggestion now says so."""
+    from neuronscope import profile_on_neuron
+
+    torch.manual_seed(0)
+    q, k, v, bias = torch.randn(2, 4, 16, 8), torch.randn(2, 4, 16, 8), torch.randn(2, 4, 16, 8), torch.randn(1, 4, 16, 16)
+
+    def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        s = (q @ k.transpose(-1, -2) + bias) * 8**-0.5
+        return torch.softmax(s, -1) @ v
+
+    wrapped = profile_on_neuron(attention)
+    for _ in range(2):
+        wrapped(q, k, v)
+    (h,) = [h for h in wrapped.last_result.fusion_hints if h.pattern == "attention"]
+    assert "attn_mask=mask" in h.suggestion and h.details.get("scale") in (None, UNKNOWN_SCALE)  # 8**-0.5: sdpa's default
+    as_read = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+    assert not torch.allclose(as_read, attention(q, k, v), atol=1e-5)
+    assert "multiplied by the scale" in h.suggestion
+    assert torch.allclose(F.scaled_dot_product_attention(q, k, v, attn_mask=bias * 8**-0.5), attention(q, k, v), atol=1e-5)

@@ -130,6 +130,13 @@ def match_attention(g: OpGraph, n: OpNode) -> Match | None:
     scale = _scale_value(list(scales.values()), q.sizes[-1] if q is not None and q.sizes else None, _alpha(mm1))
     if scale is not None:
         params["scale"] = scale
+    # The scores' ops are matched in any order: a scale after an added mask scales the mask
+    # too, where sdpa adds its attn_mask to the scaled scores.
+    added = [x.index for x in pre if x.op == "add" and len(x.big_inputs()) == 2]
+    if mm1.op == "baddbmm" and len(mm1.big_inputs()) == 3:
+        added.insert(0, mm1.index)
+    if added and any(x.index > added[0] for x in pre if _is_scaling(x)):
+        params["mask_scaled"] = True
     if any(x.index < mm1.index for x in scales.values()):
         # The hint takes in the scale of q or k, so its sdpa call reads them unscaled: the
         # code's scaled q with sdpa's default scale would apply it twice.
@@ -284,6 +291,8 @@ def _suggest(m: Match, backend: str) -> str:
         args.append(f"scale={scale!r}")
     call = f"torch.nn.functional.scaled_dot_product_attention({', '.join(args)})"
     notes = [mask_note] if mask_note else []
+    if m.params.get("mask_scaled"):
+        notes.append("mask: multiplied by the scale your code applies after adding it (sdpa adds attn_mask to the scores it has scaled)")
     if m.params.get("inputs_maybe_scaled"):
         notes.append(
             "q, k: before any scale your code multiplies them by, and scale= every scale it applies to q, k and "

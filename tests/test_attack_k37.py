@@ -83,3 +83,32 @@ def test_a_mask_added_before_the_scale_is_scaled_in_the_suggestion() -> None:
     assert not torch.allclose(as_read, attention(q, k, v), atol=1e-5)
     assert "multiplied by the scale" in h.suggestion
     assert torch.allclose(F.scaled_dot_product_attention(q, k, v, attn_mask=bias * 8**-0.5), attention(q, k, v), atol=1e-5)
+
+
+def test_a_baddbmm_scale_and_bias_read_by_op_order(tmp_path: Path) -> None:
+    """``baddbmm(bias, q, k^T, alpha=s) + mask`` (Bloom's alibi and scale in the matmul): op
+    order said ``scale=1.0`` (no mul or div between the scores and the softmax) and took only
+    the add after it as the mask. Now the alpha is the scale where shapes (and so the call's
+    numbers) were recorded, unknown where not, and the bias the matmul adds is a mask too."""
+    torch.manual_seed(0)
+    q, k, v = torch.randn(8, 16, 8), torch.randn(8, 16, 8), torch.randn(8, 16, 8)
+    bias, mask = torch.randn(8, 1, 16), torch.triu(torch.full((16, 16), -1e9), 1)
+
+    def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        s = bias.baddbmm(q, k.transpose(1, 2), beta=1.0, alpha=8**-0.5) + mask
+        return torch.bmm(torch.softmax(s, -1), v)
+
+    for shapes in (True, False):
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=shapes) as prof:
+            expected = attention(q, k, v)
+        path = tmp_path / f"trace_{shapes}.json"
+        prof.export_chrome_trace(str(path))
+        for live, result in ((True, from_profiler(prof)), (False, from_trace(path))):
+            (h,) = [h for h in result.fusion_hints if h.pattern == "attention"]
+            assert "attn_mask=bias + mask" in h.suggestion, h.suggestion
+            scale = h.details["scale"]
+            if scale == UNKNOWN_SCALE:  # without shapes (a trace file's numbers are not read)
+                assert not (shapes and live)
+                scale = 8**-0.5  # what the code applies, as the user fills it in
+            got = F.scaled_dot_product_attention(q, k, v, attn_mask=bias + mask, scale=scale)
+            assert torch.allclose(got, expected, atol=1e-5)

@@ -325,10 +325,15 @@ def _sequence_params(members: list[OpNode]) -> dict[str, Any]:
     # Op order does not show which input of a where the scores are: its mask is then named
     # by what it means ("keep"), as where a Python number is the fill value.
     kinds = [n.op if n.op != "where" else "where, number" for n in pre if n.op in ("add", "masked_fill", "where")]
+    first = next((i for i, n in enumerate(members) if n.op in MATMULS), 0)
+    mm = members[first] if members else None
+    if mm is not None and mm.op == "baddbmm" and (not mm.inputs or len(mm.big_inputs()) == 3):
+        kinds.insert(0, "add")  # Bloom's alibi, added by the matmul (as its spelling declares)
     mask = _mask_of(kinds)
     params: dict[str, Any] = {"masked": mask is not None, "mask": mask}
-    params["scale"] = UNKNOWN_SCALE if any(n.op in ("mul", "div") for n in pre) else 1.0
-    first = next((i for i, n in enumerate(members) if n.op in MATMULS), 0)
+    # A baddbmm scales its product by its alpha (Bloom), a number only recorded shapes hold.
+    alpha = _alpha(mm) if mm is not None and (mm.op != "baddbmm" or mm.scalars) else None
+    params["scale"] = UNKNOWN_SCALE if alpha is None or any(n.op in ("mul", "div") for n in pre) else alpha
     if any(n.op in ("mul", "div") for n in members[:first]):
         # The spelling's ``q * s`` right before the scores, or a ``v * s`` there: op order
         # does not say which (a scale of v given to sdpa as its scale= is another attention).

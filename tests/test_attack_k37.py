@@ -112,3 +112,27 @@ def test_a_baddbmm_scale_and_bias_read_by_op_order(tmp_path: Path) -> None:
                 scale = 8**-0.5  # what the code applies, as the user fills it in
             got = F.scaled_dot_product_attention(q, k, v, attn_mask=bias + mask, scale=scale)
             assert torch.allclose(got, expected, atol=1e-5)
+
+
+def test_a_fused_softmax_over_the_classes_dim_is_no_cross_entropy_of_rows(tmp_path: Path) -> None:
+    """``nll_loss(log(softmax(x, 1)), t)`` on ``[N, C, H, W]``: a fused softmax's output has its
+    input's shape whatever its dim, so only its recorded dim tells; the loss's ``dim=-1`` was
+    declared, not read, and the live capture and a trace file (which keeps no numbers)
+    suggested ``cross_entropy(x.flatten(0, -2), target.flatten())``, another loss. Now the dim
+    is -1 only where the softmax's dim was recorded as the last."""
+    from neuronscope import profile_on_neuron
+
+    x, t = torch.randn(2, 5, 8, 8), torch.randint(0, 5, (2, 8, 8))
+
+    def loss(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return F.nll_loss(torch.log(torch.softmax(x, 1)), t)
+
+    wrapped = profile_on_neuron(loss)
+    for _ in range(2):
+        wrapped(x, t)
+    hints = [h for h in wrapped.last_result.fusion_hints if h.pattern == "log_softmax"]
+    hints += _hints(loss, (x, t), tmp_path, True)
+    assert hints
+    for h in hints:
+        assert "flatten" not in h.suggestion.split(")")[0], h.suggestion
+    assert torch.allclose(F.cross_entropy(x, t), loss(x, t), atol=1e-5)  # cross_entropy(x, target), as written

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from neuronscope.analysis.opgraph import OpNode
-from neuronscope.analysis.patterns.base import Match, Pattern
+from neuronscope.analysis.patterns.base import SOFTMAXES, Match, Pattern, softmax_on_last_dim
 from neuronscope.analysis.patterns.softmax import DIMS, UNKNOWN_DIM, written_softmax
 from neuronscope.analysis.patterns.spelling import Spelling, named
 
@@ -67,10 +67,12 @@ SPELLINGS = tuple(Spelling(_spelling, {**form, **reads}) for form in _FORMS for 
 def _params(choice: Mapping[str, Any], nodes: list[OpNode]) -> dict[str, Any]:
     """The dim (a loss reads rows: the last), and the op of the loss where there is one."""
     if choice["loss"]:
-        # Over the last dim only where the shapes said so: op order alone also fits a
-        # log-softmax over the classes of [N, C, H, W] read by nll_loss (segmentation).
-        shaped = bool(nodes[0].inputs and nodes[0].inputs[0].sizes)
-        return {"dim": -1 if shaped else None, "loss": nodes[-1].op}
+        # Over the last dim only where the shapes said so, and a fused softmax's own dim (a
+        # number, where recorded) is its input's last: op order alone also fits a log-softmax
+        # over the classes of [N, C, H, W] read by nll_loss (segmentation).
+        fused = [n for n in nodes if n.op in SOFTMAXES]
+        known = bool(nodes[0].inputs and nodes[0].inputs[0].sizes) and all(n.scalars for n in fused) and softmax_on_last_dim(nodes)
+        return {"dim": -1 if known else None, "loss": nodes[-1].op}
     return {"dim": choice["dim"]}
 
 

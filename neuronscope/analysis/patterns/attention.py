@@ -130,6 +130,13 @@ def match_attention(g: OpGraph, n: OpNode) -> Match | None:
     scale = _scale_value(list(scales.values()), q.sizes[-1] if q is not None and q.sizes else None, _alpha(mm1))
     if scale is not None:
         params["scale"] = scale
+    # The scores' ops are matched in any order: a scale after an added mask scales the mask
+    # too, where sdpa adds its attn_mask to the scaled scores.
+    added = [x.index for x in pre if x.op == "add" and len(x.big_inputs()) == 2]
+    if mm1.op == "baddbmm" and len(mm1.big_inputs()) == 3:
+        added.insert(0, mm1.index)
+    if added and any(x.index > added[0] for x in pre if _is_scaling(x)):
+        params["mask_scaled"] = True
     if any(x.index < mm1.index for x in scales.values()):
         # The hint takes in the scale of q or k, so its sdpa call reads them unscaled: the
         # code's scaled q with sdpa's default scale would apply it twice.
@@ -284,6 +291,8 @@ def _suggest(m: Match, backend: str) -> str:
         args.append(f"scale={scale!r}")
     call = f"torch.nn.functional.scaled_dot_product_attention({', '.join(args)})"
     notes = [mask_note] if mask_note else []
+    if m.params.get("mask_scaled"):
+        notes.append("mask: multiplied by the scale your code applies after adding it (sdpa adds attn_mask to the scores it has scaled)")
     if m.params.get("inputs_maybe_scaled"):
         notes.append(
             "q, k: before any scale your code multiplies them by, and scale= every scale it applies to q, k and "
@@ -316,10 +325,15 @@ def _sequence_params(members: list[OpNode]) -> dict[str, Any]:
     # Op order does not show which input of a where the scores are: its mask is then named
     # by what it means ("keep"), as where a Python number is the fill value.
     kinds = [n.op if n.op != "where" else "where, number" for n in pre if n.op in ("add", "masked_fill", "where")]
+    first = next((i for i, n in enumerate(members) if n.op in MATMULS), 0)
+    mm = members[first] if members else None
+    if mm is not None and mm.op == "baddbmm" and (not mm.inputs or len(mm.big_inputs()) == 3):
+        kinds.insert(0, "add")  # Bloom's alibi, added by the matmul (as its spelling declares)
     mask = _mask_of(kinds)
     params: dict[str, Any] = {"masked": mask is not None, "mask": mask}
-    params["scale"] = UNKNOWN_SCALE if any(n.op in ("mul", "div") for n in pre) else 1.0
-    first = next((i for i, n in enumerate(members) if n.op in MATMULS), 0)
+    # A baddbmm scales its product by its alpha (Bloom), a number only recorded shapes hold.
+    alpha = _alpha(mm) if mm is not None and (mm.op != "baddbmm" or mm.scalars) else None
+    params["scale"] = UNKNOWN_SCALE if alpha is None or any(n.op in ("mul", "div") for n in pre) else alpha
     if any(n.op in ("mul", "div") for n in members[:first]):
         # The spelling's ``q * s`` right before the scores, or a ``v * s`` there: op order
         # does not say which (a scale of v given to sdpa as its scale= is another attention).

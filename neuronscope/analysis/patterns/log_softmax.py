@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from neuronscope.analysis.opgraph import OpNode
-from neuronscope.analysis.patterns.base import Match, Pattern
+from neuronscope.analysis.patterns.base import SOFTMAXES, Match, Pattern, softmax_on_last_dim
 from neuronscope.analysis.patterns.softmax import DIMS, UNKNOWN_DIM, written_softmax
 from neuronscope.analysis.patterns.spelling import Spelling, named
 
@@ -22,8 +22,9 @@ def _spelling(t: Any, form: str, shift: str | None, division: str, loss: str | N
     read by ``gather`` / ``nll_loss`` (a hand-written cross-entropy)."""
     import torch
 
-    x, dim = (t.x.reshape(-1, t.x.shape[-1]), -1) if loss else (t.x, dim)  # a loss reads rows
-    dim = named("dim", dim)
+    # A loss reads rows: the log-softmax over x's last dim, then as rows (a view, no op), so
+    # that a match checks the ops' shapes against x's (a dim-1 log-softmax is no loss's).
+    x, dim = t.x, named("dim", -1 if loss else dim)
     if form == "logsumexp":
         logp = x - torch.logsumexp(x, dim, keepdim=True)
     elif form == "log(softmax)":
@@ -33,6 +34,8 @@ def _spelling(t: Any, form: str, shift: str | None, division: str, loss: str | N
     else:
         z = x if shift is None else x - (x.amax(dim, keepdim=True) if shift == "amax" else x.max(dim=dim, keepdim=True).values)
         logp = z - torch.log(torch.exp(z).sum(dim, keepdim=True))
+    if loss:
+        logp = logp.reshape(-1, logp.shape[-1])
     if loss == "gather":
         return logp.gather(dim, t.target[:, None])
     if loss == "nll_loss":
@@ -64,7 +67,12 @@ SPELLINGS = tuple(Spelling(_spelling, {**form, **reads}) for form in _FORMS for 
 def _params(choice: Mapping[str, Any], nodes: list[OpNode]) -> dict[str, Any]:
     """The dim (a loss reads rows: the last), and the op of the loss where there is one."""
     if choice["loss"]:
-        return {"dim": -1, "loss": nodes[-1].op}
+        # Over the last dim only where the shapes said so, and a fused softmax's own dim (a
+        # number, where recorded) is its input's last: op order alone also fits a log-softmax
+        # over the classes of [N, C, H, W] read by nll_loss (segmentation).
+        fused = [n for n in nodes if n.op in SOFTMAXES]
+        known = bool(nodes[0].inputs and nodes[0].inputs[0].sizes) and all(n.scalars for n in fused) and softmax_on_last_dim(nodes)
+        return {"dim": -1 if known else None, "loss": nodes[-1].op}
     return {"dim": choice["dim"]}
 
 
@@ -79,13 +87,21 @@ def _suggest(m: Match, backend: str) -> str:
         # reduction (a mean or a sum: not ours to guess), or at an nll_loss, whose reduction
         # and ignore_index the call must keep.
         rows = m.x is not None and len(m.x.sizes) == 2
-        args = "x, target" if rows else "x.flatten(0, -2), target.flatten()"
+        args = "x, target" if rows or dim is None else "x.flatten(0, -2), target.flatten()"
+        classes = (
+            "; x's classes in its dim 1, as cross_entropy reads them: x.flatten(0, -2), target.flatten() where they are the last dim"
+            if dim is None
+            else ""
+        )
         if loss == "gather":
             return (
                 f'use torch.nn.functional.cross_entropy({args}, reduction="none") (log_softmax over dim={dim_text} and '
-                "the loss in one call: the gathered log-probabilities negated, one a row; reduce them as the code does)"
+                f"the loss in one call: the gathered log-probabilities negated, one a row; reduce them as the code does{classes})"
             )
-        return f"use torch.nn.functional.cross_entropy({args}) (log_softmax over dim={dim_text} and the loss in one call; pass it the nll_loss's reduction and ignore_index)"
+        return (
+            f"use torch.nn.functional.cross_entropy({args}) (log_softmax over dim={dim_text} and the loss in one call; "
+            f"pass it the nll_loss's reduction, ignore_index and weight{classes})"
+        )
     return f"use torch.nn.functional.log_softmax(x, dim={dim_text})"
 
 

@@ -39,7 +39,7 @@ def test_a_segmentation_loss_over_the_classes_dim_is_no_cross_entropy_of_rows(tm
     shapes it is now the log-softmax over dim -3, as written; without, the dim is not known
     and the suggestion says where cross_entropy reads the classes."""
     x, t = torch.randn(2, 5, 8, 8), torch.randint(0, 5, (2, 8, 8))
-    fn = lambda x, t: F.nll_loss(_log_softmax(x, 1), t)  # noqa: E731
+    fn = lambda x, t: F.nll_loss(_log_softmax(x, 1), t)
     with_shapes = _hints(fn, (x, t), tmp_path, True)
     assert with_shapes and all(h.details["dim"] == -3 and not h.details.get("loss") for h in with_shapes)
     assert torch.allclose(F.log_softmax(x, dim=-3), _log_softmax(x, 1), atol=1e-6)
@@ -52,7 +52,7 @@ def test_an_nll_loss_weight_is_kept_by_the_suggestion(tmp_path: Path) -> None:
     """``nll_loss(logp, t, weight=w)``, read without shapes, was suggested as ``cross_entropy``
     with the nll_loss's reduction and ignore_index: dropping the class weights changes the loss."""
     x, t, w = torch.randn(32, 10), torch.randint(0, 10, (32,)), torch.rand(10)
-    fn = lambda x, t: F.nll_loss(_log_softmax(x, -1), t, weight=w)  # noqa: E731
+    fn = lambda x, t: F.nll_loss(_log_softmax(x, -1), t, weight=w)
     hints = [h for h in _hints(fn, (x, t), tmp_path, False) if h.details.get("loss")]
     assert hints
     for h in hints:

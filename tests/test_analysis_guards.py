@@ -105,7 +105,7 @@ def test_opt_scales_q_before_its_view_and_the_hint_says_so() -> None:
     with torch.no_grad():
         m(input_ids=ids)
         h, mask = seen["hidden_states"], seen["attention_mask"]
-        heads = lambda t: t.view(1, 8, 4, 16).transpose(1, 2)  # noqa: E731
+        heads = lambda t: t.view(1, 8, 4, 16).transpose(1, 2)
         q, k, v = heads(attn.q_proj(h)), heads(attn.k_proj(h)), heads(attn.v_proj(h))
         assert list(q.shape) == hint.details["q"] and list(k.shape) == hint.details["k"]
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)

@@ -1039,25 +1039,46 @@ def test_the_glu_family_says_which_activation(act: str, spelling: Any, tmp_path:
         assert "MLP block" not in h.suggestion  # a gate anywhere (Mamba's y * silu(z)), not only an MLP's
 
 
-def test_multihead_attention_with_weights_is_told_need_weights_false() -> None:
+#: nn.MultiheadAttention with its default need_weights=True, decorated; its attention hints'
+#: suggestions and scales. A file of its own: the observation names only lines of code in files.
+_MHA_WITH_WEIGHTS = """
+import json, torch
+from neuronscope import profile_on_neuron
+
+torch.manual_seed(0)
+mha = torch.nn.MultiheadAttention(128, 4, batch_first=True).eval()
+q, x = torch.randn(2, 1, 128), torch.randn(2, 16, 128)
+f = profile_on_neuron(lambda: mha(q, x, x)[0], export=False, print_summary=False, backend="cpu")
+with torch.no_grad():
+    f()
+    f()
+HINTS = [[h.suggestion, h.details.get("scale")] for h in f.last_result.hints if h.pattern == "attention"]
+if __name__ == "__main__":
+    print(json.dumps(HINTS))
+"""
+
+
+def test_multihead_attention_with_weights_is_told_need_weights_false(tmp_path: Path) -> None:
     """nn.MultiheadAttention's default need_weights=True writes attention out inside
     F.multi_head_attention_forward: the advice is its switch, and no number of that enclosing
-    call (embed_dim=128) is read as the scale of an op inside it."""
-    from neuronscope import profile_on_neuron
+    call (embed_dim=128) is read as the scale of an op inside it. After a torch.compile in
+    this process the observation names lines only (no enclosing call to name the switch by):
+    then the same code runs in a fresh process, so the switch is checked whatever ran before."""
+    import runpy
 
-    torch.manual_seed(0)
-    mha = torch.nn.MultiheadAttention(128, 4, batch_first=True).eval()
-    q, x = torch.randn(2, 1, 128), torch.randn(2, 16, 128)
-    f = profile_on_neuron(lambda: mha(q, x, x)[0], export=False, print_summary=False, backend="cpu")
-    with torch.no_grad():
-        f()
-        f()
-    (h,) = [h for h in f.last_result.hints if h.pattern == "attention"]
-    assert h.details.get("scale") != 128.0 and "attn_implementation" not in h.suggestion
+    from reliability_helpers.fresh import run_fresh
+
     from neuronscope.capture.observe import _compile_in_use
 
-    if not _compile_in_use():  # after a torch.compile the observation names lines only
-        assert "need_weights=False" in h.suggestion
+    script = tmp_path / "mha_with_weights.py"
+    script.write_text(_MHA_WITH_WEIGHTS)
+    if _compile_in_use():
+        hints = json.loads(run_fresh(tmp_path / "fresh", f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')"))
+    else:
+        hints = runpy.run_path(str(script))["HINTS"]
+    ((suggestion, scale),) = hints
+    assert scale != 128.0 and "attn_implementation" not in suggestion, suggestion
+    assert "need_weights=False" in suggestion, suggestion
 
 
 def test_the_sdpa_switch_is_named_only_where_the_model_class_declares_it() -> None:

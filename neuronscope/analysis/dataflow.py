@@ -30,11 +30,10 @@ Times come from the event table in both cases, so a hint's numbers agree with th
 
 from __future__ import annotations
 
-import bisect
 import functools
 import itertools
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from operator import itemgetter
 from typing import Any, NamedTuple
 
@@ -210,35 +209,6 @@ def graph_from_table(table: EventTable, locations: list[str | None] | None = Non
 # ---- the live event tree ------------------------------------------------------------------
 
 
-class _Ranges:
-    """Time ranges per thread, to ask whether an instant falls inside one of them."""
-
-    def __init__(self, ranges: Iterable[tuple[int, int, int]]) -> None:
-        by_tid: dict[int, list[tuple[int, int]]] = {}
-        for tid, start, end in ranges:
-            by_tid.setdefault(tid, []).append((start, end))
-        self._starts: dict[int, list[int]] = {}
-        self._reach: dict[int, list[int]] = {}  # running maximum of the ends
-        for tid, lst in by_tid.items():
-            lst.sort()
-            reach, hi = [], -1
-            for _, end in lst:
-                hi = max(hi, end)
-                reach.append(hi)
-            self._starts[tid] = [s for s, _ in lst]
-            self._reach[tid] = reach
-
-    def __bool__(self) -> bool:
-        return bool(self._starts)
-
-    def covers(self, tid: int, ns: int) -> bool:
-        starts = self._starts.get(tid)
-        if not starts:
-            return False
-        i = bisect.bisect_right(starts, ns) - 1
-        return i >= 0 and ns < self._reach[tid][i]
-
-
 class UserLine(NamedTuple):
     """Where the user's code ran an op (see :func:`user_line`)."""
 
@@ -311,19 +281,16 @@ def _graph_from_profiler(prof: Any, table: EventTable | None) -> OpGraph | None:
 
     times: dict[tuple[int, int], _TableOp] = {}
     annotations: set[tuple[int, int]] = set()
-    compiled: list[tuple[int, int, int]] = []
     has_device = False
     if table is not None and len(table):
         has_device = table.has_device
         tids, starts = table.tids, table.starts
         times = {(tids[t.row], starts[t.row]): t for t in user_ops(table)}
-        # The ranges, found at C speed: a table is mostly ops.
+        # The ranges, found at C speed: a table is mostly ops. Compiled code recorded as a
+        # range is not walked into: what runs inside it is no code of the user's to fuse.
         for i in itertools.compress(range(len(table)), map(KIND_OP.__ne__, table.kinds)):
-            annotations.add((tids[i], starts[i]))
-            if table.names[i].startswith(COMPILED_REGION_PREFIXES):
-                compiled.append((tids[i], starts[i], table.ends[i]))
-    in_compiled = _Ranges(compiled)
-    any_compiled = bool(in_compiled)
+            if not table.names[i].startswith(COMPILED_REGION_PREFIXES):
+                annotations.add((tids[i], starts[i]))
 
     # The user-level ops: the first op on each path down from a root. Annotations are passed
     # through; compiled regions are ops to the tree, which so hides what ran inside them. The
@@ -378,8 +345,6 @@ def _graph_from_profiler(prof: Any, table: EventTable | None) -> OpGraph | None:
     ids: list[list[Any]] = []
     for start, tid, name, ev, hit, parent in found:
         if "::" not in name:
-            continue
-        if any_compiled and in_compiled.covers(tid, start):
             continue
         end = ev.end_time_ns
         node = OpNode(len(nodes), name, short_name(name), tid, start, end, event=ev)

@@ -278,3 +278,47 @@ def test_compiled_graph_recorded_as_a_range_becomes_an_op_with_its_own_self_time
     assert set(result.regions) == {"outer"}  # compiled code is listed as ops, not as regions
     assert "compiled graph: f [0/0]" in result.regions["outer"].op_names
     assert sum(o.self_cpu_us for o in result.ops) == pytest.approx(1.8)  # self times add up
+
+
+def test_a_compiled_submodule_in_a_decorated_step_compiles_nothing_of_neuronscope() -> None:
+    """A decorated training step whose model holds a ``torch.compile``d submodule: the
+    capture's module hooks run inside the compiled module's call, where Dynamo compiled each
+    of them as a frame of the user's, in the capture. The step then got two
+    ``compile_in_capture`` hints naming neuronscope's own ``_pre`` and ``_post`` (advice to
+    warm up that the user had followed), and its op table held the compiler's work."""
+    from neuronscope import profile_on_neuron
+
+    class Scaled(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(16))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.w
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.n, self.b = torch.nn.Linear(16, 16), torch.compile(Scaled(), backend="eager"), torch.nn.Linear(16, 16)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.b(self.n(self.a(x)))
+
+    torch.manual_seed(0)
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(4, 16)
+
+    def step() -> None:
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+
+    # The first call, the decorator's warm-up, compiles the submodule: the captures compile nothing.
+    f = profile_on_neuron(step, export=False, backend="cpu", print_summary=False, active=2)
+    for _ in range(3):
+        f()
+    for result in f.results:
+        compiles = [h for h in result.hints if h.kind == "compile"]
+        assert not compiles, [(h.pattern, h.ops, h.location) for h in compiles]
+        assert not [o.name for o in result.ops if "neuronscope" in o.name], [o.name for o in result.ops]

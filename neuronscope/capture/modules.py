@@ -79,6 +79,7 @@ class ModuleHooks:
             self._record = torch_private.record_function_fast()
             self._starts = torch_private.profiler_start_counter()
             self._compiling = torch.compiler.is_compiling
+            torch_private.dynamo_skip((self._pre, self._post))
             pre = torch_module.register_module_forward_pre_hook(self._pre)
             post = torch_module.register_module_forward_hook(self._post, always_call=True)
         except (ImportError, AttributeError, TypeError):

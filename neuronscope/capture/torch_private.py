@@ -19,32 +19,13 @@ import threading
 from typing import Any
 
 __all__ = [
-    "clear_profiler_flag",
-    "default_store",
-    "disable_native_profiler",
-    "discard_replaced_session",
-    "dispatch_mode_class",
-    "dynamo_eval_frame",
-    "dynamo_utils",
-    "end_range",
-    "experimental_config_class",
-    "forget_thread_session",
-    "kineto_results",
-    "marker_span",
-    "native_profiler_enabled",
-    "native_profiler_on",
-    "privateuse1_backend_name",
-    "profile_slice",
-    "profiler_flag_on",
-    "profiler_start_counter",
-    "profiler_starts",
-    "record_function_fast",
-    "record_scope_and_event_type",
-    "replaced_sessions",
-    "session_gate",
-    "sessions_elsewhere",
-    "thread_session",
-    "tree_leaves",
+    "clear_profiler_flag", "default_store", "disable_native_profiler", "discard_replaced_session",
+    "dispatch_mode_class", "dynamo_eval_frame", "dynamo_skip", "dynamo_utils", "end_range",
+    "experimental_config_class", "forget_thread_session", "kineto_results", "marker_span",
+    "native_profiler_enabled", "native_profiler_on", "privateuse1_backend_name", "profile_slice",
+    "profiler_flag_on", "profiler_start_counter", "profiler_starts", "record_function_fast",
+    "record_scope_and_event_type", "replaced_sessions", "session_gate", "sessions_elsewhere",
+    "thread_session", "tree_leaves",
 ]
 
 
@@ -356,6 +337,14 @@ def dynamo_eval_frame(import_it: bool = False) -> Any:
 
         return eval_frame
     return sys.modules.get("torch._dynamo.eval_frame")
+
+
+def dynamo_skip(functions: Any) -> None:
+    """Dynamo never compiles these functions' frames (``eval_frame.skip_code``; torch 2.13):
+    the capture's module hooks, run inside a compiled module's call (a traced call inlines them)."""
+    skip: Any = getattr(sys.modules.get("torch._dynamo.eval_frame"), "skip_code", None)
+    for fn in functions if skip is not None else ():
+        skip(fn.__func__.__code__)
 
 
 def dispatch_mode_class() -> Any:

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from neuronscope.analysis.opgraph import OpGraph, OpNode
+from neuronscope.result.hint import Hint
 
 torch.manual_seed(0)
 
@@ -649,3 +650,19 @@ def attention_blocks(n: int) -> OpGraph:
             i = len(nodes)
             nodes.append(OpNode(index=i, name=f"aten::{op}", op=op.lstrip("_"), tid=1, start_ns=10 * i, end_ns=10 * i + 5, cpu_ns=5))
     return OpGraph(nodes, "none")
+
+
+def hints_by(how: str, fn: Callable[..., object], *args: object) -> list[Hint]:
+    """The hints on ``fn(*args)`` as a user gets them ``how``: ``"decorated"`` (the default
+    options: the observed warm-up call, then the capture) or ``"from_profiler"`` (their own
+    ``torch.profiler`` with shapes, then :func:`neuronscope.from_profiler`)."""
+    from neuronscope import from_profiler, profile_on_neuron
+
+    if how == "decorated":
+        f = profile_on_neuron(fn, export=False, backend="cpu")
+        f(*args)
+        f(*args)
+        return f.last_result.hints
+    with torch.profiler.profile(record_shapes=True) as prof:
+        fn(*args)
+    return from_profiler(prof).hints

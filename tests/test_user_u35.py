@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+from fusion_cases import hints_by
 from torch import nn
 
 from neuronscope import from_profiler, profile_on_neuron
@@ -208,15 +209,7 @@ def test_a_per_head_rms_norm_weight_is_applied_after_the_fused_call(how: str, sh
     gate = torch.rand(B, T, H, C // H)
     with torch.no_grad():
         expected = norm(x)
-        if how == "decorated":
-            f = profile_on_neuron(lambda: (norm(x), _gated_rms(x, gate)), export=False, backend="cpu")
-            f()
-            f()
-            hints = f.last_result.hints
-        else:
-            with torch.profiler.profile(record_shapes=True) as prof:
-                norm(x), _gated_rms(x, gate)
-            hints = from_profiler(prof).hints
+        hints = hints_by(how, lambda: (norm(x), _gated_rms(x, gate)))
     weighted, gated = sorted((h for h in hints if h.pattern == "rms_norm"), key=lambda h: -len(h.ops))
     assert weighted.ops[-1] == "aten::mul" and len(weighted.ops) == len(gated.ops) + 1
     (call,) = re.findall(r"torch\.nn\.functional\.rms_norm\(x, \(\d+,\)[^)]*\)(?: \* weight)?", weighted.suggestion)

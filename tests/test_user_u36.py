@@ -13,6 +13,7 @@ import re
 import pytest
 import torch
 import torch.nn.functional as F
+from fusion_cases import hints_by
 from torch import nn
 
 from neuronscope import from_profiler, profile_on_neuron
@@ -70,15 +71,7 @@ def test_a_per_sample_modulation_is_no_norm_weight(how: str) -> None:
     block, x, c = AdaLNBlock().eval(), torch.randn(B, T, C), torch.randn(B, C)
     with torch.no_grad():
         expected = block(x, c)
-        if how == "decorated":
-            f = profile_on_neuron(block.forward, export=False, backend="cpu")
-            f(x, c)
-            f(x, c)
-            hints = f.last_result.hints
-        else:
-            with torch.profiler.profile(record_shapes=True) as prof:
-                block(x, c)
-            hints = from_profiler(prof).hints
+        hints = hints_by(how, block.forward, x, c)
     hint = _norm_hint(hints)
     assert hint.ops[-1] == "aten::div", hint.ops
     (call,) = re.findall(r"torch\.nn\.functional\.layer_norm\(x, \(\d+,\)[^)]*\)(?: \* weight)?(?: \+ bias)?", hint.suggestion)

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+from fusion_cases import hints_by
 from torch import nn
 
 from neuronscope import from_profiler, profile_on_neuron
@@ -53,16 +54,7 @@ def test_a_cross_entropy_over_3d_logits_is_applied_as_written(how: str) -> None:
     torch.manual_seed(0)
     logits, y = torch.randn(B, T, V), torch.randint(0, V, (B, T))
     expected = hand_cross_entropy(logits, y)
-    if how == "decorated":
-        f = profile_on_neuron(hand_cross_entropy, export=False, backend="cpu")
-        f(logits, y)
-        f(logits, y)
-        hints = f.last_result.hints
-    else:
-        with torch.profiler.profile(record_shapes=True) as prof:
-            hand_cross_entropy(logits, y)
-        hints = from_profiler(prof).hints
-    hint = _one(hints, "log_softmax")
+    hint = _one(hints_by(how, hand_cross_entropy, logits, y), "log_softmax")
     assert hint.details.get("loss") == "gather", hint.details
     call = _call(hint.suggestion, "cross_entropy")
     per_row = eval(call, {"torch": torch}, {"x": logits, "target": y})  # our own text

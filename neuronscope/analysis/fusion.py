@@ -259,12 +259,18 @@ class _Costed:
     grounded_ns: float | None  # the measured bound per occurrence, None where none applies
 
 
+def _ops_after(m: Match) -> int:
+    """The ops the suggestion runs after the fused call: one per weight of another shape than
+    the call takes (:data:`~.patterns.shapes.VECTOR_SHAPES`), applied after it."""
+    return len(m.params.get(VECTOR_SHAPES) or ())
+
+
 def _cost_occurrences(record: Pattern, ms: list[Match], g: OpGraph, backend: str) -> _Costed:
     """The model on the occurrences' op times (per op position, the median over them: one
     occurrence slowed by the machine does not inflate it), bounded by what the better fused form
     saves at their shape on this machine's kept costs (:func:`~.cost.grounded_saving_ns`)."""
     first = ms[0]
-    after = len(first.params.get(VECTOR_SHAPES) or ())  # a weight the fused call cannot take: applied after it
+    after = _ops_after(first)
     kept = [i for i, n in enumerate(first.nodes) if n.op not in record.cost_excludes]
     per_op = [statistics.median(g.time_ns(m.nodes[i]) for m in ms) for i in kept]
     saving_ns = estimate_saving_ns(record.name, per_op, full_size([first.nodes[i] for i in kept]), backend, after) * len(ms)
@@ -339,7 +345,7 @@ def hints_from_matches(
             "device": backend,
             "backend": backend,
             "time_source": "device" if g.has_device else "cpu",
-            "estimate_model": model_text(pattern, backend, bound=bound, from_trace=from_trace, after=len(first.params.get(VECTOR_SHAPES) or ())),
+            "estimate_model": model_text(pattern, backend, bound=bound, from_trace=from_trace, after=_ops_after(first)),
             **flags,
             **first.params,
         }

@@ -484,10 +484,11 @@ def builder(spellings: tuple[Spelling, ...], replacement: Replacement) -> Callab
             # A weight of another shape than (d,) (a per-head one), in that shape: the replacement
             # applies it after the fused call, as the hint says. One that is no weight of x (an
             # edited result.json) would fail in the timing, or fill memory: said instead.
-            if hasattr(t, name) and not (isinstance(shape, list) and all(type(n) is int for n in shape) and is_vector(tuple(shape), x.shape)):
+            if not hasattr(t, name):
+                continue
+            if not (isinstance(shape, list) and all(type(n) is int for n in shape) and is_vector(tuple(shape), x.shape)):
                 raise NeuronscopeError(f"this hint's {VECTOR_SHAPES}[{name!r}], {shape!r}, is no weight of its input {list(x.shape)}")
-            if hasattr(t, name):
-                setattr(t, name, torch.randn(*shape, generator=torch.Generator().manual_seed(0)).to(device=device, dtype=x.dtype))
+            setattr(t, name, torch.randn(*shape, generator=torch.Generator().manual_seed(0)).to(device=device, dtype=x.dtype))
         fused = replacement(t, **choice)
         return (lambda: spelling.fn(t, **choice)), (fused[1] if fused else None), (fused[0] if fused else None)
 

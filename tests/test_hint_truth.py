@@ -109,7 +109,7 @@ def test_a_traces_rms_norm_saving_counts_its_intermediates(monkeypatch: Any, tmp
     trace = graph_from_table(table)
     (lm,) = [m for m in find_matches(live) if m.pattern == "rms_norm"]
     (tm,) = [m for m in find_sequence_matches(trace) if m.pattern == "rms_norm"]
-    free_launches = calibration.DeviceCosts(0.0, ((1, 1.0),))  # 1 byte per ns at every size
+    free_launches = calibration.Calibration(0.0, ((1, 1.0),))  # 1 byte per ns at every size
     monkeypatch.setattr(cost, "device_costs", lambda *a, **k: free_launches)
     monkeypatch.setattr(cost, "compiled_call_ns", lambda *a, **k: 0.0)
     on_trace = cost.grounded_saving_ns("rms_norm", tm.nodes, trace, "cpu")
@@ -229,7 +229,7 @@ def test_a_hint_whose_fused_forms_are_no_faster_here_recommends_nothing(monkeypa
     from neuronscope.drive.pipeline import from_profiler
     from neuronscope.result.hint import NO_FASTER_TEXT
 
-    monkeypatch.setattr(cost, "device_costs", lambda *a, **k: calibration.DeviceCosts(1.0, ((1, 1e9),)))
+    monkeypatch.setattr(cost, "device_costs", lambda *a, **k: calibration.Calibration(1.0, ((1, 1e9),)))
     monkeypatch.setattr(cost, "compiled_call_ns", lambda *a, **k: 1e6)
     monkeypatch.setattr(cost, "eager_costs", lambda *a, **k: None)
     x, w = torch.randn(64, 256), torch.randn(256)
@@ -281,7 +281,7 @@ def _rms_nodes() -> tuple[list[Any], Any]:
 def _inject(monkeypatch: Any, *, per_op: float, entry: float, eager: tuple[float, float] | None) -> None:
     from neuronscope.analysis import calibration, cost
 
-    monkeypatch.setattr(cost, "device_costs", lambda *a, **k: calibration.DeviceCosts(per_op, ((1, 1.0),)))
+    monkeypatch.setattr(cost, "device_costs", lambda *a, **k: calibration.Calibration(per_op, ((1, 1.0),)))
     monkeypatch.setattr(cost, "compiled_call_ns", lambda *a, **k: entry)
     monkeypatch.setattr(cost, "eager_costs", lambda *a, **k: eager)
 
@@ -316,9 +316,9 @@ def test_the_estimate_takes_the_better_fused_form(monkeypatch: Any) -> None:
 
 
 def test_a_cached_intermediate_moves_at_the_caches_bandwidth() -> None:
-    from neuronscope.analysis.calibration import DeviceCosts
+    from neuronscope.analysis.calibration import Calibration
 
-    costs = DeviceCosts(1.0, ((1 << 10, 100.0), (1 << 20, 10.0)))
+    costs = Calibration(1.0, ((1 << 10, 100.0), (1 << 20, 10.0)))
     assert costs.bytes_per_ns(100) == 100.0 and costs.bytes_per_ns(1 << 30) == 10.0
     assert costs.bytes_per_ns(1 << 15) == pytest.approx(55.0)  # halfway in log size
     assert costs.moved_ns([1 << 10, 1 << 20]) == pytest.approx(2 * (1 << 10) / 100 + 2 * (1 << 20) / 10)
@@ -332,7 +332,7 @@ def test_the_eager_probe_counts_the_chains_ops_and_intermediates() -> None:
     ops, tensors = machine.chain_traffic(lambda: (x * 2).exp() + x.sum())
     # the mul's output read by exp, exp's and the sum's by the add
     assert ops == 4 and sorted(tensors) == [4, 16 * 64 * 4, 16 * 64 * 4]
-    costs = calibration.DeviceCosts(3000.0, ((1, 10.0),))
+    costs = calibration.Calibration(3000.0, ((1, 10.0),))
     assert calibration._eager_rates("silu_mul", costs, "float32") is None  # no eager SwiGLU in torch
     shares = calibration._eager_rates("softmax", costs, "float32")
     assert shares is not None and 0 <= shares[0] <= calibration.MAX_SHARE and shares[1] >= 0

@@ -444,7 +444,7 @@ def test_cpu_trace_fusion_estimates_are_bounded_by_measured_costs(tmp_path: Path
 
     _, path = _rms_norm_capture(tmp_path)
     measured_here = [h for h in from_trace(path).fusion_hints if h.pattern == "rms_norm"]
-    cheap = calibration.DeviceCosts(1.0, ((1, 1e6),))
+    cheap = calibration.Calibration(1.0, ((1, 1e6),))
     monkeypatch.setattr(cost, "device_costs", lambda device="cpu", *a: cheap if device == "cpu" else None)
     monkeypatch.setattr(cost, "eager_costs", lambda *a, **k: None)
     monkeypatch.setattr(cost, "compiled_call_ns", lambda *a, **k: 0.0)
@@ -501,7 +501,7 @@ def test_device_trace_estimates_are_not_costed_on_this_cpu(tmp_path: Path, monke
     backend = "cuda" if device_cat == "kernel" else "mtia"
     assert h.details["device"] == h.details["backend"] == backend and h.details["time_source"] == "device"
     assert "at most" not in h.details["estimate_model"] and h.est_saving_us > 0
-    cheap = calibration.DeviceCosts(1.0, ((1, 1e6),))  # this CPU: fusing would remove almost nothing
+    cheap = calibration.Calibration(1.0, ((1, 1e6),))  # this CPU: fusing would remove almost nothing
     monkeypatch.setattr(cost, "device_costs", lambda device="cpu", *a: cheap if device == "cpu" else None)
     assert hint().est_saving_us == h.est_saving_us
 

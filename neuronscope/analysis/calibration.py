@@ -35,7 +35,6 @@ __all__ = [
     "DEFAULT_CPU",
     "DEFAULT_CPU_MACHINE",
     "Calibration",
-    "DeviceCosts",
     "cache_path",
     "calibrate",
     "calibration_key",
@@ -60,8 +59,8 @@ FUSED_OPTIMIZERS = frozenset({"Adam", "AdamW", "SGD", "Adagrad"})
 
 class Calibration(NamedTuple):
     """What ops cost on one device, measured outside any profiler by :func:`calibrate`: a small
-    op's call and the bandwidth by tensor size (all the cost model asks of a device: a
-    :class:`DeviceCosts` holds these two alone), and what fusing removes."""
+    op's call and the bandwidth by tensor size (all the cost model asks of a device: a record
+    of these two alone serves it), and what fusing removes."""
 
     #: one small op's call (dispatch, allocation, the Python call), ns
     per_op_ns: float
@@ -87,11 +86,6 @@ class Calibration(NamedTuple):
     def _rates(self, sizes: Any) -> np.ndarray:
         known, rates = zip(*self.bandwidth)
         return np.interp(np.log(np.maximum(sizes, 1)), np.log(known), rates)
-
-
-#: What the cost model asks of a device, its per-op cost and bandwidth: a :class:`Calibration`
-#: given those two alone.
-DeviceCosts = Calibration
 
 
 #: Where :data:`DEFAULT_CPU` was measured, as estimates that use it say.
@@ -213,7 +207,7 @@ def calibrate(device: str = "cpu", dtype: str = "float32", write: bool = True) -
     from neuronscope.capture import machine
 
     with machine.measuring():
-        costs = DeviceCosts(*machine.device_costs())
+        costs = Calibration(*machine.device_costs())
         eager = {p.name: rates for p in REGISTRY if (rates := _eager_rates(p.name, costs, dtype)) is not None}
         optimizers = {cls: rates for cls in sorted(FUSED_OPTIMIZERS) if (rates := _optimizer_rates(cls, dtype)) is not None}
         cal = Calibration(costs.per_op_ns, costs.bandwidth, machine.compiled_call_ns(), eager, optimizers)
@@ -229,7 +223,7 @@ def _solve(rows: list[tuple[float, float, float]]) -> tuple[float, float]:
     return (s1 * b2 - s2 * b1) / det, (a1 * s2 - a2 * s1) / det
 
 
-def _eager_rates(pattern: str, costs: DeviceCosts, dtype: str) -> tuple[float, float] | None:
+def _eager_rates(pattern: str, costs: Calibration, dtype: str) -> tuple[float, float] | None:
     """What ``pattern``'s eager replacement removes: the savings its probes measured (at
     :data:`~neuronscope.capture.machine.PROBE_SHAPES`) solved for a share of the launches'
     cost and a cost per intermediate byte. None: no eager replacement, or a probe that cannot

@@ -27,7 +27,7 @@ import math
 import statistics
 
 from neuronscope.analysis import calibration
-from neuronscope.analysis.calibration import DeviceCosts
+from neuronscope.analysis.calibration import Calibration
 from neuronscope.analysis.intermediates import nbytes
 from neuronscope.analysis.opgraph import OpGraph, OpNode
 from neuronscope.analysis.patterns import pattern_named
@@ -87,7 +87,7 @@ def measured_here(device: str) -> bool:
     return device == "cpu"
 
 
-def device_costs(device: str = "cpu", dtype: str = "float32") -> DeviceCosts | None:
+def device_costs(device: str = "cpu", dtype: str = "float32") -> Calibration | None:
     """This device's per-op cost and bandwidth as kept by ``neuronscope calibrate`` (a CPU
     never calibrated: the shipped defaults); None where the device is not this machine's CPU."""
     return calibration.constants(device, dtype)

@@ -36,6 +36,7 @@ from typing import Any
 from neuronscope.capture.idioms import BUILDERS, Evidence
 from neuronscope.capture.timing import block_timer, calibrate, run_rounds
 from neuronscope.errors import NeuronscopeError
+from neuronscope.units import shorten
 
 __all__ = [
     "Verification",
@@ -239,10 +240,19 @@ def measure(
             "this hint has no recorded input shape (the capture ran without record_shapes=True); "
             "capture again with record_shapes=True to verify it"
         )
+    # A result.json edited or from elsewhere: a shape of other than sizes would fail in torch's
+    # own words, and one too big for this machine is said as such.
+    if not (isinstance(shape, (list, tuple)) and all(type(n) is int and n >= 0 for n in shape)):
+        raise NeuronscopeError(f"this hint's input shape, {shorten(repr(shape))}, is no list of sizes; capture again to verify it")
     dev = _device(hint, device)
     dtype = floating_dtype(hint.details.get("dtype"))
     gen = torch.Generator(device="cpu").manual_seed(seed)
-    x = torch.randn(*shape, generator=gen, dtype=torch.float32).to(device=dev, dtype=dtype)
+    try:
+        x = torch.randn(*shape, generator=gen, dtype=torch.float32).to(device=dev, dtype=dtype)
+    except (RuntimeError, MemoryError) as exc:
+        raise NeuronscopeError(
+            f"this hint's input of shape {shorten(repr(list(shape)))} cannot be built here ({shorten(str(exc))}); verify it on the machine it was captured on"
+        ) from None
 
     # The user's random stream is theirs: the builders' weights draw from a forked one.
     with torch.no_grad(), torch.random.fork_rng(devices=[dev.index or 0] if dev.type == "cuda" else []):

@@ -9,7 +9,7 @@ order with the stack of those open around each, for the few readers that need th
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -171,10 +171,14 @@ def innermost_open(
     return out
 
 
-def enclosing(table: EventTable, rows: Iterable[int] | None = None) -> Iterator[tuple[int, list[int]]]:
+def enclosing(
+    table: EventTable, rows: Iterable[int] | None = None, opens: Callable[[int], bool] | None = None
+) -> Iterator[tuple[int, list[int]]]:
     """Each of ``rows`` (default: every row) in start order per thread, outer events first, with
-    the rows of ``rows`` open around it, outermost first. The list is the walk's own stack,
-    valid until the next step: read it, do not keep it."""
+    the rows of ``rows`` open around it, outermost first; with ``opens``, only those for which
+    it is true (the rest are yielded, never on the stack: a reader that wants the innermost
+    region reads the stack's top, not back through events nested thousands deep). The list is
+    the walk's own stack, valid until the next step: read it, do not keep it."""
     per_thread: dict[int, list[int]] = {}
     for i in range(len(table)) if rows is None else rows:
         per_thread.setdefault(table.tids[i], []).append(i)
@@ -186,7 +190,8 @@ def enclosing(table: EventTable, rows: Iterable[int] | None = None) -> Iterator[
             while stack and ends[stack[-1]] <= starts[i]:
                 stack.pop()
             yield i, stack
-            stack.append(i)
+            if opens is None or opens(i):
+                stack.append(i)
 
 
 def row_columns(table: EventTable, base: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -54,16 +54,18 @@ def _graph_owners(table: EventTable) -> dict[str, str]:
     names = table.names
     rows = [i for i, name in enumerate(names) if name.startswith(COMPILED_CODE_PREFIXES) or name == _BACKWARD]
     owners: dict[str, str] = {}
-    for i, stack in enclosing(table, rows):
-        g = _GRAPH.match(names[i])
-        if g is None or g.group(1) in owners:
+    graphs = {i: g.group(1) for i in rows if (g := _GRAPH.match(names[i]))}
+    # Only regions and backward are on the stack: the innermost one around a graph call (a graph
+    # in a graph: its region) is the top, however deep graph calls nest (a hostile trace).
+    for i, stack in enclosing(table, rows, opens=lambda i: i not in graphs):
+        graph = graphs.get(i)
+        if graph is None or graph in owners:
             continue
-        # The innermost region or backward around the graph call (a graph in a graph: its region).
-        parent = next((names[j] for j in reversed(stack) if not _GRAPH.match(names[j])), None)
+        parent = names[stack[-1]] if stack else None
         if parent == _BACKWARD:
-            owners[g.group(1)] = "backward"
+            owners[graph] = "backward"
         elif parent is not None and (m := REGION.match(parent)):
-            owners[g.group(1)] = m.group(1)
+            owners[graph] = m.group(1)
     return owners
 
 

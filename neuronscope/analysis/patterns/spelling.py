@@ -483,8 +483,10 @@ def builder(spellings: tuple[Spelling, ...], replacement: Replacement) -> Callab
         for name, shape in (shapes.items() if isinstance(shapes, dict) else ()):
             # A weight of another shape than (d,) (a per-head one), in that shape: the replacement
             # applies it after the fused call, as the hint says. One that is no weight of x (an
-            # edited result.json) would fail in the timing, or fill memory: said instead.
-            if not hasattr(t, name):
+            # edited result.json) would fail in the timing, or fill memory: said instead. A name
+            # that is none of the example weights (x itself, a number, ``__class__``) is no
+            # tensor the spelling reads in another shape: left alone, as an unknown name.
+            if not isinstance(name, str) or name == "x" or not isinstance(vars(t).get(name), torch.Tensor):
                 continue
             if not (isinstance(shape, list) and all(type(n) is int for n in shape) and is_vector(tuple(shape), x.shape)):
                 raise NeuronscopeError(f"this hint's {VECTOR_SHAPES}[{name!r}], {shape!r}, is no weight of its input {list(x.shape)}")

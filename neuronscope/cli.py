@@ -8,7 +8,6 @@ commands read exported runs and trace files.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 from collections.abc import Sequence
@@ -30,22 +29,6 @@ def _print(text: str) -> None:
     retitle, clear or write the clipboard of the terminal) are shown escaped."""
 
     print(printable(text, keep="\n\t"))
-
-
-def _json_text(value: Any) -> str:
-    """JSON that any JSON reader takes: NaN and infinities (which json.dumps writes as bare
-    NaN / Infinity) become null."""
-    return dumps_json(_finite(value))
-
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
 
 
 def _rows_arg(text: str) -> int:
@@ -130,7 +113,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         obj = _open(runs[0])
     rows = {} if args.rows is None else {"row_limit": args.rows}
     if args.json:
-        print(_json_text(obj.to_dict()))
+        print(dumps_json(obj.to_dict()))
     elif isinstance(obj, Comparison):
         _print(obj.table())
         for result in obj.results.values():
@@ -177,7 +160,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
         raise NeuronscopeError(f"{root}: not a directory (pass the output root that holds your runs)")
     rows = run_rows(root)
     if args.json:
-        print(_json_text(rows))
+        print(dumps_json(rows))
         return 0
     if not rows:
         _print(f"no runs under {root}")
@@ -226,7 +209,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     # Several captures a side: their spread says whether the change stands out from noise.
     d = diff_results(sides[0], sides[1])
     if args.json:
-        print(_json_text(d))
+        print(dumps_json(d))
     else:
         _print(render_diff(d, row_limit=args.rows).rstrip("\n"))
     if args.html:

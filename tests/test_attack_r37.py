@@ -174,12 +174,6 @@ def test_compiled_regions_and_graphs_nested_oddly_are_read(tmp_path: Path, event
 # ---- a user's non-finite baddbmm alpha in result.json ----------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the attention hint's scale is the baddbmm alpha as recorded: alpha=nan / inf is written "
-    "to result.json as NaN / Infinity, which is no JSON (jq, JSON.parse refuse it); the fix belongs "
-    "in how result.json writes non-finite numbers (result/serial.py), used by every field",
-)
 @pytest.mark.parametrize("alpha", [float("nan"), float("inf")], ids=["nan", "inf"])
 def test_a_non_finite_baddbmm_alpha_leaves_result_json_strict_json(tmp_path: Path, alpha: float) -> None:
     q, k, v, bias = torch.randn(4, 16, 8), torch.randn(4, 16, 8), torch.randn(4, 16, 8), torch.randn(4, 16, 16)

@@ -19,6 +19,7 @@ from neuronscope.result.serial import (
     as_dict,
     check_schema,
     dumps_json,
+    float_or,
     known_fields,
     malformed,
     opt_float,
@@ -95,10 +96,10 @@ class ComparisonRow:
         d = known_fields(cls, data)
         return cls(
             label=str(d["label"]),
-            time_us=float(d.get("time_us", 0.0)),
+            time_us=float_or(d.get("time_us"), 0.0),
             op_count=int(d.get("op_count", 0)),
             top_op=opt_str(d.get("top_op")),
-            speedup=float(d.get("speedup", 1.0)),
+            speedup=float_or(d.get("speedup"), 1.0),
             top_hint=opt_str(d.get("top_hint")),
             spread_us=opt_float(d.get("spread_us")),
             repeats=int(d.get("repeats", 1)),

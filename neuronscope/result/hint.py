@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from neuronscope.capture.verify import measure
-from neuronscope.result.serial import as_dict, known_fields, opt_float, opt_str
+from neuronscope.result.serial import as_dict, float_or, known_fields, opt_float, opt_str
 from neuronscope.units import fmt_us
 
 __all__ = ["NO_FASTER_TEXT", "NO_SAVING", "VERIFIED_SLOWER_TEXT", "Hint"]
@@ -131,8 +131,8 @@ class Hint:
             pattern=str(d.get("pattern", "")),
             ops=[str(o) for o in d.get("ops") or []],
             calls=int(d.get("calls", 1)),
-            time_us=float(d.get("time_us", 0.0)),
-            est_saving_us=float(d.get("est_saving_us", 0.0)),
+            time_us=float_or(d.get("time_us"), 0.0),
+            est_saving_us=float_or(d.get("est_saving_us"), 0.0),
             suggestion=str(d.get("suggestion", "")),
             location=opt_str(d.get("location")),
             confidence=str(d.get("confidence", "dataflow")),

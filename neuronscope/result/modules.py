@@ -19,7 +19,7 @@ from itertools import accumulate
 from typing import Any
 
 from neuronscope.events.modules import BACKWARD_PREFIX, ModuleRanges
-from neuronscope.result.serial import as_dict, known_fields, opt_float, opt_str
+from neuronscope.result.serial import as_dict, float_or, known_fields, opt_float, opt_str
 
 __all__ = ["ModuleGroup", "ModuleStat", "build_modules", "collapse_repeats"]
 
@@ -89,11 +89,11 @@ class ModuleStat:
             parent=opt_str(d.get("parent")),
             depth=int(d.get("depth", 0)),
             calls=int(d.get("calls", 0)),
-            cpu_total_us=float(d.get("cpu_total_us", 0.0)),
-            self_cpu_us=float(d.get("self_cpu_us", 0.0)),
+            cpu_total_us=float_or(d.get("cpu_total_us"), 0.0),
+            self_cpu_us=float_or(d.get("self_cpu_us"), 0.0),
             device_total_us=opt_float(d.get("device_total_us")),
             self_device_us=opt_float(d.get("self_device_us")),
-            share=float(d.get("share", 0.0)),
+            share=float_or(d.get("share"), 0.0),
             top_ops=tuple(tuple(t) for t in d.get("top_ops") or ()),
             hints=tuple(int(h) for h in d.get("hints") or ()),
             backward_cpu_us=opt_float(d.get("backward_cpu_us")),

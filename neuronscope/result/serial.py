@@ -69,6 +69,17 @@ def _plain(value: Any) -> Any:
     return asdict(_Boxed(value))["value"]  # a dataclass, a named tuple, a subclass: asdict's way
 
 
+def _finite(value: Any) -> Any:
+    """``value`` with each NaN and infinity as None, in the containers JSON writes."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
 @dataclass(frozen=True)
 class _Boxed:
     """A value for ``asdict`` to convert as it converts a field."""
@@ -80,15 +91,24 @@ def dumps_json(value: Any, indent: int | str | None = 2) -> str:
     """The text of ``json.dumps(value, indent=indent, default=str)``, laid out the same way
     except that a list of numbers nested at most two deep (a shape, an op's input-shape
     signature) stays on one line: a result's shapes would otherwise take a line per dimension.
-    Keys are converted as ``json.dumps`` converts them (and refused where it refuses them)."""
-    if indent is None:
-        return json.dumps(value, default=str)
-    pad = indent if isinstance(indent, str) else " " * indent
-    # json.dumps lays the text out (its encoder is several times quicker than walking the
-    # value here: a result's JSON is on every capture's path), then the lists of numbers, and
-    # the lists of those, are joined onto one line. Only text that spans a line break is
-    # rewritten: a string holds none (json escapes it), so no string's text is touched.
-    text = json.dumps(value, indent=pad, default=str)
+    Keys are converted as ``json.dumps`` converts them (and refused where it refuses them).
+
+    Strict JSON: a NaN or an infinity (a user's ``alpha=float("nan")`` read into a hint, a
+    division by a zero time) is written as ``null``, where ``json.dumps`` writes bare ``NaN``
+    / ``Infinity``, which ``jq``, ``JSON.parse`` and most readers refuse."""
+    pad = indent if indent is None or isinstance(indent, str) else " " * indent
+    try:
+        # json.dumps lays the text out (its encoder is several times quicker than walking the
+        # value here: a result's JSON is on every capture's path); the value is walked only
+        # where it holds a non-finite number.
+        text = json.dumps(value, indent=pad, default=str, allow_nan=False)
+    except ValueError:
+        text = json.dumps(_finite(value), indent=pad, default=str, allow_nan=False)
+    if pad is None:
+        return text
+    # Then the lists of numbers, and the lists of those, are joined onto one line. Only text
+    # that spans a line break is rewritten: a string holds none (json escapes it), so no
+    # string's text is touched.
     flat, nested, sep = _one_line_patterns(pad)
 
     def one_line(m: re.Match[str]) -> str:
@@ -97,7 +117,7 @@ def dumps_json(value: Any, indent: int | str | None = 2) -> str:
     return nested.sub(one_line, flat.sub(one_line, text))
 
 
-_NUMBER = r"(?:-?(?:\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|Infinity)|NaN|true|false|null)"
+_NUMBER = r"(?:-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|true|false|null)"
 #: A list already on one line that holds numbers only (no string, no object).
 _FLAT_LIST = r"\[[^\[\]\n\"{}]*\]"
 
@@ -119,6 +139,13 @@ def known_fields(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
     """The keys of ``data`` that ``cls`` has as fields: newer writers may add keys we ignore."""
     names = {f.name for f in fields(cls)}
     return {k: v for k, v in data.items() if k in names}
+
+
+def float_or(value: Any, default: float) -> float:
+    """A number a result always has, as written: ``default`` where it is absent or ``null``
+    (how a non-finite number is written, see :func:`dumps_json`); a value of another type
+    raises, for the loader to report the file malformed."""
+    return default if value is None else float(value)
 
 
 def opt_float(value: Any) -> float | None:

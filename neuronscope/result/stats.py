@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from neuronscope.result.serial import as_dict, known_fields, opt_float
+from neuronscope.result.serial import as_dict, float_or, known_fields, opt_float
 from neuronscope.units import fmt_us
 
 __all__ = ["OpStat", "RegionStat", "Shape"]
@@ -48,8 +48,8 @@ class OpStat:
         return cls(
             name=str(d["name"]),
             calls=int(d.get("calls", 0)),
-            self_cpu_us=float(d.get("self_cpu_us", 0.0)),
-            cpu_total_us=float(d.get("cpu_total_us", 0.0)),
+            self_cpu_us=float_or(d.get("self_cpu_us"), 0.0),
+            cpu_total_us=float_or(d.get("cpu_total_us"), 0.0),
             self_device_us=opt_float(d.get("self_device_us")),
             device_total_us=opt_float(d.get("device_total_us")),
             input_shapes=[list(map(list, s)) for s in d.get("input_shapes") or []],
@@ -105,7 +105,7 @@ class RegionStat:
         return cls(
             name=str(data.get("name", "")),
             calls=int(data.get("calls", 1)),
-            time_us=float(data.get("time_us", 0.0)),
+            time_us=float_or(data.get("time_us"), 0.0),
             device_time_us=opt_float(data.get("device_time_us")),
             ops=[OpStat.from_dict(o) for o in data.get("ops") or []],
         )

@@ -68,3 +68,26 @@ def test_verify_rebuilds_it_against_the_fused_call(loss: bool) -> None:
     hint = Hint("fusion", "log_softmax", ["aten::amax", "aten::sub", "aten::exp", "aten::sum", "aten::log", "aten::sub"], details=details)
     v = hint.verify(compile=False)
     assert v.verified_saving_us is not None
+
+
+@pytest.mark.parametrize("dim", [1, -1], ids=["dim1", "last"])
+def test_log_of_a_softmax_says_the_softmax_s_dim(dim: int) -> None:
+    """``log(softmax(x, dim))``: the fused softmax's recorded dim is the suggestion's, live and
+    from the user's profiler (a softmax over dim 1 was dropped there as not over the last; live
+    and by op order the dim was said unknown), and the suggestion, as written, is the code."""
+    from neuronscope import profile_on_neuron
+
+    def code(x: torch.Tensor) -> torch.Tensor:
+        return torch.log(torch.softmax(x, dim))
+
+    x = torch.randn(8, 10, 16)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        code(x)
+    decorated = profile_on_neuron(code, export=False, backend="cpu", print_summary=False)
+    decorated(x)
+    decorated(x)
+    for result in (from_profiler(prof), decorated.last_result):
+        (h,) = [h for h in result.fusion_hints if h.pattern == "log_softmax"]
+        call = h.suggestion.removeprefix("use ")
+        assert call == f"torch.nn.functional.log_softmax(x, dim={dim - 3 if dim >= 0 else dim})", call
+        torch.testing.assert_close(eval(call, {"torch": torch}, {"x": x}), code(x))  # our own text

@@ -142,15 +142,17 @@ def find_sequence_matches(g: OpGraph) -> list[Match]:
                 i0 = ops.yielding_head(record.name, rx, i0, end, claimed)
                 end = ops.yielding_tail(record.name, rx, i0, end, claimed)
                 members = [m for m, own in zip(seq[i0:end], rx.own(ops.tokens, i0, end)) if own]
-                if not softmax_on_last_dim(members):  # a softmax over another dim: not the idiom
+                # The ends may have moved apart (yielding_head, yielding_tail): the choice of the
+                # spellings that run the order where its shapes no longer say which.
+                choice = _sequence_choice(record.name, seq[i0:end]) or rx.unshaped(tuple(ops.tokens[i0:end]))
+                if "dim" not in choice and not softmax_on_last_dim(members):
+                    # a softmax over another dim, where the idiom's spellings normalise over the
+                    # last (attention's, over the keys): not the idiom
                     i = i0 + 1
                     continue
                 i = end
                 claimed.update(m.index for m in members)
                 x = members[0].inputs[0] if members[0].inputs else None
-                # The ends may have moved apart (yielding_head, yielding_tail): the choice of the
-                # spellings that run the order where its shapes no longer say which.
-                choice = _sequence_choice(record.name, seq[i0:end]) or rx.unshaped(tuple(ops.tokens[i0:end]))
                 params: dict[str, Any] = record.params(choice, members) if record.params else {}
                 if choice.get(VECTOR_SHAPES):  # a weight broadcast over x's dims: applied after the fused call
                     params[VECTOR_SHAPES] = choice[VECTOR_SHAPES]

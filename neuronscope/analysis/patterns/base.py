@@ -28,6 +28,7 @@ __all__ = [
     "line_of",
     "match_lines",
     "root_value",
+    "softmax_dim",
     "softmax_on_last_dim",
     "vectors_note",
 ]
@@ -135,18 +136,27 @@ class Pattern:
 # ---- small graph helpers ------------------------------------------------------------------
 
 
-def softmax_on_last_dim(nodes: Iterable[OpNode]) -> bool:
-    """Whether each fused softmax among ``nodes`` normalises over its input's last dim, where
-    its ``dim`` was recorded (an observation's or ``record_shapes``' scalars); True where none
-    was. A softmax over another dim (``softmax(q @ k.T, dim=1)``: over the queries) is no
-    idiom whose replacement normalises over the last (sdpa's over the keys)."""
+def softmax_dim(nodes: Iterable[OpNode]) -> int | None:
+    """The dim the first fused softmax among ``nodes`` normalises over, as its recorded
+    ``dim`` (an observation's or ``record_shapes``' scalars) says it, counted from the end
+    where its input's rank was recorded; None where none was."""
     for n in nodes:
-        if n.op not in SOFTMAXES or not n.inputs or not n.inputs[0].sizes:
+        if n.op not in SOFTMAXES:
             continue
         dims = [s for s in n.scalars if isinstance(s, int) and not isinstance(s, bool)]
-        if dims and dims[0] not in (-1, len(n.inputs[0].sizes) - 1):
-            return False
-    return True
+        if not dims:
+            return None
+        rank = len(n.inputs[0].sizes) if n.inputs and n.inputs[0].sizes else 0
+        return dims[0] - rank if 0 <= dims[0] < rank else dims[0]
+    return None
+
+
+def softmax_on_last_dim(nodes: Iterable[OpNode]) -> bool:
+    """Whether each fused softmax among ``nodes`` normalises over its input's last dim, where
+    its ``dim`` was recorded; True where none was. A softmax over another dim
+    (``softmax(q @ k.T, dim=1)``: over the queries) is no idiom whose replacement normalises
+    over the last (sdpa's over the keys)."""
+    return all(softmax_dim([n]) in (None, -1) for n in nodes if n.op in SOFTMAXES and n.inputs and n.inputs[0].sizes)
 
 
 def root_value(g: OpGraph, n: OpNode, k: int) -> tuple[int, int]:

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from neuronscope.analysis.opgraph import OpNode
-from neuronscope.analysis.patterns.base import SOFTMAXES, Match, Pattern, softmax_on_last_dim
+from neuronscope.analysis.patterns.base import SOFTMAXES, Match, Pattern, softmax_dim, softmax_on_last_dim
 from neuronscope.analysis.patterns.softmax import DIMS, UNKNOWN_DIM, written_softmax
 from neuronscope.analysis.patterns.spelling import Spelling, named
 
@@ -73,7 +73,9 @@ def _params(choice: Mapping[str, Any], nodes: list[OpNode]) -> dict[str, Any]:
         fused = [n for n in nodes if n.op in SOFTMAXES]
         known = bool(nodes[0].inputs and nodes[0].inputs[0].sizes) and all(n.scalars for n in fused) and softmax_on_last_dim(nodes)
         return {"dim": -1 if known else None, "loss": nodes[-1].op}
-    return {"dim": choice["dim"]}
+    # A fused softmax's recorded dim says which dim (its shapes do not); else the shapes'.
+    recorded = softmax_dim(nodes)
+    return {"dim": choice["dim"] if recorded is None else recorded}
 
 
 def _suggest(m: Match, backend: str) -> str:

@@ -550,12 +550,6 @@ def test_siglip2_pooling_attention_same_ops_by_op_order(tmp_path: Path) -> None:
     assert fusion_keys(trace) == fusion_keys(live)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="once hint.verify() ran (torch.compile) in the process, every later capture's norm hint says "
-    "eps=<the eps your code uses> instead of eps=1e-05 (documented in README Limits, but a user's "
-    "second capture then disagrees with the first)",
-)
 def test_a_capture_after_verify_keeps_its_eps() -> None:
     x = torch.randn(2, 16, 64)
     ln = HandLayerNorm(64)

@@ -97,17 +97,11 @@ def compiled_call_ns() -> float | None:
         def one(t: torch.Tensor) -> torch.Tensor:
             return t + 1.0
 
-        registry = getattr(torch_private.dynamo_eval_frame(import_it=True), "cached_backends", None)
-        registry = registry if isinstance(registry, dict) else {}
-        before = set(registry)
-        compiled = torch.compile(one, backend="eager", dynamic=False)
-        with torch.no_grad():
-            compiled(x)
-            us = time_variants({"eager": lambda: one(x), "compiled": lambda: compiled(x)}, lambda: None, 9, 0.001)
-        # This is no use of torch.compile by the user: its backend leaves the registry the
-        # observation pass reads to tell (see capture.observe).
-        for key in set(registry) - before:
-            registry.pop(key, None)
+        with torch_private.own_compiles():  # no use of torch.compile by the user
+            compiled = torch.compile(one, backend="eager", dynamic=False)
+            with torch.no_grad():
+                compiled(x)
+                us = time_variants({"eager": lambda: one(x), "compiled": lambda: compiled(x)}, lambda: None, 9, 0.001)
         return max(0.0, paired_difference(us["compiled"], us["eager"]) * 1e3)
     except Exception:  # a torch.compile that cannot run here: no such cost is claimed
         return None

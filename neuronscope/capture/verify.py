@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from neuronscope.capture import torch_private
 from neuronscope.capture.idioms import BUILDERS, Evidence
 from neuronscope.capture.timing import block_timer, calibrate, run_rounds
 from neuronscope.errors import NeuronscopeError
@@ -255,7 +256,8 @@ def measure(
         ) from None
 
     # The user's random stream is theirs: the builders' weights draw from a forked one.
-    with torch.no_grad(), torch.random.fork_rng(devices=[dev.index or 0] if dev.type == "cuda" else []):
+    # Its compile is no use of torch.compile by the user's program (torch_private.own_compiles).
+    with torch.no_grad(), torch.random.fork_rng(devices=[dev.index or 0] if dev.type == "cuda" else []), torch_private.own_compiles():
         chain, replacement, replacement_name = BUILDERS[hint.pattern](hint, x, dev)
         variants: dict[str, Callable[[], Any]] = {"chain": chain}
         if replacement is not None:

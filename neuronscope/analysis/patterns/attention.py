@@ -25,7 +25,7 @@ __all__ = ["ATTENTION"]
 def _spelling(t: Any, matmul: str, scale: str | None, mask: str | None, softmax: str, dropout: bool) -> Any:
     """Attention written out: ``q @ k^T`` (``matmul``, ``bmm``, ``einsum``, or Bloom's
     ``baddbmm`` with the scale as its alpha), scaled on the scores (``*`` or ``/``) or on q
-    first (timm's ``q * scale``, XLM's ``q / sqrt(d)``), masked by an add, ``masked_fill`` (of a boolean mask, or of ``mask == 0``) or
+    first (timm's ``q * scale``, XLM's ``q / sqrt(d)``), masked by an add (XGLM's kept above a floor), ``masked_fill`` (of a boolean mask, or of ``mask == 0``) or
     ``where``, softmax (fused, fused in float32 and cast back, on a float32 copy cast back as
     T5 does, or written out), dropout, ``@ v``. What code writes between the scores and the
     softmax, and between the softmax and ``@ v``, are slots: any chain of the ops written there."""
@@ -55,10 +55,12 @@ def _spelling(t: Any, matmul: str, scale: str | None, mask: str | None, softmax:
             s = s * d**-0.5
         elif scale == "div":
             s = s / math.sqrt(d)
-        if mask in ("add", "bias, add", "bias, masked_fill"):  # T5, MPT: a position bias, then the mask
+        if mask in ("add", "bias, add", "bias, masked_fill", "add, clamp"):  # T5, MPT: a position bias, then the mask
             s = s + t.mask
         if mask == "bias, add":
             s = s + t.mask
+        elif mask == "add, clamp":  # XGLM: the masked scores kept above the dtype's lowest
+            s = torch.max(s, torch.full((), -1e9))
         elif mask in ("masked_fill", "bias, masked_fill"):
             s = s.masked_fill(t.bool_mask, -1e9)
         elif mask == "eq, masked_fill":
@@ -89,7 +91,7 @@ def _spelling(t: Any, matmul: str, scale: str | None, mask: str | None, softmax:
 
 
 _ATTENTION_CHOICES = MappingProxyType({
-    "mask": (None, "add", "bias, add", "masked_fill", "bias, masked_fill", "eq, masked_fill", "where"),
+    "mask": (None, "add", "bias, add", "add, clamp", "masked_fill", "bias, masked_fill", "eq, masked_fill", "where"),
     "softmax": ("fused", "float32", "t5", "amax", "plain"),
     "dropout": (False, True),
 })

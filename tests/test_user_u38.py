@@ -428,11 +428,6 @@ def test_data2vec_vision_attention_switch_holds_when_loaded_so() -> None:
 # ---- defects --------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="XGLM's eager attention clamps the masked scores (torch.max(w, finfo.min)) between the mask "
-    "add and the softmax: no attention hint at all, live or traced",
-)
 def test_xglm_clamped_attention_is_found() -> None:
     m, run, x = build("xglm")
     hints = live_hints(forward_of(m, run), x)
@@ -596,11 +591,6 @@ class ReferenceRMSNorm(nn.Module):
         return self.scale * (x / (rms_x + self.eps))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="x / (rms + eps) (eps outside the root) gets rms_norm(x, (d,), weight, eps=eps) with no "
-    "'not identical' note (layer_norm says so for std + eps); applied, the output differs (45% here)",
-)
 def test_rms_norm_with_eps_outside_the_root_is_not_called_identical() -> None:
     norm = ReferenceRMSNorm(64)
     x = torch.randn(2, 8, 64, generator=torch.Generator().manual_seed(0)) * 0.05  # activations of rms ~0.05

@@ -71,7 +71,9 @@ def _params(choice: Mapping[str, Any], nodes: list[OpNode]) -> dict[str, Any]:
     the add that takes it)."""
     weight = choice["weight"]
     plus_one = {"weight_plus_one": True} if weight == "1 + weight" else {}
-    return {"weight": None if weight is None else weight != "none", "bias": False, **plus_one}
+    # the RMS as a vector norm takes its eps outside the root: x / (rms + eps)
+    outside = {"eps_outside_root": True} if choice.get("root") == "norm" else {}
+    return {"weight": None if weight is None else weight != "none", "bias": False, **plus_one, **outside}
 
 
 def _suggest(m: Match, backend: str) -> str:
@@ -82,12 +84,20 @@ def _suggest(m: Match, backend: str) -> str:
         # [heads, d]) is applied after it, as the code applies it.
         after = " * (1 + weight)" if m.params.get("weight_plus_one") else " * weight"
         call = f"use torch.nn.functional.rms_norm(x, ({dims(m)},), {eps_text}){after}"
-        return call + vectors_note(m, "rms_norm") + " (or torch.compile the module)"
+        return call + vectors_note(m, "rms_norm") + " (or torch.compile the module)" + _differences(m)
     if m.params.get("weight_plus_one"):
         weight = "1 + weight"
     else:  # unknown from a trace without shapes: a trailing mul may be the weight
         weight = param_text(m.params.get("weight"), "weight", UNKNOWN_WEIGHT)
-    return f"use torch.nn.functional.rms_norm(x, ({dims(m)},), {weight}, {eps_text}) (or torch.compile the module)"
+    return f"use torch.nn.functional.rms_norm(x, ({dims(m)},), {weight}, {eps_text}) (or torch.compile the module)" + _differences(m)
+
+
+def _differences(m: Match) -> str:
+    """What rms_norm computes differently from the user's code: said, since their model was
+    trained with their formula (with a tiny eps the two agree; with eps near the RMS, not)."""
+    if not m.params.get("eps_outside_root"):
+        return ""
+    return "; not identical: your eps is added outside the root (rms + eps); rms_norm adds it inside, sqrt(mean(x**2) + eps)"
 
 
 RMS_NORM = Pattern(

@@ -23,6 +23,12 @@ def _of_softmax(x: torch.Tensor) -> torch.Tensor:
     return torch.log(e / e.sum(-1, keepdim=True))
 
 
+def _picked(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """makemore's: each row's probability of its target, from a softmax without the max."""
+    counts = x.exp()
+    return (counts / counts.sum(1, keepdim=True))[torch.arange(x.shape[0]), t]
+
+
 SPELLINGS = {
     "shifted": (lambda x, t: _shifted(x), ["amax", "sub", "exp", "sum", "log", "sub"], None),
     "logsumexp": (lambda x, t: x - torch.logsumexp(x, -1, keepdim=True), ["logsumexp", "sub"], None),
@@ -30,6 +36,14 @@ SPELLINGS = {
     "log_of_written_softmax": (lambda x, t: _of_softmax(x), ["max", "sub", "exp", "sum", "div", "log"], None),
     "gather_loss": (lambda x, t: -_shifted(x).gather(-1, t.unsqueeze(-1)).mean(), ["amax", "sub", "exp", "sum", "log", "sub", "gather"], "gather"),
     "nll_loss": (lambda x, t: F.nll_loss(torch.log(F.softmax(x, dim=-1)), t), ["softmax", "log", "nll_loss_nd"], "nll_loss_nd"),
+    # makemore: the targets' probabilities picked by index, then their log (arange is the
+    # indices' own computation, no op of the idiom)
+    "picked": (lambda x, t: -torch.log(torch.softmax(x, -1)[torch.arange(x.shape[0]), t]).mean(), ["softmax", "index", "log"], "index"),
+    "picked_written": (
+        lambda x, t: -_picked(x, t).log().mean(),
+        ["exp", "sum", "div", "index", "log"],
+        "index",
+    ),
 }
 
 
@@ -60,11 +74,11 @@ def test_the_fused_calls_get_no_hint(tmp_path: Path) -> None:
         assert not [h for h in traced.fusion_hints if h.pattern == "log_softmax"]
 
 
-@pytest.mark.parametrize("loss", [False, True])
-def test_verify_rebuilds_it_against_the_fused_call(loss: bool) -> None:
+@pytest.mark.parametrize("loss", [None, "gather", "index"])
+def test_verify_rebuilds_it_against_the_fused_call(loss: str | None) -> None:
     from neuronscope.result.hint import Hint
 
-    details = {"shape": [16, 64], "dtype": "float32", "device": "cpu", "dim": -1, **({"loss": "gather"} if loss else {})}
+    details = {"shape": [16, 64], "dtype": "float32", "device": "cpu", "dim": -1, **({"loss": loss} if loss else {})}
     hint = Hint("fusion", "log_softmax", ["aten::amax", "aten::sub", "aten::exp", "aten::sum", "aten::log", "aten::sub"], details=details)
     v = hint.verify(compile=False)
     assert v.verified_saving_us is not None

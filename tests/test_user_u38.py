@@ -608,11 +608,6 @@ def makemore_loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return -prob[torch.arange(logits.shape[0]), y].log().mean()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="makemore's hand-written cross-entropy (exp, sum, div, index the targets, log, mean) is "
-    "a softmax hint only: the loss is not found and cross_entropy is not suggested",
-)
 def test_makemore_cross_entropy_is_a_loss_hint() -> None:
     g = torch.Generator().manual_seed(0)
     logits, y = torch.randn(32, 27, generator=g), torch.randint(0, 27, (32,), generator=g)

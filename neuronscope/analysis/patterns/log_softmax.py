@@ -1,6 +1,6 @@
 """Log-softmax written out, alone or as a hand-written cross-entropy:
 ``x - max - log(sum(exp(x - max)))``, ``x - logsumexp(x)`` or ``log(softmax(x))``, then
-``gather`` / ``nll_loss``.
+``gather`` / ``nll_loss``; or ``log(softmax(x)[rows, target])``.
 """
 
 from __future__ import annotations
@@ -25,6 +25,10 @@ def _spelling(t: Any, form: str, shift: str | None, division: str, loss: str | N
     # A loss reads rows: the log-softmax over x's last dim, then as rows (a view, no op), so
     # that a match checks the ops' shapes against x's (a dim-1 log-softmax is no loss's).
     x, dim = t.x, named("dim", -1 if loss else dim)
+    if loss == "index":  # makemore: each row's probability of its target picked, then its log
+        p = torch.softmax(x, dim) if form == "log(softmax)" else written_softmax(SimpleNamespace(x=x), shift=shift, form=division, dim=dim)
+        rows = p.reshape(-1, p.shape[-1])
+        return torch.log(rows[torch.arange(rows.shape[0]), t.target])
     if form == "logsumexp":
         logp = x - torch.logsumexp(x, dim, keepdim=True)
     elif form == "log(softmax)":
@@ -61,7 +65,16 @@ _FORMS = (
 )
 #: Alone over a dim, or read by a loss (over rows: the last dim).
 _READS = ({"loss": (None,), "dim": DIMS}, {"loss": ("gather", "nll_loss"), "dim": (-1,)})
-SPELLINGS = tuple(Spelling(_spelling, {**form, **reads}) for form in _FORMS for reads in _READS)
+#: Or a softmax whose target probabilities are picked by index, then their log taken.
+_PICKED = {"form": ("log(softmax)", "log(written softmax)"), "shift": _SHIFTS, "division": ("div", "twice", "reciprocal")}
+SPELLINGS = (
+    *(Spelling(_spelling, {**form, **reads}) for form in _FORMS for reads in _READS),
+    Spelling(_spelling, {**_PICKED, "loss": ("index",), "dim": (-1,)}),
+)
+
+
+#: The ops that end a loss: its op in what the hint says.
+_LOSS_OPS = frozenset({"gather", "nll_loss_nd", "index"})
 
 
 def _params(choice: Mapping[str, Any], nodes: list[OpNode]) -> dict[str, Any]:
@@ -72,7 +85,7 @@ def _params(choice: Mapping[str, Any], nodes: list[OpNode]) -> dict[str, Any]:
         # over the classes of [N, C, H, W] read by nll_loss (segmentation).
         fused = [n for n in nodes if n.op in SOFTMAXES]
         known = bool(nodes[0].inputs and nodes[0].inputs[0].sizes) and all(n.scalars for n in fused) and softmax_on_last_dim(nodes)
-        return {"dim": -1 if known else None, "loss": nodes[-1].op}
+        return {"dim": -1 if known else None, "loss": next(n.op for n in reversed(nodes) if n.op in _LOSS_OPS)}
     # A fused softmax's recorded dim says which dim (its shapes do not); else the shapes'.
     recorded = softmax_dim(nodes)
     return {"dim": choice["dim"] if recorded is None else recorded}
@@ -95,7 +108,7 @@ def _suggest(m: Match, backend: str) -> str:
             if dim is None
             else ""
         )
-        if loss == "gather":
+        if loss in ("gather", "index"):
             return (
                 f'use torch.nn.functional.cross_entropy({args}, reduction="none") (log_softmax over dim={dim_text} and '
                 f"the loss in one call: the gathered log-probabilities negated, one a row; reduce them as the code does{classes})"

@@ -157,9 +157,11 @@ _OP_NAMES = MappingProxyType({
 })
 
 
-def _op_names(func: Any) -> tuple[str, ...]:
+def _op_names(func: Any, args: Any = ()) -> tuple[str, ...]:
     name = getattr(func, "__name__", "") or ""
     base = name.strip("_")
+    if base == "getitem" and len(args) > 1 and _tensors(args[1]):
+        return ("index",)  # ``p[rows, target]``: indexing by tensors copies, as aten::index
     if base in _OP_NAMES:
         return _OP_NAMES[base]
     return (base,) if base else ()  # ``mul_`` in place: ``mul``, as short_name names it
@@ -219,10 +221,12 @@ class _Run:
     def call(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
         out = func(*args, **kwargs)
         refs, ops = self.refs, self.ops
-        inputs = _tensors((args, kwargs))
+        names = _op_names(func, args)
+        # ``p[rows, target]``'s indices are no input the profiler records of aten::index
+        inputs = _tensors(args[:1]) if names == ("index",) else _tensors((args, kwargs))
         in_refs = [refs.get(id(a)) for a in inputs]
-        is_side = bool(inputs) and all(r is not None and r[0] == "side" for r in in_refs)
-        names = _op_names(func)
+        # made from side tensors alone, or from none (``torch.arange(n)``, a ``torch.full`` floor)
+        is_side = all(r is not None and r[0] == "side" for r in in_refs)
         made = _storages(out)
         recorded = bool(names and made) and names[0] not in VIEW_OPS
         if recorded and names[0] in MAYBE_ALIAS_OPS and made <= _storages(inputs):

@@ -143,11 +143,24 @@ def match_attention(g: OpGraph, n: OpNode) -> Match | None:
         # The hint takes in the scale of q or k, so its sdpa call reads them unscaled: the
         # code's scaled q with sdpa's default scale would apply it twice.
         params["scale_on_inputs"] = True
+    params.update(_layout(mm1, head))
     nodes = {x.index: x for x in [*m.nodes, *scales.values()]}
     return dataclasses.replace(m, nodes=sorted(nodes.values(), key=lambda x: x.index), x=q, params=params)
 
 
 match_attention.derived_from = SPELLINGS  # type: ignore[attr-defined]  # its templates are kept
+
+
+def _layout(mm1: OpNode, head: OpNode) -> dict[str, Any]:
+    """Where an einsum takes q, k and v in another layout than sdpa's ``[..., L, E]``: the
+    scores' rows (their second-to-last dim) are not q's second-to-last. ``[..., L, heads, E]``
+    (``bqhd,bkhd->bhqk``: LongT5's local attention, XLNet) is said ``heads_after_queries``:
+    sdpa takes its q, k and v transposed, and its output is transposed back."""
+    q = mm1.inputs[0].sizes if mm1.op == "einsum" and mm1.inputs else ()
+    scores = head.inputs[0].sizes if head.inputs else ()
+    if len(q) < 3 or len(scores) < 3 or q[-2] == scores[-2]:
+        return {}
+    return {"layout": "heads_after_queries" if (q[-3], q[-2]) == (scores[-2], scores[-3]) else "other"}
 
 
 def _query_and_key(mm: OpNode) -> tuple[Any, list[int] | None]:
@@ -291,8 +304,19 @@ def _suggest(m: Match, backend: str) -> str:
         args.append(f"scale={scale}")
     elif scale is not None:
         args.append(f"scale={scale!r}")
+    layout = m.params.get("layout")
+    if layout == "heads_after_queries":
+        args[:3] = [f"{a}.transpose(-3, -2)" for a in args[:3]]
     call = f"torch.nn.functional.scaled_dot_product_attention({', '.join(args)})"
     notes = [mask_note] if mask_note else []
+    if layout == "heads_after_queries":
+        call += ".transpose(-3, -2)"
+        notes.append(
+            "your einsum takes q, k, v as [..., L, heads, E], sdpa as [..., heads, L, E]: transposed in, and its output "
+            "back (drop that last transpose where your einsum returns [..., heads, L, E])"
+        )
+    elif layout == "other":
+        notes.append("q, k, v: transposed to sdpa's [..., heads, L, E] first; your einsum takes them in another layout")
     if m.params.get("mask_scaled"):
         notes.append("mask: multiplied by the scale your code applies after adding it (sdpa adds attn_mask to the scores it has scaled)")
     if m.params.get("inputs_maybe_scaled"):
@@ -336,6 +360,8 @@ def _sequence_params(members: list[OpNode]) -> dict[str, Any]:
     # A baddbmm scales its product by its alpha (Bloom), a number only recorded shapes hold.
     alpha = _alpha(mm) if mm is not None and (mm.op != "baddbmm" or mm.scalars) else None
     params["scale"] = UNKNOWN_SCALE if alpha is None or any(n.op in ("mul", "div") for n in pre) else alpha
+    if mm is not None and soft < len(members):
+        params.update(_layout(mm, members[soft]))
     if any(n.op in ("mul", "div") for n in members[:first]):
         # The spelling's ``q * s`` right before the scores, or a ``v * s`` there: op order
         # does not say which (a scale of v given to sdpa as its scale= is another attention).

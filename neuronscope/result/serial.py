@@ -73,8 +73,8 @@ def _finite(value: Any) -> Any:
     """``value`` with each NaN and infinity as None, in the containers JSON writes."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, dict):  # a key is a string in JSON: a non-finite one as json.dumps names it
+        return {json.dumps(k) if isinstance(k, float) and not math.isfinite(k) else k: _finite(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_finite(v) for v in value]
     return value

@@ -513,11 +513,6 @@ def test_einsum_attention_suggestion_applies_as_written() -> None:
     torch.testing.assert_close(apply(call, q=q, k=k, v=v, mask=bias), einsum_attention(q, k, v, bias))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Siglip2's nn.MultiheadAttention pooling head: live takes 4 ops (mul baddbmm softmax bmm), "
-    "the profiler and trace 3 (baddbmm softmax bmm), a different op count and estimate (0.0 there)",
-)
 def test_siglip2_pooling_attention_same_ops_by_op_order(tmp_path: Path) -> None:
     tf = transformers
     torch.manual_seed(0)

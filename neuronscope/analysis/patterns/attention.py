@@ -99,7 +99,7 @@ _MASKS = ("mask", "bool_mask")
 _QKV = ("q", "k", "v")  # self-attention, or views of one packed projection
 SPELLINGS = (
     Spelling(_spelling, {"matmul": ("matmul", "bmm", "einsum"), "scale": (None, "mul", "div", "q", "q_div"), **_ATTENTION_CHOICES}, side=_MASKS, shared=_QKV),
-    Spelling(_spelling, {"matmul": ("baddbmm",), "scale": (None,), **_ATTENTION_CHOICES}, side=_MASKS, shared=_QKV),
+    Spelling(_spelling, {"matmul": ("baddbmm",), "scale": (None, "q"), **_ATTENTION_CHOICES}, side=_MASKS, shared=_QKV),
 )
 
 

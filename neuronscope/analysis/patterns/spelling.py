@@ -25,19 +25,15 @@ from numbers import Real
 from types import MappingProxyType, SimpleNamespace
 from typing import Any, NamedTuple, TypeVar, cast
 
-from neuronscope.analysis.opgraph import MAYBE_ALIAS_OPS, VIEW_OPS, short_name
-from neuronscope.analysis.patterns.shapes import EXAMPLE_DIM, VECTOR_SHAPES, ShapeSig, is_vector, shape_relation
-from neuronscope.capture.idioms import Builders
-from neuronscope.errors import NeuronscopeError
+from neuronscope.analysis.opgraph import MAYBE_ALIAS_OPS, VIEW_OPS
+from neuronscope.analysis.patterns.shapes import EXAMPLE_DIM, ShapeSig, shape_relation
 
 __all__ = [
     "READ_PARAMETERS",
     "SLOT",
     "OrderShapes",
-    "Replacement",
     "Spelling",
     "TemplateOp",
-    "builder",
     "elementwise_slot",
     "examples",
     "merged_choice",
@@ -46,6 +42,7 @@ __all__ = [
     "order_shapes",
     "recorded_ops",
     "relation_of",
+    "spelling_runs",
     "templates",
     "vector_choices",
 ]
@@ -303,7 +300,7 @@ def _record(fn: Callable[..., Any], t: Any, kwargs: dict[str, Any], side: tuple[
 
 
 @functools.cache
-def _runs(spellings: tuple[Spelling, ...]) -> tuple[tuple[tuple[TemplateOp, ...], Mapping[str, Any], Spelling, tuple[Any, ...]], ...]:
+def spelling_runs(spellings: tuple[Spelling, ...]) -> tuple[tuple[tuple[TemplateOp, ...], Mapping[str, Any], Spelling, tuple[Any, ...]], ...]:
     """Every spelling choice run once on float32 examples, and once more on bfloat16 ones where
     a cast copied nothing: its ops, its choice, its spelling and its slots (see
     :func:`elementwise_slot`). Derived once per process."""
@@ -344,7 +341,7 @@ def op_orders(spellings: tuple[Spelling, ...]) -> Mapping[tuple[str, ...], tuple
     """Every op order the spellings show, in float32 and bfloat16 (a cast that copies shows
     only in the second), with which of its ops are the idiom's."""
     found: dict[tuple[str, ...], tuple[bool, ...]] = {}
-    for ops, *_ in _runs(spellings):
+    for ops, *_ in spelling_runs(spellings):
         found.setdefault(tuple(op.op for op in ops), tuple(op.own for op in ops))
     return MappingProxyType(found)
 
@@ -357,11 +354,11 @@ def templates(spellings: tuple[Spelling, ...]) -> tuple[tuple[tuple[TemplateOp, 
     A slot's ops are one slot op, taking every op the spellings run in that slot under any
     choice (their side ops aside)."""
     takes: dict[int, set[str]] = {}  # slot -> its ops
-    for ops, _, _, slots in _runs(spellings):
+    for ops, _, _, slots in spelling_runs(spellings):
         for i, (a, b, _, _) in enumerate(slots):
             takes.setdefault(i, set()).update(op.op for op in ops[a:b] if op.own)
     found: dict[tuple[TemplateOp, ...], list[Mapping[str, Any]]] = {}
-    for ops, choice, _, slots in _runs(spellings):
+    for ops, choice, _, slots in spelling_runs(spellings):
         names = [SLOT + ",".join(sorted(takes[i])) for i in range(len(slots))]
         found.setdefault(_slotted(ops, slots, names), []).append(choice)
     ordered = sorted(found.items(), key=lambda kv: -sum(op.own for op in kv[0]))
@@ -425,7 +422,7 @@ def order_shapes(spellings: tuple[Spelling, ...]) -> OrderShapes:
         return f"{relation}@{ref[1]}" if ref[0] == "in" else relation
 
     found: dict[tuple[str, ...], dict[ShapeSig, list[Mapping[str, Any]]]] = {}
-    for ops, choice, spelling, _ in _runs(spellings):
+    for ops, choice, spelling, _ in spelling_runs(spellings):
         sig = tuple(
             tuple(arg(ref, shape, spelling) for ref, shape in zip(op.args, op.shapes)) if op.own else None
             for op in ops
@@ -443,55 +440,9 @@ def vector_choices(spellings: tuple[Spelling, ...]) -> frozenset[str]:
     bias): op order alone cannot tell them (a multiply by a weight is a multiply), so a match
     whose shapes were not recorded does not know them."""
     reads: dict[tuple[int, str, tuple[tuple[str, Any], ...]], set[frozenset[str]]] = {}
-    for ops, choice, spelling, _ in _runs(spellings):
+    for ops, choice, spelling, _ in spelling_runs(spellings):
         vectors = frozenset(r[1] for op in ops for r in op.args if r[0] == "in" and r[1] in spelling.vectors)
         for k in choice:  # the runs alike but for ``k``: do they read other vectors?
             rest = tuple(sorted((n, v) for n, v in choice.items() if n != k))
             reads.setdefault((id(spelling), k, rest), set()).add(vectors)
     return frozenset(k for (_, k, _), seen in reads.items() if len(seen) > 1)
-
-
-#: An idiom's replacement: ``(t, **choice) -> (name, thunk)`` over the same example tensors
-#: and choice as the spelling it replaces; None where torch has no eager one.
-Replacement = Callable[..., tuple[str, Callable[[], Any]] | None]
-
-
-def builder(spellings: tuple[Spelling, ...], replacement: Replacement) -> Callable[[Any, Any, Any], Builders]:
-    """The verify builder of an idiom, from its declaration: the spelling choice whose op order
-    is closest to the hint's ops (the spelling family captured: ``pow`` / ``rsqrt`` or
-    ``sqrt`` / ``div``, the weight and bias the code applies...), run on the hint's input ``x``
-    with the parameters the hint recorded, against the declared replacement."""
-    import difflib
-
-    def build(hint: Any, x: Any, device: Any) -> Builders:
-        import torch
-
-        ops = list(map(short_name, hint.ops))
-        _, choice, spelling, _ = max(
-            _runs(spellings), key=lambda v: difflib.SequenceMatcher(None, [op.op for op in v[0]], ops, autojunk=False).ratio()
-        )
-        details = hint.details
-        # A choice the hint recorded (a softmax's dim, a cross-entropy's loss) is the code's.
-        choice = {k: (details[k] if k in details and details[k] in spelling.choices[k] else v) for k, v in choice.items()}
-        # The parameters the hint read from the user's numbers (an eps, a correction), and its dim.
-        params = {k: details[k] for k in READ_PARAMETERS if isinstance(details.get(k), (int, float)) and not isinstance(details[k], bool)}
-        dim = details.get("dim")
-        if isinstance(dim, int) and not isinstance(dim, bool) and -x.dim() <= dim < x.dim():
-            params["dim"] = dim
-        t = examples(x.dtype, x, device, **params)
-        shapes = details.get(VECTOR_SHAPES)
-        for name, shape in (shapes.items() if isinstance(shapes, dict) else ()):
-            # A weight of another shape than (d,) (a per-head one), in that shape: the replacement
-            # applies it after the fused call, as the hint says. One that is no weight of x (an
-            # edited result.json) would fail in the timing, or fill memory: said instead. A name
-            # that is none of the example weights (x itself, a number, ``__class__``) is no
-            # tensor the spelling reads in another shape: left alone, as an unknown name.
-            if not isinstance(name, str) or name == "x" or not isinstance(vars(t).get(name), torch.Tensor):
-                continue
-            if not (isinstance(shape, list) and all(type(n) is int for n in shape) and is_vector(tuple(shape), x.shape)):
-                raise NeuronscopeError(f"this hint's {VECTOR_SHAPES}[{name!r}], {shape!r}, is no weight of its input {list(x.shape)}")
-            setattr(t, name, torch.randn(*shape, generator=torch.Generator().manual_seed(0)).to(device=device, dtype=x.dtype))
-        fused = replacement(t, **choice)
-        return (lambda: spelling.fn(t, **choice)), (fused[1] if fused else None), (fused[0] if fused else None)
-
-    return build

@@ -93,11 +93,11 @@ _ATTENTION_CHOICES = MappingProxyType({
     "softmax": ("fused", "float32", "t5", "amax", "plain"),
     "dropout": (False, True),
 })
-_MASKS = ("mask", "bool_mask")
+_MASKS = ("mask", "bool_mask")  # side tensors, which code may build in place (a causal mask)
 _QKV = ("q", "k", "v")  # self-attention, or views of one packed projection
 SPELLINGS = (
-    Spelling(_spelling, {"matmul": ("matmul", "bmm", "einsum"), "scale": (None, "mul", "div", "q", "q_div"), **_ATTENTION_CHOICES}, side=_MASKS, shared=_QKV),
-    Spelling(_spelling, {"matmul": ("baddbmm",), "scale": (None,), **_ATTENTION_CHOICES}, side=_MASKS, shared=_QKV),
+    Spelling(_spelling, {"matmul": ("matmul", "bmm", "einsum"), "scale": (None, "mul", "div", "q", "q_div"), **_ATTENTION_CHOICES}, side=_MASKS, built=_MASKS, shared=_QKV),
+    Spelling(_spelling, {"matmul": ("baddbmm",), "scale": (None,), **_ATTENTION_CHOICES}, side=_MASKS, built=_MASKS, shared=_QKV),
 )
 
 

@@ -32,7 +32,7 @@ def builder(spellings: tuple[Spelling, ...], replacement: Replacement) -> Callab
         import torch
 
         ops = list(map(short_name, hint.ops))
-        _, choice, spelling, _ = max(
+        _, choice, spelling, *_ = max(
             spelling_runs(spellings), key=lambda v: difflib.SequenceMatcher(None, [op.op for op in v[0]], ops, autojunk=False).ratio()
         )
         details = hint.details

@@ -29,6 +29,7 @@ when the estimated saving is small; a generic chain only above :data:`~.cost.MIN
 
 from __future__ import annotations
 
+import bisect
 import functools
 import statistics
 from collections.abc import Iterable, Sequence
@@ -176,11 +177,17 @@ class _OpText:
     :func:`~.kept.built_runs`), without the ops of those runs."""
 
     def __init__(self, seq: list[OpNode], runs: Sequence[tuple[int, int]] = ()) -> None:
-        left_out = {k for a, b in runs for k in range(a, b)}
-        self.seq = [n for k, n in enumerate(seq) if k not in left_out]
+        self.seq: list[OpNode] = []
+        self.runs: dict[int, list[OpNode]] = {}  # each run by the op after it, as an index here
+        ends, k = dict(runs), 0
+        while k < len(seq):
+            if k in ends:
+                self.runs[len(self.seq)], k = seq[k : ends[k]], ends[k]
+            else:
+                self.seq.append(seq[k])
+                k += 1
+        self.run_at = list(self.runs)  # in order
         self.tokens = [n.op for n in self.seq]
-        #: each run by the op after it, as an index here
-        self.runs = {a - sum(b0 - a0 for a0, b0 in runs if b0 <= a): seq[a:b] for a, b in runs}
 
     def fits(self, name: str, rx: Orders, i: int, j: int, claimed: AbstractSet[int] = frozenset()) -> bool:
         """Are ops ``i`` to ``j`` a whole match of pattern ``name``, unclaimed, their shapes
@@ -188,16 +195,19 @@ class _OpText:
         return (
             rx.fullmatch(self.tokens, i, j)
             and not any(m.index in claimed for m in self.seq[i:j])
-            and all(self._takes_built(rx, i, j, k) for k in self.runs if i < k < j)
+            and all(self._takes_built(rx, i, j, k) for k in self.run_at[bisect.bisect_right(self.run_at, i) : bisect.bisect_left(self.run_at, j)])
             and _sequence_choice(name, self.seq[i:j]) is not None
         )
 
     def _takes_built(self, rx: Orders, i: int, j: int, k: int) -> bool:
         """Does the match of ops ``i`` to ``j`` take in, at its first own op from ``k`` on, a
-        side tensor code may build in place, which the run left out before op ``k`` can be?"""
+        side tensor code may build in place, which the run left out before op ``k`` can be
+        (:func:`~.kept.built_side_fits`)?"""
         flags = rx.flags(self.tokens, i, j)
-        taker = next((p for p in range(k, j) if flags[p - i] != SIDE), None)
-        return taker is not None and flags[taker - i] == TAKES_BUILT and built_side_fits(self.runs[k], self.seq[taker])
+        own = [p for p in range(k, j) if flags[p - i] != SIDE][:2]  # the taker, and the op after it
+        if not own or flags[own[0] - i] != TAKES_BUILT:
+            return False
+        return built_side_fits(self.runs[k], self.seq[own[0]], self.seq[own[1]] if len(own) > 1 else None)
 
     def fitting_end(self, name: str, rx: Orders, i0: int, i1: int, claimed: AbstractSet[int] = frozenset()) -> int | None:
         """The end of the longest whole match of pattern ``name`` from op ``i0``, ``i1`` at most,

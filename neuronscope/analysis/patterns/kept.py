@@ -181,18 +181,22 @@ def _broadcasts(shape: tuple[int, ...], onto: tuple[int, ...]) -> bool:
     return len(shape) <= len(onto) and all(a in (1, b) for a, b in zip(shape[::-1], onto[::-1]))
 
 
-def built_side_fits(run: list[OpNode], taker: OpNode) -> bool:
+def built_side_fits(run: list[OpNode], taker: OpNode, after: OpNode | None) -> bool:
     """Whether the ops ``run`` can build what ``taker``, the idiom's op after them that takes in
-    a side tensor built in place (:data:`~.spelling.TAKES_BUILT`), takes besides its main input:
-    where shapes were recorded, every tensor they read broadcasts to another input of
-    ``taker`` that broadcasts to its largest (a causal mask: ``[T, T]``, ``[1, 1, T, T]``, to
-    the scores); where none were, op order and the declaration say it."""
+    a side tensor built in place (:data:`~.spelling.TAKES_BUILT`), takes besides its main input,
+    where shapes were recorded: every tensor they read broadcasts to another input of
+    ``taker`` that broadcasts to its main (largest) one (a causal mask: ``[T, T]``,
+    ``[1, 1, T, T]``, to the scores), and ``after``, the idiom's next op, reads a tensor of
+    that main one's size (the scores go on; ``other.masked_fill(mask)`` is no mask of them).
+    Where none were, op order and the declaration say it."""
     shapes = [tuple(t.sizes) for t in taker.inputs if t.sizes]
     if not shapes:
         return True
     main = max(shapes, key=math.prod)
     shapes.remove(main)
     read = [tuple(t.sizes) for n in run for t in n.inputs if t.sizes]
+    if after is not None and after.inputs and math.prod(main) not in {t.numel for t in after.inputs}:
+        return False
     return any(_broadcasts(side, main) and all(_broadcasts(r, side) for r in read) for side in shapes)
 
 

@@ -114,7 +114,7 @@ def test_an_inline_causal_mask_is_found_by_op_order_as_live(form: str, tmp_path:
         assert seq.details["mask"] == live.details["mask"] == ("add" if added else "masked_fill"), how
 
 
-@pytest.mark.parametrize("form", ["tril_ones_eq", "arange_lt", "ones_tril_view_eq", "full_triu_added"])
+@pytest.mark.parametrize("form", list(MASKS))
 def test_the_suggestion_with_the_mask_it_names_is_the_module(form: str, tmp_path: Path) -> None:
     """Live and by op order, the suggested sdpa call with the mask the code builds (``~cond``
     for a masked_fill, ``mask`` for one added) gives the module's output."""

@@ -127,6 +127,18 @@ def test_the_suggestion_with_the_mask_it_names_is_the_module(form: str, tmp_path
         torch.testing.assert_close(_applied(_attention(hints), module, x), expected, atol=1e-5, rtol=1e-4, msg=how)
 
 
+@pytest.mark.parametrize("form", list(MASKS))
+def test_without_shapes_op_order_and_the_declaration_say_it(form: str) -> None:
+    """A profiler run without ``record_shapes``: op order alone, the mask's ops left out."""
+    torch.manual_seed(0)
+    mask, added = MASKS[form]
+    module, x = CausalAttention(mask, added).eval(), torch.randn(B, T, C)
+    with torch.no_grad(), torch.profiler.profile() as prof:
+        module(x)
+    hint = _attention(from_profiler(prof).hints)
+    assert [op.removeprefix("aten::") for op in hint.ops] == ["matmul", "mul", "add" if added else "masked_fill", "softmax", "matmul"]
+
+
 def _as_before(monkeypatch: pytest.MonkeyPatch, prof: Any) -> list[tuple[Any, ...]]:
     """The op-order hints of ``prof`` now, and as op order had them before ops building a
     tensor from nothing were left out (none is): they must be the same."""

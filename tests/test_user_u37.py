@@ -166,13 +166,10 @@ def test_inline_mask_attention_live_suggestion_is_equivalent() -> None:
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a causal mask built inside the forward (torch.tril(torch.ones(T, T)) == 0) puts ones/tril/eq "
-    "between the scale and masked_fill in op order: from the user's profiler and from a trace the "
-    "attention gets no hint, where live finds it",
-)
 def test_inline_mask_attention_is_found_by_op_order() -> None:
+    """A causal mask built inside the forward (``torch.tril(torch.ones(T, T)) == 0``) puts
+    ``ones``, ``tril`` and ``eq`` between the scale and ``masked_fill`` in op order: the
+    attention is found from the user's profiler too, those ops left out, as live."""
     torch.manual_seed(0)
     attn, x = InlineMaskAttention().eval(), torch.randn(B, T, C)
     with torch.no_grad(), torch.profiler.profile(record_shapes=True) as prof:

@@ -632,12 +632,6 @@ def test_gpt_neo_unscaled_where_masked_attention_applied_as_written() -> None:
         modeling_gpt_neo.GPTNeoSelfAttention._attn = original
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="GPT-Neo and ImageGPT mask with torch.where(causal, scores, torch.tensor(finfo.min)): the "
-    "constant is made between the scores and the where, and op order then finds no attention "
-    "(live: found, from_profiler and from_trace: none)",
-)
 @pytest.mark.parametrize("family", ["gpt_neo", "imagegpt"])
 def test_where_masked_attention_is_found_by_op_order(family: str, tmp_path: Path) -> None:
     m, run, x = build(family)

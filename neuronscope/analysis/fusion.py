@@ -29,9 +29,10 @@ when the estimated saving is small; a generic chain only above :data:`~.cost.MIN
 
 from __future__ import annotations
 
+import bisect
 import functools
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 from types import MappingProxyType
@@ -50,9 +51,9 @@ from neuronscope.analysis.opgraph import VIEW_OPS, OpGraph, OpNode, short_name
 from neuronscope.analysis.optimizer import has_optimizer_steps, optimizer_hints, optimizer_steps
 from neuronscope.analysis.patterns import REGISTRY, Match, Pattern, pattern_named
 from neuronscope.analysis.patterns.base import line_of, match_lines, softmax_on_last_dim
-from neuronscope.analysis.patterns.kept import Orders, kept_orders
+from neuronscope.analysis.patterns.kept import Orders, built_runs, built_side_fits, kept_orders
 from neuronscope.analysis.patterns.shapes import VECTOR_SHAPES
-from neuronscope.analysis.patterns.spelling import op_orders, order_shapes, vector_choices
+from neuronscope.analysis.patterns.spelling import SIDE, TAKES_BUILT, op_orders, order_shapes, vector_choices
 from neuronscope.result.hint import Hint
 from neuronscope.result.placement import OP_SPANS
 
@@ -124,14 +125,19 @@ def find_sequence_matches(g: OpGraph) -> list[Match]:
     for n in g.nodes:
         if n.op not in VIEW_OPS and n.writes:  # a trace shows no cast that copied nothing
             by_tid.setdefault(n.tid, []).append(n)
-    for seq in by_tid.values():
-        ops = _OpText(seq)
+    for thread in by_tid.values():
+        every, runs = _OpText(thread), built_runs(thread)
+        # An idiom whose side tensor code may build in place (a causal mask) is looked for
+        # where such builds are left out of op order; a match spans those it takes in.
+        built = _OpText(thread, runs) if runs else every
         claimed: set[int] = set()
-        looking_back: list[tuple[int, Pattern, int]] = []  # (match, its record, its first op)
+        looking_back: list[tuple[int, Pattern, int, list[OpNode]]] = []  # (match, its record, its first op, its ops)
         for record in REGISTRY:
             rx = _orders().get(record.name)
             if rx is None:
                 continue
+            ops = built if rx.takes_built else every
+            seq = ops.seq
             i = 0
             while (found := rx.search(ops.tokens, i)) is not None:
                 i0, i1 = found
@@ -158,9 +164,9 @@ def find_sequence_matches(g: OpGraph) -> list[Match]:
                     params[VECTOR_SHAPES] = choice[VECTOR_SHAPES]
                 out.append(Match(record.name, members, x, params))
                 if record.params_before is not None:
-                    looking_back.append((len(out) - 1, record, i0))
+                    looking_back.append((len(out) - 1, record, i0, seq))
         # Once every idiom of the thread has its ops: an op one took is not another's.
-        for k, record, i0 in looking_back:  # read from the match back, not by skipping the ops after it
+        for k, record, i0, seq in looking_back:  # read from the match back, not by skipping the ops after it
             m, before = out[k], map(seq.__getitem__, range(i0 - 1, -1, -1))
             assert record.params_before is not None  # only such records look back
             out[k] = replace(m, params={**m.params, **record.params_before(m.nodes, before, claimed)})
@@ -169,19 +175,41 @@ def find_sequence_matches(g: OpGraph) -> list[Match]:
 
 class _OpText:
     """One thread's user-level ops as the idioms' op orders see them (each op's short name),
-    and the questions the matching asks of them, in op indices."""
+    and the questions the matching asks of them, in op indices; given ``runs`` (see
+    :func:`~.kept.built_runs`), without the ops of those runs."""
 
-    def __init__(self, seq: list[OpNode]) -> None:
-        self.seq = seq
-        self.tokens = [n.op for n in seq]
+    def __init__(self, seq: list[OpNode], runs: Sequence[tuple[int, int]] = ()) -> None:
+        self.seq: list[OpNode] = []
+        self.runs: dict[int, list[OpNode]] = {}  # each run by the op after it, as an index here
+        ends, k = dict(runs), 0
+        while k < len(seq):
+            if k in ends:
+                self.runs[len(self.seq)], k = seq[k : ends[k]], ends[k]
+            else:
+                self.seq.append(seq[k])
+                k += 1
+        self.run_at = list(self.runs)  # in order
+        self.tokens = [n.op for n in self.seq]
 
     def fits(self, name: str, rx: Orders, i: int, j: int, claimed: AbstractSet[int] = frozenset()) -> bool:
-        """Are ops ``i`` to ``j`` a whole match of pattern ``name``, unclaimed, their shapes fitting?"""
+        """Are ops ``i`` to ``j`` a whole match of pattern ``name``, unclaimed, their shapes
+        fitting, each run left out between them building a side tensor it takes in?"""
         return (
             rx.fullmatch(self.tokens, i, j)
             and not any(m.index in claimed for m in self.seq[i:j])
+            and all(self._takes_built(rx, i, j, k) for k in self.run_at[bisect.bisect_right(self.run_at, i) : bisect.bisect_left(self.run_at, j)])
             and _sequence_choice(name, self.seq[i:j]) is not None
         )
+
+    def _takes_built(self, rx: Orders, i: int, j: int, k: int) -> bool:
+        """Does the match of ops ``i`` to ``j`` take in, at its first own op from ``k`` on, a
+        side tensor code may build in place, which the run left out before op ``k`` can be
+        (:func:`~.kept.built_side_fits`)?"""
+        flags = rx.flags(self.tokens, i, j)
+        own = [p for p in range(k, j) if flags[p - i] != SIDE][:2]  # the taker, and the op after it
+        if not own or flags[own[0] - i] != TAKES_BUILT:
+            return False
+        return built_side_fits(self.runs[k], self.seq[own[0]], self.seq[own[1]] if len(own) > 1 else None)
 
     def fitting_end(self, name: str, rx: Orders, i0: int, i1: int, claimed: AbstractSet[int] = frozenset()) -> int | None:
         """The end of the longest whole match of pattern ``name`` from op ``i0``, ``i1`` at most,

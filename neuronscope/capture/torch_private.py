@@ -343,20 +343,17 @@ def dynamo_eval_frame(import_it: bool = False) -> Any:
 
 @contextlib.contextmanager
 def own_compiles() -> Iterator[None]:
-    """``torch.compile`` calls of neuronscope's own inside the block (``hint.verify()``, the
-    machine's probes) leave no trace in ``eval_frame.cached_backends``, which the observation
-    pass reads as "the user's program uses torch.compile" (see :mod:`.observe`): left there,
-    one ``verify()`` made every later capture in the process record no Python numbers.
-    Checked on torch 2.4-2.13; the registry only feeds ``torch._dynamo.reset()``'s backend
-    resets, which these compiled chains, dropped after use, do not need."""
-    registry = getattr(dynamo_eval_frame(import_it=True), "cached_backends", None)
-    before = set(registry) if isinstance(registry, dict) else set()
+    """Our own ``torch.compile`` calls in the block (``verify()``, probes) leave ``cached_backends``,
+    which :mod:`.observe` reads as the user's use of torch.compile (then no Python numbers are
+    recorded). Checked on torch 2.4-2.13; the registry only feeds ``torch._dynamo.reset()``."""
+    found = getattr(dynamo_eval_frame(import_it=True), "cached_backends", None)
+    registry: dict[Any, Any] = found if isinstance(found, dict) else {}
+    before = set(registry)
     try:
         yield
     finally:
-        if isinstance(registry, dict):
-            for key in set(registry) - before:
-                registry.pop(key, None)
+        for key in set(registry) - before:
+            registry.pop(key, None)
 
 
 def dynamo_skip(functions: Any) -> None:

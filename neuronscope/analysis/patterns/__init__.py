@@ -15,11 +15,11 @@ from neuronscope.analysis.patterns.gelu import GELU
 from neuronscope.analysis.patterns.layer_norm import LAYER_NORM
 from neuronscope.analysis.patterns.log_softmax import LOG_SOFTMAX
 from neuronscope.analysis.patterns.matcher import graph_matcher
+from neuronscope.analysis.patterns.replacement import builder
 from neuronscope.analysis.patterns.rms_norm import RMS_NORM
 from neuronscope.analysis.patterns.rotary_embedding import ROTARY_EMBEDDING
 from neuronscope.analysis.patterns.silu_mul import SILU_MUL
 from neuronscope.analysis.patterns.softmax import SOFTMAX
-from neuronscope.analysis.patterns.spelling import builder
 from neuronscope.capture import idioms
 
 __all__ = ["PATTERNS", "REGISTRY", "Match", "Pattern", "pattern_named"]

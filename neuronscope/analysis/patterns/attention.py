@@ -65,8 +65,10 @@ def _spelling(t: Any, matmul: str, scale: str | None, mask: str | None, softmax:
             s = s.masked_fill(t.bool_mask, -1e9)
         elif mask == "eq, masked_fill":
             s = s.masked_fill(t.mask == 0, -1e9)
-        elif mask == "where":
+        elif mask in ("where", "where, add"):
             s = torch.where(t.bool_mask, s, -1e9)
+        if mask == "where, add":  # GPT-Neo: the causal where, then the padding mask added
+            s = s + t.mask
         masked.append(s)
         return s.float() if softmax == "t5" else s
 
@@ -91,15 +93,15 @@ def _spelling(t: Any, matmul: str, scale: str | None, mask: str | None, softmax:
 
 
 _ATTENTION_CHOICES = MappingProxyType({
-    "mask": (None, "add", "bias, add", "add, clamp", "masked_fill", "bias, masked_fill", "eq, masked_fill", "where"),
+    "mask": (None, "add", "bias, add", "add, clamp", "masked_fill", "bias, masked_fill", "eq, masked_fill", "where", "where, add"),
     "softmax": ("fused", "float32", "t5", "amax", "plain"),
     "dropout": (False, True),
 })
-_MASKS = ("mask", "bool_mask")
+_MASKS = ("mask", "bool_mask")  # side tensors, which code may build in place (a causal mask)
 _QKV = ("q", "k", "v")  # self-attention, or views of one packed projection
 SPELLINGS = (
-    Spelling(_spelling, {"matmul": ("matmul", "bmm", "einsum"), "scale": (None, "mul", "div", "q", "q_div"), **_ATTENTION_CHOICES}, side=_MASKS, shared=_QKV),
-    Spelling(_spelling, {"matmul": ("baddbmm",), "scale": (None, "q"), **_ATTENTION_CHOICES}, side=_MASKS, shared=_QKV),
+    Spelling(_spelling, {"matmul": ("matmul", "bmm", "einsum"), "scale": (None, "mul", "div", "q", "q_div"), **_ATTENTION_CHOICES}, side=_MASKS, built=_MASKS, shared=_QKV),
+    Spelling(_spelling, {"matmul": ("baddbmm",), "scale": (None, "q"), **_ATTENTION_CHOICES}, side=_MASKS, built=_MASKS, shared=_QKV),
 )
 
 

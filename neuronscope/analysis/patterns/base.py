@@ -11,8 +11,9 @@ from typing import Any
 
 from neuronscope.analysis.dataflow import user_line
 from neuronscope.analysis.opgraph import OpGraph, OpNode, TensorArg
+from neuronscope.analysis.patterns.replacement import Replacement
 from neuronscope.analysis.patterns.shapes import VECTOR_SHAPES
-from neuronscope.analysis.patterns.spelling import Replacement, Spelling
+from neuronscope.analysis.patterns.spelling import Spelling
 from neuronscope.capture.frames import function_of
 from neuronscope.capture.idioms import Builders, Evidence
 
@@ -129,7 +130,7 @@ class Pattern:
     #: own shape); False: one idiom whatever its shapes (rotary's q and k, of other head counts
     #: under grouped-query attention, are one line of code and one fused call).
     one_hint_per_shape: bool = True
-    #: What to use instead, over the spellings' example tensors (see :data:`~.spelling.Replacement`).
+    #: What to use instead, over the spellings' example tensors (see :data:`~.replacement.Replacement`).
     replacement: Replacement | None = None
 
 

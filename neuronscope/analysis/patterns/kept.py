@@ -7,22 +7,27 @@ the op-order matcher asks of them (:class:`Orders`).
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from neuronscope.analysis.opgraph import TensorArg
+from neuronscope.analysis.opgraph import OpNode, TensorArg
 from neuronscope.analysis.patterns.shapes import VECTOR_SHAPES, ShapeSig, shape_fits
-from neuronscope.analysis.patterns.spelling import OrderShapes, TemplateOp, merged_choice
+from neuronscope.analysis.patterns.spelling import OWN, SIDE, TAKES_BUILT, OrderShapes, TemplateOp, merged_choice
 
 __all__ = [
     "COMMUTATIVE",
+    "FACTORIES",
+    "MASK_STEPS",
     "ORDERS_FILE",
     "TEMPLATES_FILE",
     "KeptOrders",
     "Orders",
     "Templates",
+    "built_runs",
+    "built_side_fits",
     "kept_orders",
     "kept_templates",
     "orders_text",
@@ -32,7 +37,8 @@ __all__ = [
 #: The op orders of every idiom, derived from the spellings and kept with the package, so that
 #: reading a trace file needs no torch (importing it costs seconds): one line per order,
 #: ``pattern<TAB>op op ...<TAB>own flags<TAB>shapes<TAB>choices<TAB>vector choices`` (flags 1:
-#: the idiom's op, 0: a side op; shapes: the order's :func:`~.spelling.order_shapes`, each op's
+#: the idiom's op, 0: a side op, 2: the idiom's op taking in a side tensor that code may build
+#: in place, see :data:`~.spelling.TAKES_BUILT`; shapes: the order's :func:`~.spelling.order_shapes`, each op's
 #: arguments joined by ``,``, ops by ``/`` (``-``: a side op), alternatives by a space; choices:
 #: a JSON list, the choice of each alternative; vector choices: the idiom's
 #: :func:`~.spelling.vector_choices`). Rebuilt by ``python -m neuronscope.analysis.patterns``;
@@ -50,11 +56,11 @@ def _sig_of(text: str) -> ShapeSig:
 
 #: What an idiom's op orders are kept as: its op orders with their own flags, their shapes
 #: and choices, and its vector choices.
-KeptOrders = tuple[Mapping[tuple[str, ...], tuple[bool, ...]], OrderShapes, frozenset[str]]
+KeptOrders = tuple[Mapping[tuple[str, ...], tuple[int, ...]], OrderShapes, frozenset[str]]
 
 
 def orders_text(
-    derived: Mapping[str, Mapping[tuple[str, ...], tuple[bool, ...]]], shapes: Mapping[str, OrderShapes], vectors: Mapping[str, frozenset[str]]
+    derived: Mapping[str, Mapping[tuple[str, ...], tuple[int, ...]]], shapes: Mapping[str, OrderShapes], vectors: Mapping[str, frozenset[str]]
 ) -> str:
     """The text of :data:`ORDERS_FILE` for ``derived`` (pattern -> its :func:`op_orders`),
     ``shapes`` (pattern -> its :func:`order_shapes`) and ``vectors`` (pattern -> its
@@ -67,7 +73,7 @@ def orders_text(
             sigs = sorted(shapes[name][order].items(), key=lambda kv: _sig_text(kv[0]))
             choices = json.dumps([dict(c) for _, c in sigs], separators=(",", ":"), sort_keys=True)
             lines.append(
-                f"{name}\t{' '.join(order)}\t{''.join('1' if own else '0' for own in flags)}"
+                f"{name}\t{' '.join(order)}\t{''.join(str(int(flag)) for flag in flags)}"
                 f"\t{' '.join(_sig_text(sig) for sig, _ in sigs)}\t{choices}\t{' '.join(sorted(vectors[name]))}"
             )
     return "\n".join(lines) + "\n"
@@ -79,7 +85,7 @@ def kept_orders() -> Mapping[str, KeptOrders]:
     where it is missing)."""
     import json
 
-    found: dict[str, tuple[dict[tuple[str, ...], tuple[bool, ...]], dict[tuple[str, ...], Mapping[ShapeSig, Mapping[str, Any]]], str]] = {}
+    found: dict[str, tuple[dict[tuple[str, ...], tuple[int, ...]], dict[tuple[str, ...], Mapping[ShapeSig, Mapping[str, Any]]], str]] = {}
     try:
         text = ORDERS_FILE.read_text()
     except OSError:
@@ -89,7 +95,7 @@ def kept_orders() -> Mapping[str, KeptOrders]:
             name, ops, flags, sigs, choices, vectors = line.split("\t")
             orders, shapes, _ = found.setdefault(name, ({}, {}, vectors))
             order = tuple(ops.split())
-            orders[order] = tuple(c == "1" for c in flags)
+            orders[order] = tuple("012".index(c) for c in flags)
             shapes[order] = MappingProxyType(dict(zip(map(_sig_of, sigs.split(" ")), map(MappingProxyType, json.loads(choices)))))
     except (ValueError, TypeError):  # damaged: derived instead, as where it is missing (see kept_templates)
         return MappingProxyType({})
@@ -143,6 +149,56 @@ def _whole(ops: tuple[TemplateOp, ...]) -> bool:
 #: Ops whose two dimensioned inputs code writes in either order (``w * h``, ``h * w``).
 COMMUTATIVE = frozenset({"add", "mul"})
 
+#: Ops that make a tensor from no tensor (``torch.ones(T, T)``, ``torch.arange(T)``), and those
+#: that code builds a mask of such with (``tril``, ``== 0``, ``.bool()``, ``ones_like``; views
+#: are no ops in op order): what a side tensor built in place is made of, in op order.
+FACTORIES = frozenset({"ones", "zeros", "full", "arange", "empty", "eye"})
+MASK_STEPS = frozenset({
+    "tril", "triu", "eq", "ne", "lt", "gt", "le", "ge", "logical_not", "logical_and", "logical_or", "bitwise_not",
+    "to", "_to_copy", "reshape", "contiguous", "clone", "repeat", "ones_like", "zeros_like", "full_like", "empty_like",
+})
+
+
+def built_runs(seq: list[OpNode]) -> list[tuple[int, int]]:
+    """The runs ``[start, end)`` of ``seq`` (one thread's ops in order) that build a tensor from
+    nothing: a factory op taking no dimensioned tensor, then mask steps and factory ops
+    (``ones tril eq``, ``arange arange lt``). Whether one is a side tensor of an idiom it stands
+    in is for the match to say (:func:`built_side_fits`)."""
+    runs: list[tuple[int, int]] = []
+    k = 0
+    while k < len(seq):
+        end = k
+        if seq[k].op in FACTORIES and not any(t.sizes for t in seq[k].inputs):
+            end = k + 1
+            while end < len(seq) and (seq[end].op in MASK_STEPS or (seq[end].op in FACTORIES and not any(t.sizes for t in seq[end].inputs))):
+                end += 1
+            runs.append((k, end))
+        k = max(end, k + 1)
+    return runs
+
+
+def _broadcasts(shape: tuple[int, ...], onto: tuple[int, ...]) -> bool:
+    return len(shape) <= len(onto) and all(a in (1, b) for a, b in zip(shape[::-1], onto[::-1]))
+
+
+def built_side_fits(run: list[OpNode], taker: OpNode, after: OpNode | None) -> bool:
+    """Whether the ops ``run`` can build what ``taker``, the idiom's op after them that takes in
+    a side tensor built in place (:data:`~.spelling.TAKES_BUILT`), takes besides its main input,
+    where shapes were recorded: every tensor they read broadcasts to another input of
+    ``taker`` that broadcasts to its main (largest) one (a causal mask: ``[T, T]``,
+    ``[1, 1, T, T]``, to the scores), and ``after``, the idiom's next op, reads a tensor of
+    that main one's size (the scores go on; ``other.masked_fill(mask)`` is no mask of them).
+    Where none were, op order and the declaration say it."""
+    shapes = [tuple(t.sizes) for t in taker.inputs if t.sizes]
+    if not shapes:
+        return True
+    main = max(shapes, key=math.prod)
+    shapes.remove(main)
+    read = [tuple(t.sizes) for n in run for t in n.inputs if t.sizes]
+    if after is not None and after.inputs and math.prod(main) not in {t.numel for t in after.inputs}:
+        return False
+    return any(_broadcasts(side, main) and all(_broadcasts(r, side) for r in read) for side in shapes)
+
 
 def _readings(op: str, relations: tuple[str, ...], got: list[TensorArg], x: tuple[int, ...]) -> list[list[tuple[str, int]]]:
     """The ways ``got`` (an op's recorded dimensioned inputs) can be the spelling's arguments
@@ -189,21 +245,27 @@ def _one_storage_each(options: list[list[list[tuple[str, int]]]], bound: dict[st
 class Orders:
     """The op orders of one idiom, as the op-order matcher asks about them."""
 
-    def __init__(self, orders: Mapping[tuple[str, ...], tuple[bool, ...]], shapes: OrderShapes, vectors: frozenset[str]) -> None:
+    def __init__(self, orders: Mapping[tuple[str, ...], tuple[int, ...]], shapes: OrderShapes, vectors: frozenset[str]) -> None:
         self.orders = orders
         self.shapes = shapes
         self.vectors = vectors
         self.lengths = sorted({len(o) for o in self.orders}, reverse=True)
         self.words = frozenset(w for o in self.orders for w in o)
         self.firsts = frozenset(o[0] for o in self.orders)
+        #: whether code may build a side tensor of the idiom in place (see :func:`built_runs`)
+        self.takes_built = any(TAKES_BUILT in flags for flags in orders.values())
 
     def fullmatch(self, tokens: list[str], i: int, j: int) -> bool:
         """Are ``tokens[i:j]`` one of the orders?"""
         return tuple(tokens[i:j]) in self.orders
 
+    def flags(self, tokens: list[str], i: int, j: int) -> tuple[int, ...]:
+        """What each of ``tokens[i:j]`` (one of the orders) is (:data:`~.spelling.TAKES_BUILT`...)."""
+        return self.orders.get(tuple(tokens[i:j]), (OWN,) * (j - i))
+
     def own(self, tokens: list[str], i: int, j: int) -> tuple[bool, ...]:
         """Which of ``tokens[i:j]`` (one of the orders) are the idiom's own ops."""
-        return self.orders.get(tuple(tokens[i:j]), (True,) * (j - i))
+        return tuple(flag != SIDE for flag in self.flags(tokens, i, j))
 
     def longest_at(self, tokens: list[str], i: int) -> int | None:
         """The end of the longest order starting at ``tokens[i]``, or None."""

@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from types import SimpleNamespace
+from types import MappingProxyType, SimpleNamespace
 from typing import Any
 
 from neuronscope.analysis.opgraph import OpNode
@@ -66,7 +66,7 @@ _FORMS = (
 #: Alone over a dim, or read by a loss (over rows: the last dim).
 _READS = ({"loss": (None,), "dim": DIMS}, {"loss": ("gather", "nll_loss"), "dim": (-1,)})
 #: Or a softmax whose target probabilities are picked by index, then their log taken.
-_PICKED = {"form": ("log(softmax)", "log(written softmax)"), "shift": _SHIFTS, "division": ("div", "twice", "reciprocal")}
+_PICKED = MappingProxyType({"form": ("log(softmax)", "log(written softmax)"), "shift": _SHIFTS, "division": ("div", "twice", "reciprocal")})
 SPELLINGS = (
     *(Spelling(_spelling, {**form, **reads}) for form in _FORMS for reads in _READS),
     Spelling(_spelling, {**_PICKED, "loss": ("index",), "dim": (-1,)}),

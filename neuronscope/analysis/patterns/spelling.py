@@ -25,19 +25,19 @@ from numbers import Real
 from types import MappingProxyType, SimpleNamespace
 from typing import Any, NamedTuple, TypeVar, cast
 
-from neuronscope.analysis.opgraph import MAYBE_ALIAS_OPS, VIEW_OPS, short_name
-from neuronscope.analysis.patterns.shapes import EXAMPLE_DIM, VECTOR_SHAPES, ShapeSig, is_vector, shape_relation
-from neuronscope.capture.idioms import Builders
-from neuronscope.errors import NeuronscopeError
+from neuronscope.analysis.opgraph import MAYBE_ALIAS_OPS, VIEW_OPS
+from neuronscope.analysis.patterns.shapes import EXAMPLE_DIM, ShapeSig, shape_relation
 
 __all__ = [
+    "OWN",
     "READ_PARAMETERS",
+    "SIDE",
     "SLOT",
+    "TAKES_BUILT",
     "OrderShapes",
-    "Replacement",
     "Spelling",
+    "SpellingRun",
     "TemplateOp",
-    "builder",
     "elementwise_slot",
     "examples",
     "merged_choice",
@@ -46,6 +46,7 @@ __all__ = [
     "order_shapes",
     "recorded_ops",
     "relation_of",
+    "spelling_runs",
     "templates",
     "vector_choices",
 ]
@@ -78,6 +79,11 @@ class Spelling:
     #: Example tensors code may pass as one value, which the graph matcher then does not tell
     #: apart (attention's q, k and v: views of one packed projection, or one input).
     shared: tuple[str, ...] = ()
+    #: Side tensors code may build in place from nothing of the idiom (a causal mask,
+    #: ``torch.tril(torch.ones(T, T)) == 0``): in op order, the ops building one (a factory op,
+    #: then ``tril``, ``eq``...) may stand right before the idiom's op that takes it in, and a
+    #: match spans them and leaves them out, however the code builds it.
+    built: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "choices", MappingProxyType(dict(self.choices)))  # read-only, as the record is
@@ -204,12 +210,16 @@ class _Run:
     """What one run of a spelling recorded: its ops, and whether a cast copied nothing (then
     its op order in another dtype may differ: the cast would copy)."""
 
-    def __init__(self, t: Any, side: tuple[str, ...]) -> None:
+    def __init__(self, t: Any, side: tuple[str, ...], built: tuple[str, ...] = ()) -> None:
         import torch
 
         self.ops: list[TemplateOp] = []
         self.cast_skipped = False
         self.refs: dict[int, tuple[str, Any, bool]] = {}
+        #: the idiom's ops that take in a ``built`` side tensor (directly, through a view or
+        #: through side ops), and those tensors and what side ops and views made of them
+        self.entries: set[int] = set()
+        self.made = {id(value) for name, value in vars(t).items() if name in built}
         #: per :func:`elementwise_slot` call: its first op, the op after its last, what it took
         self.slots: list[tuple[int, int, tuple[str, Any, bool] | None, tuple[int, ...]]] = []
         self.keep: list[Any] = []  # alive, so that no id is reused by a tensor made later
@@ -227,6 +237,7 @@ class _Run:
         in_refs = [refs.get(id(a)) for a in inputs]
         # made from side tensors alone, or from none (``torch.arange(n)``, a ``torch.full`` floor)
         is_side = all(r is not None and r[0] == "side" for r in in_refs)
+        takes_made = any(id(a) in self.made for a in inputs)
         made = _storages(out)
         recorded = bool(names and made) and names[0] not in VIEW_OPS
         if recorded and names[0] in MAYBE_ALIAS_OPS and made <= _storages(inputs):
@@ -248,6 +259,8 @@ class _Run:
                 else:
                     ops.append(TemplateOp(name, not is_side, (("op", first + i - 1, True),), (tuple(out.shape),)))
             out_ref = ("side", "", False) if is_side else ("op", len(ops) - 1, True)
+            if takes_made and not is_side:
+                self.entries.add(first)
         else:  # a view, or no op: what its first tensor input is, seen through a view
             base = next((r for r in in_refs if r is not None), None)
             out_ref = None if base is None else (base[0], base[1], False)
@@ -255,6 +268,8 @@ class _Run:
             for o in _tensors(out):
                 refs[id(o)] = out_ref
                 self.keep.append(o)
+        if takes_made and (is_side or not recorded):
+            self.made.update(id(o) for o in _tensors(out))
         return out
 
     def slot(self, x: Any, fn: Callable[[Any], Any]) -> Any:
@@ -298,24 +313,29 @@ def _mode() -> Any:
     return _Record
 
 
-def _record(fn: Callable[..., Any], t: Any, kwargs: dict[str, Any], side: tuple[str, ...] = ()) -> _Run:
+def _record(fn: Callable[..., Any], t: Any, kwargs: dict[str, Any], side: tuple[str, ...] = (), built: tuple[str, ...] = ()) -> _Run:
     """``fn(t, **kwargs)``'s user-level ops with their data flow (see :class:`TemplateOp`)."""
-    run = _Run(t, side)
+    run = _Run(t, side, built)
     with _mode()(run):
         fn(SimpleNamespace(**vars(t), recording=run), **kwargs)
     return run
 
 
+#: One run of a spelling choice: its ops, its choice, its spelling, its slots (see
+#: :func:`elementwise_slot`) and which of its ops take in a side tensor it may build in place
+#: (:attr:`Spelling.built`).
+SpellingRun = tuple[tuple[TemplateOp, ...], Mapping[str, Any], Spelling, tuple[Any, ...], frozenset[int]]
+
+
 @functools.cache
-def _runs(spellings: tuple[Spelling, ...]) -> tuple[tuple[tuple[TemplateOp, ...], Mapping[str, Any], Spelling, tuple[Any, ...]], ...]:
+def spelling_runs(spellings: tuple[Spelling, ...]) -> tuple[SpellingRun, ...]:
     """Every spelling choice run once on float32 examples, and once more on bfloat16 ones where
-    a cast copied nothing: its ops, its choice, its spelling and its slots (see
-    :func:`elementwise_slot`). Derived once per process."""
+    a cast copied nothing (see :data:`SpellingRun`). Derived once per process."""
     import torch
 
     from neuronscope.events import gc_paused
 
-    found: list[tuple[tuple[TemplateOp, ...], Mapping[str, Any], Spelling, tuple[Any, ...]]] = []
+    found: list[SpellingRun] = []
     threads = torch.get_num_threads()
     # One thread: on a busy machine a parallel op (softmax) waited milliseconds for its workers
     # on these tiny tensors, hundreds of times over.
@@ -325,11 +345,11 @@ def _runs(spellings: tuple[Spelling, ...]) -> tuple[tuple[tuple[TemplateOp, ...]
             t32, t16 = examples(torch.float32, **_NAMED), examples(torch.bfloat16, **_NAMED)
             for spelling in spellings:
                 for choice in spelling.variants():
-                    run = _record(spelling.fn, t32, choice, spelling.side)
-                    found.append((tuple(run.ops), MappingProxyType(choice), spelling, tuple(run.slots)))
-                    if run.cast_skipped:
-                        run = _record(spelling.fn, t16, choice, spelling.side)
-                        found.append((tuple(run.ops), MappingProxyType(choice), spelling, tuple(run.slots)))
+                    for t in (t32, t16):
+                        run = _record(spelling.fn, t, choice, spelling.side, spelling.built)
+                        found.append((tuple(run.ops), MappingProxyType(choice), spelling, tuple(run.slots), frozenset(run.entries)))
+                        if not run.cast_skipped:
+                            break
     finally:
         torch.set_num_threads(threads)
     return tuple(run for run in found if run[0])
@@ -343,13 +363,19 @@ def recorded_ops(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[str]
     return [op.op for op in _record(fn, t, kwargs).ops]
 
 
+#: What an op of an op order is (:func:`op_orders`): a side op, the idiom's own, or the idiom's
+#: own taking in a side tensor code may build in place (:attr:`Spelling.built`).
+SIDE, OWN, TAKES_BUILT = 0, 1, 2
+
+
 @functools.cache
-def op_orders(spellings: tuple[Spelling, ...]) -> Mapping[tuple[str, ...], tuple[bool, ...]]:
+def op_orders(spellings: tuple[Spelling, ...]) -> Mapping[tuple[str, ...], tuple[int, ...]]:
     """Every op order the spellings show, in float32 and bfloat16 (a cast that copies shows
-    only in the second), with which of its ops are the idiom's."""
-    found: dict[tuple[str, ...], tuple[bool, ...]] = {}
-    for ops, *_ in _runs(spellings):
-        found.setdefault(tuple(op.op for op in ops), tuple(op.own for op in ops))
+    only in the second), with what each of its ops is (:data:`SIDE`, :data:`OWN` or
+    :data:`TAKES_BUILT`)."""
+    found: dict[tuple[str, ...], tuple[int, ...]] = {}
+    for ops, _, _, _, entries in spelling_runs(spellings):
+        found.setdefault(tuple(op.op for op in ops), tuple(TAKES_BUILT if i in entries else int(op.own) for i, op in enumerate(ops)))
     return MappingProxyType(found)
 
 
@@ -361,11 +387,11 @@ def templates(spellings: tuple[Spelling, ...]) -> tuple[tuple[tuple[TemplateOp, 
     A slot's ops are one slot op, taking every op the spellings run in that slot under any
     choice (their side ops aside)."""
     takes: dict[int, set[str]] = {}  # slot -> its ops
-    for ops, _, _, slots in _runs(spellings):
+    for ops, _, _, slots, _ in spelling_runs(spellings):
         for i, (a, b, _, _) in enumerate(slots):
             takes.setdefault(i, set()).update(op.op for op in ops[a:b] if op.own)
     found: dict[tuple[TemplateOp, ...], list[Mapping[str, Any]]] = {}
-    for ops, choice, _, slots in _runs(spellings):
+    for ops, choice, _, slots, _ in spelling_runs(spellings):
         names = [SLOT + ",".join(sorted(takes[i])) for i in range(len(slots))]
         found.setdefault(_slotted(ops, slots, names), []).append(choice)
     ordered = sorted(found.items(), key=lambda kv: -sum(op.own for op in kv[0]))
@@ -429,7 +455,7 @@ def order_shapes(spellings: tuple[Spelling, ...]) -> OrderShapes:
         return f"{relation}@{ref[1]}" if ref[0] == "in" else relation
 
     found: dict[tuple[str, ...], dict[ShapeSig, list[Mapping[str, Any]]]] = {}
-    for ops, choice, spelling, _ in _runs(spellings):
+    for ops, choice, spelling, *_ in spelling_runs(spellings):
         sig = tuple(
             tuple(arg(ref, shape, spelling) for ref, shape in zip(op.args, op.shapes)) if op.own else None
             for op in ops
@@ -447,55 +473,9 @@ def vector_choices(spellings: tuple[Spelling, ...]) -> frozenset[str]:
     bias): op order alone cannot tell them (a multiply by a weight is a multiply), so a match
     whose shapes were not recorded does not know them."""
     reads: dict[tuple[int, str, tuple[tuple[str, Any], ...]], set[frozenset[str]]] = {}
-    for ops, choice, spelling, _ in _runs(spellings):
+    for ops, choice, spelling, *_ in spelling_runs(spellings):
         vectors = frozenset(r[1] for op in ops for r in op.args if r[0] == "in" and r[1] in spelling.vectors)
         for k in choice:  # the runs alike but for ``k``: do they read other vectors?
             rest = tuple(sorted((n, v) for n, v in choice.items() if n != k))
             reads.setdefault((id(spelling), k, rest), set()).add(vectors)
     return frozenset(k for (_, k, _), seen in reads.items() if len(seen) > 1)
-
-
-#: An idiom's replacement: ``(t, **choice) -> (name, thunk)`` over the same example tensors
-#: and choice as the spelling it replaces; None where torch has no eager one.
-Replacement = Callable[..., tuple[str, Callable[[], Any]] | None]
-
-
-def builder(spellings: tuple[Spelling, ...], replacement: Replacement) -> Callable[[Any, Any, Any], Builders]:
-    """The verify builder of an idiom, from its declaration: the spelling choice whose op order
-    is closest to the hint's ops (the spelling family captured: ``pow`` / ``rsqrt`` or
-    ``sqrt`` / ``div``, the weight and bias the code applies...), run on the hint's input ``x``
-    with the parameters the hint recorded, against the declared replacement."""
-    import difflib
-
-    def build(hint: Any, x: Any, device: Any) -> Builders:
-        import torch
-
-        ops = list(map(short_name, hint.ops))
-        _, choice, spelling, _ = max(
-            _runs(spellings), key=lambda v: difflib.SequenceMatcher(None, [op.op for op in v[0]], ops, autojunk=False).ratio()
-        )
-        details = hint.details
-        # A choice the hint recorded (a softmax's dim, a cross-entropy's loss) is the code's.
-        choice = {k: (details[k] if k in details and details[k] in spelling.choices[k] else v) for k, v in choice.items()}
-        # The parameters the hint read from the user's numbers (an eps, a correction), and its dim.
-        params = {k: details[k] for k in READ_PARAMETERS if isinstance(details.get(k), (int, float)) and not isinstance(details[k], bool)}
-        dim = details.get("dim")
-        if isinstance(dim, int) and not isinstance(dim, bool) and -x.dim() <= dim < x.dim():
-            params["dim"] = dim
-        t = examples(x.dtype, x, device, **params)
-        shapes = details.get(VECTOR_SHAPES)
-        for name, shape in (shapes.items() if isinstance(shapes, dict) else ()):
-            # A weight of another shape than (d,) (a per-head one), in that shape: the replacement
-            # applies it after the fused call, as the hint says. One that is no weight of x (an
-            # edited result.json) would fail in the timing, or fill memory: said instead. A name
-            # that is none of the example weights (x itself, a number, ``__class__``) is no
-            # tensor the spelling reads in another shape: left alone, as an unknown name.
-            if not isinstance(name, str) or name == "x" or not isinstance(vars(t).get(name), torch.Tensor):
-                continue
-            if not (isinstance(shape, list) and all(type(n) is int for n in shape) and is_vector(tuple(shape), x.shape)):
-                raise NeuronscopeError(f"this hint's {VECTOR_SHAPES}[{name!r}], {shape!r}, is no weight of its input {list(x.shape)}")
-            setattr(t, name, torch.randn(*shape, generator=torch.Generator().manual_seed(0)).to(device=device, dtype=x.dtype))
-        fused = replacement(t, **choice)
-        return (lambda: spelling.fn(t, **choice)), (fused[1] if fused else None), (fused[0] if fused else None)
-
-    return build

@@ -369,7 +369,9 @@ def _graph_from_profiler(prof: Any, table: EventTable | None) -> OpGraph | None:
             for item in items if items is not None else (arg,):
                 ptr = getattr(item, "storage_data_ptr", None)
                 if ptr is None:
-                    if items is None:
+                    # A number, a bool or None; not a tensor with no storage (arange's empty
+                    # out=), which a trace's "Input type" names a tensor, as it is.
+                    if items is None and not hasattr(item, "sizes"):
                         scalars.append(item)
                     continue
                 if not ptr:

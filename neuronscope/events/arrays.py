@@ -11,12 +11,12 @@ same as ``np.unique``'s.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
-__all__ = ["as_int64", "extend_ints", "int_column", "reordered", "runs_concatenated", "unique_first_inverse", "unique_sorted"]
+__all__ = ["as_int64", "extend_ints", "int_column", "reordered", "runs_concatenated", "start_order", "unique_first_inverse", "unique_sorted"]
 
 
 def _starts(sorted_values: np.ndarray) -> np.ndarray:
@@ -92,3 +92,14 @@ def reordered(column: Any, order: np.ndarray) -> Any:
     if column.__class__ is array:
         return array(column.typecode, np.asarray(column)[order].tobytes())
     return list(map(column.__getitem__, order.tolist()))
+
+
+def start_order(starts: Sequence[int], ends: Sequence[int]) -> np.ndarray | None:
+    """The rows by start, and for equal starts the longer (the parent) first; None where they
+    are in that order already (a trace's rows, as a live capture has them). Timestamps are
+    within int64 (checked as each file is read)."""
+    s = np.array(starts, dtype=np.int64)
+    e = np.array(ends, dtype=np.int64)
+    if ((s[1:] > s[:-1]) | ((s[1:] == s[:-1]) & (e[1:] <= e[:-1]))).all():
+        return None
+    return np.lexsort((-e, s))

@@ -15,7 +15,7 @@ from msgspec import UNSET, Raw
 
 from neuronscope.errors import TraceFormatError
 from neuronscope.events import IGNORED_NAMES, KIND_ANNOTATION, KIND_OP, KIND_PYTHON, KIND_RUNTIME, EventTable, gc_paused
-from neuronscope.events.arrays import extend_ints, int_column, reordered
+from neuronscope.events.arrays import extend_ints, int_column, reordered, start_order
 from neuronscope.events.flows import DISPATCH_CATEGORIES, FLOW_CATEGORIES
 from neuronscope.events.jsontext import Fallback, OnRead, stream, whole
 from neuronscope.events.locations import user_location
@@ -431,7 +431,7 @@ class _Reader:
         table.shapes = self.shapes if self.shapes.count(None) != n else []
         if self.locations is not None:
             self.locations.extend([None] * (n - len(self.locations)))
-        moved = _start_order(table.starts, table.ends)
+        moved = start_order(table.starts, table.ends)
         if moved is not None:
             for attr in ("names", "kinds", "tids", "starts", "ends", "device_ns"):
                 setattr(table, attr, reordered(getattr(table, attr), moved))
@@ -464,16 +464,6 @@ def _no_args_or_malformed(args: Any) -> None:
 
 def _short(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
-
-
-def _start_order(starts: Sequence[int], ends: Sequence[int]) -> np.ndarray | None:
-    """The rows by start, and for equal starts the longer (the parent) first; None where they
-    are in that order already. Timestamps are within int64 (checked as each file is read)."""
-    s = np.array(starts, dtype=np.int64)
-    e = np.array(ends, dtype=np.int64)
-    if ((s[1:] > s[:-1]) | ((s[1:] == s[:-1]) & (e[1:] <= e[:-1]))).all():
-        return None
-    return np.lexsort((-e, s))
 
 
 def read_files(files: Sequence[Path], on_read: OnRead | None = None) -> tuple[EventTable, dict[str, Any]]:

@@ -158,11 +158,10 @@ def test_attention_with_softmax_over_the_queries_from_a_profiler_is_no_sdpa() ->
     assert not [h for h in hints if h.pattern == "attention"], [(h.pattern, h.suggestion) for h in hints]
 
 
-@pytest.mark.xfail(strict=True, reason="a trace's reader keeps no 'Concrete Inputs': the softmax's dim is unknown there")
 def test_attention_with_softmax_over_the_queries_from_a_trace_is_no_sdpa(tmp_path: Path) -> None:
-    """The same code read from its trace: the trace records ``dim=1`` (``Concrete Inputs``),
-    but the reader does not keep it, so the softmax counts as over the last dim and the hint
-    says sdpa. Known gap, kept visible here; it passes once traces carry their scalars."""
+    """The same code read from its trace: the trace records ``dim=1`` (``Concrete Inputs``)
+    and the reader keeps it as the op's scalars, so the softmax is not over the last dim.
+    Without them the hint said sdpa."""
     q, k, v = (torch.randn(2, 8, 16) for _ in range(3))
     path = tmp_path / "trace.json"
     _profiled(_attention_over_the_queries, q, k, v).export_chrome_trace(str(path))

@@ -107,8 +107,8 @@ def test_a_baddbmm_scale_and_bias_read_by_op_order(tmp_path: Path) -> None:
             (h,) = [h for h in result.fusion_hints if h.pattern == "attention"]
             assert "attn_mask=bias + mask" in h.suggestion, h.suggestion
             scale = h.details["scale"]
-            if scale == UNKNOWN_SCALE:  # without shapes (a trace file's numbers are not read)
-                assert not (shapes and live)
+            if scale == UNKNOWN_SCALE:  # without shapes, the call's numbers were not recorded
+                assert not shapes
                 scale = 8**-0.5  # what the code applies, as the user fills it in
             got = F.scaled_dot_product_attention(q, k, v, attn_mask=bias + mask, scale=scale)
             assert torch.allclose(got, expected, atol=1e-5)
@@ -117,7 +117,7 @@ def test_a_baddbmm_scale_and_bias_read_by_op_order(tmp_path: Path) -> None:
 def test_a_fused_softmax_over_the_classes_dim_is_no_cross_entropy_of_rows(tmp_path: Path) -> None:
     """``nll_loss(log(softmax(x, 1)), t)`` on ``[N, C, H, W]``: a fused softmax's output has its
     input's shape whatever its dim, so only its recorded dim tells; the loss's ``dim=-1`` was
-    declared, not read, and the live capture and a trace file (which keeps no numbers)
+    declared, not read, and the live capture and a trace file (whose numbers were not read)
     suggested ``cross_entropy(x.flatten(0, -2), target.flatten())``, another loss. Now the dim
     is -1 only where the softmax's dim was recorded as the last."""
     from neuronscope import profile_on_neuron

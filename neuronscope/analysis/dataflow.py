@@ -172,13 +172,16 @@ def _shape_tuple(dims: Any) -> tuple[int, ...] | None:
 
 
 def graph_from_table(table: EventTable, locations: list[str | None] | None = None) -> OpGraph:
-    """The user-level ops of a table (a trace file), with times and input shapes but no links.
+    """The user-level ops of a table (a trace file), with times, input shapes and scalar
+    arguments (``record_shapes=True``: the live event tree's, see
+    :mod:`~neuronscope.events.op_scalars`) but no links.
 
     ``locations`` (one ``"file:line"`` or None per table row, as the trace reader gathers
     them) gives each op its place in the user's code.
     """
     nodes: list[OpNode] = []
     has_shapes = len(table.shapes) == len(table)
+    scalars = table.scalars if len(table.scalars) == len(table) else None
     # The inputs of one recorded shape list: the trace reader shares one list among calls
     # alike, so each list is read once.
     inputs_of: dict[int, list[TensorArg]] = {}
@@ -200,6 +203,8 @@ def graph_from_table(table: EventTable, locations: list[str | None] | None = Non
                 inputs = inputs_of[id(recorded)] = [TensorArg(-1, s, "", 0, math.prod(s)) for s in sized]
             node.inputs = list(inputs)
             node.producers = [-1] * len(inputs)
+        if scalars is not None and scalars[i] is not None:
+            node.scalars = list(scalars[i])  # the row's tuple is shared among calls alike
         if locations is not None and i < len(locations):
             node.location = locations[i]
         nodes.append(node)

@@ -338,7 +338,7 @@ def _read_shapes(getter: Any, events: list[Any], names: list[str]) -> list[Any]:
 def _drop_rows(table: EventTable, rows: list[int]) -> None:
     drop = set(rows)
     keep = [i not in drop for i in range(len(table.names))]
-    for attr in ("names", "kinds", "tids", "starts", "ends", "device_ns", "shapes", "flags"):
+    for attr in ("names", "kinds", "tids", "starts", "ends", "device_ns", "shapes", "scalars", "flags"):
         lst = getattr(table, attr)
         if lst:
             setattr(table, attr, list(itertools.compress(lst, keep)))

@@ -134,6 +134,7 @@ def _without_rows(table: EventTable, gone: set[int]) -> EventTable:
         ends=[table.ends[i] for i in keep],
         device_ns=[table.device_ns[i] for i in keep],
         shapes=[table.shapes[i] if i < len(table.shapes) else None for i in keep] if table.shapes else [],
+        scalars=[table.scalars[i] if i < len(table.scalars) else None for i in keep] if table.scalars else [],
         flags=[table.flags[i] if i < len(table.flags) else 0 for i in keep] if table.flags else [],
         range_device_ns={new_row[r]: ns for r, ns in table.range_device_ns.items() if r in new_row},
     )

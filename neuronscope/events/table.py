@@ -244,6 +244,10 @@ class EventTable:
     ends: IntColumn = field(default_factory=list)
     device_ns: IntColumn = field(default_factory=list)
     shapes: list[Any] = field(default_factory=list)  # per event, or empty when not recorded
+    #: per event, its scalar arguments as a live capture's event tree holds them (a tuple:
+    #: see :mod:`~neuronscope.events.op_scalars`; None where not recorded), or empty when no
+    #: event recorded any. Trace files fill it; a live capture's graph reads its event tree.
+    scalars: list[Any] = field(default_factory=list)
     has_device: bool = False
     unattributed_device_ns: int = 0
     device_event_count: int = 0

@@ -19,6 +19,7 @@ from neuronscope.events.arrays import extend_ints, int_column, reordered, start_
 from neuronscope.events.flows import DISPATCH_CATEGORIES, FLOW_CATEGORIES
 from neuronscope.events.jsontext import Fallback, OnRead, stream, whole
 from neuronscope.events.locations import user_location
+from neuronscope.events.op_scalars import recorded_scalars
 from neuronscope.events.table import (
     KIND_DEVICE,
     KIND_SKIP,
@@ -61,6 +62,7 @@ class _Reader:
         self.others = _columns_table()
         self.exts: list[Any] = []  # "External id" per row (ops only), for the fallback link
         self.shapes: list[Any] = []
+        self.scalars: list[Any] = []  # per row: its scalar arguments (op_scalars), or None
         self.locations: list[str | None] | None = None
         self.thread_ids: dict[tuple[Any, Any], int] = {}
         self.cat_codes: dict[Any, int] = {}
@@ -68,6 +70,8 @@ class _Reader:
         self.name_cache: dict[str, str] = {}
         self.last_dims: dict[str, Any] = {}  # op name -> "Input Dims" of its last call
         self.dims_cache: dict[bytes, Any] = {}  # "Input Dims" text -> its list (None: no list)
+        self.scalars_cache: dict[Any, Any] = {}  # ("Input type", "Concrete Inputs") texts -> scalars
+        self.last_scalars: dict[str, Any] = {}  # op name -> its last call's texts and scalars
         self.files: list[str] = []
         self.metas: list[dict[str, Any]] = []
         self.wall_ns = 0
@@ -110,7 +114,7 @@ class _Reader:
 
     def _truncate(self, n: int, n_others: int) -> None:
         t, o = self.table, self.others
-        for lst in (t.names, t.kinds, t.tids, t.starts, t.ends, t.device_ns, self.exts, self.shapes):
+        for lst in (t.names, t.kinds, t.tids, t.starts, t.ends, t.device_ns, self.exts, self.shapes, self.scalars):
             del lst[n:]
         for lst in (o.names, o.kinds, o.tids, o.starts, o.ends, o.device_ns):
             del lst[n_others:]
@@ -184,7 +188,7 @@ class _Reader:
         others = self.others
         o_names, o_kinds, o_tids = others.names.append, others.kinds.append, others.tids.append
         o_starts, o_ends = o_starts_l.append, o_ends_l.append
-        shapes_append = self.shapes.append
+        shapes_append, scalars_append = self.shapes.append, self.scalars.append
         codes, thread_ids = self.cat_codes, self.thread_ids
         rt_corr, rt_thread = self.runtime.corr.append, self.runtime.thread.append
         rt_start, rt_end = rt_start_l.append, rt_end_l.append
@@ -195,7 +199,7 @@ class _Reader:
         ignored = IGNORED_NAMES
         locations = self.location_cache
         last_dims = self.last_dims
-        dims_cache = self.dims_cache
+        dims_cache, scalars_cache, last_scalars = self.dims_cache, self.scalars_cache, self.last_scalars
         name_cache = self.name_cache
         class_cache = self.class_cache
         sync_calls = self.sync_calls
@@ -323,9 +327,15 @@ class _Reader:
                             else:
                                 last_dims[ev_name] = dims
                         shapes_append(dims)
+                        got = last_scalars.get(ev_name)  # as the op's last call's: most often
+                        if got is not None and got[0] == args.concrete_inputs and got[1] == args.input_types:
+                            scalars_append(got[2])
+                        else:
+                            scalars_append(recorded_scalars(ev_name, args.input_types, args.concrete_inputs, scalars_cache, last_scalars))
                     else:
                         exts_append(None)
                         shapes_append(None)
+                        scalars_append(None)
                 else:  # runtime call or Python frame: a child in the nesting, not an op
                     if code == _DISPATCH:  # a link to device work (flows.py), not an op
                         corr = self._dispatch(e, thread, start, start + dur_ns)
@@ -429,6 +439,7 @@ class _Reader:
         table = self.table
         n = len(table)
         table.shapes = self.shapes if self.shapes.count(None) != n else []
+        table.scalars = self.scalars if self.scalars.count(None) != n else []
         if self.locations is not None:
             self.locations.extend([None] * (n - len(self.locations)))
         moved = start_order(table.starts, table.ends)
@@ -437,6 +448,8 @@ class _Reader:
                 setattr(table, attr, reordered(getattr(table, attr), moved))
             if table.shapes:
                 table.shapes = reordered(table.shapes, moved)
+            if table.scalars:
+                table.scalars = reordered(table.scalars, moved)
             if self.locations is not None:
                 self.locations = reordered(self.locations, moved)
             if table.range_device_ns:
@@ -446,6 +459,7 @@ class _Reader:
         table.device = self.device if len(self.device) else None
         self.exts = []
         self.shapes = []
+        self.scalars = []
         table.others = self.others if len(self.others) else None
         return table
 

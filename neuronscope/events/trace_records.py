@@ -19,6 +19,10 @@ class EventArgs(msgspec.Struct, gc=False):
     correlation: Any = None
     external_id: Any = msgspec.field(default=None, name="External id")
     input_dims: Any = msgspec.field(default=None, name="Input Dims")
+    #: each argument's kind and, for scalars, value as text (``record_shapes=True``; see
+    #: :mod:`neuronscope.events.op_scalars`)
+    input_types: Any = msgspec.field(default=None, name="Input type")
+    concrete_inputs: Any = msgspec.field(default=None, name="Concrete Inputs")
     stream: Any = msgspec.UNSET
     device: Any = None
 
@@ -46,9 +50,12 @@ class RawDimsArgs(EventArgs, gc=False):
     """:class:`EventArgs` as msgspec decodes them from text: ``Input Dims`` kept as its JSON
     text, which the reader decodes once per distinct text (:func:`dims_value`): a loop's ops
     repeat a few shapes, and one list per shape, not one per call, keeps memory low (the
-    decoded lists were a third of a big trace's table)."""
+    decoded lists were a third of a big trace's table). ``Input type`` and ``Concrete Inputs``
+    likewise, read once per distinct pair (:func:`~.op_scalars.recorded_scalars`)."""
 
     input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b"null"), name="Input Dims")
+    input_types: msgspec.Raw = msgspec.field(default=msgspec.Raw(b"null"), name="Input type")
+    concrete_inputs: msgspec.Raw = msgspec.field(default=msgspec.Raw(b"null"), name="Concrete Inputs")
 
 
 class FastTraceEvent(TraceEvent, gc=False):

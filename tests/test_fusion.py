@@ -670,8 +670,8 @@ def test_op_names_with_spaces_do_not_break_the_sequence_text() -> None:
     file's): as a token it is one word, so no idiom is taken to start inside it (a KeyError),
     and the ops after it keep their places."""
     x, h = [4, 8, 64], [4, 8, 32]
-    ops = [("custom::foo mul", [x]), ("aten::neg", [h]), ("aten::cat", [[x, x]]), ("aten::mul", [x, x]), ("aten::add", [x, x]),
-           ("aten::mul", [x, x]), ("aten::neg", [h]), ("aten::cat", [[x, x]]), ("aten::mul", [x, x]), ("aten::add", [x, x])]
+    ops = [("custom::foo mul", [x]), ("aten::neg", [h]), ("aten::cat", [[h, h]]), ("aten::mul", [x, x]), ("aten::add", [x, x]),
+           ("aten::mul", [x, x]), ("aten::neg", [h]), ("aten::cat", [[h, h]]), ("aten::mul", [x, x]), ("aten::add", [x, x])]
     table = _table(ops)
     hints = fusion_hints(AnalysisContext(table=table, summary=summarize(table), backend="cpu", source="trace"))
     assert [(h.pattern, h.calls) for h in hints] == [("rotary_embedding", 1)]

@@ -493,11 +493,6 @@ def _einsum_inputs() -> tuple[torch.Tensor, ...]:
     return (*(torch.randn(2, 8, 4, 16, generator=g) for _ in range(3)), torch.randn(1, 4, 8, 8, generator=g))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an einsum attention is found live and from the profiler, not from its Chrome trace "
-    "(einsum's operands are a TensorList there: Input Dims [[], [[2,8,4,16],[2,8,4,16]], []])",
-)
 def test_einsum_attention_is_found_from_a_trace(tmp_path: Path) -> None:
     args = _einsum_inputs()
     live = live_hints(einsum_attention, *args)

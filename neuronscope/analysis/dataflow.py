@@ -171,6 +171,17 @@ def _shape_tuple(dims: Any) -> tuple[int, ...] | None:
     return None
 
 
+def _shapes_in(dims: Any) -> list[tuple[int, ...]]:
+    """The tensor shapes one recorded argument holds: one, or each of a tensor list's
+    (einsum's operands), as the live event tree gives them; none for anything else."""
+    one = _shape_tuple(dims)
+    if one is not None:
+        return [one]
+    if isinstance(dims, (list, tuple)):
+        return [s for s in map(_shape_tuple, dims) if s]
+    return []
+
+
 def graph_from_table(table: EventTable, locations: list[str | None] | None = None) -> OpGraph:
     """The user-level ops of a table (a trace file), with times, input shapes and scalar
     arguments (``record_shapes=True``: the live event tree's, see
@@ -199,7 +210,7 @@ def graph_from_table(table: EventTable, locations: list[str | None] | None = Non
         if recorded:
             inputs = inputs_of.get(id(recorded))
             if inputs is None:
-                sized = [s for s in map(_shape_tuple, recorded) if s is not None]
+                sized = [s for dims in recorded for s in _shapes_in(dims)]
                 inputs = inputs_of[id(recorded)] = [TensorArg(-1, s, "", 0, math.prod(s)) for s in sized]
             node.inputs = list(inputs)
             node.producers = [-1] * len(inputs)

@@ -15,8 +15,10 @@ last op and walked back through the producers of its inputs:
 - a number the spelling writes is the idiom's, among the user's op's where they were recorded
   (``pow(2)``: ``x.pow(3)`` is no RMSNorm), but a named parameter (:func:`~.spelling.named`:
   an eps, a dim), which is the code's;
-- shapes relate to ``x`` as the spelling's did (a per-row statistic is ``x`` with its reduced
-  dim 1: a sum over another dim, or over two, is another template or none; an example tensor the
+- shapes relate to ``x`` as the spelling's did, over ``x``'s last dim or, where the spelling's
+  dim is the code's (:attr:`~.spelling.Spelling.any_dim`), another moved last (a per-row
+  statistic is ``x`` with its reduced dim 1: a sum over another dim, or over two, is another
+  template or none, or over that dim for such a spelling: a channels-first norm; an example tensor the
   spelling declares broadcast, such as rotary's ``cos``, is not checked, one it declares a
   vector, such as a norm's weight, is ``[d]`` or broadcast onto ``x``, its shape said where
   it is not ``[d]``: :data:`~.shapes.VECTOR_SHAPES`), and an op's output

@@ -96,7 +96,7 @@ def dims_to_try(x: tuple[int, ...], any_dim: bool) -> list[int]:
     (what every spelling runs over); for one whose dim is the code's (``Spelling.any_dim``),
     then each other but the first, of more than one element. Not the first: statistics over a
     batch's samples are a batch norm's, whose weight is per feature, no vector of that dim."""
-    last = [len(x) - 1] if x else []
+    last = [len(x) - 1]  # -1 for a 0-d x: no dim to move
     return last + [k for k in range(1, len(x) - 1) if x[k] > 1] if any_dim else last
 
 

@@ -174,3 +174,19 @@ def test_a_last_dim_norm_says_no_dim(tmp_path: Path) -> None:
     torch.manual_seed(0)
     hint = _one(_hints("decorated", LastDim(C).eval(), torch.randn(N, H, W, C), tmp_path), "layer_norm")
     assert "dim" not in hint.details and "movedim" not in hint.suggestion
+
+
+def test_shapes_with_the_normalized_dim_moved_last() -> None:
+    """What the matchers check a capture's shapes as: the statistic [N, 1, H, W] is
+    [N, H, W, 1]; weight[:, None, None] is the vector [C]; a bare [C] broadcasts onto W, no
+    vector of the channels; the last dim leaves every shape as it is."""
+    from neuronscope.analysis.patterns.shapes import dim_last, dims_to_try, is_plain_vector
+
+    x = (N, C, H, W)
+    assert dim_last((N, 1, H, W), 4, 1) == (N, H, W, 1)
+    assert dim_last((C, 1, 1), 4, 1) == (C,)
+    assert dim_last((C,), 4, 1) == (C, 1)
+    assert dim_last((N, 1, H, W), 4, -1) == (N, 1, H, W)
+    assert is_plain_vector((C, 1, 1), x, 1) and not is_plain_vector((C,), x, 1)
+    assert dims_to_try(x, any_dim=False) == [3] and dims_to_try(x, any_dim=True) == [3, 1, 2]
+    assert dims_to_try((N, 1, L), any_dim=True) == [2]  # a dim of one element, or the batch: no norm's

@@ -12,7 +12,10 @@ decorated with the default options, every fusion hint verify can rebuild verifie
 ``NEURONSCOPE_CACHE_DIR`` pointing at an empty folder to see what a machine never calibrated
 gets (the shipped default constants).
 
-    python3 benchmarks/bench_estimate_sizes.py [--shapes 8x64,64x512,256x1024,1024x1024] [--families]
+``--channels-first``: a LayerNorm and an RMSNorm written over dim 1 of ``[1, C, L]`` (ConvNeXt's
+channels_first norm), whose suggestion moves x (``movedim``) to the fused call's last dim.
+
+    python3 benchmarks/bench_estimate_sizes.py [--shapes 8x64,64x512,256x1024,1024x1024] [--families] [--channels-first]
 """
 
 from __future__ import annotations
@@ -55,6 +58,17 @@ def layer_norm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tenso
     u = x.mean(-1, keepdim=True)
     s = (x - u).pow(2).mean(-1, keepdim=True)
     return w * ((x - u) / torch.sqrt(s + 1e-12)) + b
+
+
+def layer_norm_channels_first(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """ConvNeXt's channels_first LayerNorm: over dim 1 of [N, C, L], weight [C, 1]."""
+    u = x.mean(1, keepdim=True)
+    s = (x - u).pow(2).mean(1, keepdim=True)
+    return w[:, None] * ((x - u) / torch.sqrt(s + 1e-6)) + b[:, None]
+
+
+def rms_norm_channels_first(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return x * torch.rsqrt(x.pow(2).mean(1, keepdim=True) + 1e-6) * w[:, None]
 
 
 def softmax(x: torch.Tensor) -> torch.Tensor:
@@ -110,6 +124,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--shapes", default="8x64,64x512,256x1024,1024x1024")
     parser.add_argument("--families", action="store_true", help="bench_families.py's models instead of the shapes")
+    parser.add_argument("--channels-first", action="store_true", help="norms over dim 1 of [1, C, L] instead (RxC: L=R)")
     args = parser.parse_args()
     logging.getLogger("neuronscope").setLevel(logging.WARNING)
     torch.set_num_threads(1)
@@ -128,7 +143,12 @@ def main() -> int:
         shape = tuple(int(d) for d in text.split("x"))
         x, u = torch.randn(*shape), torch.randn(*shape)
         w, b = torch.randn(shape[-1]), torch.randn(shape[-1])
-        idioms: dict[str, Callable[[], Any]] = {
+        xc = torch.randn(1, shape[-1], shape[0])  # as many elements, normalized over dim 1
+        channels_first: dict[str, Callable[[], Any]] = {
+            "ln_chfirst": partial(layer_norm_channels_first, xc, w, b),
+            "rms_chfirst": partial(rms_norm_channels_first, xc, w),
+        }
+        idioms: dict[str, Callable[[], Any]] = channels_first if args.channels_first else {
             "rms_norm": partial(rms, x, w),
             "gelu_tanh": partial(gelu_tanh, x),
             "gelu_erf": partial(gelu_erf, x),

@@ -105,7 +105,10 @@ def _orders() -> MappingProxyType[str, Orders]:
     torch needed to read a trace), else derived now (an idiom added since they were kept)."""
     kept = kept_orders()
     return MappingProxyType({
-        p.name: Orders(*(kept.get(p.name) or (op_orders(p.spellings), order_shapes(p.spellings), vector_choices(p.spellings))))
+        p.name: Orders(
+            *(kept.get(p.name) or (op_orders(p.spellings), order_shapes(p.spellings), vector_choices(p.spellings))),
+            any_dim=any(s.any_dim for s in p.spellings),
+        )
         for p in REGISTRY
         if p.spellings
     })
@@ -162,6 +165,8 @@ def find_sequence_matches(g: OpGraph) -> list[Match]:
                 params: dict[str, Any] = record.params(choice, members) if record.params else {}
                 if choice.get(VECTOR_SHAPES):  # a weight broadcast over x's dims: applied after the fused call
                     params[VECTOR_SHAPES] = choice[VECTOR_SHAPES]
+                if rx.any_dim and "dim" in choice:  # over another dim than x's last, as the shapes said
+                    params["dim"] = choice["dim"]
                 out.append(Match(record.name, members, x, params))
                 if record.params_before is not None:
                     looking_back.append((len(out) - 1, record, i0, seq))
@@ -291,8 +296,15 @@ class _Costed:
 
 def _ops_after(m: Match) -> int:
     """The ops the suggestion runs after the fused call: one per weight of another shape than
-    the call takes (:data:`~.patterns.shapes.VECTOR_SHAPES`), applied after it."""
-    return len(m.params.get(VECTOR_SHAPES) or ())
+    the call takes (:data:`~.patterns.shapes.VECTOR_SHAPES`), applied after it; and one for x
+    moved to make a dim other than its last the call's (a norm over channels:
+    ``layer_norm(x.movedim(1, -1), ...)`` copies the view it is given, a pass of its own)."""
+    moved = "dim" in m.params and m.pattern in _ANY_DIM
+    return len(m.params.get(VECTOR_SHAPES) or ()) + moved
+
+
+#: The idioms whose dim is the code's (:attr:`~.patterns.spelling.Spelling.any_dim`).
+_ANY_DIM = frozenset(p.name for p in REGISTRY if any(s.any_dim for s in p.spellings))
 
 
 def _cost_occurrences(record: Pattern, ms: list[Match], g: OpGraph, backend: str) -> _Costed:

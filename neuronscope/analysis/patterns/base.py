@@ -24,7 +24,9 @@ __all__ = [
     "SOFTMAXES",
     "Match",
     "Pattern",
+    "dim_note",
     "dims",
+    "fused_call",
     "is_float",
     "line_of",
     "match_lines",
@@ -179,9 +181,34 @@ def is_float(dtype: str) -> bool:
 
 
 def dims(m: Match) -> str:
-    """The last dim of the idiom's input, for a suggestion's normalized_shape."""
-    x = m.x
-    return str(x.sizes[-1]) if x is not None and x.sizes else "d"
+    """The size of the dim the idiom reduces (its input's last, or the ``dim`` its shapes
+    said: a norm over channels), for a suggestion's normalized_shape."""
+    x, dim = m.x, _moved_dim(m)
+    return str(x.sizes[-1 if dim is None else dim]) if x is not None and x.sizes else "d"
+
+
+def _moved_dim(m: Match) -> int | None:
+    """The dim of an idiom over a dim of ``x`` the code chose (see
+    :attr:`~.spelling.Spelling.any_dim`) other than its last; None: over the last."""
+    dim, sizes = m.params.get("dim"), m.x.sizes if m.x is not None else ()
+    if type(dim) is int and 0 <= dim < len(sizes) - 1:
+        return dim
+    return None
+
+
+def fused_call(m: Match, fn: str, args: str) -> str:
+    """The call ``torch.nn.functional.fn(x, (d,), args)`` of a fused norm over ``x``'s last
+    dim, for the dim the idiom reduces: for another, over ``x`` with that dim moved last and
+    its result moved back (``movedim``, any rank: ``permute(0, 2, 3, 1)`` for [N, C, H, W])."""
+    dim = _moved_dim(m)
+    x, back = ("x", "") if dim is None else (f"x.movedim({dim}, -1)", f".movedim(-1, {dim})")
+    return f"torch.nn.functional.{fn}({x}, ({dims(m)},), {args}){back}"
+
+
+def dim_note(m: Match) -> str:
+    """Which dim of ``x`` the idiom reduces, where it is not the last: said, as the call moves it."""
+    dim = _moved_dim(m)
+    return "" if dim is None else f" (your code normalizes x over its dim {dim}, of {dims(m)})"
 
 
 def line_of(loc: str) -> int:

@@ -14,7 +14,7 @@ from types import MappingProxyType
 from typing import Any
 
 from neuronscope.analysis.opgraph import OpNode, TensorArg
-from neuronscope.analysis.patterns.shapes import VECTOR_SHAPES, ShapeSig, shape_fits
+from neuronscope.analysis.patterns.shapes import VECTOR_SHAPES, ShapeSig, dim_last, dims_to_try, is_plain_vector, shape_fits
 from neuronscope.analysis.patterns.spelling import OWN, SIDE, TAKES_BUILT, OrderShapes, TemplateOp, merged_choice
 
 __all__ = [
@@ -216,16 +216,19 @@ def _readings(op: str, relations: tuple[str, ...], got: list[TensorArg], x: tupl
     ]
 
 
-def _vector_shapes(sig: ShapeSig, inputs: list[list[TensorArg]], x: tuple[int, ...]) -> dict[str, list[int]]:
-    """The declared vectors (``V@name``) that ``inputs`` hold in another shape than ``[d]``,
-    by name (see :data:`~.shapes.VECTOR_SHAPES`). Only a vector fits a ``V``: ``x``'s own
-    shape does not, so either order of a ``mul`` reads the same one."""
+def _vector_shapes(sig: ShapeSig, inputs: list[list[TensorArg]], x: tuple[int, ...], dim: int) -> dict[str, list[int]]:
+    """The declared vectors (``V@name``) that ``inputs`` hold in another shape than a vector
+    of ``x``'s dim ``dim`` alone, by name (see :data:`~.shapes.VECTOR_SHAPES`). Only a vector
+    fits a ``V``: ``x``'s own shape does not, so either order of a ``mul`` reads the same one."""
     found: dict[str, list[int]] = {}
+    moved = dim_last(x, len(x), dim)
     for rel, got in zip(sig, inputs):
         for r in rel or ():
             if r.startswith("V@"):
                 found.update(
-                    (r[2:], list(t.sizes)) for t in got if shape_fits("V", t.sizes, x) and tuple(t.sizes) != tuple(x[-1:])
+                    (r[2:], list(t.sizes))
+                    for t in got
+                    if shape_fits("V", dim_last(t.sizes, len(x), dim), moved) and not is_plain_vector(t.sizes, x, dim)
                 )
     return found
 
@@ -245,10 +248,14 @@ def _one_storage_each(options: list[list[list[tuple[str, int]]]], bound: dict[st
 class Orders:
     """The op orders of one idiom, as the op-order matcher asks about them."""
 
-    def __init__(self, orders: Mapping[tuple[str, ...], tuple[int, ...]], shapes: OrderShapes, vectors: frozenset[str]) -> None:
+    def __init__(
+        self, orders: Mapping[tuple[str, ...], tuple[int, ...]], shapes: OrderShapes, vectors: frozenset[str], any_dim: bool = False
+    ) -> None:
         self.orders = orders
         self.shapes = shapes
         self.vectors = vectors
+        #: whether the idiom's dim is the code's (see :attr:`~.spelling.Spelling.any_dim`)
+        self.any_dim = any_dim
         self.lengths = sorted({len(o) for o in self.orders}, reverse=True)
         self.words = frozenset(w for o in self.orders for w in o)
         self.firsts = frozenset(o[0] for o in self.orders)
@@ -287,14 +294,21 @@ class Orders:
         idiom's ops takes as many dimensioned tensors as the spelling's, each shaped as the
         spelling's relates to its ``x`` (either order for ``add`` and ``mul``), and where
         storages were recorded (a live capture), what the spelling reads twice (its ``x``, an
-        op's output) is one storage: ``y * rsqrt(mean(x ** 2))`` is no RMSNorm."""
-        fitting = []
-        for sig, choice in self.shapes.get(order, {}).items():
-            options = [_readings(op, rel, got, x) for op, rel, got in zip(order, sig, inputs) if rel is not None]
-            if all(options) and _one_storage_each(options, {}):
-                shapes = _vector_shapes(sig, inputs, x)
-                fitting.append({**choice, VECTOR_SHAPES: shapes} if shapes else choice)
-        return merged_choice(fitting) if fitting else None
+        op's output) is one storage: ``y * rsqrt(mean(x ** 2))`` is no RMSNorm. Over ``x``'s
+        last dim, or, for an idiom whose dim is the code's, another moved last (said as
+        ``dim``: see :func:`~.shapes.dim_last`)."""
+        for dim in dims_to_try(x, self.any_dim):
+            moved = dim_last(x, len(x), dim)
+            shaped = [[t._replace(sizes=dim_last(t.sizes, len(x), dim)) for t in got] for got in inputs]
+            fitting = []
+            for sig, choice in self.shapes.get(order, {}).items():
+                options = [_readings(op, rel, got, moved) for op, rel, got in zip(order, sig, shaped) if rel is not None]
+                if all(options) and _one_storage_each(options, {}):
+                    shapes = _vector_shapes(sig, inputs, x, dim)
+                    fitting.append({**choice, VECTOR_SHAPES: shapes} if shapes else choice)
+            if fitting:
+                return {**merged_choice(fitting), **({"dim": dim} if dim != len(x) - 1 else {})}
+        return None
 
     def search(self, tokens: list[str], i: int) -> tuple[int, int] | None:
         """The first order at ``tokens[i]`` or after, as (start, end of the longest there)."""

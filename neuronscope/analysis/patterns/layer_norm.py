@@ -15,11 +15,13 @@ from neuronscope.analysis.patterns.base import (
     UNKNOWN_WEIGHT,
     Match,
     Pattern,
+    dim_note,
     dims,
+    fused_call,
     param_text,
     vectors_note,
 )
-from neuronscope.analysis.patterns.shapes import VECTOR_SHAPES
+from neuronscope.analysis.patterns.shapes import VECTOR_SHAPES, is_plain_vector, last_dim
 from neuronscope.analysis.patterns.spelling import Spelling
 
 __all__ = ["LAYER_NORM"]
@@ -63,13 +65,15 @@ def _spelling(t: Any, stats: str, root: str, weight: bool, bias: bool, square: s
 def _replacement(t: Any, weight: bool, bias: bool, **_: Any) -> tuple[str, Callable[[], Any]]:
     import torch
 
-    d = t.x.shape[-1]
+    x, back = last_dim(t)  # over the dim the code normalizes, moved last (as suggested)
+    d = x.shape[-1]
     w, b = (t.weight if weight else None), (t.bias if bias else None)
-    if all(v is None or tuple(v.shape) == (d,) for v in (w, b)):
-        return "torch.nn.functional.layer_norm", lambda: torch.nn.functional.layer_norm(t.x, (d,), w, b, t.eps)
+    if all(v is None or is_plain_vector(tuple(v.shape), tuple(t.x.shape), t.dim) for v in (w, b)):
+        w, b = (v if v is None or v.dim() == 1 else v.reshape(d) for v in (w, b))  # [C, 1, 1]: [C]
+        return "torch.nn.functional.layer_norm", lambda: back(torch.nn.functional.layer_norm(x, (d,), w, b, t.eps))
 
     def after() -> Any:  # a weight or bias of another shape than (d,): applied after, as suggested
-        y = torch.nn.functional.layer_norm(t.x, (d,), None, None, t.eps)
+        y = back(torch.nn.functional.layer_norm(x, (d,), None, None, t.eps))
         y = y * w if w is not None else y
         return y + b if b is not None else y
 
@@ -80,11 +84,11 @@ _AFFINE = MappingProxyType({"weight": (False, True), "bias": (False, True)})
 _CENTRED = MappingProxyType({"stats": ("centred", "centred_twice"), "square": ("pow", "mul")})
 _VECTORS = ("weight", "bias")
 SPELLINGS = (
-    Spelling(_spelling, {**_CENTRED, "root": ("rsqrt", "sqrt"), **_AFFINE}, vectors=_VECTORS),
-    Spelling(_spelling, {"stats": ("var", "var_mean"), "root": ("rsqrt", "sqrt"), **_AFFINE}, vectors=_VECTORS),
-    Spelling(_spelling, {**_CENTRED, "root": ("sqrt",), "eps": ("outside",), **_AFFINE}, vectors=_VECTORS),
-    Spelling(_spelling, {"stats": ("std",), "root": ("none",), "eps": ("outside", "none"), **_AFFINE}, vectors=_VECTORS),
-    Spelling(_spelling, {"stats": ("var", "var_mean"), "root": ("rsqrt", "sqrt"), "late": (True,), **_AFFINE}, vectors=_VECTORS),
+    Spelling(_spelling, {**_CENTRED, "root": ("rsqrt", "sqrt"), **_AFFINE}, vectors=_VECTORS, any_dim=True),
+    Spelling(_spelling, {"stats": ("var", "var_mean"), "root": ("rsqrt", "sqrt"), **_AFFINE}, vectors=_VECTORS, any_dim=True),
+    Spelling(_spelling, {**_CENTRED, "root": ("sqrt",), "eps": ("outside",), **_AFFINE}, vectors=_VECTORS, any_dim=True),
+    Spelling(_spelling, {"stats": ("std",), "root": ("none",), "eps": ("outside", "none"), **_AFFINE}, vectors=_VECTORS, any_dim=True),
+    Spelling(_spelling, {"stats": ("var", "var_mean"), "root": ("rsqrt", "sqrt"), "late": (True,), **_AFFINE}, vectors=_VECTORS, any_dim=True),
 )
 
 #: The statistics of a spread: the op whose recorded arguments say what it subtracts from N.
@@ -124,12 +128,12 @@ def _suggest(m: Match, backend: str) -> str:
         # layer_norm takes a weight and bias of (d,) only: one of another shape
         # (Cohere's per-head [heads, d]) is applied after it, as the code applies it.
         after = (" * weight" if m.params.get("weight") else "") + (" + bias" if m.params.get("bias") else "")
-        call = f"use torch.nn.functional.layer_norm(x, ({dims(m)},), {eps_text}){after}"
-        return call + vectors_note(m, "layer_norm") + _differences(m)
+        call = f"use {fused_call(m, 'layer_norm', eps_text)}{after}"
+        return call + vectors_note(m, "layer_norm") + dim_note(m) + _differences(m)
     weight = param_text(m.params.get("weight"), "weight", UNKNOWN_WEIGHT)
     bias = param_text(m.params.get("bias"), "bias", UNKNOWN_BIAS)
-    call = f"use torch.nn.functional.layer_norm(x, ({dims(m)},), {weight}, {bias}, {eps_text})"
-    return call + _differences(m)
+    call = f"use {fused_call(m, 'layer_norm', f'{weight}, {bias}, {eps_text}')}"
+    return call + dim_note(m) + _differences(m)
 
 
 def _differences(m: Match) -> str:
@@ -139,7 +143,7 @@ def _differences(m: Match) -> str:
     c = m.params.get("correction")
     if c:
         c_text = f"{c:g}"
-        n = m.x.sizes[-1] if m.x is not None and m.x.sizes else None
+        n = int(dims(m)) if dims(m).isdigit() else None  # the size of the dim it normalizes
         size = f" (x{(n / (n - c)) ** 0.5:.4f} at {n})" if n and n > c else ""
         notes.append(
             f"your code divides by the spread with N - {c_text} (var/std default: N - 1); layer_norm's is biased (N): "

@@ -15,8 +15,10 @@ last op and walked back through the producers of its inputs:
 - a number the spelling writes is the idiom's, among the user's op's where they were recorded
   (``pow(2)``: ``x.pow(3)`` is no RMSNorm), but a named parameter (:func:`~.spelling.named`:
   an eps, a dim), which is the code's;
-- shapes relate to ``x`` as the spelling's did (a per-row statistic is ``x`` with its reduced
-  dim 1: a sum over another dim, or over two, is another template or none; an example tensor the
+- shapes relate to ``x`` as the spelling's did, over ``x``'s last dim or, where the spelling's
+  dim is the code's (:attr:`~.spelling.Spelling.any_dim`), another moved last (a per-row
+  statistic is ``x`` with its reduced dim 1: a sum over another dim, or over two, is another
+  template or none, or over that dim for such a spelling: a channels-first norm; an example tensor the
   spelling declares broadcast, such as rotary's ``cos``, is not checked, one it declares a
   vector, such as a norm's weight, is ``[d]`` or broadcast onto ``x``, its shape said where
   it is not ``[d]``: :data:`~.shapes.VECTOR_SHAPES`), and an op's output
@@ -38,7 +40,7 @@ from typing import Any, NamedTuple
 from neuronscope.analysis.opgraph import VIEW_OPS, OpGraph, OpNode, TensorArg
 from neuronscope.analysis.patterns.base import Match, root_value
 from neuronscope.analysis.patterns.kept import COMMUTATIVE, kept_templates
-from neuronscope.analysis.patterns.shapes import VECTOR_SHAPES, shape_fits
+from neuronscope.analysis.patterns.shapes import VECTOR_SHAPES, dim_last, dims_to_try, is_plain_vector, shape_fits
 from neuronscope.analysis.patterns.spelling import READ_PARAMETERS, SLOT, Spelling, TemplateOp, relation_of, templates
 
 __all__ = ["MAX_SLOT_OPS", "graph_matcher"]
@@ -174,10 +176,20 @@ class _Walk:
         seen = [(b[0], b[1]) for name, b in self.bound.items() if name not in self.shared]
         return len(set(seen)) == len(seen) and not any(s in seen for s in self.sides)
 
-    def shaped(self) -> bool:
-        """Every shape the template relates to ``x`` relates so to the capture's ``x``."""
+    def shaped(self, any_dim: bool) -> int | None:
+        """The dim of the capture's ``x`` over which every shape the template relates to its
+        ``x`` relates so to the capture's, that dim moved last (:func:`~.shapes.dim_last`):
+        the last, or, ``any_dim``, another the code chose; -1 where ``x`` is not bound (no
+        shape to check); None: over none."""
         x = self.bound.get("x")
-        return x is None or all(shape_fits(rel, cs, x[2].sizes) for rel, cs in self.shapes)
+        if x is None:
+            return -1
+        sizes = x[2].sizes
+        for dim in dims_to_try(sizes, any_dim):
+            moved = dim_last(sizes, len(sizes), dim)
+            if all(shape_fits(rel, dim_last(cs, len(sizes), dim), moved) for rel, cs in self.shapes):
+                return dim
+        return None
 
     def vectors_outside(self, declared: Spelling) -> bool:
         """No declared vector is made from what the match's own ops make: a weight is the
@@ -197,13 +209,19 @@ class _Walk:
             todo.extend(self.g.nodes[p].producers)
         return True
 
-    def vector_shapes(self, declared: Spelling) -> dict[str, Any]:
-        """The declared vectors bound to a tensor of another shape than ``[d]`` (one broadcast
-        over some of ``x``'s dims), as :data:`~.shapes.VECTOR_SHAPES` says them; {}: none."""
+    def over(self, declared: Spelling, dim: int) -> dict[str, Any]:
+        """The dim the idiom reduces where it is not ``x``'s last, and the declared vectors
+        bound to a tensor of another shape than a vector of that dim alone (one broadcast over
+        some of ``x``'s dims), as :data:`~.shapes.VECTOR_SHAPES` says them; {}: neither."""
         x = self.bound.get("x")
-        d = tuple(x[2].sizes[-1:]) if x is not None else ()
-        shapes = {n: list(b[2].sizes) for n, b in self.bound.items() if n in declared.vectors and tuple(b[2].sizes) != d}
-        return {VECTOR_SHAPES: shapes} if shapes else {}
+        sizes = x[2].sizes if x is not None else ()
+        moved = {"dim": dim} if sizes and dim != len(sizes) - 1 and dim != -1 else {}
+        shapes = {
+            n: list(b[2].sizes)
+            for n, b in self.bound.items()
+            if n in declared.vectors and not (sizes and is_plain_vector(b[2].sizes, sizes, dim))
+        }
+        return {**moved, VECTOR_SHAPES: shapes} if shapes else moved
 
     def named(self) -> dict[str, float]:
         """The named parameters' values (an eps), read from the ops that take them where an
@@ -257,6 +275,7 @@ def graph_matcher(
         broadcast=tuple(n for s in spellings for n in s.broadcast),
         vectors=tuple(n for s in spellings for n in s.vectors),
         shared=tuple(n for s in spellings for n in s.shared),
+        any_dim=any(s.any_dim for s in spellings),
     )
 
     def anchored(op: str) -> list[_Template]:
@@ -280,10 +299,13 @@ def graph_matcher(
             candidates[key] = [t for t in anchored(n.op) if len(t.ops[-1].args) == key[1] and t.feeds <= key[2]]
         for template in candidates[key]:
             walk = _Walk(g, template, declared.shared)
-            if walk.op(len(template.ops) - 1, n) and len(walk.assign) == template.own and walk.distinct() and walk.shaped() and walk.vectors_outside(declared):
+            if not (walk.op(len(template.ops) - 1, n) and len(walk.assign) == template.own and walk.distinct()):
+                continue
+            dim = walk.shaped(declared.any_dim)
+            if dim is not None and walk.vectors_outside(declared):
                 nodes = sorted([*walk.assign.values(), *walk.chained], key=lambda m: m.index)
                 x: TensorArg | None = walk.bound["x"][2] if "x" in walk.bound else None
-                return Match(pattern, nodes, x, {**walk.named(), **params(template.choice, nodes), **walk.vector_shapes(declared)})
+                return Match(pattern, nodes, x, {**walk.named(), **params(template.choice, nodes), **walk.over(declared, dim)})
         return None
 
     match.derived_from = spellings  # type: ignore[attr-defined]  # what keeping its templates runs

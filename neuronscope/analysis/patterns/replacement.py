@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from neuronscope.analysis.opgraph import short_name
-from neuronscope.analysis.patterns.shapes import VECTOR_SHAPES, is_vector
+from neuronscope.analysis.patterns.shapes import VECTOR_SHAPES, fits_vector
 from neuronscope.analysis.patterns.spelling import READ_PARAMETERS, Spelling, examples, spelling_runs
 from neuronscope.capture.idioms import Builders
 from neuronscope.errors import NeuronscopeError
@@ -53,7 +53,7 @@ def builder(spellings: tuple[Spelling, ...], replacement: Replacement) -> Callab
             # tensor the spelling reads in another shape: left alone, as an unknown name.
             if not isinstance(name, str) or name == "x" or not isinstance(vars(t).get(name), torch.Tensor):
                 continue
-            if not (isinstance(shape, list) and all(type(n) is int for n in shape) and is_vector(tuple(shape), x.shape)):
+            if not (isinstance(shape, list) and all(type(n) is int for n in shape) and fits_vector(tuple(shape), tuple(x.shape), t.dim)):
                 raise NeuronscopeError(f"this hint's {VECTOR_SHAPES}[{name!r}], {shape!r}, is no weight of its input {list(x.shape)}")
             setattr(t, name, torch.randn(*shape, generator=torch.Generator().manual_seed(0)).to(device=device, dtype=x.dtype))
         fused = replacement(t, **choice)

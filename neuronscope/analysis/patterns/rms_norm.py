@@ -10,8 +10,17 @@ from types import MappingProxyType
 from typing import Any
 
 from neuronscope.analysis.opgraph import OpNode
-from neuronscope.analysis.patterns.base import UNKNOWN_EPS, UNKNOWN_WEIGHT, Match, Pattern, dims, param_text, vectors_note
-from neuronscope.analysis.patterns.shapes import VECTOR_SHAPES
+from neuronscope.analysis.patterns.base import (
+    UNKNOWN_EPS,
+    UNKNOWN_WEIGHT,
+    Match,
+    Pattern,
+    dim_note,
+    fused_call,
+    param_text,
+    vectors_note,
+)
+from neuronscope.analysis.patterns.shapes import VECTOR_SHAPES, is_plain_vector, last_dim
 from neuronscope.analysis.patterns.spelling import Spelling, named
 
 __all__ = ["RMS_NORM"]
@@ -26,7 +35,7 @@ def _spelling(t: Any, root: str, weight: str, cast: str | None, square: str = "p
     x = t.x
     h = x.float() if cast else x
     if root == "norm":
-        ms = h.norm(dim=t.dim, keepdim=True) * named("scale", h.shape[-1] ** -0.5) + t.eps  # p=2, written or not
+        ms = h.norm(dim=t.dim, keepdim=True) * named("scale", h.shape[t.dim] ** -0.5) + t.eps  # p=2, written or not
     else:
         sq = {"pow": lambda: h.pow(2), "square": lambda: h.square(), "mul": lambda: h * h}[square]()
         ms = sq.mean(t.dim, keepdim=True) + t.eps
@@ -50,19 +59,22 @@ def _spelling(t: Any, root: str, weight: str, cast: str | None, square: str = "p
 def _replacement(t: Any, weight: str | None, **_: Any) -> tuple[str, Callable[[], Any]]:
     import torch
 
+    x, back = last_dim(t)  # over the dim the code normalizes, moved last (as suggested)
+    d = x.shape[-1]
+
     def fused() -> Any:
         w = None if weight == "none" else t.weight if weight == "weight" else 1.0 + t.weight
-        if w is not None and tuple(w.shape) != (t.x.shape[-1],):  # of another shape than (d,): after, as suggested
-            return torch.rms_norm(t.x, (t.x.shape[-1],), None, t.eps) * w
-        return torch.rms_norm(t.x, (t.x.shape[-1],), w, t.eps)
+        if w is not None and not is_plain_vector(tuple(w.shape), tuple(t.x.shape), t.dim):  # after, as suggested
+            return back(torch.rms_norm(x, (d,), None, t.eps)) * w
+        return back(torch.rms_norm(x, (d,), w if w is None or w.dim() == 1 else w.reshape(d), t.eps))
 
     return "torch.rms_norm", fused
 
 
 _WEIGHTS = MappingProxyType({"weight": ("none", "weight", "1 + weight"), "cast": (None, "before weight", "after weight")})
 SPELLINGS = (
-    Spelling(_spelling, {"square": ("pow", "square", "mul"), "root": ("rsqrt", "sqrt", "reciprocal"), **_WEIGHTS}, vectors=("weight",)),
-    Spelling(_spelling, {"root": ("norm",), **_WEIGHTS}, vectors=("weight",)),
+    Spelling(_spelling, {"square": ("pow", "square", "mul"), "root": ("rsqrt", "sqrt", "reciprocal"), **_WEIGHTS}, vectors=("weight",), any_dim=True),
+    Spelling(_spelling, {"root": ("norm",), **_WEIGHTS}, vectors=("weight",), any_dim=True),
 )
 
 
@@ -83,13 +95,13 @@ def _suggest(m: Match, backend: str) -> str:
         # rms_norm takes a weight of (d,) only: one of another shape (a per-head
         # [heads, d]) is applied after it, as the code applies it.
         after = " * (1 + weight)" if m.params.get("weight_plus_one") else " * weight"
-        call = f"use torch.nn.functional.rms_norm(x, ({dims(m)},), {eps_text}){after}"
-        return call + vectors_note(m, "rms_norm") + " (or torch.compile the module)" + _differences(m)
+        call = f"use {fused_call(m, 'rms_norm', eps_text)}{after}"
+        return call + vectors_note(m, "rms_norm") + dim_note(m) + " (or torch.compile the module)" + _differences(m)
     if m.params.get("weight_plus_one"):
         weight = "1 + weight"
     else:  # unknown from a trace without shapes: a trailing mul may be the weight
         weight = param_text(m.params.get("weight"), "weight", UNKNOWN_WEIGHT)
-    return f"use torch.nn.functional.rms_norm(x, ({dims(m)},), {weight}, {eps_text}) (or torch.compile the module)" + _differences(m)
+    return f"use {fused_call(m, 'rms_norm', f'{weight}, {eps_text}')}{dim_note(m)} (or torch.compile the module)" + _differences(m)
 
 
 def _differences(m: Match) -> str:

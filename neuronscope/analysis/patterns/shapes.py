@@ -5,8 +5,23 @@ tensors (:func:`shape_relation`), and whether a capture's shapes relate so (:fun
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
-__all__ = ["EXAMPLE_DIM", "VECTOR_SHAPES", "ShapeSig", "is_vector", "shape_fits", "shape_relation"]
+__all__ = [
+    "EXAMPLE_DIM",
+    "VECTOR_SHAPES",
+    "ShapeSig",
+    "dim_last",
+    "dims_to_try",
+    "fits_vector",
+    "is_plain_vector",
+    "is_vector",
+    "last_dim",
+    "shape_fits",
+    "shape_relation",
+    "vector_shape",
+]
 
 #: The last dim of the example tensors: even (rotary halves it), and unlike their other dims,
 #: so that a per-row statistic, a weight and the input all have other shapes.
@@ -74,3 +89,63 @@ def shape_fits(relation: str, capture: tuple[int, ...], x: tuple[int, ...]) -> b
     lead = len(x) - len(relation)
     want = {"T": lambda d: d, "F": lambda d: 1, "H": lambda d: d // 2 if d % 2 == 0 else -1}
     return list(capture) == [*x[:lead], *(want[c](x[lead + i]) for i, c in enumerate(relation))]
+
+
+def dims_to_try(x: tuple[int, ...], any_dim: bool) -> list[int]:
+    """The dims of ``x`` an idiom over ``x``'s last dim is looked for over, the last first
+    (what every spelling runs over); for one whose dim is the code's (``Spelling.any_dim``),
+    then each other but the first, of more than one element. Not the first: statistics over a
+    batch's samples are a batch norm's, whose weight is per feature, no vector of that dim."""
+    last = [len(x) - 1]  # -1 for a 0-d x: no dim to move
+    return last + [k for k in range(1, len(x) - 1) if x[k] > 1] if any_dim else last
+
+
+def dim_last(shape: tuple[int, ...], rank: int, dim: int) -> tuple[int, ...]:
+    """``shape`` as a tensor of it broadcast onto an ``x`` of ``rank`` dims looks with ``x``'s
+    dim ``dim`` moved last (``movedim(dim, -1)``): what relations written for an idiom over
+    ``x``'s last dim are checked against where the code chose another (a norm over the channels
+    of ``[N, C, H, W]``: its statistic ``[N, 1, H, W]`` is ``[N, H, W, 1]``, its weight
+    ``weight[:, None, None]``, ``[C, 1, 1]``, is ``[C]``). One of ``rank`` dims moves as it
+    is; one of fewer broadcasts from the right, its leading ones dropped after the move; one of
+    more, and any where ``dim`` is the last, is returned as it is."""
+    dim = dim % rank if rank else dim
+    if not rank or dim == rank - 1 or len(shape) > rank:
+        return tuple(shape)
+    full = (1,) * (rank - len(shape)) + tuple(shape)
+    out = full[:dim] + full[dim + 1 :] + (full[dim],)
+    while len(shape) < rank and len(out) > 1 and out[0] == 1:
+        out = out[1:]
+    return out
+
+
+def is_plain_vector(capture: tuple[int, ...], x: tuple[int, ...], dim: int) -> bool:
+    """Is ``capture`` a vector of ``x``'s dim ``dim`` alone, ``[d]`` or, for another dim than
+    the last, its channels-first form ``[C, 1, 1]``: what a fused norm over that dim takes as
+    its weight (a weight of any other shape is applied after it)."""
+    if dim % len(x) == len(x) - 1:
+        return tuple(capture) == tuple(x[-1:])
+    return dim_last(capture, len(x), dim) == (x[dim],) and len(capture) < len(x)
+
+
+def vector_shape(x: tuple[int, ...], dim: int) -> tuple[int, ...]:
+    """The shape of a vector of ``x``'s dim ``dim`` broadcast onto ``x``: ``[d]`` for its last,
+    ``[C, 1, 1]`` for dim 1 of ``[N, C, H, W]``."""
+    dim = dim % max(len(x), 1)
+    return (x[dim], *(1,) * (len(x) - 1 - dim)) if x else ()
+
+
+def fits_vector(shape: tuple[int, ...], x: tuple[int, ...], dim: int) -> bool:
+    """Is ``shape`` a vector of ``x`` (:func:`~.shapes.is_vector`) with ``x``'s dim ``dim``, the
+    one the idiom reduces, moved last?"""
+    return bool(x) and is_vector(dim_last(shape, len(x), dim), dim_last(x, len(x), dim))
+
+
+def last_dim(t: Any) -> tuple[Any, Callable[[Any], Any]]:
+    """``t.x`` with ``t.dim``, the dim the idiom reduces, moved last, as a fused call over the
+    last dim takes it, and what moves that call's result back (``movedim``: views, as the
+    suggestion writes them); ``t.x`` itself where that dim is the last."""
+    x = t.x
+    dim = t.dim % max(x.dim(), 1)
+    if dim >= x.dim() - 1:
+        return x, lambda y: y
+    return x.movedim(dim, -1), lambda y: y.movedim(-1, dim)

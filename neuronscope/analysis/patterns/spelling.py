@@ -26,7 +26,7 @@ from types import MappingProxyType, SimpleNamespace
 from typing import Any, NamedTuple, TypeVar, cast
 
 from neuronscope.analysis.opgraph import MAYBE_ALIAS_OPS, VIEW_OPS
-from neuronscope.analysis.patterns.shapes import EXAMPLE_DIM, ShapeSig, shape_relation
+from neuronscope.analysis.patterns.shapes import EXAMPLE_DIM, ShapeSig, shape_relation, vector_shape
 
 __all__ = [
     "OWN",
@@ -50,7 +50,6 @@ __all__ = [
     "templates",
     "vector_choices",
 ]
-
 
 
 @dataclass(frozen=True, eq=False)  # by identity: the derived orders are cached per spelling
@@ -84,6 +83,9 @@ class Spelling:
     #: then ``tril``, ``eq``...) may stand right before the idiom's op that takes it in, and a
     #: match spans them and leaves them out, however the code builds it.
     built: tuple[str, ...] = ()
+    #: Whether ``t.dim`` (reduced; its ``vectors``' dim) is the code's: the idiom over another dim where the capture's
+    #: shapes, it moved last (:func:`~.shapes.dim_last`: [C, 1, 1] of [N, C, H, W] is [C]), relate as the spelling's.
+    any_dim: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "choices", MappingProxyType(dict(self.choices)))  # read-only, as the record is
@@ -139,6 +141,7 @@ def examples(dtype: Any, x: Any = None, device: Any = None, **params: Any) -> Si
     if x is None:
         x = torch.randn(2, 4, EXAMPLE_DIM, generator=g).to(dtype)
     d = x.shape[-1]
+    vector = vector_shape(tuple(x.shape), params.get("dim", PARAMETERS["dim"]))  # [d], or [C, 1, 1] of dim 1
 
     def r(*shape: int) -> Any:
         return torch.randn(*shape, generator=g).to(device=device, dtype=dtype)
@@ -146,7 +149,7 @@ def examples(dtype: Any, x: Any = None, device: Any = None, **params: Any) -> Si
     q, k, v = r(2, 2, 4, EXAMPLE_DIM), r(2, 2, 4, EXAMPLE_DIM), r(2, 2, 4, EXAMPLE_DIM)
     rows = max(1, x.numel() // max(d, 1))
     return SimpleNamespace(
-        x=x, weight=r(d), bias=r(d), up=r(*x.shape), cos=r(*x.shape), sin=r(*x.shape), proj=r(d, d),
+        x=x, weight=r(*vector), bias=r(*vector), up=r(*x.shape), cos=r(*x.shape), sin=r(*x.shape), proj=r(d, d),
         q=q, k=k, v=v, mask=r(2, 2, 4, 4), bool_mask=torch.ones(2, 2, 4, 4, dtype=torch.bool, device=device),
         target=torch.randint(0, d, (rows,), generator=g).to(device),
         **{**PARAMETERS, **params},

@@ -29,7 +29,8 @@ __all__ = ["LAYER_NORM"]
 def _spelling(t: Any, stats: str, root: str, weight: bool, bias: bool, square: str = "pow", eps: str = "inside", late: bool = False) -> Any:
     """LayerNorm as models write it: BERT's TF-style ``(x - u) / sqrt(mean((x - u)^2) + eps)``
     (``x - u`` once or twice, squared by ``pow`` or ``d * d``), ``mean`` and ``var`` or
-    ``var_mean`` with ``rsqrt`` or ``sqrt`` (the centring before or, ``late``, after the root),
+    ``var_mean`` with ``rsqrt`` or ``sqrt`` (the centring before the ``var``, after it or, ``late``,
+    after the root),
     the eps inside the root or added to it, the Annotated Transformer's ``a * (x - mean) /
     (std + eps) + b`` (or no eps)."""
     import torch
@@ -49,9 +50,14 @@ def _spelling(t: Any, stats: str, root: str, weight: bool, bias: bool, square: s
     else:
         if stats == "var_mean":
             var, mean = torch.var_mean(x, dim=t.dim, keepdim=True, correction=t.correction)
+        elif stats == "var, centred first":  # one line: (x - x.mean()) / sqrt(x.var() + eps)
+            mean = x.mean(t.dim, keepdim=True)
+            centred = x - mean
+            var = x.var(t.dim, keepdim=True, correction=t.correction)
         else:
             mean, var = x.mean(t.dim, keepdim=True), x.var(t.dim, keepdim=True, correction=t.correction)
-        centred = None if late else x - mean
+        if stats != "var, centred first":
+            centred = None if late else x - mean
     if root == "rsqrt":
         r = torch.rsqrt(var + t.eps)
     else:
@@ -85,7 +91,7 @@ _CENTRED = MappingProxyType({"stats": ("centred", "centred_twice"), "square": ("
 _VECTORS = ("weight", "bias")
 SPELLINGS = (
     Spelling(_spelling, {**_CENTRED, "root": ("rsqrt", "sqrt"), **_AFFINE}, vectors=_VECTORS, any_dim=True),
-    Spelling(_spelling, {"stats": ("var", "var_mean"), "root": ("rsqrt", "sqrt"), **_AFFINE}, vectors=_VECTORS, any_dim=True),
+    Spelling(_spelling, {"stats": ("var", "var_mean", "var, centred first"), "root": ("rsqrt", "sqrt"), **_AFFINE}, vectors=_VECTORS, any_dim=True),
     Spelling(_spelling, {**_CENTRED, "root": ("sqrt",), "eps": ("outside",), **_AFFINE}, vectors=_VECTORS, any_dim=True),
     Spelling(_spelling, {"stats": ("std",), "root": ("none",), "eps": ("outside", "none"), **_AFFINE}, vectors=_VECTORS, any_dim=True),
     Spelling(_spelling, {"stats": ("var", "var_mean"), "root": ("rsqrt", "sqrt"), "late": (True,), **_AFFINE}, vectors=_VECTORS, any_dim=True),

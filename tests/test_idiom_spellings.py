@@ -104,6 +104,12 @@ def test_a_new_spelling_is_matched_in_a_live_graph() -> None:
     assert m.x is not None and m.x.sizes == (4, 16, 32)
     g = graph(lambda: other * torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6).reciprocal() * w)
     assert not [m for n in g.nodes if match(g, n) is not None]
+    # A graph without one of its ops (no sqrt) is not walked for it; the next graph that has
+    # them all is, whatever the graphs before it held.
+    g = graph(lambda: x * (x.pow(2).mean(-1, keepdim=True) + 1e-6).rsqrt() * w)
+    assert not [m for n in g.nodes if match(g, n) is not None]
+    g = graph(lambda: x * torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6).reciprocal() * w)
+    assert len([m for n in g.nodes if match(g, n) is not None]) == 1
 
 
 def test_the_kept_op_orders_are_what_the_spellings_run() -> None:

@@ -34,6 +34,8 @@ What a match says (``details``) comes from the spelling choice that ran the temp
 from __future__ import annotations
 
 import math
+import weakref
+from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
@@ -73,6 +75,66 @@ def _template(ops: tuple[TemplateOp, ...], choice: Mapping[str, Any], declared: 
         sum(op.own and t is None for op, t in zip(ops, takes)),
         frozenset(ops[r[1]].op for r in ops[-1].args if r[0] == "op" and takes[r[1]] is None),
     )
+
+
+def _assigned(ops: tuple[TemplateOp, ...]) -> Counter[str]:
+    """How many ops of each name a walk of ``ops`` assigns a capture's op to (those it reaches
+    from the last through the ops' inputs, a slot's chain aside): each a distinct op of that
+    name, so a graph with fewer holds no match of the template."""
+    need: Counter[str] = Counter()
+    todo, seen = [len(ops) - 1], set()
+    while todo:
+        j = todo.pop()
+        if j in seen:
+            continue
+        seen.add(j)
+        if not ops[j].op.startswith(SLOT):
+            need[ops[j].op] += 1
+        todo.extend(ref for kind, ref, _ in ops[j].args if kind == "op")
+    return need
+
+
+class _Templates:
+    """An idiom's templates by where they can be anchored, each derived (:func:`_template`)
+    only once a graph holds every op a walk of it assigns: a first capture derives the
+    templates of the idioms its ops can make, not all of them."""
+
+    def __init__(self, pattern: str, spellings: tuple[Spelling, ...], declared: Spelling) -> None:
+        self.pattern, self.spellings, self.declared = pattern, spellings, declared
+        #: by last op, largest first: (the template's ops, its choice, what a walk assigns)
+        self.by_last: dict[str, list[tuple[tuple[TemplateOp, ...], Mapping[str, Any], Counter[str]]]] | None = None
+        self.derived: dict[int, _Template] = {}  # by id of the template's ops, kept in by_last
+        # The graph last matched: its ops by name, and by anchor (its op, its dimensioned
+        # inputs, the ops that made them) the templates whose last op takes as many inputs,
+        # made by those ops. Anchors repeat these few keys, and an idiom has a hundred
+        # templates (a norm's). One value, replaced whole: a thread matching another graph
+        # replaces it, never changes what this one reads.
+        self.graph: tuple[weakref.ref[OpGraph], Counter[str], dict[tuple[str, int, frozenset[str]], list[_Template]]] | None = None
+
+    def at(self, g: OpGraph, n: OpNode) -> list[_Template]:
+        """The templates that may be found anchored at ``n``, largest first."""
+        if self.by_last is None:  # read (or derived) on first use
+            by_last: dict[str, list[tuple[tuple[TemplateOp, ...], Mapping[str, Any], Counter[str]]]] = {}
+            for ops, choice in kept_templates().get(self.pattern) or templates(self.spellings):
+                by_last.setdefault(ops[-1].op, []).append((ops, choice, _assigned(ops)))
+            self.by_last = by_last
+        if n.op not in self.by_last:
+            return []
+        graph = self.graph
+        if graph is None or graph[0]() is not g:
+            graph = self.graph = (weakref.ref(g), Counter(m.op for m in g.nodes), {})
+        _, present, candidates = graph
+        big = n.big_inputs()
+        key = (n.op, len(big), frozenset(g.nodes[p].op for k in big if (p := n.producers[k]) >= 0))
+        if key not in candidates:
+            fitting = (self._derive(ops, choice) for ops, choice, need in self.by_last[n.op] if len(ops[-1].args) == key[1] and need <= present)
+            candidates[key] = [t for t in fitting if t.feeds <= key[2]]
+        return candidates[key]
+
+    def _derive(self, ops: tuple[TemplateOp, ...], choice: Mapping[str, Any]) -> _Template:
+        if id(ops) not in self.derived:
+            self.derived[id(ops)] = _template(ops, choice, self.declared)
+        return self.derived[id(ops)]
 
 
 class _Walk:
@@ -268,7 +330,6 @@ def graph_matcher(
             found = better
         return None
 
-    by_last: dict[str, list[_Template]] = {}
     # What the idiom's spellings declare of their example tensors, together: one walk serves them all.
     declared = Spelling(
         lambda t: None,
@@ -277,27 +338,10 @@ def graph_matcher(
         shared=tuple(n for s in spellings for n in s.shared),
         any_dim=any(s.any_dim for s in spellings),
     )
-
-    def anchored(op: str) -> list[_Template]:
-        """The templates ending in ``op``, largest first (derived on first use)."""
-        if not by_last:
-            for ops, choice in kept_templates().get(pattern) or templates(spellings):
-                by_last.setdefault(ops[-1].op, []).append(_template(ops, choice, declared))
-        return by_last.get(op, [])
-
-    # By anchor (its op, its dimensioned inputs, the ops that made them): the templates whose
-    # last op takes as many inputs, made by those ops. Anchors repeat these few keys, and an
-    # idiom has a hundred templates (a norm's).
-    candidates: dict[tuple[str, int, frozenset[str]], list[_Template]] = {}
+    known = _Templates(pattern, spellings, declared)
 
     def at(g: OpGraph, n: OpNode) -> Match | None:
-        if not anchored(n.op):
-            return None
-        big = n.big_inputs()
-        key = (n.op, len(big), frozenset(g.nodes[p].op for k in big if (p := n.producers[k]) >= 0))
-        if key not in candidates:
-            candidates[key] = [t for t in anchored(n.op) if len(t.ops[-1].args) == key[1] and t.feeds <= key[2]]
-        for template in candidates[key]:
+        for template in known.at(g, n):
             walk = _Walk(g, template, declared.shared)
             if not (walk.op(len(template.ops) - 1, n) and len(walk.assign) == template.own and walk.distinct()):
                 continue

@@ -85,6 +85,28 @@ def test_json_keeps_each_shape_signature_on_one_line() -> None:
     assert dumps_json(tricky, 0) == '{\n"s": [\n"[1,\\n 2]",\n"[3]"\n],\n"deep": [\n[[1, 2]],\n[3]\n],\n"mixed": [\n1,\n"a"\n],\n"e": [[], [1e-07, null, true]]\n}'
 
 
+def test_json_laid_out_by_msgspec_is_json_dumps_layout() -> None:
+    """An int indent is laid out from the one-line text (json.dumps in C, then msgspec): the
+    same text as json.dumps(indent=...) writes; a NaN is refused as json.dumps refuses it (then
+    written as null, above)."""
+    from neuronscope.result.serial import _indented
+
+    values = [
+        {"a": [1, 2.5, -0.0, 1e-07, 2**70, 5e-324, True, None], "e": [[], {}, [[]]], "s": "é\u2028\"\n[1, 2]"},
+        {1: "int key", None: [{"k": {"deep": [[1, [2, [3]]]]}}], 2.5: "float key"},
+        [],
+        "text",
+    ]
+    for value in values:
+        for indent in (1, 2, 4):
+            assert _indented(value, indent) == json.dumps(value, indent=indent, default=str)
+    assert _indented({"x": [1]}, 0) == json.dumps({"x": [1]}, indent=0)
+    assert _indented({"x": object()}, 2).startswith('{\n  "x": "<object object')  # default=str
+    with pytest.raises(ValueError):
+        _indented({"nan": [float("nan")]}, 2)
+    assert json.loads(dumps_json({"nan": [float("nan"), 1.5]})) == {"nan": [None, 1.5]}
+
+
 def test_derived_properties_and_repr() -> None:
     r = _sample_result()
     assert r.top_op is not None and r.top_op.name == "aten::mm"

@@ -102,6 +102,7 @@ def test_json_laid_out_by_msgspec_is_json_dumps_layout() -> None:
             assert _indented(value, indent) == json.dumps(value, indent=indent, default=str)
     assert _indented({"x": [1]}, 0) == json.dumps({"x": [1]}, indent=0)
     assert _indented({"x": object()}, 2).startswith('{\n  "x": "<object object')  # default=str
+    assert _indented({"name": "run\udc80"}, 2) == json.dumps({"name": "run\udc80"}, indent=2)  # msgspec refuses it
     with pytest.raises(ValueError):
         _indented({"nan": [float("nan")]}, 2)
     assert json.loads(dumps_json({"nan": [float("nan"), 1.5]})) == {"nan": [None, 1.5]}

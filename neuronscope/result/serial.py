@@ -122,11 +122,15 @@ def _indented(value: Any, indent: int | str | None) -> str:
     json.dumps encodes in Python, not in its C encoder: a small transformer's result.json took
     2.8 ms so, 0.6 ms encoded on one line and laid out by msgspec, which writes the same text
     (its tokens as they are, json's separators). An indent msgspec does not take (a string,
-    0) is json.dumps's."""
+    0), or text it refuses (a lone surrogate's escape, from a file name os.fsdecode made), is
+    json.dumps's."""
     if isinstance(indent, int) and not isinstance(indent, bool) and indent > 0:
         import msgspec
 
-        return msgspec.json.format(json.dumps(value, default=str, allow_nan=False), indent=indent)
+        try:
+            return msgspec.json.format(json.dumps(value, default=str, allow_nan=False), indent=indent)
+        except msgspec.DecodeError:
+            pass
     pad = indent if indent is None or isinstance(indent, str) else " " * indent
     return json.dumps(value, indent=pad, default=str, allow_nan=False)
 

@@ -435,11 +435,6 @@ def test_xglm_clamped_attention_is_found() -> None:
     assert of(hints, "attention"), [h.pattern for h in hints]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Karpathy's per-head Head projects v (nn.Linear) after the softmax: from op order an "
-    "aten::linear between softmax and @ v ends the match; live finds 4 attentions, profiler/trace 0",
-)
 def test_per_head_attention_is_found_by_op_order(tmp_path: Path) -> None:
     m = GPT(per_head=True).eval()
     fwd = forward_of(m, lambda mm, t: mm(t))
@@ -450,11 +445,6 @@ def test_per_head_attention_is_found_by_op_order(tmp_path: Path) -> None:
     assert fusion_keys(trace) == fusion_keys(live)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Data2Vec-vision computes its relative position bias between the scores' scale (div) and "
-    "the bias add: found live, not from the user's profiler nor its trace",
-)
 def test_data2vec_vision_attention_is_found_by_op_order(tmp_path: Path) -> None:
     m, run, x = build("data2vec_vision")
     fwd = forward_of(m, run)

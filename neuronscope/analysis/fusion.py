@@ -187,7 +187,7 @@ def _computed_runs(thread: list[OpNode], built: list[tuple[int, int]]) -> list[t
     if not taking or not any(n.inputs for n in thread):
         return []  # without recorded shapes, op order alone says nothing of what a run computes
     found = computed_runs(thread, frozenset().union(*(rx.takers for rx in taking)), frozenset().union(*(rx.firsts for rx in taking)))
-    return [(a, b) for a, b in found if not any(a < e and s < b for s, e in built)]
+    return [(a, b) for a, b in found if not any(a <= e and s <= b for s, e in built)]  # touching: one run each
 
 
 class _OpText:

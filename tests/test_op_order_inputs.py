@@ -101,16 +101,17 @@ def _attention_by_op_order(fn: Callable[[], Any], record_shapes: bool = True) ->
 
 
 def test_a_softmax_then_a_linear_then_a_matmul_of_another_shape_is_no_attention() -> None:
-    """Scores, their softmax, an unrelated linear, then a matmul of the probabilities with a
-    tensor whose rows are not the keys (``[..., 2T, D]``): no ``p @ v``, no attention."""
+    """Scores, their softmax, an unrelated linear, then a matmul that takes a tensor of another
+    shape than the scores first (``u @ p``, ``[..., D, T]``): no ``p @ v``, no attention; nor
+    where an op between reads the probabilities (the idiom's tensor went on through it)."""
     torch.manual_seed(0)
-    q, k, w = torch.randn(B, H, T, D), torch.randn(B, H, T, D), torch.randn(D, D)
+    q, k = torch.randn(B, H, T, D), torch.randn(B, H, T, D)
     lin, other = nn.Linear(D, D), torch.randn(B, H, T, D)
 
     def not_v() -> torch.Tensor:
         p = F.softmax(q @ k.transpose(-2, -1) * D**-0.5, dim=-1)
-        u = lin(other)
-        return p.repeat(1, 1, 1, 2) @ torch.cat([u, u], dim=-2) + (w @ w).sum()
+        u = lin(other).transpose(-2, -1)
+        return u @ p
 
     def scores_read_between() -> torch.Tensor:
         p = F.softmax(q @ k.transpose(-2, -1) * D**-0.5, dim=-1)

@@ -209,13 +209,17 @@ MAX_COMPUTED = 8
 #: Matmuls whose second input is the side tensor (``p @ v``): it is their partner, ``[..., S, E]``
 #: for ``[..., T, S]``, where another op's broadcasts onto its main input.
 _PARTNERED = frozenset({"matmul", "bmm"})
+#: Products whose inputs' places do not say which is the idiom's: an einsum's equation names
+#: them (its v may be the larger), a baddbmm's first is the added bias. None is a taker here:
+#: a run before an einsum reading v's shape once took the scores' own ops out of op order.
+_UNPLACED = frozenset({"einsum", "baddbmm", "mm"})
 
 
 def _chain_shape(taker: OpNode) -> tuple[int, ...] | None:
     """The shape of the input ``taker`` takes from the idiom (a matmul's first, another op's
-    largest), None where shapes were not recorded."""
+    largest), None where shapes were not recorded or the op does not say which it is."""
     shapes = [tuple(t.sizes) for t in taker.inputs if t.sizes]
-    if not shapes:
+    if not shapes or taker.op in _UNPLACED:
         return None
     return shapes[0] if taker.op in _PARTNERED else max(shapes, key=math.prod)
 

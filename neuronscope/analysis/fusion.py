@@ -51,7 +51,7 @@ from neuronscope.analysis.opgraph import VIEW_OPS, OpGraph, OpNode, short_name
 from neuronscope.analysis.optimizer import has_optimizer_steps, optimizer_hints, optimizer_steps
 from neuronscope.analysis.patterns import REGISTRY, Match, Pattern, pattern_named
 from neuronscope.analysis.patterns.base import line_of, match_lines, softmax_on_last_dim
-from neuronscope.analysis.patterns.kept import Orders, built_runs, built_side_fits, kept_orders
+from neuronscope.analysis.patterns.kept import Orders, built_runs, built_side_fits, computed_runs, computed_side_fits, kept_orders
 from neuronscope.analysis.patterns.shapes import VECTOR_SHAPES
 from neuronscope.analysis.patterns.spelling import SIDE, TAKES_BUILT, op_orders, order_shapes, vector_choices
 from neuronscope.result.hint import Hint
@@ -130,9 +130,11 @@ def find_sequence_matches(g: OpGraph) -> list[Match]:
             by_tid.setdefault(n.tid, []).append(n)
     for thread in by_tid.values():
         every, runs = _OpText(thread), built_runs(thread)
-        # An idiom whose side tensor code may build in place (a causal mask) is looked for
-        # where such builds are left out of op order; a match spans those it takes in.
-        built = _OpText(thread, runs) if runs else every
+        computed = _computed_runs(thread, runs)
+        # An idiom whose side tensor code may build in place (a causal mask) or compute there
+        # (v, a position bias) is looked for where such runs are left out of op order; a match
+        # spans those it takes in.
+        built = _OpText(thread, sorted([*runs, *computed]), {a for a, _ in computed}) if runs or computed else every
         claimed: set[int] = set()
         looking_back: list[tuple[int, Pattern, int, list[OpNode]]] = []  # (match, its record, its first op, its ops)
         for record in REGISTRY:
@@ -178,17 +180,30 @@ def find_sequence_matches(g: OpGraph) -> list[Match]:
     return out
 
 
+def _computed_runs(thread: list[OpNode], built: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The runs that may compute a side tensor in place (:func:`~.kept.computed_runs`) for the
+    idioms that take one, outside the runs that build one from nothing (``built``)."""
+    taking = [rx for rx in _orders().values() if rx.takes_built]
+    if not taking or not any(n.inputs for n in thread):
+        return []  # without recorded shapes, op order alone says nothing of what a run computes
+    found = computed_runs(thread, frozenset().union(*(rx.takers for rx in taking)), frozenset().union(*(rx.firsts for rx in taking)))
+    return [(a, b) for a, b in found if not any(a <= e and s <= b for s, e in built)]  # touching: one run each
+
+
 class _OpText:
     """One thread's user-level ops as the idioms' op orders see them (each op's short name),
     and the questions the matching asks of them, in op indices; given ``runs`` (see
     :func:`~.kept.built_runs`), without the ops of those runs."""
 
-    def __init__(self, seq: list[OpNode], runs: Sequence[tuple[int, int]] = ()) -> None:
+    def __init__(self, seq: list[OpNode], runs: Sequence[tuple[int, int]] = (), computing: AbstractSet[int] = frozenset()) -> None:
         self.seq: list[OpNode] = []
         self.runs: dict[int, list[OpNode]] = {}  # each run by the op after it, as an index here
+        self.computing: set[int] = set()  # those that compute from the idiom's inputs, not from nothing
         ends, k = dict(runs), 0
         while k < len(seq):
             if k in ends:
+                if k in computing:
+                    self.computing.add(len(self.seq))
                 self.runs[len(self.seq)], k = seq[k : ends[k]], ends[k]
             else:
                 self.seq.append(seq[k])
@@ -214,7 +229,8 @@ class _OpText:
         own = [p for p in range(k, j) if flags[p - i] != SIDE][:2]  # the taker, and the op after it
         if not own or flags[own[0] - i] != TAKES_BUILT:
             return False
-        return built_side_fits(self.runs[k], self.seq[own[0]], self.seq[own[1]] if len(own) > 1 else None)
+        fits = computed_side_fits if k in self.computing else built_side_fits
+        return fits(self.runs[k], self.seq[own[0]], self.seq[own[1]] if len(own) > 1 else None)
 
     def fitting_end(self, name: str, rx: Orders, i0: int, i1: int, claimed: AbstractSet[int] = frozenset()) -> int | None:
         """The end of the longest whole match of pattern ``name`` from op ``i0``, ``i1`` at most,

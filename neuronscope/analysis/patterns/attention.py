@@ -98,10 +98,14 @@ _ATTENTION_CHOICES = MappingProxyType({
     "dropout": (False, True),
 })
 _MASKS = ("mask", "bool_mask")  # side tensors, which code may build in place (a causal mask)
+#: What code may compute right before the op that takes it (op order: amid the idiom): the
+#: masks and biases (a relative position bias gathered from its table), and ``v`` (a per-head
+#: module projecting v after its softmax).
+_COMPUTED = (*_MASKS, "v")
 _QKV = ("q", "k", "v")  # self-attention, or views of one packed projection
 SPELLINGS = (
-    Spelling(_spelling, {"matmul": ("matmul", "bmm", "einsum"), "scale": (None, "mul", "div", "q", "q_div"), **_ATTENTION_CHOICES}, side=_MASKS, built=_MASKS, shared=_QKV),
-    Spelling(_spelling, {"matmul": ("baddbmm",), "scale": (None, "q"), **_ATTENTION_CHOICES}, side=_MASKS, built=_MASKS, shared=_QKV),
+    Spelling(_spelling, {"matmul": ("matmul", "bmm", "einsum"), "scale": (None, "mul", "div", "q", "q_div"), **_ATTENTION_CHOICES}, side=_MASKS, built=_COMPUTED, shared=_QKV),
+    Spelling(_spelling, {"matmul": ("baddbmm",), "scale": (None, "q"), **_ATTENTION_CHOICES}, side=_MASKS, built=_COMPUTED, shared=_QKV),
 )
 
 

@@ -28,6 +28,8 @@ __all__ = [
     "Templates",
     "built_runs",
     "built_side_fits",
+    "computed_runs",
+    "computed_side_fits",
     "kept_orders",
     "kept_templates",
     "orders_text",
@@ -200,6 +202,73 @@ def built_side_fits(run: list[OpNode], taker: OpNode, after: OpNode | None) -> b
     return any(_broadcasts(side, main) and all(_broadcasts(r, side) for r in read) for side in shapes)
 
 
+#: The most ops a run computing a side tensor amid an idiom may hold (a relative position bias
+#: gathered from its table and reshaped: 4); more, and op order is no claim about the idiom.
+MAX_COMPUTED = 8
+
+#: Matmuls whose second input is the side tensor (``p @ v``): it is their partner, ``[..., S, E]``
+#: for ``[..., T, S]``, where another op's broadcasts onto its main input.
+_PARTNERED = frozenset({"matmul", "bmm"})
+#: Products whose inputs' places do not say which is the idiom's: an einsum's equation names
+#: them (its v may be the larger), a baddbmm's first is the added bias. None is a taker here:
+#: a run before an einsum reading v's shape once took the scores' own ops out of op order.
+_UNPLACED = frozenset({"einsum", "baddbmm", "mm"})
+
+
+def _chain_shape(taker: OpNode) -> tuple[int, ...] | None:
+    """The shape of the input ``taker`` takes from the idiom (a matmul's first, another op's
+    largest), None where shapes were not recorded or the op does not say which it is."""
+    shapes = [tuple(t.sizes) for t in taker.inputs if t.sizes]
+    if not shapes or taker.op in _UNPLACED:
+        return None
+    return shapes[0] if taker.op in _PARTNERED else max(shapes, key=math.prod)
+
+
+def computed_runs(seq: list[OpNode], takers: frozenset[str], firsts: frozenset[str]) -> list[tuple[int, int]]:
+    """The runs ``[start, end)`` of ``seq`` (one thread's ops in order) that may compute, in
+    place, what the op after them takes besides the idiom's tensor (``v = self.value(x)`` before
+    ``p @ v``, a position bias gathered before it is added to the scores), where shapes were
+    recorded: at most :data:`MAX_COMPUTED` ops, right before an op of ``takers`` (ops that take a
+    side tensor code may compute in place), none reading a tensor of the shape that op takes
+    from the idiom, nor one that may start the idiom (``firsts``: the scores' matmul, a scale of
+    q), after an op that reads that shape (the idiom's op before them). Whether one is a side
+    tensor of an idiom it stands in is for the match to say (:func:`computed_side_fits`)."""
+    runs: list[tuple[int, int]] = []
+    for k, taker in enumerate(seq):
+        chain = _chain_shape(taker) if taker.op in takers else None
+        if chain is None:
+            continue
+        a = k
+        while a > 0 and k - a < MAX_COMPUTED and seq[a - 1].op not in firsts and not _reads(seq[a - 1], chain):
+            a -= 1
+        if a < k and a > 0 and _reads(seq[a - 1], chain) and (not runs or runs[-1][1] <= a):
+            runs.append((a, k))
+    return runs
+
+
+def _reads(n: OpNode, shape: tuple[int, ...]) -> bool:
+    return any(tuple(t.sizes) == shape for t in n.inputs)
+
+
+def computed_side_fits(run: list[OpNode], taker: OpNode, after: OpNode | None) -> bool:
+    """Whether the ops ``run`` (see :func:`computed_runs`) can compute what ``taker``, the
+    idiom's op after them, takes besides the idiom's tensor: that input is shaped as the spelling
+    says, v's ``[..., S, Ev]`` for scores ``[..., T, S]`` (a matmul), or broadcast onto them (a
+    bias, a mask); no op of the run reads a tensor of the scores' shape (the scores went on
+    through it); and ``after``, the idiom's next op, reads a tensor of the scores' size.
+    Shapes must have been recorded."""
+    chain = _chain_shape(taker)
+    if chain is None or any(_reads(n, chain) for n in run):
+        return False
+    sides = [tuple(t.sizes) for t in taker.inputs if t.sizes]
+    sides.remove(chain)
+    if after is not None and after.inputs and math.prod(chain) not in {t.numel for t in after.inputs}:
+        return False
+    if taker.op in _PARTNERED:
+        return len(sides) == 1 and len(sides[0]) >= 2 and sides[0][-2] == chain[-1] and _broadcasts(sides[0][:-2], chain[:-2])
+    return bool(sides) and all(_broadcasts(side, chain) for side in sides)
+
+
 def _readings(op: str, relations: tuple[str, ...], got: list[TensorArg], x: tuple[int, ...]) -> list[list[tuple[str, int]]]:
     """The ways ``got`` (an op's recorded dimensioned inputs) can be the spelling's arguments
     ``relations``, shapes fitting (either order for ``add`` and ``mul``): each as (the tensor
@@ -261,6 +330,8 @@ class Orders:
         self.firsts = frozenset(o[0] for o in self.orders)
         #: whether code may build a side tensor of the idiom in place (see :func:`built_runs`)
         self.takes_built = any(TAKES_BUILT in flags for flags in orders.values())
+        #: the ops that take in such a side tensor
+        self.takers = frozenset(op for o, flags in orders.items() for op, flag in zip(o, flags) if flag == TAKES_BUILT)
 
     def fullmatch(self, tokens: list[str], i: int, j: int) -> bool:
         """Are ``tokens[i:j]`` one of the orders?"""

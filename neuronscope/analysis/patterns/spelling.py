@@ -78,10 +78,12 @@ class Spelling:
     #: Example tensors code may pass as one value, which the graph matcher then does not tell
     #: apart (attention's q, k and v: views of one packed projection, or one input).
     shared: tuple[str, ...] = ()
-    #: Side tensors code may build in place from nothing of the idiom (a causal mask,
-    #: ``torch.tril(torch.ones(T, T)) == 0``): in op order, the ops building one (a factory op,
-    #: then ``tril``, ``eq``...) may stand right before the idiom's op that takes it in, and a
-    #: match spans them and leaves them out, however the code builds it.
+    #: Example tensors code may build or compute in place, from nothing of the idiom (a causal
+    #: mask, ``torch.tril(torch.ones(T, T)) == 0``) or from other inputs (a position bias
+    #: gathered from its table, attention's ``v = self.value(x)`` after the softmax): in op
+    #: order, the ops making one (a factory op, then ``tril``, ``eq``...; with recorded shapes,
+    #: a few ops none of which reads the idiom's tensor) may stand right before the idiom's op
+    #: that takes it in, and a match spans them and leaves them out, however the code makes it.
     built: tuple[str, ...] = ()
     #: Whether ``t.dim`` (reduced; its ``vectors``' dim) is the code's: the idiom over another dim where the capture's
     #: shapes, it moved last (:func:`~.shapes.dim_last`: [C, 1, 1] of [N, C, H, W] is [C]), relate as the spelling's.

@@ -38,3 +38,48 @@ def test_a_users_compile_in_another_thread_during_verify_stays_registered() -> N
     finally:
         for k in users:
             registry.pop(k, None)
+
+
+# ---- log_softmax's index loss: rows picked by something other than arange(N) ----------------
+
+import pytest  # noqa: E402
+
+from neuronscope import from_trace, profile_on_neuron  # noqa: E402
+
+_X = torch.randn(32, 100, generator=torch.Generator().manual_seed(0))
+_T = torch.randint(0, 100, (32,), generator=torch.Generator().manual_seed(1))
+_FIRST_ROW = torch.zeros(32, dtype=torch.long)
+
+#: ``-log(softmax(x)[rows, target])`` with rows no arange(N): cross_entropy(x, target,
+#: reduction="none") is another value (each row's loss against row 0's, an [N, N] table).
+_NOT_A_LOSS = {
+    "rows_all_first": lambda x, t: -torch.log(torch.softmax(x, -1)[_FIRST_ROW, t]),
+    "every_row_every_target": lambda x, t: -torch.log(torch.softmax(x, -1)[:, t]),
+}
+
+_INDEX_CAUSE = (
+    "log_softmax's 'index' spelling records aten::index with its first argument only "
+    "(spelling._Run.call: the row and target indices are no recorded input), and nothing checks "
+    "the rows are arange(N) or the picked shape is [N]: any softmax(x)[...] then log is claimed "
+    "cross_entropy(x, target)"
+)
+
+
+@pytest.mark.xfail(strict=True, reason=_INDEX_CAUSE)
+@pytest.mark.parametrize("name", list(_NOT_A_LOSS))
+def test_rows_picked_by_no_arange_are_no_cross_entropy_live(name: str) -> None:
+    f = profile_on_neuron(_NOT_A_LOSS[name], backend="cpu", export=False)
+    f(_X, _T)
+    f(_X, _T)
+    claimed = [h for h in f.last_result.hints if "cross_entropy" in h.suggestion]
+    assert not claimed, [h.suggestion for h in claimed]
+
+
+@pytest.mark.xfail(strict=True, reason=_INDEX_CAUSE + "; by op order, a reversed arange(N-1, -1, -1) is taken for arange(N)")
+def test_a_reversed_arange_is_no_cross_entropy_by_op_order(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    with torch.profiler.profile(record_shapes=True) as prof:
+        -torch.log(torch.softmax(_X, -1)[torch.arange(31, -1, -1), _T])
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+    claimed = [h for h in from_trace(path).hints if "cross_entropy" in h.suggestion]
+    assert not claimed, [h.suggestion for h in claimed]

@@ -83,3 +83,61 @@ def test_a_reversed_arange_is_no_cross_entropy_by_op_order(tmp_path) -> None:  #
     prof.export_chrome_trace(str(path))
     claimed = [h for h in from_trace(path).hints if "cross_entropy" in h.suggestion]
     assert not claimed, [h.suggestion for h in claimed]
+
+
+# ---- attention by einsum: a layout its shapes cannot tell ------------------------------------
+
+import torch.nn.functional as F  # noqa: E402
+
+
+def _einsum_attention(eq1: str, eq2: str):  # type: ignore[no-untyped-def]
+    def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        s = torch.einsum(eq1, q, k) * q.shape[-1] ** -0.5
+        return torch.einsum(eq2, s.softmax(-1), v)
+
+    return attention
+
+
+def _attention_hints(fn, args, tmp_path):  # type: ignore[no-untyped-def]
+    f = profile_on_neuron(fn, backend="cpu", export=False)
+    f(*args)
+    f(*args)
+    with torch.profiler.profile(record_shapes=True) as prof:
+        fn(*args)
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+    live = [h for h in f.last_result.hints if h.pattern == "attention"]
+    traced = [h for h in from_trace(path).hints if h.pattern == "attention"]
+    return live, traced
+
+
+@pytest.mark.parametrize(
+    ("eq1", "eq2", "shape"),
+    [
+        ("bqhd,bkhd->bhqk", "bhqk,bkhd->bqhd", (2, 8, 8, 16)),  # [B, L, heads, E], heads == L
+        ("qbhd,kbhd->bhqk", "bhqk,kbhd->qbhd", (8, 8, 4, 16)),  # [L, B, heads, E], B == L
+    ],
+    ids=["heads_eq_L", "batch_eq_L"],
+)
+def test_an_einsum_layout_its_shapes_cannot_tell_is_not_claimed(eq1: str, eq2: str, shape, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Before: heads == L read as sdpa's own layout (sdpa(q, k, v) as written: another value),
+    and batch == L as ``[..., L, heads, E]`` (transposed: another value too). Now the hint
+    says the layout is not told, live and from the trace."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(*shape, generator=g) for _ in range(3))
+    fn = _einsum_attention(eq1, eq2)
+    assert not torch.allclose(F.scaled_dot_product_attention(q, k, v), fn(q, k, v), atol=1e-4)
+    live, traced = _attention_hints(fn, (q, k, v), tmp_path)
+    assert live and traced
+    for h in (*live, *traced):
+        assert h.details.get("layout") == "unknown" and "do not tell its layout" in h.suggestion, h.suggestion
+
+
+def test_a_trace_reads_the_einsum_layout_as_the_live_capture(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A trace records einsum's equation as a dimensionless first input: the layout was read
+    from it (none), so the trace's hint said sdpa(q, k, v) for [B, L, heads, E]."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 8, 4, 16, generator=g) for _ in range(3))
+    fn = _einsum_attention("bqhd,bkhd->bhqk", "bhqk,bkhd->bqhd")
+    live, traced = _attention_hints(fn, (q, k, v), tmp_path)
+    assert [h.details.get("layout") for h in live] == [h.details.get("layout") for h in traced] == ["heads_after_queries"]

@@ -157,10 +157,18 @@ def _layout(mm1: OpNode, head: OpNode) -> dict[str, Any]:
     """Where an einsum takes q, k and v in another layout than sdpa's ``[..., L, E]``: the
     scores' rows (their second-to-last dim) are not q's second-to-last. ``[..., L, heads, E]``
     (``bqhd,bkhd->bhqk``: LongT5's local attention, XLNet) is said ``heads_after_queries``:
-    sdpa takes its q, k and v transposed, and its output is transposed back."""
-    q = mm1.inputs[0].sizes if mm1.op == "einsum" and mm1.inputs else ()
+    sdpa takes its q, k and v transposed, and its output is transposed back. An einsum's
+    equation is no recorded argument, so its layout is read from shapes alone: where two of q's
+    dims but the last are equal (heads == L, batch == L), shapes cannot tell which is which,
+    and the layout is said ``unknown``."""
+    # q: the einsum's first tensor (a trace records the equation as a dimensionless input)
+    q = next((a.sizes for a in mm1.inputs if a.sizes), ()) if mm1.op == "einsum" else ()
     scores = head.inputs[0].sizes if head.inputs else ()
-    if len(q) < 3 or len(scores) < 3 or q[-2] == scores[-2]:
+    if len(q) < 3 or len(scores) < 3:
+        return {}
+    if len(set(q[:-1])) < len(q) - 1:
+        return {"layout": "unknown"}
+    if q[-2] == scores[-2]:
         return {}
     return {"layout": "heads_after_queries" if (q[-3], q[-2]) == (scores[-2], scores[-3]) else "other"}
 
@@ -319,6 +327,11 @@ def _suggest(m: Match, backend: str) -> str:
         )
     elif layout == "other":
         notes.append("q, k, v: transposed to sdpa's [..., heads, L, E] first; your einsum takes them in another layout")
+    elif layout == "unknown":
+        notes.append(
+            "q, k, v: sdpa takes them as [..., heads, L, E]; your einsum's shapes do not tell its layout (two of q's "
+            "dims are equal): transpose them to that layout first, and the output back, where your einsum takes another"
+        )
     if m.params.get("mask_scaled"):
         notes.append("mask: multiplied by the scale your code applies after adding it (sdpa adds attn_mask to the scores it has scaled)")
     if m.params.get("inputs_maybe_scaled"):

@@ -183,3 +183,26 @@ def test_weights_built_from_nothing_are_no_attention_live() -> None:
     f(x, w)
     f(x, w)
     assert not [h for h in f.last_result.hints if h.pattern == "attention"]
+
+
+# ---- attention: scores kept above a floor that is no mask's ------------------------------------
+
+
+def test_scores_kept_above_a_floor_are_not_silently_dropped() -> None:
+    """XGLM keeps its masked scores above the dtype's lowest (``torch.max(s, floor)``): the
+    same as sdpa. A floor at 0 (or any the scores reach) changes them; the hint took either
+    for XGLM's and said sdpa(q, k, v, attn_mask=mask) alone, another value applied."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 8, 16, generator=g) for _ in range(3))
+    mask = torch.randn(1, 1, 8, 8, generator=g)
+
+    def floored(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        s = q @ k.transpose(-1, -2) * 0.25 + mask
+        return torch.max(s, torch.full((), 0.0)).softmax(-1) @ v
+
+    assert not torch.allclose(F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.25), floored(q, k, v), atol=1e-4)
+    f = profile_on_neuron(floored, backend="cpu", export=False)
+    f(q, k, v)
+    f(q, k, v)
+    (h,) = [h for h in f.last_result.hints if h.pattern == "attention"]
+    assert h.details.get("floor") is True and "above a floor" in h.suggestion, h.suggestion

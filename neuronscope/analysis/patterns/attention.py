@@ -146,11 +146,21 @@ def match_attention(g: OpGraph, n: OpNode) -> Match | None:
         # code's scaled q with sdpa's default scale would apply it twice.
         params["scale_on_inputs"] = True
     params.update(_layout(mm1, head))
+    if any(_is_floor(x) for x in m.nodes if mm1.index < x.index < mm2.index):
+        params["floor"] = True
     nodes = {x.index: x for x in [*m.nodes, *scales.values()]}
     return dataclasses.replace(m, nodes=sorted(nodes.values(), key=lambda x: x.index), x=q, params=params)
 
 
 match_attention.derived_from = SPELLINGS  # type: ignore[attr-defined]  # its templates are kept
+
+
+def _is_floor(n: OpNode) -> bool:
+    """``torch.max(scores, floor)`` (XGLM's masked scores kept above the dtype's lowest): a
+    ``max`` of two tensors, no dim among its recorded numbers (a written softmax's
+    ``max(dim)``; a trace records that dim, and the live capture the one tensor it takes)."""
+    dims = [s for s in n.scalars if isinstance(s, int) and not isinstance(s, bool)]
+    return n.op in ("max", "maximum") and len(n.inputs) >= 2 and not dims
 
 
 def _layout(mm1: OpNode, head: OpNode) -> dict[str, Any]:
@@ -331,6 +341,11 @@ def _suggest(m: Match, backend: str) -> str:
         notes.append(
             "q, k, v: sdpa takes them as [..., heads, L, E]; your einsum's shapes do not tell its layout (two of q's "
             "dims are equal): transpose them to that layout first, and the output back, where your einsum takes another"
+        )
+    if m.params.get("floor"):
+        notes.append(
+            "your code keeps the scores above a floor (torch.max), sdpa keeps none: the same only where that floor is "
+            "at most every score a mask leaves (XGLM's dtype minimum); else keep it and your softmax"
         )
     if m.params.get("mask_scaled"):
         notes.append("mask: multiplied by the scale your code applies after adding it (sdpa adds attn_mask to the scores it has scaled)")

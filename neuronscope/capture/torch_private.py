@@ -13,18 +13,16 @@ says what each record is), through :func:`dynamo_utils` here.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 __all__ = [
     "clear_profiler_flag", "default_store", "disable_native_profiler", "discard_replaced_session",
     "dispatch_mode_class", "dynamo_eval_frame", "dynamo_skip", "dynamo_utils", "end_range",
     "experimental_config_class", "forget_thread_session", "kineto_results", "marker_span",
-    "native_profiler_enabled", "native_profiler_on", "own_compiles", "privateuse1_backend_name", "profile_slice",
+    "native_profiler_enabled", "native_profiler_on", "own_compile", "privateuse1_backend_name", "profile_slice",
     "profiler_flag_on", "profiler_start_counter", "profiler_starts", "record_function_fast",
     "record_scope_and_event_type", "replaced_sessions", "session_gate", "sessions_elsewhere",
     "thread_session", "tree_leaves",
@@ -341,18 +339,19 @@ def dynamo_eval_frame(import_it: bool = False) -> Any:
     return sys.modules.get("torch._dynamo.eval_frame")
 
 
-@contextlib.contextmanager
-def own_compiles() -> Iterator[None]:
-    """Our own ``torch.compile`` calls in the block (``verify()``, probes) leave ``cached_backends``,
-    which :mod:`.observe` reads as the user's use of torch.compile (then no Python numbers are
-    recorded). Checked on torch 2.4-2.13; the registry only feeds ``torch._dynamo.reset()``."""
+def own_compile(fn: Any, **kwargs: Any) -> Any:
+    """``torch.compile(fn, **kwargs)`` for our own use (``verify()``, probes), its entry left out of
+    ``cached_backends`` (which :mod:`.observe` reads as the user's use of torch.compile); a user's compile
+    meanwhile in another thread keeps its own. torch 2.4-2.13 registers as torch.compile is called."""
+    import torch
+
     found = getattr(dynamo_eval_frame(import_it=True), "cached_backends", None)
     registry: dict[Any, Any] = found if isinstance(found, dict) else {}
     before = set(registry)
     try:
-        yield
+        return torch.compile(fn, **kwargs)
     finally:
-        for key in set(registry) - before:
+        for key in set(registry) - before:  # the registry only feeds torch._dynamo.reset()
             registry.pop(key, None)
 
 

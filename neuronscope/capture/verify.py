@@ -256,8 +256,7 @@ def measure(
         ) from None
 
     # The user's random stream is theirs: the builders' weights draw from a forked one.
-    # Its compile is no use of torch.compile by the user's program (torch_private.own_compiles).
-    with torch.no_grad(), torch.random.fork_rng(devices=[dev.index or 0] if dev.type == "cuda" else []), torch_private.own_compiles():
+    with torch.no_grad(), torch.random.fork_rng(devices=[dev.index or 0] if dev.type == "cuda" else []):
         chain, replacement, replacement_name = BUILDERS[hint.pattern](hint, x, dev)
         variants: dict[str, Callable[[], Any]] = {"chain": chain}
         if replacement is not None:
@@ -265,7 +264,7 @@ def measure(
         compile_error: str | None = None
         if compile:
             try:
-                compiled = torch.compile(chain, dynamic=False)
+                compiled = torch_private.own_compile(chain, dynamic=False)  # no use by the user's program
                 compiled()  # compile now, outside the timing
                 variants["compiled"] = compiled
             except Exception as exc:

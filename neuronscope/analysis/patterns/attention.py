@@ -150,6 +150,8 @@ def match_attention(g: OpGraph, n: OpNode) -> Match | None:
         # code's scaled q with sdpa's default scale would apply it twice.
         params["scale_on_inputs"] = True
     params.update(_layout(mm1, head))
+    if any(_is_floor(x) for x in m.nodes if mm1.index < x.index < mm2.index):
+        params["floor"] = True
     nodes = {x.index: x for x in [*m.nodes, *scales.values()]}
     return dataclasses.replace(m, nodes=sorted(nodes.values(), key=lambda x: x.index), x=q, params=params)
 
@@ -157,14 +159,30 @@ def match_attention(g: OpGraph, n: OpNode) -> Match | None:
 match_attention.derived_from = SPELLINGS  # type: ignore[attr-defined]  # its templates are kept
 
 
+def _is_floor(n: OpNode) -> bool:
+    """``torch.max(scores, floor)`` (XGLM's masked scores kept above the dtype's lowest): a
+    ``max`` of two tensors, no dim among its recorded numbers (a written softmax's
+    ``max(dim)``; a trace records that dim, and the live capture the one tensor it takes)."""
+    dims = [s for s in n.scalars if isinstance(s, int) and not isinstance(s, bool)]
+    return n.op in ("max", "maximum") and len(n.inputs) >= 2 and not dims
+
+
 def _layout(mm1: OpNode, head: OpNode) -> dict[str, Any]:
     """Where an einsum takes q, k and v in another layout than sdpa's ``[..., L, E]``: the
     scores' rows (their second-to-last dim) are not q's second-to-last. ``[..., L, heads, E]``
     (``bqhd,bkhd->bhqk``: LongT5's local attention, XLNet) is said ``heads_after_queries``:
-    sdpa takes its q, k and v transposed, and its output is transposed back."""
-    q = mm1.inputs[0].sizes if mm1.op == "einsum" and mm1.inputs else ()
+    sdpa takes its q, k and v transposed, and its output is transposed back. An einsum's
+    equation is no recorded argument, so its layout is read from shapes alone: where two of q's
+    dims but the last are equal (heads == L, batch == L), shapes cannot tell which is which,
+    and the layout is said ``unknown``."""
+    # q: the einsum's first tensor (a trace records the equation as a dimensionless input)
+    q = next((a.sizes for a in mm1.inputs if a.sizes), ()) if mm1.op == "einsum" else ()
     scores = head.inputs[0].sizes if head.inputs else ()
-    if len(q) < 3 or len(scores) < 3 or q[-2] == scores[-2]:
+    if len(q) < 3 or len(scores) < 3:
+        return {}
+    if len(set(q[:-1])) < len(q) - 1:
+        return {"layout": "unknown"}
+    if q[-2] == scores[-2]:
         return {}
     return {"layout": "heads_after_queries" if (q[-3], q[-2]) == (scores[-2], scores[-3]) else "other"}
 
@@ -323,6 +341,16 @@ def _suggest(m: Match, backend: str) -> str:
         )
     elif layout == "other":
         notes.append("q, k, v: transposed to sdpa's [..., heads, L, E] first; your einsum takes them in another layout")
+    elif layout == "unknown":
+        notes.append(
+            "q, k, v: sdpa takes them as [..., heads, L, E]; your einsum's shapes do not tell its layout (two of q's "
+            "dims are equal): transpose them to that layout first, and the output back, where your einsum takes another"
+        )
+    if m.params.get("floor"):
+        notes.append(
+            "your code keeps the scores above a floor (torch.max), sdpa keeps none: the same only where that floor is "
+            "at most every score a mask leaves (XGLM's dtype minimum); else keep it and your softmax"
+        )
     if m.params.get("mask_scaled"):
         notes.append("mask: multiplied by the scale your code applies after adding it (sdpa adds attn_mask to the scores it has scaled)")
     if m.params.get("inputs_maybe_scaled"):

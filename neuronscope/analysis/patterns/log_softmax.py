@@ -108,10 +108,14 @@ def _suggest(m: Match, backend: str) -> str:
             if dim is None
             else ""
         )
+        # Which rows an index picks is not recorded (its indices are no recorded input).
+        picked = "; the same only where your index picks each row's own target: x[torch.arange(N), target]"
         if loss in ("gather", "index"):
             return (
                 f'use torch.nn.functional.cross_entropy({args}, reduction="none") (log_softmax over dim={dim_text} and '
-                f"the loss in one call: the gathered log-probabilities negated, one a row; reduce them as the code does{classes})"
+                f"the loss in one call: the gathered log-probabilities negated, one a row; reduce them as the code does{classes}"
+                + (picked if loss == "index" else "")
+                + ")"
             )
         return (
             f"use torch.nn.functional.cross_entropy({args}) (log_softmax over dim={dim_text} and the loss in one call; "

@@ -42,9 +42,9 @@ def test_a_users_compile_in_another_thread_during_verify_stays_registered() -> N
 
 # ---- log_softmax's index loss: rows picked by something other than arange(N) ----------------
 
-import pytest  # noqa: E402
+import pytest
 
-from neuronscope import from_trace, profile_on_neuron  # noqa: E402
+from neuronscope import from_trace, profile_on_neuron
 
 _X = torch.randn(32, 100, generator=torch.Generator().manual_seed(0))
 _T = torch.randint(0, 100, (32,), generator=torch.Generator().manual_seed(1))
@@ -87,7 +87,7 @@ def test_a_reversed_arange_is_no_cross_entropy_by_op_order(tmp_path) -> None:  #
 
 # ---- attention by einsum: a layout its shapes cannot tell ------------------------------------
 
-import torch.nn.functional as F  # noqa: E402
+import torch.nn.functional as F
 
 
 def _einsum_attention(eq1: str, eq2: str):  # type: ignore[no-untyped-def]

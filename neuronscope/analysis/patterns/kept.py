@@ -197,6 +197,8 @@ def built_side_fits(run: list[OpNode], taker: OpNode, after: OpNode | None) -> b
     main = max(shapes, key=math.prod)
     shapes.remove(main)
     read = [tuple(t.sizes) for n in run for t in n.inputs if t.sizes]
+    if main in read:  # the run may have built the main input itself (zeros(T, T).masked_fill): no scores
+        return False
     if after is not None and after.inputs and math.prod(main) not in {t.numel for t in after.inputs}:
         return False
     return any(_broadcasts(side, main) and all(_broadcasts(r, side) for r in read) for side in shapes)

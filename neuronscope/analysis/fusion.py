@@ -97,6 +97,8 @@ def find_matches(g: OpGraph, reserved: Iterable[int] = ()) -> list[Match]:
 #: What a trace (op order, no tensor identities) cannot give: a generic elementwise chain is
 #: a claim about data flow. Sequence hints name these in ``details["not_from_op_order"]``.
 NOT_FROM_OP_ORDER = tuple(p.name for p in REGISTRY if p.exact_only)
+#: The idioms whose dim is the code's (:attr:`~.patterns.spelling.Spelling.any_dim`).
+_ANY_DIM = frozenset(p.name for p in REGISTRY if any(s.any_dim for s in p.spellings))
 
 
 @functools.cache
@@ -107,7 +109,7 @@ def _orders() -> MappingProxyType[str, Orders]:
     return MappingProxyType({
         p.name: Orders(
             *(kept.get(p.name) or (op_orders(p.spellings), order_shapes(p.spellings), vector_choices(p.spellings))),
-            any_dim=any(s.any_dim for s in p.spellings),
+            any_dim=p.name in _ANY_DIM,
         )
         for p in REGISTRY
         if p.spellings
@@ -318,9 +320,6 @@ def _ops_after(m: Match) -> int:
     moved = "dim" in m.params and m.pattern in _ANY_DIM
     return len(m.params.get(VECTOR_SHAPES) or ()) + moved
 
-
-#: The idioms whose dim is the code's (:attr:`~.patterns.spelling.Spelling.any_dim`).
-_ANY_DIM = frozenset(p.name for p in REGISTRY if any(s.any_dim for s in p.spellings))
 
 
 def _cost_occurrences(record: Pattern, ms: list[Match], g: OpGraph, backend: str) -> _Costed:

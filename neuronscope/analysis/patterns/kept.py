@@ -199,7 +199,7 @@ def built_side_fits(run: list[OpNode], taker: OpNode, after: OpNode | None) -> b
     read = [tuple(t.sizes) for n in run for t in n.inputs if t.sizes]
     if main in read:  # the run may have built the main input itself (zeros(T, T).masked_fill): no scores
         return False
-    if after is not None and after.inputs and math.prod(main) not in {t.numel for t in after.inputs}:
+    if not _goes_on(main, after):
         return False
     return any(_broadcasts(side, main) and all(_broadcasts(r, side) for r in read) for side in shapes)
 
@@ -248,6 +248,12 @@ def computed_runs(seq: list[OpNode], takers: frozenset[str], firsts: frozenset[s
     return runs
 
 
+def _goes_on(scores: tuple[int, ...], after: OpNode | None) -> bool:
+    """Does ``after``, the idiom's op after the one taking a side tensor in, read a tensor of
+    the ``scores``' size (the idiom goes on through them), where its shapes were recorded?"""
+    return after is None or not after.inputs or math.prod(scores) in {t.numel for t in after.inputs}
+
+
 def _reads(n: OpNode, shape: tuple[int, ...]) -> bool:
     return any(tuple(t.sizes) == shape for t in n.inputs)
 
@@ -264,7 +270,7 @@ def computed_side_fits(run: list[OpNode], taker: OpNode, after: OpNode | None) -
         return False
     sides = [tuple(t.sizes) for t in taker.inputs if t.sizes]
     sides.remove(chain)
-    if after is not None and after.inputs and math.prod(chain) not in {t.numel for t in after.inputs}:
+    if not _goes_on(chain, after):
         return False
     if taker.op in _PARTNERED:
         return len(sides) == 1 and len(sides[0]) >= 2 and sides[0][-2] == chain[-1] and _broadcasts(sides[0][:-2], chain[:-2])

@@ -313,15 +313,13 @@ def test_profiler_and_trace_hints_are_the_live_ones(family: str, tmp_path: Path)
     assert fusion_keys(trace) == fusion_keys(live)
 
 
-def test_qwen3_norm_and_attention_suggestions_hold_for_the_model() -> None:
-    """Qwen3's norms over 64 and over its q/k heads of 16 are two hints; each rms_norm call,
-    put in place of the norm modules of its size, and the sdpa switch give the model's logits."""
-    m, run, x = build("qwen3")
-    fwd = forward_of(m, run)
-    hints = live_hints(fwd, x)
-    expected = fwd(x)
-    calls = {re.search(r"\((\d+),\)", h.suggestion).group(1): call_in(h.suggestion, "rms_norm") for h in of(hints, "rms_norm")}  # type: ignore[union-attr]
-    assert set(calls) == {"64", "16"}, calls
+def _rms_norm_calls(hints: list[Any]) -> dict[str, str]:
+    """Each rms_norm hint's call, by the size it normalizes (``(64,)`` -> ``"64"``)."""
+    return {re.search(r"\((\d+),\)", h.suggestion).group(1): call_in(h.suggestion, "rms_norm") for h in of(hints, "rms_norm")}  # type: ignore[union-attr]
+
+
+def _assert_norms_applied(m: Any, fwd: Any, x: torch.Tensor, expected: torch.Tensor, calls: dict[str, str]) -> None:
+    """The model's norm modules, each replaced by the call of its size, give ``expected``."""
     norm_cls = type(m.model.norm)
     original = norm_cls.forward
     norm_cls.forward = lambda self, h: apply(calls[str(h.shape[-1])], x=h, weight=self.weight)
@@ -329,6 +327,18 @@ def test_qwen3_norm_and_attention_suggestions_hold_for_the_model() -> None:
         torch.testing.assert_close(fwd(x), expected, atol=1e-5, rtol=1e-4)
     finally:
         norm_cls.forward = original
+
+
+def test_qwen3_norm_and_attention_suggestions_hold_for_the_model() -> None:
+    """Qwen3's norms over 64 and over its q/k heads of 16 are two hints; each rms_norm call,
+    put in place of the norm modules of its size, and the sdpa switch give the model's logits."""
+    m, run, x = build("qwen3")
+    fwd = forward_of(m, run)
+    hints = live_hints(fwd, x)
+    expected = fwd(x)
+    calls = _rms_norm_calls(hints)
+    assert set(calls) == {"64", "16"}, calls
+    _assert_norms_applied(m, fwd, x, expected, calls)
     (att,) = of(hints, "attention")
     assert 'attn_implementation="sdpa"' in att.suggestion
     m.set_attn_implementation("sdpa")
@@ -342,15 +352,9 @@ def test_gemma3_one_plus_weight_norm_and_scaled_attention_hold_for_the_model() -
     fwd = forward_of(m, run)
     hints = live_hints(fwd, x)
     expected = fwd(x)
-    calls = {re.search(r"\((\d+),\)", h.suggestion).group(1): call_in(h.suggestion, "rms_norm") for h in of(hints, "rms_norm")}  # type: ignore[union-attr]
+    calls = _rms_norm_calls(hints)
     assert all("1 + weight" in c for c in calls.values()), calls
-    norm_cls = type(m.model.norm)
-    original = norm_cls.forward
-    norm_cls.forward = lambda self, h: apply(calls[str(h.shape[-1])], x=h, weight=self.weight)
-    try:
-        torch.testing.assert_close(fwd(x), expected, atol=1e-5, rtol=1e-4)
-    finally:
-        norm_cls.forward = original
+    _assert_norms_applied(m, fwd, x, expected, calls)
     (att,) = of(hints, "attention")
     assert att.details.get("scale") == pytest.approx(0.0625)
     m.set_attn_implementation("sdpa")

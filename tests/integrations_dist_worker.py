@@ -97,6 +97,11 @@ def main() -> None:
         ],
     }
     (out / f"rank{rank}.json").write_text(json.dumps(record, default=str))
+    # As torch's docs ask of every job: without it, gloo's worker threads can outlive the
+    # interpreter and abort the process at exit ("terminate called without an active
+    # exception", SIGABRT; pytorch/pytorch#179291), about one run in a few dozen here.
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -93,13 +93,6 @@ class _Outer(torch.nn.Module):
         return self.out(self.inner(x))
 
 
-@pytest.mark.xfail(
-    strict=False,  # a race: about 1 run in 10 here, more under load
-    reason="the capture's global module hooks (capture/modules.py) are removed at its end while "
-    "the other thread's Dynamo may be building guards for a frame it traced with them: its guard "
-    "on _global_forward_hooks[k] raises KeyError, an InternalTorchDynamoError in that thread's "
-    "call. Fix: keep the hooks' dict entries stable while torch.compile is in use",
-)
 def test_two_threads_call_a_decorated_step_holding_a_compiled_submodule(tmp_path: Path) -> None:
     """Both threads' calls return; one capture, of the compiled region; no hook left on."""
     from torch.nn.modules import module as torch_module

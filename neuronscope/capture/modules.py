@@ -6,6 +6,8 @@ so the breakdown is read from the same events as the ops, with the same clock, f
 capture and from its saved trace alike (Perfetto shows the ranges too). The hooks are torch's
 process-wide ones (``register_module_forward_pre_hook``), registered when the capture starts
 and removed when it stops: nothing is patched, and no module outside a capture pays for them.
+Both changes wait for any other thread's ``torch.compile`` of a frame to end (Dynamo's compile
+lock): a compile whose hooks changed under it failed in the user's call (``KeyError``).
 
 Qualified names come from the call nesting: a module called inside another module's forward
 is looked up among that module's ``named_modules()``; a module called outside any other is a
@@ -17,10 +19,12 @@ user's ``state_dict``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import threading
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import CodeType
 from typing import Any
@@ -36,6 +40,11 @@ MODULE_RANGE_PREFIX = "nn.Module: "
 #: OptimizedModule's hooks fire as well as the inner module's. Ours skip the OptimizedModule,
 #: so the warning says nothing true of the user's code while a capture runs.
 _COMPILE_HOOK_WARNING = r"Using `torch.compile\(module\)` when there are global hooks"
+#: How long a capture waits for another thread's compile of one frame to end: at its start,
+#: before it goes on without module names; at its end, before it leaves its hooks registered,
+#: switched off, for the first module call that finds no compile running to take out.
+_START_WAIT_S = 1.0
+_END_WAIT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -68,10 +77,14 @@ class ModuleHooks:
         self._warning_filter: Any = None
         self._record: Any = None
         self._starts: list[int] = [0]  # torch's count of profiler starts (see torch_private)
+        self._parked = False  # removal put off: switched off, still registered (see remove)
+        #: why :meth:`install` registered nothing, where a note should say so (else None)
+        self.refused: str | None = None
 
     # ---- lifetime ---------------------------------------------------------------------
     def install(self) -> bool:
-        """Register the hooks; False (and nothing registered) where torch lacks them."""
+        """Register the hooks; False (and nothing registered) where torch lacks them, or where
+        another thread's ``torch.compile`` held Dynamo's lock for :data:`_START_WAIT_S`."""
         try:
             import torch
             from torch.nn.modules import module as torch_module
@@ -80,8 +93,15 @@ class ModuleHooks:
             self._starts = torch_private.profiler_start_counter()
             self._compiling = torch.compiler.is_compiling
             torch_private.dynamo_skip((self._pre, self._post))
-            pre = torch_module.register_module_forward_pre_hook(self._pre)
-            post = torch_module.register_module_forward_hook(self._post, always_call=True)
+            with _between_compiles(_START_WAIT_S) as free:
+                if not free:
+                    self.refused = (
+                        "no module names: another thread's torch.compile held Dynamo's lock as "
+                        "the capture started (module hooks added then would break that compile)"
+                    )
+                    return False
+                pre = torch_module.register_module_forward_pre_hook(self._pre)
+                post = torch_module.register_module_forward_hook(self._post, always_call=True)
         except (ImportError, AttributeError, TypeError):
             return False
         self._handles = [pre, post]
@@ -109,10 +129,14 @@ class ModuleHooks:
 
     def remove(self) -> ModuleFacts:
         """Unregister the hooks, close the ranges left open (a capture that ended inside a
-        module call), and return the names' classes and sources."""
-        for handle in self._handles:
-            handle.remove()
-        self._handles = []
+        module call), and return the names' classes and sources. Where another thread's
+        compile holds Dynamo's lock for :data:`_END_WAIT_S`, the hooks are switched off and
+        left registered, for the first module call run outside any compile to take out."""
+        with _between_compiles(_END_WAIT_S) as free:
+            if free:
+                self._unregister()
+            else:
+                self._parked = True
         if self._warning_filter is not None:
             try:
                 warnings.filters.remove(self._warning_filter)  # type: ignore[attr-defined]
@@ -130,10 +154,20 @@ class ModuleHooks:
         self._keep = []
         return facts
 
+    def _unregister(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
     # ---- the hooks --------------------------------------------------------------------
     def _pre(self, module: Any, args: Any) -> None:
         if self._compiling():
             return  # traced by torch.compile: a range would break its graph
+        if self._parked:  # the capture is over: out at the first moment no compile runs
+            with _between_compiles(0) as free:
+                if free and self._handles:
+                    self._unregister()
+            return
         stack = getattr(self._local, "stack", None)
         if stack is None:
             stack = self._local.stack = []
@@ -156,7 +190,7 @@ class ModuleHooks:
         stack.append((module, named[1], rf, target, self._starts[0]))
 
     def _post(self, module: Any, args: Any, output: Any) -> None:
-        if self._compiling():
+        if self._compiling() or self._parked:
             # Traced by torch.compile (a model compiling inside the capture): the pre hook
             # pushed nothing here, and reading the stack would have Dynamo track modules the
             # user's compiled module already holds (it raised AssertionError in their call).
@@ -199,6 +233,20 @@ class ModuleHooks:
             name = f"{label}#{k}"
         first = not taken and self._root_label is None
         return name, "" if first else name + "."
+
+
+@contextlib.contextmanager
+def _between_compiles(wait_s: float) -> Iterator[bool]:
+    """Hold Dynamo's compile lock for the block, so that no thread compiles a frame while the
+    global hooks change; yields False (lock not taken) where another thread kept it ``wait_s``
+    seconds. Reentrant: a capture that ends inside a compile of its own thread goes on."""
+    lock = torch_private.compile_lock()
+    taken = lock is not None and lock.acquire(timeout=wait_s)
+    try:
+        yield taken or lock is None
+    finally:
+        if taken:
+            lock.release()
 
 
 def _child_path(parent: Any, module: Any) -> str:

@@ -209,6 +209,7 @@ class CaptureSession:
         self._compile_before: dict[str, Any] = {}
         self._started_ns = 0
         self.module_hooks: ModuleHooks | None = None
+        self._start_notes: list[str] = []
 
     @property
     def prof(self) -> Any:
@@ -229,6 +230,8 @@ class CaptureSession:
         hooks = ModuleHooks()
         if hooks.install():  # after the start: a hook that found no profiler would label nothing
             self.module_hooks = hooks
+        elif hooks.refused:
+            self._start_notes.append(hooks.refused)
         self._started_ns = self.clock()
 
     def on_own_thread(self) -> bool:
@@ -283,7 +286,7 @@ class CaptureSession:
         wall_us = ((work_end[0] if work_end else self.clock()) - self._started_ns) / 1e3
         # After the stop: reading the modules' sources is no part of the measured work.
         module_facts = self._remove_hooks()
-        notes: list[str] = []
+        notes = list(self._start_notes)
         artifacts: dict[str, Any] = {}
         if self.shared is None:
             artifacts = self._artifacts(prof, notes)

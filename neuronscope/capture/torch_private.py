@@ -5,10 +5,6 @@ torch version it was checked on (2.13.0, and the oldest it is known to work with
 checked), and what breaks without it. Every caller goes through here, so a torch release that
 moves one of them is fixed in one module. An accessor that cannot find its name degrades the
 way its comment says; none raises on another torch.
-
-Kept out of this module on purpose: ``sys.modules.get("torch._dynamo.utils")`` for Dynamo's
-compile records lives in :mod:`neuronscope.capture.dynamo` (that module is its one reader and
-says what each record is), through :func:`dynamo_utils` here.
 """
 
 from __future__ import annotations
@@ -19,12 +15,11 @@ import threading
 from typing import Any
 
 __all__ = [
-    "clear_profiler_flag", "default_store", "disable_native_profiler", "discard_replaced_session",
-    "dispatch_mode_class", "dynamo_eval_frame", "dynamo_skip", "dynamo_utils", "end_range",
-    "experimental_config_class", "forget_thread_session", "kineto_results", "marker_span",
-    "native_profiler_enabled", "native_profiler_on", "own_compile", "privateuse1_backend_name", "profile_slice",
-    "profiler_flag_on", "profiler_start_counter", "profiler_starts", "record_function_fast",
-    "record_scope_and_event_type", "replaced_sessions", "session_gate", "sessions_elsewhere",
+    "clear_profiler_flag", "compile_lock", "default_store", "disable_native_profiler", "discard_replaced_session",
+    "dispatch_mode_class", "dynamo_eval_frame", "dynamo_skip", "dynamo_utils", "end_range", "experimental_config_class",
+    "forget_thread_session", "kineto_results", "marker_span", "native_profiler_enabled", "native_profiler_on", "own_compile",
+    "privateuse1_backend_name", "profile_slice", "profiler_flag_on", "profiler_start_counter", "profiler_starts",
+    "record_function_fast", "record_scope_and_event_type", "replaced_sessions", "session_gate", "sessions_elsewhere",
     "thread_session", "tree_leaves",
 ]
 
@@ -355,6 +350,13 @@ def own_compile(fn: Any, **kwargs: Any) -> Any:
             registry.pop(key, None)
 
 
+def compile_lock() -> Any:
+    """``torch._dynamo.convert_frame.compile_lock``, held over each frame's whole compile (torch
+    2.13): global module hooks changed while another thread compiles break its guards, which
+    read the hooks it traced (``KeyError`` in its call). None where Dynamo is not imported."""
+    return getattr(sys.modules.get("torch._dynamo.convert_frame"), "compile_lock", None)
+
+
 def dynamo_skip(functions: Any) -> None:
     """Dynamo never compiles these functions' frames (``eval_frame.skip_code``; torch 2.13):
     the capture's module hooks, run inside a compiled module's call (a traced call inlines them)."""
@@ -424,7 +426,6 @@ class _ResultsSlice:
         torch saves a session's trace once: the first slice saves it into ``trace_cache``
         (a directory the session keeps), and every slice reads it from there."""
         import json
-        import os
 
         full = os.path.join(self._cache, "session_trace.json")
         if not os.path.isfile(full):

@@ -227,6 +227,8 @@ class _Run:
         self.made = {id(value) for name, value in vars(t).items() if name in built}
         #: per :func:`elementwise_slot` call: its first op, the op after its last, what it took
         self.slots: list[tuple[int, int, tuple[str, Any, bool] | None, tuple[int, ...]]] = []
+        #: the ops that return more than one tensor (``var_mean``): their outputs share one ref
+        self.several: set[int] = set()
         self.keep: list[Any] = []  # alive, so that no id is reused by a tensor made later
         for name, value in vars(t).items():
             if isinstance(value, torch.Tensor):
@@ -264,6 +266,8 @@ class _Run:
                 else:
                     ops.append(TemplateOp(name, not is_side, (("op", first + i - 1, True),), (tuple(out.shape),)))
             out_ref = ("side", "", False) if is_side else ("op", len(ops) - 1, True)
+            if len(_tensors(out)) > 1:
+                self.several.add(len(ops) - 1)
             if takes_made and not is_side:
                 self.entries.add(first)
         else:  # a view, or no op: what its first tensor input is, seen through a view
@@ -329,7 +333,7 @@ def _record(fn: Callable[..., Any], t: Any, kwargs: dict[str, Any], side: tuple[
 #: One run of a spelling choice: its ops, its choice, its spelling, its slots (see
 #: :func:`elementwise_slot`) and which of its ops take in a side tensor it may build in place
 #: (:attr:`Spelling.built`).
-SpellingRun = tuple[tuple[TemplateOp, ...], Mapping[str, Any], Spelling, tuple[Any, ...], frozenset[int]]
+SpellingRun = tuple[tuple[TemplateOp, ...], Mapping[str, Any], Spelling, tuple[Any, ...], frozenset[int], frozenset[int]]
 
 
 @functools.cache
@@ -352,7 +356,9 @@ def spelling_runs(spellings: tuple[Spelling, ...]) -> tuple[SpellingRun, ...]:
                 for choice in spelling.variants():
                     for t in (t32, t16):
                         run = _record(spelling.fn, t, choice, spelling.side, spelling.built)
-                        found.append((tuple(run.ops), MappingProxyType(choice), spelling, tuple(run.slots), frozenset(run.entries)))
+                        found.append(
+                            (tuple(run.ops), MappingProxyType(choice), spelling, tuple(run.slots), frozenset(run.entries), frozenset(run.several))
+                        )
                         if not run.cast_skipped:
                             break
     finally:
@@ -379,7 +385,7 @@ def op_orders(spellings: tuple[Spelling, ...]) -> Mapping[tuple[str, ...], tuple
     only in the second), with what each of its ops is (:data:`SIDE`, :data:`OWN` or
     :data:`TAKES_BUILT`)."""
     found: dict[tuple[str, ...], tuple[int, ...]] = {}
-    for ops, _, _, _, entries in spelling_runs(spellings):
+    for ops, _, _, _, entries, _ in spelling_runs(spellings):
         found.setdefault(tuple(op.op for op in ops), tuple(TAKES_BUILT if i in entries else int(op.own) for i, op in enumerate(ops)))
     return MappingProxyType(found)
 
@@ -392,11 +398,11 @@ def templates(spellings: tuple[Spelling, ...]) -> tuple[tuple[tuple[TemplateOp, 
     A slot's ops are one slot op, taking every op the spellings run in that slot under any
     choice (their side ops aside)."""
     takes: dict[int, set[str]] = {}  # slot -> its ops
-    for ops, _, _, slots, _ in spelling_runs(spellings):
+    for ops, _, _, slots, _, _ in spelling_runs(spellings):
         for i, (a, b, _, _) in enumerate(slots):
             takes.setdefault(i, set()).update(op.op for op in ops[a:b] if op.own)
     found: dict[tuple[TemplateOp, ...], list[Mapping[str, Any]]] = {}
-    for ops, choice, _, slots, _ in spelling_runs(spellings):
+    for ops, choice, _, slots, _, _ in spelling_runs(spellings):
         names = [SLOT + ",".join(sorted(takes[i])) for i in range(len(slots))]
         found.setdefault(_slotted(ops, slots, names), []).append(choice)
     ordered = sorted(found.items(), key=lambda kv: -sum(op.own for op in kv[0]))
@@ -455,14 +461,19 @@ def order_shapes(spellings: tuple[Spelling, ...]) -> OrderShapes:
     in a live capture, storages) of an op-order match are checked against; each with the
     choice that ran it (what the match then says: a norm's weight, a softmax's dim)."""
 
-    def arg(ref: tuple[str, Any, bool], shape: tuple[int, ...], spelling: Spelling) -> str:
+    def arg(ref: tuple[str, Any, bool], shape: tuple[int, ...], spelling: Spelling, several: frozenset[int]) -> str:
+        # An input by its name, an op's output by ``%`` and the op's place in the run (not one
+        # of several: var_mean's var and mean are two storages): where two ops read one tensor,
+        # the storages recorded must be one (see kept.Orders.choice).
         relation = relation_of(spelling, ref, shape)
-        return f"{relation}@{ref[1]}" if ref[0] == "in" else relation
+        if ref[0] == "in":
+            return f"{relation}@{ref[1]}"
+        return f"{relation}@%{ref[1]}" if ref[0] == "op" and ref[1] not in several else relation
 
     found: dict[tuple[str, ...], dict[ShapeSig, list[Mapping[str, Any]]]] = {}
-    for ops, choice, spelling, *_ in spelling_runs(spellings):
+    for ops, choice, spelling, *_, several in spelling_runs(spellings):
         sig = tuple(
-            tuple(arg(ref, shape, spelling) for ref, shape in zip(op.args, op.shapes)) if op.own else None
+            tuple(arg(ref, shape, spelling, several) for ref, shape in zip(op.args, op.shapes)) if op.own else None
             for op in ops
         )
         found.setdefault(tuple(op.op for op in ops), {}).setdefault(sig, []).append(choice)

@@ -92,6 +92,21 @@ class GemmaRMSNorm(nn.Module):
         return output.type_as(x)
 
 
+class LayerNorm2d(nn.Module):
+    """ConvNeXt's channels_first LayerNorm (facebookresearch/ConvNeXt) / Segment Anything's
+    LayerNorm2d, by hand over dim 1 of ``[N, C, H, W]``, eps 1e-6."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.weight, self.bias = nn.Parameter(torch.randn(channels)), nn.Parameter(torch.randn(channels))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        u = x.mean(1, keepdim=True)
+        s = (x - u).pow(2).mean(1, keepdim=True)
+        x = (x - u) / torch.sqrt(s + 1e-6)
+        return self.weight[:, None, None] * x + self.bias[:, None, None]
+
+
 def rms_square_sqrt(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """``x*x`` and ``x / sqrt(...)``."""
     return x / torch.sqrt((x * x).mean(dim=-1, keepdim=True) + eps) * w

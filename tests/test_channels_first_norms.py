@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from fusion_cases import LayerNorm2d
 from torch import nn
 
 from neuronscope import from_profiler, from_trace, profile_on_neuron
@@ -24,20 +25,6 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 N, C, H, W, L = 2, 32, 8, 8, 24
 EPS = 1e-6
-
-
-class LayerNorm2d(nn.Module):
-    """ConvNeXt's channels_first LayerNorm / Segment Anything's LayerNorm2d, by hand."""
-
-    def __init__(self, channels: int) -> None:
-        super().__init__()
-        self.weight, self.bias = nn.Parameter(torch.randn(channels)), nn.Parameter(torch.randn(channels))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        u = x.mean(1, keepdim=True)
-        s = (x - u).pow(2).mean(1, keepdim=True)
-        x = (x - u) / torch.sqrt(s + EPS)
-        return self.weight[:, None, None] * x + self.bias[:, None, None]
 
 
 class ChannelRMSNorm(nn.Module):

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
-from fusion_cases import hints_by
+from fusion_cases import LayerNorm2d, hints_by
 from torch import nn
 
 from neuronscope import from_profiler, profile_on_neuron
@@ -178,25 +178,11 @@ def test_inline_mask_attention_is_found_by_op_order() -> None:
     _one(from_profiler(prof).hints, "attention")
 
 
-class ChannelsFirstLayerNorm(nn.Module):
-    """ConvNeXt's original LayerNorm for [N, C, H, W] (facebookresearch/ConvNeXt), by hand."""
-
-    def __init__(self, channels: int) -> None:
-        super().__init__()
-        self.weight, self.bias = nn.Parameter(torch.randn(channels)), nn.Parameter(torch.randn(channels))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        u = x.mean(1, keepdim=True)
-        s = (x - u).pow(2).mean(1, keepdim=True)
-        x = (x - u) / torch.sqrt(s + 1e-6)
-        return self.weight[:, None, None] * x + self.bias[:, None, None]
-
-
 def test_channels_first_layer_norm_is_a_layer_norm_hint() -> None:
     """A LayerNorm by hand over dim 1 of [N, C, H, W] was only an elementwise_chain of its last
     6 ops; it is a layer_norm over that dim, applied as written (tests/test_channels_first_norms.py)."""
     torch.manual_seed(0)
-    norm, x = ChannelsFirstLayerNorm(32).eval(), torch.randn(B, 32, 8, 8)
+    norm, x = LayerNorm2d(32).eval(), torch.randn(B, 32, 8, 8)
     f = profile_on_neuron(norm.forward, export=False, backend="cpu")
     with torch.no_grad():
         expected = f(x)

@@ -115,12 +115,6 @@ def test_ctrl_c_while_the_start_waits_for_a_compile_leaves_nothing_running(
     assert region.result is not None and region.result.modules
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ModuleHooks.remove waits on compile_lock with the hooks switched on, and "
-    "CaptureSession.stop lets a KeyboardInterrupt from that wait out of _remove_hooks: the "
-    "hooks stay registered and firing, and the measurement is lost",
-)
 def test_ctrl_c_while_the_end_waits_for_a_compile_switches_the_hooks_off(
     tmp_path: Path, compiling: _Compiling, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -132,11 +132,12 @@ class ModuleHooks:
         module call), and return the names' classes and sources. Where another thread's
         compile holds Dynamo's lock for :data:`_END_WAIT_S`, the hooks are switched off and
         left registered, for the first module call run outside any compile to take out."""
+        # Off before the wait: a Ctrl-C while waiting leaves them off too, for the first module
+        # call outside a compile to take out, not firing on every module call for ever.
+        self._parked = True
         with _between_compiles(_END_WAIT_S) as free:
             if free:
                 self._unregister()
-            else:
-                self._parked = True
         if self._warning_filter is not None:
             try:
                 warnings.filters.remove(self._warning_filter)  # type: ignore[attr-defined]

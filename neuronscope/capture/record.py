@@ -285,7 +285,12 @@ class CaptureSession:
         # of ms) is not the user's code. Where the sync failed, up to the stop's end.
         wall_us = ((work_end[0] if work_end else self.clock()) - self._started_ns) / 1e3
         # After the stop: reading the modules' sources is no part of the measured work.
-        module_facts = self._remove_hooks()
+        try:
+            module_facts = self._remove_hooks()
+        except BaseException as err:  # Ctrl-C while waiting for another thread's compile
+            module_facts = None
+            interrupted = interrupted or err
+            error = error or f"{type(err).__name__} while the capture stopped"
         notes = list(self._start_notes)
         artifacts: dict[str, Any] = {}
         if self.shared is None:

@@ -138,12 +138,6 @@ class ModuleHooks:
         with _between_compiles(_END_WAIT_S) as free:
             if free:
                 self._unregister()
-        if self._warning_filter is not None:
-            try:
-                warnings.filters.remove(self._warning_filter)  # type: ignore[attr-defined]
-            except ValueError:
-                pass
-            warnings._filters_mutated()  # type: ignore[attr-defined]
         stack = getattr(self._local, "stack", None) or []
         while stack:
             _close(stack.pop())
@@ -159,6 +153,15 @@ class ModuleHooks:
         for handle in self._handles:
             handle.remove()
         self._handles = []
+        # The warning goes with the hooks, not with the capture: parked hooks are still
+        # registered, and torch would warn a user who compiles a module of hooks not theirs.
+        filtered, self._warning_filter = self._warning_filter, None
+        if filtered is not None:
+            try:
+                warnings.filters.remove(filtered)  # type: ignore[attr-defined]
+            except ValueError:
+                pass
+            warnings._filters_mutated()  # type: ignore[attr-defined]
 
     # ---- the hooks --------------------------------------------------------------------
     def _pre(self, module: Any, args: Any) -> None:

@@ -271,3 +271,50 @@ def test_parked_hooks_add_no_recompile_to_the_users_compiled_module(
             compiled(torch.randn(2, 4))
     assert not torch_module._global_forward_pre_hooks
     assert counters["stats"]["unique_graphs"] == 0
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="ModuleHooks.remove waits up to _END_WAIT_S (5 s) on Dynamo's compile lock while "
+    "another thread compiles, though the hooks are parked (off, taken out by the first module "
+    "call outside a compile) either way when the wait runs out: each capture that ends during "
+    "a long compile stalls the user's thread 5 s",
+)
+def test_a_capture_ending_while_another_thread_compiles_returns_at_once(tmp_path: Path, compiling: _Compiling) -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4))
+    with neuron_region("ends", output_dir=str(tmp_path)):
+        model(torch.randn(2, 4))
+        compiling.start()
+        began = time.perf_counter()
+    took = time.perf_counter() - began
+    assert took < 0.2 * modules._END_WAIT_S
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a process forked while another thread compiled inherits Dynamo's compile lock held "
+    "by a thread it does not have: _between_compiles waits _START_WAIT_S on it at every "
+    "capture's start, then goes on without module names, for the child's whole life",
+)
+def test_a_child_forked_while_another_thread_compiles_names_its_modules(tmp_path: Path, compiling: _Compiling) -> None:
+    import os
+
+    compiling.start()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: one capture, its module names and its time through the pipe
+        code = 1
+        try:
+            began = time.perf_counter()
+            with neuron_region("child", output_dir=str(tmp_path)) as region:
+                torch.nn.Linear(4, 4)(torch.randn(2, 4))
+            named = region.result is not None and bool(region.result.modules)
+            os.write(write, f"{int(named)} {time.perf_counter() - began:.3f}".encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        named, took = pipe.read().split()
+    assert os.waitpid(pid, 0)[1] == 0
+    assert named == "1" and float(took) < modules._START_WAIT_S

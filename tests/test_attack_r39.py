@@ -320,13 +320,6 @@ def test_a_child_forked_while_another_thread_compiles_names_its_modules(tmp_path
     assert named == "1" and float(took) < modules._START_WAIT_S
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ModuleHooks reads torch.compiler.is_compiling(), one flag for the whole process, "
-    "True in every thread while one thread compiles: the module called meanwhile kept its "
-    "range open, the one after it lost its range, and the next call's modules were named as "
-    "its children (1.Sequential.2)",
-)
 def test_module_names_hold_in_a_thread_that_does_not_compile(tmp_path: Path, compiling: _Compiling) -> None:
     class StartsACompile(torch.nn.Module):
         """Another thread starts compiling while this module runs."""

@@ -91,7 +91,7 @@ class ModuleHooks:
 
             self._record = torch_private.record_function_fast()
             self._starts = torch_private.profiler_start_counter()
-            self._compiling = torch.compiler.is_compiling
+            self._compiling = functools.partial(_compiling_here, torch.compiler.is_dynamo_compiling, torch.compiler.is_compiling)
             torch_private.dynamo_skip((self._pre, self._post))
             with _between_compiles(_START_WAIT_S) as free:
                 if not free:
@@ -237,6 +237,21 @@ class ModuleHooks:
             name = f"{label}#{k}"
         first = not taken and self._root_label is None
         return name, "" if first else name + "."
+
+
+def _compiling_here(is_dynamo_compiling: Any, is_compiling: Any) -> bool:
+    """Is this thread compiling? Traced by Dynamo (a constant there, so nothing below is
+    traced), or running inside its own compile (AOTAutograd tracing, a backend's code). torch's
+    ``is_compiling()`` alone is one flag for the whole process, True in every thread while one
+    compiles (in a child forked then, for ever): a module called meanwhile lost its range, or
+    kept it open with the calls after it named as its children. The compiling thread holds
+    Dynamo's compile lock."""
+    if is_dynamo_compiling():
+        return True
+    if not is_compiling():
+        return False
+    lock = torch_private.compile_lock()
+    return lock is None or lock._is_owned()
 
 
 @contextlib.contextmanager

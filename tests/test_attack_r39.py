@@ -13,7 +13,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import pytest
 import torch
@@ -74,7 +74,7 @@ class _Interrupt:
         self.after_s = after_s
         self.timer = threading.Timer(after_s, signal.pthread_kill, (threading.main_thread().ident, signal.SIGUSR1))
 
-    def __enter__(self) -> _Interrupt:
+    def __enter__(self) -> Self:
         def raise_interrupt(signum: int, frame: Any) -> None:
             raise KeyboardInterrupt
 
@@ -290,12 +290,6 @@ def test_a_capture_ending_while_another_thread_compiles_returns_at_once(tmp_path
     assert took < 0.2 * modules._END_WAIT_S
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a process forked while another thread compiled inherits Dynamo's compile lock held "
-    "by a thread it does not have: _between_compiles waits _START_WAIT_S on it at every "
-    "capture's start, then goes on without module names, for the child's whole life",
-)
 def test_a_child_forked_while_another_thread_compiles_names_its_modules(tmp_path: Path, compiling: _Compiling) -> None:
     import os
 

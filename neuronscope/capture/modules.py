@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import os
 import threading
 import warnings
 from collections.abc import Iterator
@@ -239,6 +240,26 @@ class ModuleHooks:
         return name, "" if first else name + "."
 
 
+#: Dynamo's compile lock as a process forked while another thread held it inherited it: held
+#: for ever by a thread the child lacks, so no compile runs there (Dynamo's would wait too).
+_orphaned: list[Any] = []
+
+
+def _note_orphaned_lock() -> None:
+    """In a forked child (its one thread): keep the compile lock if another thread held it."""
+    lock = torch_private.compile_lock()
+    if lock is None:
+        return
+    if lock.acquire(blocking=False):  # free, or this thread's own (a fork inside its compile)
+        lock.release()
+    else:
+        _orphaned.append(lock)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_note_orphaned_lock)
+
+
 def _compiling_here(is_dynamo_compiling: Any, is_compiling: Any) -> bool:
     """Is this thread compiling? Traced by Dynamo (a constant there, so nothing below is
     traced), or running inside its own compile (AOTAutograd tracing, a backend's code). torch's
@@ -258,8 +279,11 @@ def _compiling_here(is_dynamo_compiling: Any, is_compiling: Any) -> bool:
 def _between_compiles(wait_s: float) -> Iterator[bool]:
     """Hold Dynamo's compile lock for the block, so that no thread compiles a frame while the
     global hooks change; yields False (lock not taken) where another thread kept it ``wait_s``
-    seconds. Reentrant: a capture that ends inside a compile of its own thread goes on."""
+    seconds. Reentrant: a capture that ends inside a compile of its own thread goes on. An
+    orphaned lock (see :data:`_orphaned`) is no compile: the block goes on without it."""
     lock = torch_private.compile_lock()
+    if any(lock is dead for dead in _orphaned):
+        lock = None
     taken = lock is not None and lock.acquire(timeout=wait_s)
     try:
         yield taken or lock is None

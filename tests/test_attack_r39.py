@@ -333,12 +333,6 @@ def test_module_names_hold_in_a_thread_that_does_not_compile(tmp_path: Path, com
     assert sorted(m.name for m in region.result.modules) == ["0", "1", "2", "Sequential"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_between_compiles stores lock.acquire()'s result outside its try: a KeyboardInterrupt "
-    "raised as the acquire returns (_thread.interrupt_main, a Ctrl-C as the compile ends) leaves "
-    "Dynamo's compile lock held by the capture's thread, and every other thread's compile hangs",
-)
 def test_an_interrupt_as_the_end_takes_the_compile_lock_leaves_it_free(tmp_path: Path, compiling: _Compiling) -> None:
     import _thread
 

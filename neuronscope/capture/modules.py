@@ -282,13 +282,15 @@ def _between_compiles(wait_s: float) -> Iterator[bool]:
     seconds. Reentrant: a capture that ends inside a compile of its own thread goes on. An
     orphaned lock (see :data:`_orphaned`) is no compile: the block goes on without it."""
     lock = torch_private.compile_lock()
-    if any(lock is dead for dead in _orphaned):
-        lock = None
-    taken = lock is not None and lock.acquire(timeout=wait_s)
+    if lock is None or any(lock is dead for dead in _orphaned) or lock._is_owned():
+        yield True  # no Dynamo, or this thread's own compile: none runs elsewhere meanwhile
+        return
     try:
-        yield taken or lock is None
+        yield lock.acquire(timeout=wait_s)
     finally:
-        if taken:
+        # Whether this thread holds it, not what acquire() said: an interrupt noticed as the
+        # acquire returns (a Ctrl-C) skips the name, and a lock left taken hangs every compile.
+        if lock._is_owned():
             lock.release()
 
 

@@ -299,6 +299,8 @@ def test_a_child_forked_while_another_thread_compiles_names_its_modules(tmp_path
     if pid == 0:  # the child: one capture, its module names and its time through the pipe
         code = 1
         try:
+            signal.alarm(30)  # a hang ends the child, not the tests
+            torch.compile(lambda x: x + 1, backend="eager")(torch.randn(2))  # Dynamo's own lock
             began = time.perf_counter()
             with neuron_region("child", output_dir=str(tmp_path)) as region:
                 torch.nn.Linear(4, 4)(torch.randn(2, 4))

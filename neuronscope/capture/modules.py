@@ -240,24 +240,22 @@ class ModuleHooks:
         return name, "" if first else name + "."
 
 
-#: Dynamo's compile lock as a process forked while another thread held it inherited it: held
-#: for ever by a thread the child lacks, so no compile runs there (Dynamo's would wait too).
-_orphaned: list[Any] = []
-
-
-def _note_orphaned_lock() -> None:
-    """In a forked child (its one thread): keep the compile lock if another thread held it."""
+def _reset_orphaned_lock() -> None:
+    """In a forked child (its one thread): a compile lock another thread of the parent held is
+    held there for ever by a thread the child lacks, so every capture waited on it and no
+    compile could run (Dynamo's own waited for ever). Reset, as Python resets its own locks in a
+    child; one this thread holds (a fork inside its own compile) it keeps."""
     lock = torch_private.compile_lock()
     if lock is None:
         return
-    if lock.acquire(blocking=False):  # free, or this thread's own (a fork inside its compile)
+    if lock.acquire(blocking=False):
         lock.release()
     else:
-        _orphaned.append(lock)
+        lock._at_fork_reinit()
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_note_orphaned_lock)
+    os.register_at_fork(after_in_child=_reset_orphaned_lock)
 
 
 def _compiling_here(is_dynamo_compiling: Any, is_compiling: Any) -> bool:
@@ -279,10 +277,9 @@ def _compiling_here(is_dynamo_compiling: Any, is_compiling: Any) -> bool:
 def _between_compiles(wait_s: float) -> Iterator[bool]:
     """Hold Dynamo's compile lock for the block, so that no thread compiles a frame while the
     global hooks change; yields False (lock not taken) where another thread kept it ``wait_s``
-    seconds. Reentrant: a capture that ends inside a compile of its own thread goes on. An
-    orphaned lock (see :data:`_orphaned`) is no compile: the block goes on without it."""
+    seconds. Reentrant: a capture that ends inside a compile of its own thread goes on."""
     lock = torch_private.compile_lock()
-    if lock is None or any(lock is dead for dead in _orphaned) or lock._is_owned():
+    if lock is None or lock._is_owned():
         yield True  # no Dynamo, or this thread's own compile: none runs elsewhere meanwhile
         return
     try:

@@ -74,8 +74,10 @@ def _compile_while_captured(
 
 
 def test_a_capture_ending_while_another_thread_builds_guards_leaves_its_call_alone(
-    tmp_path: Path, slow_guards: tuple[threading.Event, threading.Event]
+    tmp_path: Path, slow_guards: tuple[threading.Event, threading.Event], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Where the end may wait for that compile (here up to 30 s), it does."""
+    monkeypatch.setattr(modules, "_END_WAIT_S", 30.0)
     errors, call = _compile_while_captured(tmp_path, *slow_guards)
     assert errors == []
     # The capture waited for that compile, then took its hooks out.
@@ -86,10 +88,9 @@ def test_a_capture_ending_while_another_thread_builds_guards_leaves_its_call_alo
 def test_hooks_that_could_not_wait_are_switched_off_then_taken_out(
     tmp_path: Path, slow_guards: tuple[threading.Event, threading.Event], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A compile longer than the capture's end waits for: the capture returns at once, its
-    hooks stay registered but do nothing, and the first module call outside a compile takes
-    them out."""
-    monkeypatch.setattr(modules, "_END_WAIT_S", 0.05)
+    """A compile longer than the capture's end waits for (the default wait): the capture
+    returns, its hooks stay registered but do nothing, and the first module call outside a
+    compile takes them out."""
     errors, call = _compile_while_captured(tmp_path, *slow_guards)
     assert errors == []
     assert len(torch_module._global_forward_pre_hooks) == 1  # parked until a module call

@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-import os
 import threading
 import warnings
 from collections.abc import Iterator
@@ -43,9 +42,11 @@ MODULE_RANGE_PREFIX = "nn.Module: "
 _COMPILE_HOOK_WARNING = r"Using `torch.compile\(module\)` when there are global hooks"
 #: How long a capture waits for another thread's compile of one frame to end: at its start,
 #: before it goes on without module names; at its end, before it leaves its hooks registered,
-#: switched off, for the first module call that finds no compile running to take out.
-_START_WAIT_S = 1.0
-_END_WAIT_S = 5.0
+#: switched off, for the first module call that finds no compile running to take out. Short:
+#: the user's thread is stalled no longer than this for a compile that is none of its own (a
+#: compile's tracing takes seconds), and a parked hook costs one attribute read per call.
+_START_WAIT_S = 0.1
+_END_WAIT_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -238,24 +239,6 @@ class ModuleHooks:
             name = f"{label}#{k}"
         first = not taken and self._root_label is None
         return name, "" if first else name + "."
-
-
-def _reset_orphaned_lock() -> None:
-    """In a forked child (its one thread): a compile lock another thread of the parent held is
-    held there for ever by a thread the child lacks, so every capture waited on it and no
-    compile could run (Dynamo's own waited for ever). Reset, as Python resets its own locks in a
-    child; one this thread holds (a fork inside its own compile) it keeps."""
-    lock = torch_private.compile_lock()
-    if lock is None:
-        return
-    if lock.acquire(blocking=False):
-        lock.release()
-    else:
-        lock._at_fork_reinit()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_reset_orphaned_lock)
 
 
 def _compiling_here(is_dynamo_compiling: Any, is_compiling: Any) -> bool:

@@ -20,7 +20,7 @@ import torch
 from torch.nn.modules import module as torch_module
 
 import neuronscope
-from neuronscope import neuron_region
+from neuronscope import neuron_region, profile_on_neuron
 from neuronscope.capture import modules
 
 pytest.importorskip("torch._dynamo")
@@ -376,13 +376,6 @@ def test_an_interrupt_as_the_end_takes_the_compile_lock_leaves_it_free(tmp_path:
     assert taken == [True]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="rms_norm's spelling multiplies the float32 cast (x.float() * rsqrt(...)), but T5's "
-    "LayerNorm multiplies the bf16 input itself, casting only for the variance: with outputs "
-    "now checked (@%j), the mul reading x, not the to's output, no longer fits (it did before "
-    "d709d38)",
-)
 def test_t5s_layer_norm_in_bf16_is_still_an_rms_norm_hint() -> None:
     """transformers' own T5LayerNorm: ``x * rsqrt(x.to(float32).pow(2).mean(-1) + eps)``, then
     cast to the weight's dtype and scaled: an RMSNorm, found in float32 and, before d709d38,
@@ -397,3 +390,20 @@ def test_t5s_layer_norm_in_bf16_is_still_an_rms_norm_hint() -> None:
         warnings.simplefilter("ignore")
         result = neuronscope.from_profiler(prof)
     assert [h.pattern for h in result.hints] == ["rms_norm"]
+
+
+def test_t5s_layer_norm_in_bf16_live_keeps_its_weight() -> None:
+    """Live (exact links), T5's LayerNorm in bf16 was matched without its weight (a spelling
+    whose multiply reads the cast): ``rms_norm(x, (64,), None, eps)`` dropped ``weight * h``.
+    Its spelling (the variance alone from the cast) now takes the whole of it."""
+    modeling_t5 = pytest.importorskip("transformers.models.t5.modeling_t5")
+    torch.manual_seed(0)
+    norm = modeling_t5.T5LayerNorm(64).to(torch.bfloat16)
+    x = torch.randn(2, 16, 64, dtype=torch.bfloat16)
+    f = profile_on_neuron(norm.forward, export=False, backend="cpu", print_summary=False)
+    with torch.no_grad():
+        f(x)
+        f(x)
+    (hint,) = [h for h in f.last_result.hints if h.kind == "fusion"]
+    assert hint.pattern == "rms_norm" and "(64,), weight, eps=1e-06" in hint.suggestion, hint.suggestion
+    assert hint.ops[-1] == "aten::mul" and hint.ops.count("aten::mul") == 2

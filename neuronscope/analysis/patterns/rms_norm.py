@@ -26,9 +26,10 @@ from neuronscope.analysis.patterns.spelling import Spelling, named
 __all__ = ["RMS_NORM"]
 
 def _spelling(t: Any, root: str, weight: str, cast: str | None, square: str = "pow") -> Any:
-    """RMSNorm as models write it: Llama and T5 (``pow``, ``rsqrt``, cast to float32 and back
-    before ``weight * h``), ``x * x`` or ``square``, ``x / sqrt(...)``, ``x * (1 / sqrt(...))``,
-    Gemma's ``h * (1 + weight)`` cast back after it; or the RMS as a vector norm scaled by
+    """RMSNorm as models write it: Llama (``pow``, ``rsqrt``, cast to float32 and back before
+    ``weight * h``), T5 (only the variance from the cast: ``x * rsqrt(...)``, back before the
+    weight), ``x * x`` or ``square``, ``x / sqrt(...)``, ``x * (1 / sqrt(...))``, Gemma's
+    ``h * (1 + weight)`` cast back after it; or the RMS as a vector norm scaled by
     ``d ** -0.5``, the eps added to it (as some lucidrains models write it)."""
     import torch
 
@@ -39,6 +40,8 @@ def _spelling(t: Any, root: str, weight: str, cast: str | None, square: str = "p
     else:
         sq = {"pow": lambda: h.pow(2), "square": lambda: h.square(), "mul": lambda: h * h}[square]()
         ms = sq.mean(t.dim, keepdim=True) + t.eps
+    if cast == "variance":
+        h = x
     if root == "norm":
         h = h / ms
     elif root == "rsqrt":
@@ -47,7 +50,7 @@ def _spelling(t: Any, root: str, weight: str, cast: str | None, square: str = "p
         h = h / torch.sqrt(ms)
     else:
         h = h * (1.0 / torch.sqrt(ms))
-    if cast == "before weight":
+    if cast in ("before weight", "variance"):
         h = h.to(x.dtype)
     if weight == "weight":
         h = t.weight * h
@@ -71,7 +74,7 @@ def _replacement(t: Any, weight: str | None, **_: Any) -> tuple[str, Callable[[]
     return "torch.rms_norm", fused
 
 
-_WEIGHTS = MappingProxyType({"weight": ("none", "weight", "1 + weight"), "cast": (None, "before weight", "after weight")})
+_WEIGHTS = MappingProxyType({"weight": ("none", "weight", "1 + weight"), "cast": (None, "before weight", "after weight", "variance")})
 SPELLINGS = (
     Spelling(_spelling, {"square": ("pow", "square", "mul"), "root": ("rsqrt", "sqrt", "reciprocal"), **_WEIGHTS}, vectors=("weight",), any_dim=True),
     Spelling(_spelling, {"root": ("norm",), **_WEIGHTS}, vectors=("weight",), any_dim=True),

@@ -101,9 +101,10 @@ class _Templates:
 
     def __init__(self, pattern: str, spellings: tuple[Spelling, ...], declared: Spelling) -> None:
         self.pattern, self.spellings, self.declared = pattern, spellings, declared
-        #: by last op, largest first: (the template's ops, its choice, what a walk assigns)
-        self.by_last: dict[str, list[tuple[tuple[TemplateOp, ...], Mapping[str, Any], Counter[str]]]] | None = None
+        #: by last op, largest first: (the template's ops, its choice)
+        self.by_last: dict[str, list[tuple[tuple[TemplateOp, ...], Mapping[str, Any]]]] | None = None
         self.derived: dict[int, _Template] = {}  # by id of the template's ops, kept in by_last
+        self.needs: dict[int, Counter[str]] = {}  # what a walk of them assigns (_assigned), alike
         # The graph last matched: its ops by name, and by anchor (its op, its dimensioned
         # inputs, the ops that made them) the templates whose last op takes as many inputs,
         # made by those ops. Anchors repeat these few keys, and an idiom has a hundred
@@ -114,9 +115,9 @@ class _Templates:
     def at(self, g: OpGraph, n: OpNode) -> list[_Template]:
         """The templates that may be found anchored at ``n``, largest first."""
         if self.by_last is None:  # read (or derived) on first use
-            by_last: dict[str, list[tuple[tuple[TemplateOp, ...], Mapping[str, Any], Counter[str]]]] = {}
+            by_last: dict[str, list[tuple[tuple[TemplateOp, ...], Mapping[str, Any]]]] = {}
             for ops, choice in kept_templates().get(self.pattern) or templates(self.spellings):
-                by_last.setdefault(ops[-1].op, []).append((ops, choice, _assigned(ops)))
+                by_last.setdefault(ops[-1].op, []).append((ops, choice))
             self.by_last = by_last
         if n.op not in self.by_last:
             return []
@@ -127,9 +128,19 @@ class _Templates:
         big = n.big_inputs()
         key = (n.op, len(big), frozenset(g.nodes[p].op for k in big if (p := n.producers[k]) >= 0))
         if key not in candidates:
-            fitting = (self._derive(ops, choice) for ops, choice, need in self.by_last[n.op] if len(ops[-1].args) == key[1] and need <= present)
+            fitting = (self._derive(ops, choice) for ops, choice in self.by_last[n.op] if len(ops[-1].args) == key[1] and self._held(ops, present))
             candidates[key] = [t for t in fitting if t.feeds <= key[2]]
         return candidates[key]
+
+    def _held(self, ops: tuple[TemplateOp, ...], present: Counter[str]) -> bool:
+        """Whether a graph with ``present`` ops of each name holds every op a walk of ``ops``
+        assigns (:func:`_assigned`), derived on first use: a first capture derives it for the
+        templates its anchors' ops and inputs can end, about half of them. Only the names the
+        template needs are looked up: ``need <= present`` walked every name of the graph too."""
+        need = self.needs.get(id(ops))
+        if need is None:
+            need = self.needs[id(ops)] = _assigned(ops)
+        return all(present[name] >= count for name, count in need.items())
 
     def _derive(self, ops: tuple[TemplateOp, ...], choice: Mapping[str, Any]) -> _Template:
         if id(ops) not in self.derived:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import sys
 from collections.abc import Iterable
 from collections.abc import Set as AbstractSet
 from types import MappingProxyType
@@ -18,6 +17,7 @@ from neuronscope.analysis.opgraph import OpGraph, OpNode
 from neuronscope.analysis.patterns.base import MATMULS, SOFTMAXES, Match, Pattern, softmax_on_last_dim
 from neuronscope.analysis.patterns.matcher import graph_matcher
 from neuronscope.analysis.patterns.spelling import Spelling, elementwise_slot, named
+from neuronscope.capture.frames import modules_of
 
 __all__ = ["ATTENTION"]
 
@@ -307,11 +307,10 @@ def supports_sdpa_switch(source: str) -> bool | None:
     they take ``attn_implementation="sdpa"`` (Hugging Face's ``_supports_sdpa`` convention):
     True if one does, False if they declare it and none does, None where nothing says."""
     declared = None
-    for mod in list(sys.modules.values()):
-        if getattr(mod, "__file__", None) != source:
-            continue
+    for mod in modules_of(source):
         for cls in vars(mod).values():
-            if isinstance(cls, type) and cls.__module__ == mod.__name__ and "_supports_sdpa" in dir(cls):
+            # Declared on the class or a base (what dir() lists, without building that list).
+            if isinstance(cls, type) and cls.__module__ == mod.__name__ and any("_supports_sdpa" in vars(c) for c in cls.__mro__):
                 declared = declared or bool(getattr(cls, "_supports_sdpa", False))
     return declared
 

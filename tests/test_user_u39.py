@@ -437,21 +437,34 @@ def test_training_step_hints_are_the_same_each_step(tmp_path: Path) -> None:
     assert {h.pattern for h in f.results[0].hints} >= {"rms_norm", "rotary_embedding", "attention", "silu_mul", "per_parameter_update"}
 
 
-# ---- what does not work yet -----------------------------------------------------------------
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="attention's scale reader counts only multiplies by a number (_is_scaling): Swin v2's "
-    "scores times its per-head logit scale (a [heads, 1, 1] tensor) are matched in the scores' "
-    "slot, and the hint says scale=1.0, which drops that factor (10 at init)",
-)
 def test_swinv2_cosine_attention_gets_no_float_scale(tmp_path: Path) -> None:
     """Swin v2 multiplies its cosine scores by a learned per-head tensor: no ``scale=`` of
     scaled_dot_product_attention is that, so no attention hint may name one."""
     _m, fwd, x = build("swinv2")
     live, _ = captured(fwd, x, tmp=tmp_path)
     assert not [h.suggestion for h in of(live, "attention") if "scale=" in h.suggestion]
+
+
+def test_scores_scaled_by_a_tensor_name_no_scale_they_do_not_apply() -> None:
+    """Scores times a one-element tensor: a scale the capture did not record, said as such (it
+    was ``scale=1.0``); times a per-head tensor: no sdpa call, no attention hint."""
+
+    def attention(q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        return torch.matmul(F.softmax(torch.matmul(q, q.transpose(-2, -1)) * s, dim=-1), q)
+
+    q = torch.randn(2, 4, 8, 16, generator=torch.Generator().manual_seed(3))
+    f = profile_on_neuron(attention, backend="cpu", export=False, print_summary=False)
+    f(q, torch.tensor([0.125]))
+    f(q, torch.tensor([0.125]))
+    (att,) = of(f.last_result.hints, "attention")
+    assert "scale=<the scale your code applies>" in att.suggestion, att.suggestion
+    f = profile_on_neuron(attention, backend="cpu", export=False, print_summary=False)
+    f(q, torch.full((4, 1, 1), 0.3))
+    f(q, torch.full((4, 1, 1), 0.3))
+    assert not of(f.last_result.hints, "attention")
+
+
+# ---- what does not work yet -----------------------------------------------------------------
 
 
 @pytest.mark.xfail(

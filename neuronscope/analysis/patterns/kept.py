@@ -375,8 +375,10 @@ class Orders:
         storages were recorded (a live capture), what the spelling reads twice (its ``x``, an
         op's output) is one storage: ``y * rsqrt(mean(x ** 2))`` is no RMSNorm. Over ``x``'s
         last dim, or, for an idiom whose dim is the code's, another moved last (said as
-        ``dim``: see :func:`~.shapes.dim_last`)."""
-        for dim in dims_to_try(x, self.any_dim):
+        ``dim``: see :func:`~.shapes.dim_last`). Where ``x`` fits none, the largest tensor the
+        ops take: a spelling may read a part of its ``x`` first (RoFormer's rotated half)."""
+        whole = max((t.sizes for got in inputs for t in got), key=math.prod, default=x)
+        for x, dim in ((x, dim) for x in dict.fromkeys((x, whole)) for dim in dims_to_try(x, self.any_dim)):
             moved = dim_last(x, len(x), dim)
             shaped = [[t._replace(sizes=dim_last(t.sizes, len(x), dim)) for t in got] for got in inputs]
             fitting = []

@@ -16,7 +16,7 @@ from typing import Any
 
 from neuronscope.analysis.opgraph import OpGraph, OpNode
 from neuronscope.analysis.patterns.base import MATMULS, SOFTMAXES, Match, Pattern, softmax_on_last_dim
-from neuronscope.analysis.patterns.matcher import graph_matcher
+from neuronscope.analysis.patterns.matcher import graph_matcher, read_elsewhere
 from neuronscope.analysis.patterns.spelling import Spelling, elementwise_slot, named
 
 __all__ = ["ATTENTION"]
@@ -118,7 +118,8 @@ def match_attention(g: OpGraph, n: OpNode) -> Match | None:
     and v, how the scores are masked, their scale (on the scores, or on q or k before the
     first matmul: timm, Whisper)."""
     m = _matched(g, n)
-    if m is None or not softmax_on_last_dim(m.nodes):
+    # Weights the code reads again (summed, reused): sdpa returns none, so it would save nothing.
+    if m is None or not softmax_on_last_dim(m.nodes) or read_elsewhere(g, m.nodes, m.nodes[-1]):
         return None
     mm1, mm2 = next(x for x in m.nodes if x.op in MATMULS), m.nodes[-1]
     head = next(x for x in m.nodes if x.op in SOFTMAXES or x.op in ("exp", "max", "amax"))

@@ -39,7 +39,7 @@ VIEW_OPS = frozenset(
 # one only when one of COPY_MARKERS ran below them.
 MAYBE_ALIAS_OPS = frozenset(
     [
-        "to", "type_as", "contiguous", "reshape", "flatten", "dropout", "feature_dropout",
+        "to", "type_as", "contiguous", "reshape", "reshape_as", "flatten", "dropout", "feature_dropout",
         "alpha_dropout", "float", "half", "bfloat16", "double", "int", "long", "bool",
     ]
 )

@@ -15,7 +15,7 @@ from typing import Any
 
 from neuronscope.analysis.opgraph import OpGraph, OpNode
 from neuronscope.analysis.patterns.base import MATMULS, SOFTMAXES, Match, Pattern, softmax_on_last_dim
-from neuronscope.analysis.patterns.matcher import graph_matcher
+from neuronscope.analysis.patterns.matcher import graph_matcher, read_elsewhere
 from neuronscope.analysis.patterns.spelling import Spelling, elementwise_slot, named
 from neuronscope.capture.frames import modules_of
 
@@ -118,7 +118,8 @@ def match_attention(g: OpGraph, n: OpNode) -> Match | None:
     and v, how the scores are masked, their scale (on the scores, or on q or k before the
     first matmul: timm, Whisper)."""
     m = _matched(g, n)
-    if m is None or not softmax_on_last_dim(m.nodes):
+    # Weights the code reads again (summed, reused): sdpa returns none, so it would save nothing.
+    if m is None or not softmax_on_last_dim(m.nodes) or read_elsewhere(g, m.nodes, m.nodes[-1]):
         return None
     mm1, mm2 = next(x for x in m.nodes if x.op in MATMULS), m.nodes[-1]
     head = next(x for x in m.nodes if x.op in SOFTMAXES or x.op in ("exp", "max", "amax"))
@@ -126,6 +127,13 @@ def match_attention(g: OpGraph, n: OpNode) -> Match | None:
     # A scale of q or k may be read through a view (Whisper, OPT): not the spelling's ``q * s``.
     only_mm1 = [p for k_in in (0, 1) if (p := g.producer(mm1, k_in)) and {c for c in p.consumers if g.nodes[c].writes} == {mm1.index}]
     scales = {x.index: x for x in [*m.nodes, *only_mm1] if x.index < head.index and _is_scaling(x)}
+    # The scores scaled by a tensor: sdpa's scale= is one number, so a tensor of more (Swin
+    # v2's learned per-head logit scale) is no sdpa call, and one of one element a number the
+    # capture did not record.
+    by_tensor = [x for x in pre if x.op in ("mul", "div") and not _is_scaling(x)]
+    if any(min(t.numel for t in x.inputs if t.sizes) > 1 for x in by_tensor):
+        return None
+    scales.update((x.index, x) for x in by_tensor)
     q, k_sizes = _query_and_key(mm1)
     mask = _mask_kind(mm1, pre)
     params: dict[str, Any] = {

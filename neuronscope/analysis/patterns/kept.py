@@ -233,15 +233,20 @@ def computed_runs(seq: list[OpNode], takers: frozenset[str], firsts: frozenset[s
     recorded: at most :data:`MAX_COMPUTED` ops, right before an op of ``takers`` (ops that take a
     side tensor code may compute in place), none reading a tensor of the shape that op takes
     from the idiom, nor one that may start the idiom (``firsts``: the scores' matmul, a scale of
-    q), after an op that reads that shape (the idiom's op before them). Whether one is a side
-    tensor of an idiom it stands in is for the match to say (:func:`computed_side_fits`)."""
+    q) unless it reads only tensors shaped as the side tensor (Canine's mask, ``(1 - m) *
+    finfo.min``, made between the scores' scale and their add), after an op that reads that
+    shape (the idiom's op before them). Whether one is a side tensor of an idiom it stands in
+    is for the match to say (:func:`computed_side_fits`)."""
     runs: list[tuple[int, int]] = []
     for k, taker in enumerate(seq):
         chain = _chain_shape(taker) if taker.op in takers else None
         if chain is None:
             continue
+        side = {tuple(t.sizes) for t in taker.inputs if t.sizes} - {chain}
         a = k
-        while a > 0 and k - a < MAX_COMPUTED and seq[a - 1].op not in firsts and not _reads(seq[a - 1], chain):
+        while a > 0 and k - a < MAX_COMPUTED and not _reads(seq[a - 1], chain) and (
+            seq[a - 1].op not in firsts or {tuple(t.sizes) for t in seq[a - 1].inputs if t.sizes} <= side
+        ):
             a -= 1
         if a < k and a > 0 and _reads(seq[a - 1], chain) and (not runs or runs[-1][1] <= a):
             runs.append((a, k))
@@ -375,8 +380,10 @@ class Orders:
         storages were recorded (a live capture), what the spelling reads twice (its ``x``, an
         op's output) is one storage: ``y * rsqrt(mean(x ** 2))`` is no RMSNorm. Over ``x``'s
         last dim, or, for an idiom whose dim is the code's, another moved last (said as
-        ``dim``: see :func:`~.shapes.dim_last`)."""
-        for dim in dims_to_try(x, self.any_dim):
+        ``dim``: see :func:`~.shapes.dim_last`). Where ``x`` fits none, the largest tensor the
+        ops take: a spelling may read a part of its ``x`` first (RoFormer's rotated half)."""
+        whole = max((t.sizes for got in inputs for t in got), key=math.prod, default=x)
+        for x, dim in ((x, dim) for x in dict.fromkeys((x, whole)) for dim in dims_to_try(x, self.any_dim)):
             moved = dim_last(x, len(x), dim)
             shaped = [[t._replace(sizes=dim_last(t.sizes, len(x), dim)) for t in got] for got in inputs]
             fitting = []

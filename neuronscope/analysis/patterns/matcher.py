@@ -45,7 +45,7 @@ from neuronscope.analysis.patterns.kept import COMMUTATIVE, kept_templates
 from neuronscope.analysis.patterns.shapes import VECTOR_SHAPES, dim_last, dims_to_try, is_plain_vector, shape_fits
 from neuronscope.analysis.patterns.spelling import READ_PARAMETERS, SLOT, Spelling, TemplateOp, relation_of, templates
 
-__all__ = ["MAX_SLOT_OPS", "graph_matcher"]
+__all__ = ["MAX_SLOT_OPS", "graph_matcher", "read_elsewhere"]
 
 #: Most ops a slot's chain holds (attention's: a scale, a bias, a mask and a cast).
 MAX_SLOT_OPS = 4
@@ -333,6 +333,31 @@ def _same_numbers(template: tuple[float | str, ...], node: OpNode) -> bool:
     own = [a for a in template if not isinstance(a, str)]
     recorded = node.consts or [v for v in node.scalars if isinstance(v, (int, float)) and not isinstance(v, bool)]
     return not own or not recorded or all(any(math.isclose(a, b, rel_tol=1e-3) for b in recorded) for a in own)
+
+
+#: The backward pass's ops, which read what autograd saved whatever the forward does.
+_BACKWARD = "autograd::engine::"
+
+
+def read_elsewhere(g: OpGraph, nodes: list[OpNode], out: OpNode) -> bool:
+    """Does an op outside the match read a value the match makes before its output ``out``
+    (attention weights summed again, Nystromformer's kernel read six times more)? The fused
+    call makes no such value, and the code would still need it. Read through what copies
+    nothing (a view, a cast to the dtype it has, dropout in eval). Not a reader inside the
+    library composite the match runs in (``nn.MultiheadAttention``'s weights averaged for
+    ``need_weights=True``): its switch, not the user's code, decides that one."""
+    own = {m.index for m in nodes}
+    todo = [c for m in nodes if m is not out for c in m.consumers]
+    seen: set[int] = set()
+    while todo:
+        c = todo.pop()
+        if c in own or c in seen or g.nodes[c].name.startswith(_BACKWARD) or (out.within and g.nodes[c].within == out.within):
+            continue
+        seen.add(c)
+        if g.nodes[c].writes:
+            return True
+        todo.extend(g.nodes[c].consumers)
+    return False
 
 
 def graph_matcher(

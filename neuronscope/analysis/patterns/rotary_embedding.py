@@ -1,4 +1,5 @@
-"""Rotary position embedding written out: ``x * cos + rotate_half(x) * sin``.
+"""Rotary position embedding written out: ``x * cos + rotate_half(x) * sin``, or its two halves
+rotated apart and concatenated.
 """
 
 from __future__ import annotations
@@ -11,10 +12,19 @@ from neuronscope.analysis.patterns.spelling import Spelling
 __all__ = ["ROTARY_EMBEDDING"]
 
 
-def _spelling(t: Any, rotate: str) -> Any:
+def _spelling(t: Any, rotate: str, rotated_first: bool) -> Any:
     """``x * cos + rotate_half(x) * sin``: Llama's ``rotate_half`` (``cat((-x2, x1))``) or GPT-J's
-    interleaved ``rotate_every_two`` (``stack((-x2, x1), -1).flatten(-2)``)."""
+    interleaved ``rotate_every_two`` (``stack((-x2, x1), -1).flatten(-2)``), made after
+    ``x * cos`` or before (RoFormer; what op order shows); or each half
+    rotated on its own and the two concatenated, ``cat((x1 * cos - x2 * sin, x2 * cos + x1 *
+    sin))`` with cos and sin of half the size (DeepSeek-V3, from-scratch Llamas), the halves
+    split or interleaved: there ``x`` is a half (the hint's shape), as no op reads the whole."""
     import torch
+
+    x = t.x
+    if rotate == "halves":  # ``up``: the second half, shaped as ``x``
+        x1, x2 = x, t.up
+        return torch.cat((x1 * t.cos - x2 * t.sin, x2 * t.cos + x1 * t.sin), dim=t.dim)
 
     def rotated(x: Any) -> Any:
         if rotate == "half":
@@ -23,10 +33,16 @@ def _spelling(t: Any, rotate: str) -> Any:
         x1, x2 = x[..., ::2], x[..., 1::2]
         return torch.stack((-x2, x1), dim=t.dim).flatten(-2)
 
-    return (t.x * t.cos) + (rotated(t.x) * t.sin)
+    if rotated_first:
+        r = rotated(x)
+        return (x * t.cos) + (r * t.sin)
+    return (x * t.cos) + (rotated(x) * t.sin)
 
 
-SPELLINGS = (Spelling(_spelling, {"rotate": ("half", "every_two")}, broadcast=("cos", "sin")),)
+SPELLINGS = (
+    Spelling(_spelling, {"rotate": ("half", "every_two"), "rotated_first": (False, True)}, broadcast=("cos", "sin")),
+    Spelling(_spelling, {"rotate": ("halves",), "rotated_first": (False,)}, broadcast=("cos", "sin")),
+)
 
 
 def _suggest(m: Match, backend: str) -> str:

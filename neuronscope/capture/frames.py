@@ -149,7 +149,7 @@ def modules_of(path: str) -> list[ModuleType]:
     attention hint). A file also imported under a name of its own choosing
     (``importlib.util.spec_from_file_location``) beside its usual one is the same code."""
     named = (sys.modules.get(name) for name in _import_names(path))
-    found = [m for m in named if getattr(m, "__file__", None) == path]
+    found = [m for m in named if m is not None and getattr(m, "__file__", None) == path]
     return found or [m for m in list(sys.modules.values()) if getattr(m, "__file__", None) == path]
 
 

@@ -383,17 +383,18 @@ class Orders:
         ``dim``: see :func:`~.shapes.dim_last`). Where ``x`` fits none, the largest tensor the
         ops take: a spelling may read a part of its ``x`` first (RoFormer's rotated half)."""
         whole = max((t.sizes for got in inputs for t in got), key=math.prod, default=x)
-        for x, dim in ((x, dim) for x in dict.fromkeys((x, whole)) for dim in dims_to_try(x, self.any_dim)):
-            moved = dim_last(x, len(x), dim)
-            shaped = [[t._replace(sizes=dim_last(t.sizes, len(x), dim)) for t in got] for got in inputs]
+        tries = [(shape, dim) for shape in dict.fromkeys((x, whole)) for dim in dims_to_try(shape, self.any_dim)]
+        for shape, dim in tries:
+            moved = dim_last(shape, len(shape), dim)
+            shaped = [[t._replace(sizes=dim_last(t.sizes, len(shape), dim)) for t in got] for got in inputs]
             fitting = []
             for sig, choice in self.shapes.get(order, {}).items():
                 options = [_readings(op, rel, got, moved) for op, rel, got in zip(order, sig, shaped) if rel is not None]
                 if all(options) and _one_storage_each(options, {}):
-                    shapes = _vector_shapes(sig, inputs, x, dim)
+                    shapes = _vector_shapes(sig, inputs, shape, dim)
                     fitting.append({**choice, VECTOR_SHAPES: shapes} if shapes else choice)
             if fitting:
-                return {**merged_choice(fitting), **({"dim": dim} if dim != len(x) - 1 else {})}
+                return {**merged_choice(fitting), **({"dim": dim} if dim != len(shape) - 1 else {})}
         return None
 
     def search(self, tokens: list[str], i: int) -> tuple[int, int] | None:

@@ -21,6 +21,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from user_rounds import COMMON, apply, call_in, eager, of
 
 import neuronscope
 from neuronscope import from_profiler, profile_on_neuron
@@ -66,30 +67,6 @@ def fusion_keys(hints: list[Hint]) -> list[tuple[str, int, int]]:
     return sorted((h.pattern, h.calls, len(h.ops)) for h in hints if h.kind == "fusion" and h.pattern != "elementwise_chain")
 
 
-def of(hints: list[Hint], pattern: str) -> list[Hint]:
-    return [h for h in hints if h.kind == "fusion" and h.pattern == pattern]
-
-
-def call_in(text: str, fn: str) -> str:
-    """The one ``torch.nn.functional.<fn>(...)`` call a suggestion names, with a method called
-    on its output (sdpa's ``.transpose(-3, -2)`` back to the code's layout)."""
-    (call,) = re.findall(rf"torch\.nn\.functional\.{fn}\((?:[^()]|\([^()]*\))*\)(?:\.\w+\([^()]*\))?", text)
-    return call
-
-
-def apply(call: str, **names: Any) -> torch.Tensor:
-    return eval(call, {"torch": torch}, names)  # our own suggestion text
-
-
-def eager(cfg: Any) -> Any:
-    cfg._attn_implementation = "eager"
-    return cfg
-
-
-COMMON = {
-    "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 4,
-    "num_key_value_heads": 2, "vocab_size": 128, "max_position_embeddings": 64,
-}  # fmt: skip
 T5 = {
     "d_model": 64,
     "d_ff": 128,
@@ -449,16 +426,6 @@ def test_per_head_attention_is_found_by_op_order(tmp_path: Path) -> None:
     assert fusion_keys(trace) == fusion_keys(live)
 
 
-def test_data2vec_vision_attention_is_found_by_op_order(tmp_path: Path) -> None:
-    m, run, x = build("data2vec_vision")
-    fwd = forward_of(m, run)
-    live = live_hints(fwd, x)
-    assert of(live, "attention")
-    prof, trace = profiler_and_trace_hints(fwd, x, tmp=tmp_path)
-    assert fusion_keys(prof) == fusion_keys(live)
-    assert fusion_keys(trace) == fusion_keys(live)
-
-
 @pytest.mark.xfail(
     strict=True,
     reason="LongT5's local (einsum) attention is found live but not from the user's profiler or "
@@ -619,8 +586,10 @@ def test_gpt_neo_unscaled_where_masked_attention_applied_as_written() -> None:
         modeling_gpt_neo.GPTNeoSelfAttention._attn = original
 
 
-@pytest.mark.parametrize("family", ["gpt_neo", "imagegpt"])
-def test_where_masked_attention_is_found_by_op_order(family: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("family", ["gpt_neo", "imagegpt", "data2vec_vision"])
+def test_attention_is_found_by_op_order(family: str, tmp_path: Path) -> None:
+    """Masked by ``where`` (GPT-Neo, ImageGPT), a position bias gathered amid the scores
+    (Data2Vec-vision): op order finds what the live capture finds."""
     m, run, x = build(family)
     fwd = forward_of(m, run)
     live = live_hints(fwd, x)

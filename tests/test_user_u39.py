@@ -13,7 +13,6 @@ from __future__ import annotations
 import glob
 import math
 import os
-import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from user_rounds import COMMON, apply, call_in, eager, of
 
 import neuronscope
 from neuronscope import from_profiler, profile_on_neuron
@@ -61,29 +61,6 @@ def fusion_keys(hints: list[Hint]) -> list[tuple[str, int, int]]:
     return sorted((h.pattern, h.calls, len(h.ops)) for h in hints if h.kind == "fusion" and h.pattern != "elementwise_chain")
 
 
-def of(hints: list[Hint], pattern: str) -> list[Hint]:
-    return [h for h in hints if h.kind == "fusion" and h.pattern == pattern]
-
-
-def call_in(text: str, fn: str) -> str:
-    """The one ``torch.nn.functional.<fn>(...)`` call a suggestion names."""
-    (call,) = re.findall(rf"torch\.nn\.functional\.{fn}\((?:[^()]|\([^()]*\))*\)", text)
-    return call
-
-
-def apply(call: str, **names: Any) -> torch.Tensor:
-    return eval(call, {"torch": torch}, names)  # our own suggestion text
-
-
-def eager(cfg: Any) -> Any:
-    cfg._attn_implementation = "eager"
-    return cfg
-
-
-COMMON = {
-    "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 4,
-    "num_key_value_heads": 2, "vocab_size": 128, "max_position_embeddings": 64,
-}  # fmt: skip
 IDS = torch.randint(0, 100, (2, 8), generator=torch.Generator().manual_seed(0))
 IMG = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(1))
 
@@ -115,7 +92,7 @@ def build(name: str) -> tuple[nn.Module, Callable[[torch.Tensor], torch.Tensor],
             ),
             enc,
             IDS % 30 + 2,
-        ),  # fmt: skip
+        ),
         "persimmon": (lambda: tf.PersimmonForCausalLM(eager(tf.PersimmonConfig(**COMMON))), lm, IDS),
         "deepseek_v3": (
             lambda: tf.DeepseekV3ForCausalLM(
@@ -129,7 +106,7 @@ def build(name: str) -> tuple[nn.Module, Callable[[torch.Tensor], torch.Tensor],
             ),
             lm,
             IDS,
-        ),  # fmt: skip
+        ),
         "roformer": (
             lambda: tf.RoFormerModel(
                 eager(tf.RoFormerConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
@@ -137,7 +114,7 @@ def build(name: str) -> tuple[nn.Module, Callable[[torch.Tensor], torch.Tensor],
             ),
             enc,
             IDS,
-        ),  # fmt: skip
+        ),
         "canine": (
             lambda: tf.CanineModel(
                 tf.CanineConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4, downsampling_rate=2,
@@ -145,7 +122,7 @@ def build(name: str) -> tuple[nn.Module, Callable[[torch.Tensor], torch.Tensor],
             ),
             enc,
             IDS,
-        ),  # fmt: skip
+        ),
         "swinv2": (
             lambda: tf.Swinv2Model(
                 eager(tf.Swinv2Config(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[2, 2], window_size=4))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import glob
 import math
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,16 +29,7 @@ from neuronscope.result.hint import Hint
 
 transformers = pytest.importorskip("transformers")
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-@pytest.fixture(autouse=True)
-def no_compiled_code_yet() -> Iterator[None]:
-    """Python numbers (an eps) come from the observed warm-up call only while torch.compile is
-    unused in the process (README, Limits); another test's ``hint.verify()`` must not decide
-    what these tests see."""
-    torch._dynamo.reset()
-    yield
+pytestmark = pytest.mark.usefixtures("one_torch_thread", "no_compiled_code_yet")
 
 
 # ---- helpers --------------------------------------------------------------------------------

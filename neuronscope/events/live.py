@@ -257,8 +257,8 @@ def _table_from_events(raw: list[Any], record_shapes: bool, legacy_device: bool)
         if flags is not None:
             table.flags = flags
         if hidden:  # key_averages drops them too
-            _drop_rows(table, hidden)
             drop = set(hidden)
+            table = table.without_rows(drop)
             main_events = [e for i, e in enumerate(main_events) if i not in drop]
 
     if legacy_device:
@@ -333,15 +333,6 @@ def _read_shapes(getter: Any, events: list[Any], names: list[str]) -> list[Any]:
                 last[name] = shape
         out.extend(chunk)
     return out
-
-
-def _drop_rows(table: EventTable, rows: list[int]) -> None:
-    drop = set(rows)
-    keep = [i not in drop for i in range(len(table.names))]
-    for attr in ("names", "kinds", "tids", "starts", "ends", "device_ns", "shapes", "scalars", "flags"):
-        lst = getattr(table, attr)
-        if lst:
-            setattr(table, attr, list(itertools.compress(lst, keep)))
 
 
 def _link_device(

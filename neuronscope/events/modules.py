@@ -14,7 +14,7 @@ breakdown gives each backward function to the module whose forward made it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from neuronscope.capture import torch_private
@@ -92,7 +92,7 @@ def split_module_ranges(table: EventTable, links: Links | None = None) -> tuple[
         seq = [links.get((tids[i], starts[i], ends[i]), (-1, 0)) for i in ops]
         found.op_seq = [s for s, _ in seq]
         found.op_fwd_tids = [t for _, t in seq]
-    return found, _without_rows(table, gone)
+    return found, table.without_rows(gone)
 
 
 def needs_links(table: EventTable) -> bool:
@@ -118,23 +118,3 @@ def sequence_links(prof: Any) -> Links:
     except (AttributeError, RuntimeError, TypeError):
         return {}
     return out
-
-
-def _without_rows(table: EventTable, gone: set[int]) -> EventTable:
-    """A copy of ``table`` without rows ``gone``, the rows that
-    :attr:`EventTable.range_device_ns` is keyed by renumbered; the rest shared."""
-    keep = [i for i in range(len(table.names)) if i not in gone]
-    new_row = {old: new for new, old in enumerate(keep)}
-    return replace(
-        table,
-        names=[table.names[i] for i in keep],
-        kinds=[table.kinds[i] for i in keep],
-        tids=[table.tids[i] for i in keep],
-        starts=[table.starts[i] for i in keep],
-        ends=[table.ends[i] for i in keep],
-        device_ns=[table.device_ns[i] for i in keep],
-        shapes=[table.shapes[i] if i < len(table.shapes) else None for i in keep] if table.shapes else [],
-        scalars=[table.scalars[i] if i < len(table.scalars) else None for i in keep] if table.scalars else [],
-        flags=[table.flags[i] if i < len(table.flags) else 0 for i in keep] if table.flags else [],
-        range_device_ns={new_row[r]: ns for r, ns in table.range_device_ns.items() if r in new_row},
-    )

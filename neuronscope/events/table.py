@@ -9,7 +9,8 @@ import contextlib
 import gc
 import itertools
 from collections.abc import Iterator, Mapping, MutableSequence
-from dataclasses import dataclass, field
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -306,6 +307,30 @@ class EventTable:
         if self.others is None:
             self.others = EventTable()
         self.others.append(name, kind, tid, start, end)
+
+    def without_rows(self, gone: AbstractSet[int]) -> EventTable:
+        """A copy without rows ``gone``, the rows that :attr:`range_device_ns` is keyed by
+        renumbered; the rest shared. Each per-row column here, so that a new one is not left
+        out by one of the places that drop rows (hidden annotations, module ranges)."""
+        keep = [i for i in range(len(self.names)) if i not in gone]
+        new_row = {old: new for new, old in enumerate(keep)}
+
+        def column(values: list[Any], missing: Any) -> list[Any]:
+            return [values[i] if i < len(values) else missing for i in keep] if values else []
+
+        return replace(
+            self,
+            names=[self.names[i] for i in keep],
+            kinds=[self.kinds[i] for i in keep],
+            tids=[self.tids[i] for i in keep],
+            starts=[self.starts[i] for i in keep],
+            ends=[self.ends[i] for i in keep],
+            device_ns=[self.device_ns[i] for i in keep],
+            shapes=column(self.shapes, None),
+            scalars=column(self.scalars, None),
+            flags=column(self.flags, 0),
+            range_device_ns={new_row[r]: ns for r, ns in self.range_device_ns.items() if r in new_row},
+        )
 
     @property
     def span_ns(self) -> int:

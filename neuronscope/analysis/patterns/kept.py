@@ -14,7 +14,15 @@ from types import MappingProxyType
 from typing import Any
 
 from neuronscope.analysis.opgraph import OpNode, TensorArg
-from neuronscope.analysis.patterns.shapes import VECTOR_SHAPES, ShapeSig, dim_last, dims_to_try, is_plain_vector, shape_fits
+from neuronscope.analysis.patterns.shapes import (
+    VECTOR_SHAPES,
+    ShapeSig,
+    broadcasts,
+    dim_last,
+    dims_to_try,
+    is_plain_vector,
+    shape_fits,
+)
 from neuronscope.analysis.patterns.spelling import OWN, SIDE, TAKES_BUILT, OrderShapes, TemplateOp, merged_choice
 
 __all__ = [
@@ -179,10 +187,6 @@ def built_runs(seq: list[OpNode]) -> list[tuple[int, int]]:
     return runs
 
 
-def _broadcasts(shape: tuple[int, ...], onto: tuple[int, ...]) -> bool:
-    return len(shape) <= len(onto) and all(a in (1, b) for a, b in zip(shape[::-1], onto[::-1]))
-
-
 def built_side_fits(run: list[OpNode], taker: OpNode, after: OpNode | None) -> bool:
     """Whether the ops ``run`` can build what ``taker``, the idiom's op after them that takes in
     a side tensor built in place (:data:`~.spelling.TAKES_BUILT`), takes besides its main input,
@@ -201,7 +205,7 @@ def built_side_fits(run: list[OpNode], taker: OpNode, after: OpNode | None) -> b
         return False
     if not _goes_on(main, after):
         return False
-    return any(_broadcasts(side, main) and all(_broadcasts(r, side) for r in read) for side in shapes)
+    return any(broadcasts(side, main) and all(broadcasts(r, side) for r in read) for side in shapes)
 
 
 #: The most ops a run computing a side tensor amid an idiom may hold (a relative position bias
@@ -278,8 +282,8 @@ def computed_side_fits(run: list[OpNode], taker: OpNode, after: OpNode | None) -
     if not _goes_on(chain, after):
         return False
     if taker.op in _PARTNERED:
-        return len(sides) == 1 and len(sides[0]) >= 2 and sides[0][-2] == chain[-1] and _broadcasts(sides[0][:-2], chain[:-2])
-    return bool(sides) and all(_broadcasts(side, chain) for side in sides)
+        return len(sides) == 1 and len(sides[0]) >= 2 and sides[0][-2] == chain[-1] and broadcasts(sides[0][:-2], chain[:-2])
+    return bool(sides) and all(broadcasts(side, chain) for side in sides)
 
 
 def _readings(op: str, relations: tuple[str, ...], got: list[TensorArg], x: tuple[int, ...]) -> list[list[tuple[str, int]]]:

@@ -12,6 +12,7 @@ __all__ = [
     "EXAMPLE_DIM",
     "VECTOR_SHAPES",
     "ShapeSig",
+    "broadcasts",
     "dim_last",
     "dims_to_try",
     "fits_vector",
@@ -71,7 +72,13 @@ def is_vector(capture: tuple[int, ...], x: tuple[int, ...]) -> bool:
         or tuple(capture) == (*x[:-1], 1)
     ):
         return False
-    return all(c in (1, d) for c, d in zip(capture[::-1], x[::-1])) and math.prod(capture) < math.prod(x)
+    return broadcasts(capture, x) and math.prod(capture) < math.prod(x)
+
+
+def broadcasts(shape: tuple[int, ...], onto: tuple[int, ...]) -> bool:
+    """Does ``shape`` broadcast onto ``onto`` without growing it (each dim from the last 1 or
+    ``onto``'s, no more dims)?"""
+    return len(shape) <= len(onto) and all(a in (1, b) for a, b in zip(shape[::-1], onto[::-1]))
 
 
 def shape_fits(relation: str, capture: tuple[int, ...], x: tuple[int, ...]) -> bool:

@@ -32,9 +32,10 @@ def builder(spellings: tuple[Spelling, ...], replacement: Replacement) -> Callab
         import torch
 
         ops = list(map(short_name, hint.ops))
-        _, choice, spelling, *_ = max(
-            spelling_runs(spellings), key=lambda v: difflib.SequenceMatcher(None, [op.op for op in v[0]], ops, autojunk=False).ratio()
+        nearest = max(
+            spelling_runs(spellings), key=lambda run: difflib.SequenceMatcher(None, [op.op for op in run.ops], ops, autojunk=False).ratio()
         )
+        choice, spelling = nearest.choice, nearest.spelling
         details = hint.details
         # A choice the hint recorded (a softmax's dim, a cross-entropy's loss) is the code's.
         choice = {k: (details[k] if k in details and details[k] in spelling.choices[k] else v) for k, v in choice.items()}

@@ -330,10 +330,18 @@ def _record(fn: Callable[..., Any], t: Any, kwargs: dict[str, Any], side: tuple[
     return run
 
 
-#: One run of a spelling choice: its ops, its choice, its spelling, its slots (see
-#: :func:`elementwise_slot`) and which of its ops take in a side tensor it may build in place
-#: (:attr:`Spelling.built`).
-SpellingRun = tuple[tuple[TemplateOp, ...], Mapping[str, Any], Spelling, tuple[Any, ...], frozenset[int], frozenset[int]]
+class SpellingRun(NamedTuple):
+    """One run of a spelling choice, as :class:`_Run` recorded it."""
+
+    ops: tuple[TemplateOp, ...]
+    choice: Mapping[str, Any]
+    spelling: Spelling
+    #: per :func:`elementwise_slot` call: its first op, the op after its last, what it took
+    slots: tuple[Any, ...]
+    #: the ops that take in a side tensor the spelling may build in place (:attr:`Spelling.built`)
+    entries: frozenset[int]
+    #: the ops that return more than one tensor (their outputs share one ref)
+    several: frozenset[int]
 
 
 @functools.cache
@@ -356,14 +364,13 @@ def spelling_runs(spellings: tuple[Spelling, ...]) -> tuple[SpellingRun, ...]:
                 for choice in spelling.variants():
                     for t in (t32, t16):
                         run = _record(spelling.fn, t, choice, spelling.side, spelling.built)
-                        found.append(
-                            (tuple(run.ops), MappingProxyType(choice), spelling, tuple(run.slots), frozenset(run.entries), frozenset(run.several))
-                        )
+                        ops, slots, entries, several = tuple(run.ops), tuple(run.slots), frozenset(run.entries), frozenset(run.several)
+                        found.append(SpellingRun(ops, MappingProxyType(choice), spelling, slots, entries, several))
                         if not run.cast_skipped:
                             break
     finally:
         torch.set_num_threads(threads)
-    return tuple(run for run in found if run[0])
+    return tuple(run for run in found if run.ops)
 
 
 def recorded_ops(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[str]:
@@ -385,8 +392,9 @@ def op_orders(spellings: tuple[Spelling, ...]) -> Mapping[tuple[str, ...], tuple
     only in the second), with what each of its ops is (:data:`SIDE`, :data:`OWN` or
     :data:`TAKES_BUILT`)."""
     found: dict[tuple[str, ...], tuple[int, ...]] = {}
-    for ops, _, _, _, entries, _ in spelling_runs(spellings):
-        found.setdefault(tuple(op.op for op in ops), tuple(TAKES_BUILT if i in entries else int(op.own) for i, op in enumerate(ops)))
+    for run in spelling_runs(spellings):
+        flags = tuple(TAKES_BUILT if i in run.entries else int(op.own) for i, op in enumerate(run.ops))
+        found.setdefault(tuple(op.op for op in run.ops), flags)
     return MappingProxyType(found)
 
 
@@ -398,13 +406,13 @@ def templates(spellings: tuple[Spelling, ...]) -> tuple[tuple[tuple[TemplateOp, 
     A slot's ops are one slot op, taking every op the spellings run in that slot under any
     choice (their side ops aside)."""
     takes: dict[int, set[str]] = {}  # slot -> its ops
-    for ops, _, _, slots, _, _ in spelling_runs(spellings):
-        for i, (a, b, _, _) in enumerate(slots):
-            takes.setdefault(i, set()).update(op.op for op in ops[a:b] if op.own)
+    for run in spelling_runs(spellings):
+        for i, (a, b, _, _) in enumerate(run.slots):
+            takes.setdefault(i, set()).update(op.op for op in run.ops[a:b] if op.own)
     found: dict[tuple[TemplateOp, ...], list[Mapping[str, Any]]] = {}
-    for ops, choice, _, slots, _, _ in spelling_runs(spellings):
-        names = [SLOT + ",".join(sorted(takes[i])) for i in range(len(slots))]
-        found.setdefault(_slotted(ops, slots, names), []).append(choice)
+    for run in spelling_runs(spellings):
+        names = [SLOT + ",".join(sorted(takes[i])) for i in range(len(run.slots))]
+        found.setdefault(_slotted(run.ops, run.slots, names), []).append(run.choice)
     ordered = sorted(found.items(), key=lambda kv: -sum(op.own for op in kv[0]))
     return tuple((ops, MappingProxyType(merged_choice(choices))) for ops, choices in ordered)
 
@@ -471,9 +479,10 @@ def order_shapes(spellings: tuple[Spelling, ...]) -> OrderShapes:
         return f"{relation}@%{ref[1]}" if ref[0] == "op" and ref[1] not in several else relation
 
     found: dict[tuple[str, ...], dict[ShapeSig, list[Mapping[str, Any]]]] = {}
-    for ops, choice, spelling, *_, several in spelling_runs(spellings):
+    for run in spelling_runs(spellings):
+        ops, choice, spelling = run.ops, run.choice, run.spelling
         sig = tuple(
-            tuple(arg(ref, shape, spelling, several) for ref, shape in zip(op.args, op.shapes)) if op.own else None
+            tuple(arg(ref, shape, spelling, run.several) for ref, shape in zip(op.args, op.shapes)) if op.own else None
             for op in ops
         )
         found.setdefault(tuple(op.op for op in ops), {}).setdefault(sig, []).append(choice)

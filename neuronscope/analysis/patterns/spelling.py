@@ -173,9 +173,7 @@ def _op_names(func: Any, args: Any = ()) -> tuple[str, ...]:
     base = name.strip("_")
     if base == "getitem" and len(args) > 1 and _tensors(args[1]):
         return ("index",)  # ``p[rows, target]``: indexing by tensors copies, as aten::index
-    if base in _OP_NAMES:
-        return _OP_NAMES[base]
-    return (base,) if base else ()  # ``mul_`` in place: ``mul``, as short_name names it
+    return _OP_NAMES.get(base, (base,) if base else ())  # ``mul_`` in place: ``mul``, as short_name names it
 
 
 def _storages(value: Any) -> set[int]:
@@ -221,8 +219,7 @@ class _Run:
         self.ops: list[TemplateOp] = []
         self.cast_skipped = False
         self.refs: dict[int, tuple[str, Any, bool]] = {}
-        #: the idiom's ops that take in a ``built`` side tensor (directly, through a view or
-        #: through side ops), and those tensors and what side ops and views made of them
+        #: ops taking in a ``built`` side tensor (maybe through views, side ops); those tensors and what side ops made of them
         self.entries: set[int] = set()
         self.made = {id(value) for name, value in vars(t).items() if name in built}
         #: per :func:`elementwise_slot` call: its first op, the op after its last, what it took
@@ -331,16 +328,15 @@ def _record(fn: Callable[..., Any], t: Any, kwargs: dict[str, Any], side: tuple[
 
 
 class SpellingRun(NamedTuple):
-    """One run of a spelling choice, as :class:`_Run` recorded it."""
+    """One run of a spelling choice: the choice, the spelling, and what :class:`_Run` recorded
+    (its ops, its slots, the ops taking in a side tensor it may build in place, the ops that
+    return more than one tensor)."""
 
     ops: tuple[TemplateOp, ...]
     choice: Mapping[str, Any]
     spelling: Spelling
-    #: per :func:`elementwise_slot` call: its first op, the op after its last, what it took
     slots: tuple[Any, ...]
-    #: the ops that take in a side tensor the spelling may build in place (:attr:`Spelling.built`)
     entries: frozenset[int]
-    #: the ops that return more than one tensor (their outputs share one ref)
     several: frozenset[int]
 
 
@@ -470,9 +466,8 @@ def order_shapes(spellings: tuple[Spelling, ...]) -> OrderShapes:
     choice that ran it (what the match then says: a norm's weight, a softmax's dim)."""
 
     def arg(ref: tuple[str, Any, bool], shape: tuple[int, ...], spelling: Spelling, several: frozenset[int]) -> str:
-        # An input by its name, an op's output by ``%`` and the op's place in the run (not one
-        # of several: var_mean's var and mean are two storages): where two ops read one tensor,
-        # the storages recorded must be one (see kept.Orders.choice).
+        # An input by its name, an op's output by ``%`` and its place (not one of several: var_mean's
+        # var and mean are two storages): two ops reading one tensor read one storage (kept.Orders.choice).
         relation = relation_of(spelling, ref, shape)
         if ref[0] == "in":
             return f"{relation}@{ref[1]}"
@@ -480,12 +475,11 @@ def order_shapes(spellings: tuple[Spelling, ...]) -> OrderShapes:
 
     found: dict[tuple[str, ...], dict[ShapeSig, list[Mapping[str, Any]]]] = {}
     for run in spelling_runs(spellings):
-        ops, choice, spelling = run.ops, run.choice, run.spelling
         sig = tuple(
-            tuple(arg(ref, shape, spelling, run.several) for ref, shape in zip(op.args, op.shapes)) if op.own else None
-            for op in ops
+            tuple(arg(ref, shape, run.spelling, run.several) for ref, shape in zip(op.args, op.shapes)) if op.own else None
+            for op in run.ops
         )
-        found.setdefault(tuple(op.op for op in ops), {}).setdefault(sig, []).append(choice)
+        found.setdefault(tuple(op.op for op in run.ops), {}).setdefault(sig, []).append(run.choice)
     return MappingProxyType({
         order: MappingProxyType({sig: MappingProxyType(merged_choice(choices)) for sig, choices in sigs.items()})
         for order, sigs in found.items()
@@ -498,9 +492,9 @@ def vector_choices(spellings: tuple[Spelling, ...]) -> frozenset[str]:
     bias): op order alone cannot tell them (a multiply by a weight is a multiply), so a match
     whose shapes were not recorded does not know them."""
     reads: dict[tuple[int, str, tuple[tuple[str, Any], ...]], set[frozenset[str]]] = {}
-    for ops, choice, spelling, *_ in spelling_runs(spellings):
-        vectors = frozenset(r[1] for op in ops for r in op.args if r[0] == "in" and r[1] in spelling.vectors)
-        for k in choice:  # the runs alike but for ``k``: do they read other vectors?
-            rest = tuple(sorted((n, v) for n, v in choice.items() if n != k))
-            reads.setdefault((id(spelling), k, rest), set()).add(vectors)
+    for run in spelling_runs(spellings):
+        vectors = frozenset(r[1] for op in run.ops for r in op.args if r[0] == "in" and r[1] in run.spelling.vectors)
+        for k in run.choice:  # the runs alike but for ``k``: do they read other vectors?
+            rest = tuple(sorted((n, v) for n, v in run.choice.items() if n != k))
+            reads.setdefault((id(run.spelling), k, rest), set()).add(vectors)
     return frozenset(k for (_, k, _), seen in reads.items() if len(seen) > 1)

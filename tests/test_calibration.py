@@ -105,3 +105,16 @@ def test_calibrate_refuses_another_device_and_the_cli_a_bad_dtype(capsys) -> Non
     assert main(["calibrate", "--dtype", "int8"]) == 2
     assert "float32" in capsys.readouterr().err
     assert main(["calibrate", "--threads", "0"]) == 2
+
+
+def test_the_cli_measures_this_cpu_keeps_it_and_estimates_read_it(capsys) -> None:
+    """`neuronscope calibrate` end to end (real probes, some tens of seconds here): the constants
+    are printed and kept in the cache, and a later estimate is bounded by them, not by the
+    shipped defaults."""
+    assert main(["calibrate"]) == 0
+    out = capsys.readouterr().out
+    cal = calibration.load("cpu")
+    assert cal is not None and cal.per_op_ns > 0 and {"rms_norm", "layer_norm", "softmax"} <= set(cal.eager)
+    assert f"per-op call: {cal.per_op_ns:.0f} ns" in out and str(calibration.cache_path()) in out
+    model = _rms_norm_hint().details["estimate_model"]
+    assert calibration.DEFAULT_CPU_MACHINE not in model and "measured per-op cost" in model

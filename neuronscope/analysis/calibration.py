@@ -199,7 +199,7 @@ def save(device: str, dtype: str, cal: Calibration) -> Path:
 def calibrate(device: str = "cpu", dtype: str = "float32", write: bool = True) -> Calibration:
     """Measure this machine's constants for ``device`` (the CPU: the only device this process
     times without its backend's own timers) with the probes of
-    :mod:`neuronscope.capture.machine`, and keep them (``write``). Some 20 s on a CPU."""
+    :mod:`neuronscope.capture.machine`, and keep them (``write``). Some 20 s on an idle CPU, a minute on a busy one."""
     if device != "cpu":
         from neuronscope.errors import NeuronscopeError
 

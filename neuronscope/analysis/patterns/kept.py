@@ -194,7 +194,8 @@ def built_side_fits(run: list[OpNode], taker: OpNode, after: OpNode | None) -> b
     ``taker`` that broadcasts to its main (largest) one (a causal mask: ``[T, T]``,
     ``[1, 1, T, T]``, to the scores), and ``after``, the idiom's next op, reads a tensor of
     that main one's size (the scores go on; ``other.masked_fill(mask)`` is no mask of them).
-    Where none were, op order and the declaration say it."""
+    Where none were, op order and the declaration say it (and the match says which ops it read
+    so: they may have built the main input instead, ``zeros(T, T).masked_fill(...)``)."""
     shapes = [tuple(t.sizes) for t in taker.inputs if t.sizes]
     if not shapes:
         return True

@@ -159,14 +159,15 @@ def _averaging_weights(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 _UNSHAPED = pytest.mark.xfail(
     strict=True,
-    reason="without recorded shapes op order cannot tell the factory zeros(T, T) that masked_fill "
-    "fills (its main input) from the scores: x @ w, masked_fill, softmax, @ h read as attention "
-    "(with shapes, kept.built_side_fits refuses a run that reads a tensor of the main input's shape)",
+    reason="without recorded shapes op order cannot tell the factory zeros(T, T) that masked_fill fills "
+    "(its main input) from q @ k^T's scores masked by a causal mask built in place (ones, tril, eq; "
+    "tests/test_inline_masks.py, found so): the hint says so instead (test below)",
 )
 
 
 @pytest.mark.parametrize("record_shapes", [True, pytest.param(False, marks=_UNSHAPED)])
 def test_weights_built_from_nothing_are_no_attention_by_op_order(record_shapes: bool, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """With shapes, the run that built zeros(T, T) reads masked_fill's main input's shape."""
     g = torch.Generator().manual_seed(0)
     x, w = torch.randn(2, 8, 16, generator=g), torch.randn(16, 16, generator=g)
     with torch.profiler.profile(record_shapes=record_shapes) as prof:
@@ -175,6 +176,20 @@ def test_weights_built_from_nothing_are_no_attention_by_op_order(record_shapes: 
     prof.export_chrome_trace(str(path))
     claimed = [h for h in from_trace(path).hints if h.pattern == "attention"]
     assert not claimed, [h.suggestion for h in claimed]
+
+
+def test_without_shapes_the_ops_read_as_the_mask_are_said(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """No shapes recorded: the attention op order reads has the ops it took for the mask's in
+    its details, and its text says they may build what the mask is applied to."""
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(2, 8, 16, generator=g), torch.randn(16, 16, generator=g)
+    with torch.profiler.profile() as prof:
+        _averaging_weights(x, w)
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+    (h,) = [h for h in from_trace(path).hints if h.pattern == "attention"]
+    assert h.details["built_unseen"] == ["ones", "tril", "zeros", "eq"]
+    assert "no shapes were recorded" in h.suggestion and "ones, tril, zeros, eq" in h.suggestion, h.suggestion
 
 
 def test_weights_built_from_nothing_are_no_attention_live() -> None:

@@ -137,6 +137,8 @@ def test_without_shapes_op_order_and_the_declaration_say_it(form: str) -> None:
         module(x)
     hint = _attention(from_profiler(prof).hints)
     assert [op.removeprefix("aten::") for op in hint.ops] == ["matmul", "mul", "add" if added else "masked_fill", "softmax", "matmul"]
+    # What op order alone took for the mask's ops, said (a buffer's slice compared is no such op).
+    assert ("no shapes were recorded" in hint.suggestion) == bool(hint.details.get("built_unseen")) == (form != "buffer_slice_eq")
 
 
 def _as_before(monkeypatch: pytest.MonkeyPatch, prof: Any) -> list[tuple[Any, ...]]:

@@ -491,17 +491,6 @@ def test_attention_whose_weights_are_read_again_is_no_sdpa_hint() -> None:
     assert not of(f.last_result.hints, "attention")
 
 
-# ---- what does not work yet -----------------------------------------------------------------
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="attention's op order checks no shapes of q, k and the weights: DDPM's bmm(v, "
-    "w.permute(0, 2, 1)) (weights the second operand, k already [B, C, HW]) is read from the "
-    "trace as sdpa(q, k, v), which live data flow rejects; with q and k of v's channels, "
-    "computed_runs takes the mul and softmax for what makes bmm's second input, so only "
-    "then the trace agrees",
-)
 def test_ddpm_attention_trace_hints_are_the_live_ones(tmp_path: Path) -> None:
     """DDPM's spatial attention block, q and k of fewer channels than v: the trace says what the
     live capture says (the live one gives no attention hint: sdpa(q, k, v) as written is not

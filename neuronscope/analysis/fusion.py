@@ -18,9 +18,8 @@ How matching works:
   are matched on the order of user-level ops and their input shapes (``confidence ==
   "sequence"``): a claim about op order, not data flow. ``elementwise_chain`` needs data
   flow and is not reported from them.
-- Only user-level ops are matched (no op above them), so a call of a fused API that
-  decomposes internally (``torch.rms_norm`` -> ``aten::_fused_rms_norm`` -> pow, mean...) and
-  anything inside a ``torch.compile``'d region is left alone.
+- Only user-level ops are matched (no op above them): a fused API's internals (``torch.rms_norm``
+  -> ``aten::_fused_rms_norm`` -> pow...) and a ``torch.compile``'d region's are left alone.
 
 Matches are grouped by pattern, op sequence and source file: twelve layers of one RMSNorm are
 one hint with ``calls=12``. A matched idiom is always reported, with its measured time, even
@@ -50,7 +49,7 @@ from neuronscope.analysis.observed_links import (
 from neuronscope.analysis.opgraph import VIEW_OPS, OpGraph, OpNode, short_name
 from neuronscope.analysis.optimizer import has_optimizer_steps, optimizer_hints, optimizer_steps
 from neuronscope.analysis.patterns import REGISTRY, Match, Pattern, pattern_named
-from neuronscope.analysis.patterns.base import line_of, match_lines, softmax_on_last_dim
+from neuronscope.analysis.patterns.base import BUILT_UNSEEN, line_of, match_lines, softmax_on_last_dim
 from neuronscope.analysis.patterns.kept import Orders, built_runs, built_side_fits, computed_runs, computed_side_fits, kept_orders
 from neuronscope.analysis.patterns.shapes import VECTOR_SHAPES
 from neuronscope.analysis.patterns.spelling import SIDE, TAKES_BUILT, op_orders, order_shapes, vector_choices
@@ -171,6 +170,8 @@ def find_sequence_matches(g: OpGraph) -> list[Match]:
                     params[VECTOR_SHAPES] = choice[VECTOR_SHAPES]
                 if rx.any_dim and "dim" in choice:  # over another dim than x's last, as the shapes said
                     params["dim"] = choice["dim"]
+                if not all(m.inputs for m in members) and (made := [n.op for k in ops.run_at if i0 < k < end for n in ops.runs[k]]):
+                    params[BUILT_UNSEEN] = made  # no shapes: op order alone reads them as building a side tensor
                 out.append(Match(record.name, members, x, params))
                 if record.params_before is not None:
                     looking_back.append((len(out) - 1, record, i0, seq))

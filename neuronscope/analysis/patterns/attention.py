@@ -14,7 +14,7 @@ from types import MappingProxyType
 from typing import Any
 
 from neuronscope.analysis.opgraph import OpGraph, OpNode
-from neuronscope.analysis.patterns.base import MATMULS, SOFTMAXES, Match, Pattern, softmax_on_last_dim
+from neuronscope.analysis.patterns.base import BUILT_UNSEEN, MATMULS, SOFTMAXES, Match, Pattern, softmax_on_last_dim
 from neuronscope.analysis.patterns.matcher import graph_matcher, read_elsewhere
 from neuronscope.analysis.patterns.spelling import Spelling, elementwise_slot, named
 from neuronscope.capture.frames import modules_of
@@ -357,6 +357,11 @@ def _suggest(m: Match, backend: str) -> str:
         notes.append(
             "your code keeps the scores above a floor (torch.max), sdpa keeps none: the same only where that floor is "
             "at most every score a mask leaves (XGLM's dtype minimum); else keep it and your softmax"
+        )
+    if built := m.params.get(BUILT_UNSEEN):
+        notes.append(
+            f"no shapes were recorded: op order alone reads the ops {', '.join(map(str, built))} amid these as building the "
+            "mask; if they build what the mask is applied to instead, this is no attention (record_shapes=True tells)"
         )
     if m.params.get("mask_scaled"):
         notes.append("mask: multiplied by the scale your code applies after adding it (sdpa adds attn_mask to the scores it has scaled)")

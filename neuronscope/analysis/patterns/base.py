@@ -18,6 +18,7 @@ from neuronscope.capture.frames import function_of
 from neuronscope.capture.idioms import Builders, Evidence
 
 __all__ = [
+    "BUILT_UNSEEN",
     "CASTS",
     "MATMULS",
     "ROOTS",
@@ -40,6 +41,10 @@ __all__ = [
 UNKNOWN_EPS = "<the eps your code uses>"
 UNKNOWN_WEIGHT = "<weight, if your code multiplies by one>"
 UNKNOWN_BIAS = "<bias, if your code adds one>"
+#: The match parameter (a hint's detail) listing the ops op order alone, no shapes recorded, read
+#: as building a side tensor amid the idiom (``ones tril eq``: a causal mask): they may as well
+#: have built its main input (``zeros(T, T).masked_fill(...)`` is no attention), said so.
+BUILT_UNSEEN = "built_unseen"
 
 
 def param_text(present: bool | None, name: str, unknown: str) -> str:

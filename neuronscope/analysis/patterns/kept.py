@@ -194,7 +194,8 @@ def built_side_fits(run: list[OpNode], taker: OpNode, after: OpNode | None) -> b
     ``taker`` that broadcasts to its main (largest) one (a causal mask: ``[T, T]``,
     ``[1, 1, T, T]``, to the scores), and ``after``, the idiom's next op, reads a tensor of
     that main one's size (the scores go on; ``other.masked_fill(mask)`` is no mask of them).
-    Where none were, op order and the declaration say it."""
+    Where none were, op order and the declaration say it (and the match says which ops it read
+    so: they may have built the main input instead, ``zeros(T, T).masked_fill(...)``)."""
     shapes = [tuple(t.sizes) for t in taker.inputs if t.sizes]
     if not shapes:
         return True
@@ -289,17 +290,26 @@ def computed_side_fits(run: list[OpNode], taker: OpNode, after: OpNode | None) -
 def _readings(op: str, relations: tuple[str, ...], got: list[TensorArg], x: tuple[int, ...]) -> list[list[tuple[str, int]]]:
     """The ways ``got`` (an op's recorded dimensioned inputs) can be the spelling's arguments
     ``relations``, shapes fitting (either order for ``add`` and ``mul``): each as (the tensor
-    the spelling reads, the storage recorded; -1 where none was)."""
+    the spelling reads, the storage recorded; -1 where none was), and (``#`` and a named dim,
+    the size recorded there) for each of the last two dims a relation names (``.LS``)."""
     if not got:
         return [[]]  # no input recorded (a trace's tensor list): nothing to check
     if len(got) != len(relations):
         return []
     orders = (got, got[::-1]) if op in COMMUTATIVE and len(got) == 2 else (got,)
     return [
-        [(r.partition("@")[2], t.key) for r, t in zip(relations, args) if "@" in r and t.key != -1]
+        [
+            *((r.partition("@")[2], t.key) for r, t in zip(relations, args) if "@" in r and t.key != -1),
+            *((f"#{name}", size) for r, t in zip(relations, args) for name, size in zip(_named_dims(r), t.sizes[-2:])),
+        ]
         for args in orders
-        if all(shape_fits(r, t.sizes, x) for r, t in zip(relations, args))
+        if all(shape_fits(r, t.sizes, x) and len(t.sizes) >= len(_named_dims(r)) for r, t in zip(relations, args))
     ]
+
+
+def _named_dims(relation: str) -> str:
+    """The last two dims a relation names (``.LS``: ``LS``), or none."""
+    return relation.partition("@")[0][1:] if relation.startswith(".") else ""
 
 
 def _vector_shapes(sig: ShapeSig, inputs: list[list[TensorArg]], x: tuple[int, ...], dim: int) -> dict[str, list[int]]:
@@ -321,7 +331,8 @@ def _vector_shapes(sig: ShapeSig, inputs: list[list[TensorArg]], x: tuple[int, .
 
 def _one_storage_each(options: list[list[list[tuple[str, int]]]], bound: dict[str, int]) -> bool:
     """Can each op take one of its readings with every tensor the spelling reads twice read
-    from one storage? (Two tensors alive at once never share one, so this is exact.)"""
+    from one storage (two tensors alive at once never share one, so this is exact), and each
+    named dim one size (q @ k^T's S is the weights' and v's)?"""
     if not options:
         return True
     for reading in options[0]:

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from types import MappingProxyType
 from typing import Any
 
 __all__ = [
     "EXAMPLE_DIM",
+    "MATRIX_DIMS",
     "VECTOR_SHAPES",
     "ShapeSig",
     "broadcasts",
@@ -33,6 +35,11 @@ EXAMPLE_DIM = 8
 VECTOR_SHAPES = "vector_shapes"
 #: The example ``x`` every spelling runs on (see :func:`~.spelling.examples`).
 _EXAMPLE_X = (2, 4, EXAMPLE_DIM)
+#: The sizes of attention's example ``q [.., L, E]``, ``k [.., S, E]`` and ``v [.., S, D]``,
+#: each one no other example's dim has: how a product's operands' last two dims relate (``q @
+#: k^T``, the weights ``[L, S]`` as the first operand of ``@ v``) is read from them by name.
+MATRIX_DIMS = MappingProxyType({"L": 3, "S": 5, "E": 6, "D": 7})
+_DIM_NAMES = MappingProxyType({size: name for name, size in MATRIX_DIMS.items()})
 
 
 #: How one op's dimensioned inputs relate to ``x`` in a spelling: per argument, dim for dim
@@ -41,16 +48,17 @@ _EXAMPLE_X = (2, 4, EXAMPLE_DIM)
 #: ``x`` (see :func:`is_vector`); "." not of that form (another rank, a
 #: matmul's, a tensor declared broadcast): not checked; then, for an example tensor (or a view
 #: of it), ``@`` and its name: the ops reading ``x`` read one tensor. None for an op not the
-#: idiom's own.
+#: idiom's own. A "." may name the last two dims (:data:`MATRIX_DIMS`): ``.LS`` for attention's
+#: weights, which the op-order matcher binds to one size each over a match.
 ShapeSig = tuple[tuple[str, ...] | None, ...]
 
 
 def shape_relation(shape: tuple[int, ...]) -> str:
     """How ``shape`` relates to the example ``x``, as :data:`ShapeSig` writes it."""
-    if len(shape) != len(_EXAMPLE_X):
-        return "."
     dims = ["T" if t == e else "F" if t == 1 else "H" if 2 * t == e else "." for t, e in zip(shape, _EXAMPLE_X)]
-    return "." if "." in dims else "".join(dims)
+    if len(shape) == len(_EXAMPLE_X) and "." not in dims:
+        return "".join(dims)
+    return "." + "".join(_DIM_NAMES[t] for t in shape[-2:]) if len(shape) >= 2 and all(t in _DIM_NAMES for t in shape[-2:]) else "."
 
 
 def is_vector(capture: tuple[int, ...], x: tuple[int, ...]) -> bool:
@@ -86,7 +94,7 @@ def shape_fits(relation: str, capture: tuple[int, ...], x: tuple[int, ...]) -> b
     says: dim for dim from the last the same, 1 where it says F, half where it says H; a vector
     of ``x`` (:func:`is_vector`) where it says V?"""
     relation = relation.partition("@")[0]
-    if relation == ".":
+    if relation.startswith("."):  # named matrix dims relate within a match, not to x
         return True
     if relation == "V":
         return is_vector(tuple(capture), tuple(x))

@@ -26,7 +26,7 @@ from types import MappingProxyType, SimpleNamespace
 from typing import Any, NamedTuple, TypeVar, cast
 
 from neuronscope.analysis.opgraph import MAYBE_ALIAS_OPS, VIEW_OPS
-from neuronscope.analysis.patterns.shapes import EXAMPLE_DIM, ShapeSig, shape_relation, vector_shape
+from neuronscope.analysis.patterns.shapes import EXAMPLE_DIM, MATRIX_DIMS, ShapeSig, shape_relation, vector_shape
 
 __all__ = [
     "OWN",
@@ -78,12 +78,11 @@ class Spelling:
     #: Example tensors code may pass as one value, which the graph matcher then does not tell
     #: apart (attention's q, k and v: views of one packed projection, or one input).
     shared: tuple[str, ...] = ()
-    #: Example tensors code may build or compute in place, from nothing of the idiom (a causal
-    #: mask, ``torch.tril(torch.ones(T, T)) == 0``) or from other inputs (a position bias
-    #: gathered from its table, attention's ``v = self.value(x)`` after the softmax): in op
-    #: order, the ops making one (a factory op, then ``tril``, ``eq``...; with recorded shapes,
-    #: a few ops none of which reads the idiom's tensor) may stand right before the idiom's op
-    #: that takes it in, and a match spans them and leaves them out, however the code makes it.
+    #: Example tensors code may build or compute in place, from nothing of the idiom (a causal mask,
+    #: ``torch.tril(torch.ones(T, T)) == 0``) or from other inputs (a position bias gathered from its
+    #: table, attention's ``v = self.value(x)`` after the softmax): in op order, where shapes were
+    #: recorded, the ops making one (a factory op, then ``tril``, ``eq``...; a few ops none of which
+    #: reads the idiom's tensor) may stand right before the idiom's op that takes it in, left out.
     built: tuple[str, ...] = ()
     #: Whether ``t.dim`` (reduced; its ``vectors``' dim) is the code's: the idiom over another dim where the capture's
     #: shapes, it moved last (:func:`~.shapes.dim_last`: [C, 1, 1] of [N, C, H, W] is [C]), relate as the spelling's.
@@ -101,9 +100,8 @@ class Spelling:
 #: The named parameters a spelling reads from ``t`` besides tensors, at the values a derived
 #: op order does not depend on: ``verify`` sets the ones a hint recorded (its ``details``).
 PARAMETERS = MappingProxyType({"eps": 1e-6, "dim": -1, "correction": 0})
-#: The named parameters a match reads from the user's numbers into what it says (an eps, a
-#: correction: the replacement takes them as the code wrote them). A dim is what the shapes
-#: say, counted from the end; a scale follows a head dim.
+#: The named parameters a match reads from the user's numbers into what it says (an eps, a correction:
+#: the replacement takes them as the code wrote them). A dim is what the shapes say; a scale follows a head dim.
 READ_PARAMETERS = ("eps", "correction")
 
 
@@ -148,11 +146,11 @@ def examples(dtype: Any, x: Any = None, device: Any = None, **params: Any) -> Si
     def r(*shape: int) -> Any:
         return torch.randn(*shape, generator=g).to(device=device, dtype=dtype)
 
-    q, k, v = r(2, 2, 4, EXAMPLE_DIM), r(2, 2, 4, EXAMPLE_DIM), r(2, 2, 4, EXAMPLE_DIM)
-    rows = max(1, x.numel() // max(d, 1))
+    q, k, v = (r(2, 2, MATRIX_DIMS[a], MATRIX_DIMS[b]) for a, b in ("LE", "SE", "SD"))  # no two dims alike
+    rows, scores = max(1, x.numel() // max(d, 1)), (MATRIX_DIMS["L"], MATRIX_DIMS["S"])
     return SimpleNamespace(
         x=x, weight=r(*vector), bias=r(*vector), up=r(*x.shape), cos=r(*x.shape), sin=r(*x.shape), proj=r(d, d),
-        q=q, k=k, v=v, mask=r(2, 2, 4, 4), bool_mask=torch.ones(2, 2, 4, 4, dtype=torch.bool, device=device),
+        q=q, k=k, v=v, mask=r(2, 2, *scores), bool_mask=torch.ones(2, 2, *scores, dtype=torch.bool, device=device),
         target=torch.randint(0, d, (rows,), generator=g).to(device),
         **{**PARAMETERS, **params},
     )
@@ -350,8 +348,7 @@ def spelling_runs(spellings: tuple[Spelling, ...]) -> tuple[SpellingRun, ...]:
 
     found: list[SpellingRun] = []
     threads = torch.get_num_threads()
-    # One thread: on a busy machine a parallel op (softmax) waited milliseconds for its workers
-    # on these tiny tensors, hundreds of times over.
+    # One thread: a parallel op (softmax) waited milliseconds for its workers on these tiny tensors.
     torch.set_num_threads(1)
     try:
         with torch.no_grad(), gc_paused():
@@ -438,10 +435,12 @@ def _slotted(ops: tuple[TemplateOp, ...], slots: tuple[Any, ...], names: list[st
 
 def relation_of(spelling: Spelling, ref: tuple[str, Any, bool], shape: tuple[int, ...]) -> str:
     """How an argument of a spelling's op relates to ``x``, for the tensor ``ref`` names (see
-    :class:`TemplateOp`): ``V`` for a declared vector, ``.`` for a declared broadcast tensor."""
+    :class:`TemplateOp`): ``V`` for a declared vector, ``.`` for a declared broadcast tensor
+    and a side one of no x-relative form (a mask: code broadcasts it as it likes)."""
     if ref[0] == "in" and ref[1] in spelling.vectors:
         return "V"
-    return "." if ref[0] == "in" and ref[1] in spelling.broadcast else shape_relation(shape)
+    relation = "." if ref[0] == "in" and ref[1] in spelling.broadcast else shape_relation(shape)
+    return "." if ref[0] == "side" and relation.startswith(".") else relation
 
 
 #: What a spelling's choice is for each way (:data:`ShapeSig`) an op order's ops can relate to
@@ -465,10 +464,11 @@ def order_shapes(spellings: tuple[Spelling, ...]) -> OrderShapes:
     in a live capture, storages) of an op-order match are checked against; each with the
     choice that ran it (what the match then says: a norm's weight, a softmax's dim)."""
 
-    def arg(ref: tuple[str, Any, bool], shape: tuple[int, ...], spelling: Spelling, several: frozenset[int]) -> str:
+    def arg(op: str, ref: tuple[str, Any, bool], shape: tuple[int, ...], spelling: Spelling, several: frozenset[int]) -> str:
         # An input by its name, an op's output by ``%`` and its place (not one of several: var_mean's
         # var and mean are two storages): two ops reading one tensor read one storage (kept.Orders.choice).
-        relation = relation_of(spelling, ref, shape)
+        # An einsum's equation, the code's, not its operands' places, says which dim is which.
+        relation = "." if op == "einsum" else relation_of(spelling, ref, shape)
         if ref[0] == "in":
             return f"{relation}@{ref[1]}"
         return f"{relation}@%{ref[1]}" if ref[0] == "op" and ref[1] not in several else relation
@@ -476,7 +476,7 @@ def order_shapes(spellings: tuple[Spelling, ...]) -> OrderShapes:
     found: dict[tuple[str, ...], dict[ShapeSig, list[Mapping[str, Any]]]] = {}
     for run in spelling_runs(spellings):
         sig = tuple(
-            tuple(arg(ref, shape, run.spelling, run.several) for ref, shape in zip(op.args, op.shapes)) if op.own else None
+            tuple(arg(op.op, ref, shape, run.spelling, run.several) for ref, shape in zip(op.args, op.shapes)) if op.own else None
             for op in run.ops
         )
         found.setdefault(tuple(op.op for op in run.ops), {}).setdefault(sig, []).append(run.choice)

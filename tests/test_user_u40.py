@@ -523,23 +523,18 @@ def test_dit_block_norm_and_written_softmax_attention_hold(tmp_path: Path) -> No
     torch.testing.assert_close(fwd(LATENT, COND), expected, atol=1e-5, rtol=1e-4)
 
 
-# ---- what does not work yet -----------------------------------------------------------------
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="op order: computed_runs stops its walk back from the taker (the add of the bias) at "
-    "the first op reading a tensor of the scores' shape, taken for the idiom's op before; "
-    "ProphetNet's relative position bias is reshaped from that shape (a copy of a permuted "
-    "view) amid linear, repeat, to and gather, and the op before the run is the scores' einsum, "
-    "which reads q and k, not the scores: its decoder self-attention (einsum add add softmax "
-    "einsum) is found live, not in the trace",
-)
 def test_prophetnet_position_biased_attention_found_in_the_trace_as_live(tmp_path: Path) -> None:
+    """ProphetNet's self-attention adds a relative position bias computed between the scores'
+    einsum and their add (linear, repeat, a copy of the scores' shape, gather), its q scaled
+    long before: found in the trace as live. Op order took the op before such a run for one
+    reading the scores, stopped at the bias's copy and lost the attention."""
     _m, fwd, x = build("prophetnet")
     live, trace = captured(fwd, x, tmp=tmp_path)
     biased = lambda hs: sorted(h.calls for h in of(hs, "attention") if h.details.get("mask") == "bias, add")
     assert biased(trace) == biased(live) == [1, 1]
+
+
+# ---- what does not work yet -----------------------------------------------------------------
 
 
 @pytest.mark.xfail(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
@@ -240,8 +241,11 @@ def computed_runs(seq: list[OpNode], takers: frozenset[str], firsts: frozenset[s
     from the idiom, nor one that may start the idiom (``firsts``: the scores' matmul, a scale of
     q) unless it reads only tensors shaped as the side tensor (Canine's mask, ``(1 - m) *
     finfo.min``, made between the scores' scale and their add), after an op that reads that
-    shape (the idiom's op before them). Whether one is a side tensor of an idiom it stands in
-    is for the match to say (:func:`computed_side_fits`)."""
+    shape (the idiom's op before them). Or, where the op before them is the product that made
+    that shape (``q @ k^T``, q scaled long before), ops reading it too after a first that does
+    not: ProphetNet's position bias, reshaped from the scores' shape amid its gather. Whether
+    one is a side tensor of an idiom it stands in is for the match to say
+    (:func:`computed_side_fits`)."""
     runs: list[tuple[int, int]] = []
     for k, taker in enumerate(seq):
         chain = _chain_shape(taker) if taker.op in takers else None
@@ -249,13 +253,41 @@ def computed_runs(seq: list[OpNode], takers: frozenset[str], firsts: frozenset[s
             continue
         side = {tuple(t.sizes) for t in taker.inputs if t.sizes} - {chain}
         a = k
-        while a > 0 and k - a < MAX_COMPUTED and not _reads(seq[a - 1], chain) and (
-            seq[a - 1].op not in firsts or {tuple(t.sizes) for t in seq[a - 1].inputs if t.sizes} <= side
-        ):
+        while a > 0 and k - a < MAX_COMPUTED and not _reads(seq[a - 1], chain) and _computing(seq[a - 1], firsts, side):
             a -= 1
-        if a < k and a > 0 and _reads(seq[a - 1], chain) and (not runs or runs[-1][1] <= a):
+        b = k  # back to the product that made the scores, past ops reading a tensor of their shape
+        while b > 0 and k - b < MAX_COMPUTED and _computing(seq[b - 1], firsts, side):
+            b -= 1
+        if b < k and b > 0 and _makes(seq[b - 1], chain) and not _reads(seq[b], chain):
+            a = b
+        elif not (a > 0 and _reads(seq[a - 1], chain)):
+            continue
+        if a < k and (not runs or runs[-1][1] <= a):
             runs.append((a, k))
     return runs
+
+
+def _computing(n: OpNode, firsts: frozenset[str], side: set[tuple[int, ...]]) -> bool:
+    """May ``n`` be an op of a run computing a side tensor: no op that may start the idiom,
+    unless it reads only tensors shaped as the side tensor?"""
+    return n.op not in firsts or {tuple(t.sizes) for t in n.inputs if t.sizes} <= side
+
+
+#: Products whose output op order does not record, only their operands.
+_PRODUCTS = frozenset({"matmul", "bmm", "einsum"})
+
+
+def _makes(n: OpNode, shape: tuple[int, ...]) -> bool:
+    """Can ``n`` be a product of two tensors whose output is of ``shape``: a matmul's
+    ``[.., T, E] @ [.., E, S]``; an einsum's (its equation is not recorded) with each of
+    ``shape``'s sizes among its operands'?"""
+    operands = [tuple(t.sizes) for t in n.inputs if t.sizes]
+    if n.op not in _PRODUCTS or len(operands) != 2 or len(shape) < 2 or min(map(len, operands)) < 2:
+        return False
+    a, b = operands
+    if n.op == "einsum":
+        return not Counter(shape) - (Counter(a) + Counter(b))
+    return (a[-2], b[-1]) == shape[-2:] and a[-1] == b[-2] and broadcasts(a[:-2], shape[:-2]) and broadcasts(b[:-2], shape[:-2])
 
 
 def _goes_on(scores: tuple[int, ...], after: OpNode | None) -> bool:
@@ -272,11 +304,12 @@ def computed_side_fits(run: list[OpNode], taker: OpNode, after: OpNode | None) -
     """Whether the ops ``run`` (see :func:`computed_runs`) can compute what ``taker``, the
     idiom's op after them, takes besides the idiom's tensor: that input is shaped as the spelling
     says, v's ``[..., S, Ev]`` for scores ``[..., T, S]`` (a matmul), or broadcast onto them (a
-    bias, a mask); no op of the run reads a tensor of the scores' shape (the scores went on
-    through it); and ``after``, the idiom's next op, reads a tensor of the scores' size.
+    bias, a mask); the run's first op reads no tensor of the scores' shape (the scores went on
+    through it; a later one may read the side tensor computed so); and ``after``, the idiom's
+    next op, reads a tensor of the scores' size.
     Shapes must have been recorded."""
     chain = _chain_shape(taker)
-    if chain is None or any(_reads(n, chain) for n in run):
+    if chain is None or _reads(run[0], chain):
         return False
     sides = [tuple(t.sizes) for t in taker.inputs if t.sizes]
     sides.remove(chain)

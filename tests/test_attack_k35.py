@@ -205,22 +205,18 @@ def test_a_signal_handler_that_profiles_during_captures(tmp_path) -> None:
     assert "theirs True" in out
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="capture.base.quiet_native_stderr points fd 2 at a temporary file for a start's or a "
-    "stop's moment, process-wide: a child forked then (a DataLoader worker, by another thread) "
-    "keeps writing its stderr there, and what it writes after the parent read the file back is "
-    "lost (1 mark in 60 forks beside a capture loop). Fix: restore fd 2 in the child at fork "
-    "(os.register_at_fork) from the saved descriptor; base.py is at its 500-line limit",
-)
 def test_a_child_forked_while_stderr_is_filtered_keeps_its_stderr(tmp_path) -> None:
+    # fd 2 points at a scratch file for a profiler start's or stop's moment: a child forked
+    # then (a DataLoader worker, by another thread) kept writing its stderr there, and what it
+    # wrote after the parent read the file back was lost (1 of 1 here; 1 mark in 60 forks
+    # beside a capture loop). The fork hook puts the child's fd 2 back.
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OUT": str(tmp_path)}
     code = textwrap.dedent(_PRELUDE) + textwrap.dedent(
         """
-        from neuronscope.capture import base
+        from neuronscope.capture import stderr
         inside, go = threading.Event(), threading.Event()
         def filtered():
-            with base.quiet_native_stderr():
+            with stderr.quiet_native_stderr():
                 inside.set(); go.wait(30)
         t = threading.Thread(target=filtered); t.start(); inside.wait(30)
         pid = os.fork()

@@ -8,17 +8,14 @@ before the capture ends, and which files the capture left behind. :class:`Captur
 
 from __future__ import annotations
 
-import contextlib
-import os
-import sys
-import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from neuronscope.capture import torch_private
+from neuronscope.capture.stderr import KINETO_THREAD_NOTE, USDT_MARKER, quiet_native_stderr
 from neuronscope.config import Options
 
 __all__ = [
@@ -34,7 +31,6 @@ __all__ = [
     "pending_work",
     "profiler_claimed",
     "profiler_running",
-    "quiet_native_stderr",
     "release_profiler",
     "run_deferred",
     "start_session",
@@ -109,13 +105,8 @@ class Backend:
         return []
 
 
-_USDT_MARKER = b"USDT:"
 #: torch's once-a-process note that a block allocated before profile_memory started was freed.
 _UNKNOWN_BLOCK = b"was allocated before the profiling started"
-#: What Kineto prints when the process's first profiler starts on another thread than the one
-#: that imported torch: it then skips torch's client init hook, which does nothing in torch's
-#: client; nothing for the user to act on.
-_KINETO_THREAD_NOTE = b"External init callback must run in same thread as registerClient"
 #: What torch prints when a session it finalizes has no Kineto trace of its own to link its ops
 #: to: the dead session :func:`_drop_replaced` drops, whose records nobody reads.
 _NO_KINETO_LINKS = b"Failed to recover relationship between all profiler and kineto events"
@@ -129,46 +120,6 @@ def _allocated_block() -> object:
         return torch.empty(1)
     except Exception:
         return None
-
-
-@contextlib.contextmanager
-def quiet_native_stderr(drop: tuple[bytes, ...] = (_USDT_MARKER, _KINETO_THREAD_NOTE)) -> Iterator[None]:
-    """Drop the two ``USDT: ... profiler_start/stop`` lines that torch's CPU build prints.
-
-    They come from C++ straight to file descriptor 2, so no Python-level redirect or
-    environment variable silences them. For the short moment of the profiler's start or stop,
-    fd 2 goes to a temporary file; afterwards every line except the USDT ones is written back,
-    so nothing else printed in that moment is lost (only delayed).
-    """
-    try:
-        saved = os.dup(2)
-    except OSError:
-        yield
-        return
-    try:
-        sys.stderr.flush()
-    except (AttributeError, ValueError, OSError):
-        pass
-    with tempfile.TemporaryFile() as tmp:
-        try:
-            os.dup2(tmp.fileno(), 2)
-        except OSError:
-            os.close(saved)
-            yield
-            return
-        try:
-            yield
-        finally:
-            try:
-                sys.stderr.flush()
-            except (AttributeError, ValueError, OSError):
-                pass
-            os.dup2(saved, 2)
-            os.close(saved)
-            tmp.seek(0)
-            kept = [line for line in tmp.read().splitlines(keepends=True) if not any(m in line for m in drop)]
-            if kept:
-                os.write(2, b"".join(kept))
 
 
 def profiler_running() -> bool:
@@ -384,7 +335,7 @@ def _drop_replaced() -> bool:
     if torch_private.sessions_elsewhere():
         return False
     try:
-        with quiet_native_stderr((_USDT_MARKER, _NO_KINETO_LINKS)):
+        with quiet_native_stderr((USDT_MARKER, _NO_KINETO_LINKS)):
             torch_private.discard_replaced_session()
     except Exception:  # torch refusing: the thread keeps it; later starts on it are refused
         return False
@@ -448,7 +399,7 @@ class Capture:
         probe = [_allocated_block()] if opts.profile_memory else []
 
         def begin() -> None:
-            with quiet_native_stderr((_USDT_MARKER, _UNKNOWN_BLOCK, _KINETO_THREAD_NOTE)):
+            with quiet_native_stderr((USDT_MARKER, _UNKNOWN_BLOCK, KINETO_THREAD_NOTE)):
                 runner.start()
                 probe.clear()
 

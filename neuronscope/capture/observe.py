@@ -42,13 +42,13 @@ from neuronscope.capture.base import (
     claim_profiler,
     defer_to_thread,
     force_profiler_off,
-    quiet_native_stderr,
     release_profiler,
     start_session,
     stop_session,
 )
 from neuronscope.capture.frames import is_user_file
 from neuronscope.capture.neuron_files import StrayRuntimeOutput
+from neuronscope.capture.stderr import quiet_native_stderr
 
 __all__ = [
     "CONSTS_SEP",

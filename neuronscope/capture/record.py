@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from neuronscope.capture import dynamo, torch_private
-from neuronscope.capture.base import Backend, Capture, WrongThreadError, quiet_native_stderr
+from neuronscope.capture.base import Backend, Capture, WrongThreadError
 from neuronscope.capture.modules import ModuleFacts, ModuleHooks
+from neuronscope.capture.stderr import quiet_native_stderr
 
 __all__ = ["BUSY", "LOST", "MARKER", "REPLACED", "CaptureRecord", "CaptureSession", "SharedSession"]
 

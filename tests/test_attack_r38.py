@@ -55,6 +55,8 @@ _FIRST_ROW = torch.zeros(32, dtype=torch.long)
 _NOT_A_LOSS = {
     "rows_all_first": lambda x, t: -torch.log(torch.softmax(x, -1)[_FIRST_ROW, t]),
     "every_row_every_target": lambda x, t: -torch.log(torch.softmax(x, -1)[:, t]),
+    # rows arange(N), but the target a column: each row against every target, [N, N]
+    "target_as_a_column": lambda x, t: -torch.log(torch.softmax(x, -1)[torch.arange(32), t[:, None]]),
 }
 
 _REVERSED_CAUSE = (
@@ -68,7 +70,7 @@ _REVERSED_CAUSE = (
 @pytest.mark.parametrize("name", list(_NOT_A_LOSS))
 def test_rows_picked_by_no_arange_are_no_cross_entropy_live(name: str) -> None:
     """aten::index's indices are no input the profiler records (an optional tensor list): read
-    from the ops it runs, the rows must be an arange's output, and the picked tensor one a row."""
+    from the ops it runs, the rows must be an arange's output and the target one a row, [N]."""
     f = profile_on_neuron(_NOT_A_LOSS[name], backend="cpu", export=False)
     f(_X, _T)
     f(_X, _T)

@@ -68,8 +68,8 @@ _READS = ({"loss": (None,), "dim": DIMS}, {"loss": ("gather", "nll_loss"), "dim"
 #: Or a softmax whose target probabilities are picked by index, then their log taken.
 _PICKED = MappingProxyType({"form": ("log(softmax)", "log(written softmax)"), "shift": _SHIFTS, "division": ("div", "twice", "reciprocal")})
 SPELLINGS = (
-    *(Spelling(_spelling, {**form, **reads}) for form in _FORMS for reads in _READS),
-    Spelling(_spelling, {**_PICKED, "loss": ("index",), "dim": (-1,)}),
+    *(Spelling(_spelling, {**form, **reads}, per_row=("target",)) for form in _FORMS for reads in _READS),
+    Spelling(_spelling, {**_PICKED, "loss": ("index",), "dim": (-1,)}, per_row=("target",)),
 )
 
 

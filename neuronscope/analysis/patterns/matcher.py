@@ -393,6 +393,7 @@ def graph_matcher(
         lambda t: None,
         broadcast=tuple(n for s in spellings for n in s.broadcast),
         vectors=tuple(n for s in spellings for n in s.vectors),
+        per_row=tuple(n for s in spellings for n in s.per_row),
         shared=tuple(n for s in spellings for n in s.shared),
         any_dim=any(s.any_dim for s in spellings),
     )

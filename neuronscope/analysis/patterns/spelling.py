@@ -30,10 +30,7 @@ from neuronscope.analysis.patterns.shapes import EXAMPLE_DIM, MATRIX_DIMS, Shape
 
 __all__ = [
     "OWN", "READ_PARAMETERS", "SIDE", "SLOT", "TAKES_BUILT",
-    "OrderShapes",
-    "Spelling",
-    "SpellingRun",
-    "TemplateOp",
+    "OrderShapes", "Spelling", "SpellingRun", "TemplateOp",
     "elementwise_slot",
     "examples",
     "merged_choice",
@@ -71,6 +68,8 @@ class Spelling:
     #: any tensor broadcast onto its ``x`` (a per-head ``[heads, d]``: :func:`~.shapes.is_vector`),
     #: not one of ``x``'s own size.
     vectors: tuple[str, ...] = ()
+    #: Example tensors of one element per row of ``x`` (a loss's target): ``[N]`` of ``[N, C]``.
+    per_row: tuple[str, ...] = ()
     #: Example tensors code may pass as one value, which the graph matcher then does not tell
     #: apart (attention's q, k and v: views of one packed projection, or one input).
     shared: tuple[str, ...] = ()
@@ -437,6 +436,8 @@ def relation_of(spelling: Spelling, ref: tuple[str, Any, bool], shape: tuple[int
     and a side one of no x-relative form (a mask: code broadcasts it as it likes)."""
     if ref[0] == "in" and ref[1] in spelling.vectors:
         return "V"
+    if ref[0] == "in" and ref[1] in spelling.per_row and len(shape) == 1:
+        return "R"
     relation = "." if ref[0] == "in" and ref[1] in spelling.broadcast else shape_relation(shape)
     return "." if ref[0] == "side" and relation.startswith(".") else relation
 

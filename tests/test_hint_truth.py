@@ -428,7 +428,8 @@ def test_a_capture_with_a_scalar_where_the_observation_saw_a_tensor_is_not_given
     (``cat``), whose members the capture does not record, may differ that way."""
     from torch.profiler import ProfilerActivity, profile
 
-    from neuronscope.analysis.observed_links import graph_from_observation, observed_graph, takes_tensor_list
+    from neuronscope.analysis.observed_links import graph_from_observation, observed_graph
+    from neuronscope.analysis.opgraph import takes_tensor_list
     from neuronscope.capture.observe import observe_dataflow
     from neuronscope.events import table_from_profiler
 

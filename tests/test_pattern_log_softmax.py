@@ -36,12 +36,12 @@ SPELLINGS = {
     "log_of_written_softmax": (lambda x, t: _of_softmax(x), ["max", "sub", "exp", "sum", "div", "log"], None),
     "gather_loss": (lambda x, t: -_shifted(x).gather(-1, t.unsqueeze(-1)).mean(), ["amax", "sub", "exp", "sum", "log", "sub", "gather"], "gather"),
     "nll_loss": (lambda x, t: F.nll_loss(torch.log(F.softmax(x, dim=-1)), t), ["softmax", "log", "nll_loss_nd"], "nll_loss_nd"),
-    # makemore: the targets' probabilities picked by index, then their log (arange is the
-    # indices' own computation, no op of the idiom)
-    "picked": (lambda x, t: -torch.log(torch.softmax(x, -1)[torch.arange(x.shape[0]), t]).mean(), ["softmax", "index", "log"], "index"),
+    # makemore: the targets' probabilities picked by index, then their log (the rows' arange
+    # is the loss's own: what tells each row's own target picked; cross_entropy needs none)
+    "picked": (lambda x, t: -torch.log(torch.softmax(x, -1)[torch.arange(x.shape[0]), t]).mean(), ["softmax", "arange", "index", "log"], "index"),
     "picked_written": (
         lambda x, t: -_picked(x, t).log().mean(),
-        ["exp", "sum", "div", "index", "log"],
+        ["exp", "sum", "div", "arange", "index", "log"],
         "index",
     ),
 }

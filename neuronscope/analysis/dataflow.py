@@ -50,6 +50,7 @@ from neuronscope.analysis.opgraph import (
     event_types,
     link_consumers,
     short_name,
+    takes_tensor_list,
 )
 from neuronscope.capture import torch_private
 from neuronscope.capture.frames import def_line, is_user_file
@@ -380,7 +381,10 @@ def _graph_from_profiler(prof: Any, table: EventTable | None) -> OpGraph | None:
             node.cpu_ns = end - start
         node_ids: list[Any] = []
         tensors, producers, scalars = node.inputs, node.producers, node.scalars
-        for arg in ev.extra_fields.inputs:
+        args = ev.extra_fields.inputs
+        for arg in args:
+            if arg is None and takes_tensor_list(node.op) and not any(a.__class__ is list for a in args):
+                arg = _list_from_children(ev, args)
             items = arg if arg.__class__ is list else None
             for item in items if items is not None else (arg,):
                 ptr = getattr(item, "storage_data_ptr", None)
@@ -410,6 +414,21 @@ def _graph_from_profiler(prof: Any, table: EventTable | None) -> OpGraph | None:
             if not node.inplace and (node.op in VIEW_OPS or (node.op in MAYBE_ALIAS_OPS and not copied(ev, torch_op))):
                 node.writes = False
     return graph
+
+
+def _list_from_children(ev: Any, recorded: list[Any]) -> list[Any]:
+    """The tensors of a list the profiler recorded as None (``aten::index``'s optional indices,
+    which decide which rows it picks): those its children take first (it reshapes each
+    index), each storage once, but the ones it recorded itself (its ``self``, restrided)."""
+    seen = {getattr(a, "storage_data_ptr", None) for a in recorded}
+    found = []
+    for child in ev.children:
+        first = next(iter(getattr(child.extra_fields, "inputs", None) or ()), None)
+        ptr = getattr(first, "storage_data_ptr", None)
+        if ptr and ptr not in seen:
+            seen.add(ptr)
+            found.append(first)
+    return found
 
 
 # ---- exact linking (profile_memory=True) -----------------------------------------------------

@@ -292,7 +292,7 @@ def _sequence_choice(pattern: str, members: list[OpNode]) -> dict[str, Any] | No
     anywhere. None: no spelling's shapes fit. Where shapes were not recorded, the choice of
     every spelling that runs the order."""
     order = tuple(m.op for m in members)
-    if not all(m.inputs for m in members):
+    if not any(m.inputs for m in members):  # an op of none (arange) records none anyway
         return _orders()[pattern].unshaped(order)
     x = max(members[0].inputs, key=lambda t: t.numel).sizes
     if not x:

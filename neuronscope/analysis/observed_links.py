@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from neuronscope.analysis.dataflow import graph_from_profiler, user_ops
-from neuronscope.analysis.opgraph import OpGraph, OpNode, link_consumers
+from neuronscope.analysis.opgraph import OpGraph, OpNode, link_consumers, takes_tensor_list
 from neuronscope.events import EventTable
 
 if TYPE_CHECKING:
@@ -146,23 +146,6 @@ def _table_sizes(dims: Any) -> list[tuple[int, ...]]:
     data to flow through; the profiler records a tensor list's shape as empty)."""
     # A shape is a list of ints; a tensor list's entry, when recorded, a list of lists.
     return [tuple(d) for d in dims or () if d and d.__class__ in (list, tuple) and d[0].__class__ is int and 0 not in d]
-
-
-#: aten ops that take a list of tensors (besides the ``_foreach_*`` family): the profiler
-#: records such a list's shape as empty, while the observation sees its members.
-TENSOR_LIST_OPS = frozenset({
-    "cat", "concat", "concatenate", "stack", "hstack", "vstack", "dstack", "column_stack", "row_stack",
-    "index", "index_put", "index_put_", "_index_put_impl_", "einsum", "meshgrid", "broadcast_tensors",
-    "block_diag", "cartesian_prod", "chunk_cat", "_chunk_cat", "_fused_adam_", "_fused_adamw_", "_fused_sgd_",
-})
-
-
-def takes_tensor_list(op: str) -> bool:
-    """Does aten op ``op`` (its name without the namespace) take a list of tensors? Only for
-    such an op may the observation see more input tensors than the capture recorded: for any
-    other, an input the capture lacks is a different call (a scalar where a tensor was), and
-    copying the observation's links would claim data flow that did not happen."""
-    return op.startswith("_foreach_") or op in TENSOR_LIST_OPS
 
 
 def _in_order(recorded: list[tuple[int, ...]], observed: list[tuple[int, ...]]) -> bool:

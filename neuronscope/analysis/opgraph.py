@@ -22,6 +22,7 @@ __all__ = [
     "event_types",
     "link_consumers",
     "short_name",
+    "takes_tensor_list",
 ]
 
 # Ops whose output shares its input's storage: consumers of the view link straight to whoever
@@ -62,6 +63,23 @@ ELEMENTWISE_OPS = frozenset(
         "bfloat16", "dropout",
     ]
 )
+
+#: aten ops that take a list of tensors (besides the ``_foreach_*`` family): the profiler
+#: records such a list's shape as empty, while the observation sees its members.
+TENSOR_LIST_OPS = frozenset({
+    "cat", "concat", "concatenate", "stack", "hstack", "vstack", "dstack", "column_stack", "row_stack",
+    "index", "index_put", "index_put_", "_index_put_impl_", "einsum", "meshgrid", "broadcast_tensors",
+    "block_diag", "cartesian_prod", "chunk_cat", "_chunk_cat", "_fused_adam_", "_fused_adamw_", "_fused_sgd_",
+})
+
+
+def takes_tensor_list(op: str) -> bool:
+    """Does aten op ``op`` (its name without the namespace) take a list of tensors? Only for
+    such an op may the observation see more input tensors than the capture recorded: for any
+    other, an input the capture lacks is a different call (a scalar where a tensor was), and
+    copying the observation's links would claim data flow that did not happen."""
+    return op.startswith("_foreach_") or op in TENSOR_LIST_OPS
+
 
 @functools.lru_cache(maxsize=4096)
 def short_name(name: str) -> str:

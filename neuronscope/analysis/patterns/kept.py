@@ -14,7 +14,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from neuronscope.analysis.opgraph import OpNode, TensorArg
+from neuronscope.analysis.opgraph import OpNode, TensorArg, takes_tensor_list
 from neuronscope.analysis.patterns.shapes import (
     VECTOR_SHAPES,
     ShapeSig,
@@ -327,6 +327,8 @@ def _readings(op: str, relations: tuple[str, ...], got: list[TensorArg], x: tupl
     the size recorded there) for each of the last two dims a relation names (``.LS``)."""
     if not got:
         return [[]]  # no input recorded (a trace's tensor list): nothing to check
+    if takes_tensor_list(op):  # a trace records no tensor list's members (aten::index's indices)
+        relations = relations[: len(got)]
     if len(got) != len(relations):
         return []
     orders = (got, got[::-1]) if op in COMMUTATIVE and len(got) == 2 else (got,)

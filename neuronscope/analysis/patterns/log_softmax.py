@@ -28,7 +28,7 @@ def _spelling(t: Any, form: str, shift: str | None, division: str, loss: str | N
     if loss == "index":  # makemore: each row's probability of its target picked, then its log
         p = torch.softmax(x, dim) if form == "log(softmax)" else written_softmax(SimpleNamespace(x=x), shift=shift, form=division, dim=dim)
         rows = p.reshape(-1, p.shape[-1])
-        return torch.log(rows[torch.arange(rows.shape[0]), t.target])
+        return torch.log(rows[torch.arange(named("rows", rows.shape[0])), t.target])  # arange: the loss's own
     if form == "logsumexp":
         logp = x - torch.logsumexp(x, dim, keepdim=True)
     elif form == "log(softmax)":
@@ -68,8 +68,8 @@ _READS = ({"loss": (None,), "dim": DIMS}, {"loss": ("gather", "nll_loss"), "dim"
 #: Or a softmax whose target probabilities are picked by index, then their log taken.
 _PICKED = MappingProxyType({"form": ("log(softmax)", "log(written softmax)"), "shift": _SHIFTS, "division": ("div", "twice", "reciprocal")})
 SPELLINGS = (
-    *(Spelling(_spelling, {**form, **reads}) for form in _FORMS for reads in _READS),
-    Spelling(_spelling, {**_PICKED, "loss": ("index",), "dim": (-1,)}),
+    *(Spelling(_spelling, {**form, **reads}, per_row=("target",)) for form in _FORMS for reads in _READS),
+    Spelling(_spelling, {**_PICKED, "loss": ("index",), "dim": (-1,)}, per_row=("target",)),
 )
 
 

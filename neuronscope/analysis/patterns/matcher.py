@@ -281,21 +281,27 @@ class _Walk:
         return None
 
     def vectors_outside(self, declared: Spelling) -> bool:
-        """No declared vector is made from what the match's own ops make: a weight is the
-        user's, kept when the fused call replaces those ops. A norm's statistic broadcasts onto
-        ``x`` as a weight does (``x * r * r``, ``(x - m) / s * s + m``: no norm at all)."""
+        """Each declared vector is the user's: one tensor the call did not compute from others
+        (a parameter, at most cast, viewed or offset there: Gemma's ``1 + weight``), kept when
+        the fused call replaces the match's ops. Not one the match's own ops make: a norm's
+        statistic broadcasts onto ``x`` as a weight does (``x * r * r``, ``(x - m) / s * s + m``:
+        no norm at all); nor one the call computes from several tensors, its activations:
+        AdaLN's per-sample scale, a Linear of the conditioning, has a weight's shape at batch 1."""
         own = {n.index for n in (*self.assign.values(), *self.chained)}
-        first = min(own, default=0)
-        todo = [b[0][1] for name, b in self.bound.items() if name in declared.vectors]
-        seen: set[int] = set()
-        while todo:
-            p = todo.pop()
-            if p < first or p in seen:  # an op before the match's first is made before any of its
-                continue
-            if p in own:
+        for todo in ([b[0]] for name, b in self.bound.items() if name in declared.vectors):
+            leaves: set[int] = set()
+            seen: set[int] = set()
+            while todo and len(leaves) < 2:
+                key, p = todo.pop()
+                if p in own:
+                    return False
+                if p < 0:
+                    leaves.add(key)
+                elif p not in seen:
+                    seen.add(p)
+                    todo.extend(map(self.g.nodes[p].value, self.g.nodes[p].big_inputs()))
+            if len(leaves) > 1:
                 return False
-            seen.add(p)
-            todo.extend(self.g.nodes[p].producers)
         return True
 
     def over(self, declared: Spelling, dim: int) -> dict[str, Any]:
@@ -387,6 +393,7 @@ def graph_matcher(
         lambda t: None,
         broadcast=tuple(n for s in spellings for n in s.broadcast),
         vectors=tuple(n for s in spellings for n in s.vectors),
+        per_row=tuple(n for s in spellings for n in s.per_row),
         shared=tuple(n for s in spellings for n in s.shared),
         any_dim=any(s.any_dim for s in spellings),
     )

@@ -45,7 +45,8 @@ _DIM_NAMES = MappingProxyType({size: name for name, size in MATRIX_DIMS.items()}
 #: How one op's dimensioned inputs relate to ``x`` in a spelling: per argument, dim for dim
 #: (from the first) "T" the example ``x``'s, "F" 1, "H" half of it (rotary's ``x[..., :d // 2]``);
 #: "V" a declared vector (a norm's weight): ``x``'s last dim alone, or a tensor broadcast onto
-#: ``x`` (see :func:`is_vector`); "." not of that form (another rank, a
+#: ``x`` (see :func:`is_vector`); "R" a declared per-row tensor (a loss's target): ``[N]`` of
+#: ``[N, C]``; "." not of that form (another rank, a
 #: matmul's, a tensor declared broadcast): not checked; then, for an example tensor (or a view
 #: of it), ``@`` and its name: the ops reading ``x`` read one tensor. None for an op not the
 #: idiom's own. A "." may name the last two dims (:data:`MATRIX_DIMS`): ``.LS`` for attention's
@@ -96,8 +97,8 @@ def shape_fits(relation: str, capture: tuple[int, ...], x: tuple[int, ...]) -> b
     relation = relation.partition("@")[0]
     if relation.startswith("."):  # named matrix dims relate within a match, not to x
         return True
-    if relation == "V":
-        return is_vector(tuple(capture), tuple(x))
+    if relation in ("V", "R"):
+        return is_vector(tuple(capture), tuple(x)) if relation == "V" else tuple(capture) == (math.prod(x[:-1]),)
     if len(capture) != len(x) or any(c != "T" for c in relation[: max(0, len(relation) - len(x))]):
         return False
     relation = relation[max(0, len(relation) - len(x)) :]

@@ -29,15 +29,8 @@ from neuronscope.analysis.opgraph import MAYBE_ALIAS_OPS, VIEW_OPS
 from neuronscope.analysis.patterns.shapes import EXAMPLE_DIM, MATRIX_DIMS, ShapeSig, shape_relation, vector_shape
 
 __all__ = [
-    "OWN",
-    "READ_PARAMETERS",
-    "SIDE",
-    "SLOT",
-    "TAKES_BUILT",
-    "OrderShapes",
-    "Spelling",
-    "SpellingRun",
-    "TemplateOp",
+    "OWN", "READ_PARAMETERS", "SIDE", "SLOT", "TAKES_BUILT",
+    "OrderShapes", "Spelling", "SpellingRun", "TemplateOp",
     "elementwise_slot",
     "examples",
     "merged_choice",
@@ -75,6 +68,8 @@ class Spelling:
     #: any tensor broadcast onto its ``x`` (a per-head ``[heads, d]``: :func:`~.shapes.is_vector`),
     #: not one of ``x``'s own size.
     vectors: tuple[str, ...] = ()
+    #: Example tensors of one element per row of ``x`` (a loss's target): ``[N]`` of ``[N, C]``.
+    per_row: tuple[str, ...] = ()
     #: Example tensors code may pass as one value, which the graph matcher then does not tell
     #: apart (attention's q, k and v: views of one packed projection, or one input).
     shared: tuple[str, ...] = ()
@@ -234,11 +229,11 @@ class _Run:
         out = func(*args, **kwargs)
         refs, ops = self.refs, self.ops
         names = _op_names(func, args)
-        # ``p[rows, target]``'s indices are no input the profiler records of aten::index
-        inputs = _tensors(args[:1]) if names == ("index",) else _tensors((args, kwargs))
+        inputs = _tensors((args, kwargs))
         in_refs = [refs.get(id(a)) for a in inputs]
-        # made from side tensors alone, or from none (``torch.arange(n)``, a ``torch.full`` floor)
-        is_side = all(r is not None and r[0] == "side" for r in in_refs)
+        # made from side tensors alone, or from none (``torch.arange(n)``, a ``torch.full`` floor:
+        # the idiom's own where an op of it takes it, as rows to pick: see below)
+        is_side = all(r is not None and (r[0] == "side" or (r[0] == "op" and not ops[r[1]].own)) for r in in_refs)
         takes_made = any(id(a) in self.made for a in inputs)
         made = _storages(out)
         recorded = bool(names and made) and names[0] not in VIEW_OPS
@@ -249,6 +244,8 @@ class _Run:
         if recorded:
             first = len(ops)
             taken = [(r, tuple(a.shape)) for r, a in zip(in_refs, inputs) if r is not None and a.dim()]
+            for j in () if is_side else {r[1] for r, _ in taken if r[0] == "op"}:
+                ops[j] = ops[j]._replace(own=True)
             # The call's numbers as the observation pass records them (capture/observe.py), but
             # torch's own keywords (F.softmax's ``_stacklevel``): no number the spelling writes.
             given = (*args, *(v for k, v in kwargs.items() if not k.startswith("_")))
@@ -260,7 +257,7 @@ class _Run:
                     ops.append(TemplateOp(name, not is_side, args_, tuple(s for _, s in taken), nums))
                 else:
                     ops.append(TemplateOp(name, not is_side, (("op", first + i - 1, True),), (tuple(out.shape),)))
-            out_ref = ("side", "", False) if is_side else ("op", len(ops) - 1, True)
+            out_ref = ("side", "", False) if is_side and inputs else ("op", len(ops) - 1, True)
             if len(_tensors(out)) > 1:
                 self.several.add(len(ops) - 1)
             if takes_made and not is_side:
@@ -439,6 +436,8 @@ def relation_of(spelling: Spelling, ref: tuple[str, Any, bool], shape: tuple[int
     and a side one of no x-relative form (a mask: code broadcasts it as it likes)."""
     if ref[0] == "in" and ref[1] in spelling.vectors:
         return "V"
+    if ref[0] == "in" and ref[1] in spelling.per_row and len(shape) == 1:
+        return "R"
     relation = "." if ref[0] == "in" and ref[1] in spelling.broadcast else shape_relation(shape)
     return "." if ref[0] == "side" and relation.startswith(".") else relation
 

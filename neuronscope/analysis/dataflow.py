@@ -193,10 +193,11 @@ def graph_from_table(table: EventTable, locations: list[str | None] | None = Non
     """
     nodes: list[OpNode] = []
     has_shapes = len(table.shapes) == len(table)
+    strides = table.strides if len(table.strides) == len(table) else None
     scalars = table.scalars if len(table.scalars) == len(table) else None
     # The inputs of one recorded shape list: the trace reader shares one list among calls
     # alike, so each list is read once.
-    inputs_of: dict[int, list[TensorArg]] = {}
+    inputs_of: dict[tuple[int, int], list[TensorArg]] = {}
     for t in user_ops(table):
         i = t.row
         name = table.names[i]
@@ -209,10 +210,15 @@ def graph_from_table(table: EventTable, locations: list[str | None] | None = Non
         )
         recorded = table.shapes[i] if has_shapes else None
         if recorded:
-            inputs = inputs_of.get(id(recorded))
+            laid = strides[i] if strides is not None else None
+            inputs = inputs_of.get((id(recorded), id(laid)))
             if inputs is None:
                 sized = [s for dims in recorded for s in _shapes_in(dims)]
-                inputs = inputs_of[id(recorded)] = [TensorArg(-1, s, "", 0, math.prod(s)) for s in sized]
+                strided = [s for dims in laid or () for s in _shapes_in(dims)]
+                strided = strided if len(strided) == len(sized) else [()] * len(sized)  # not recorded, or not alike
+                inputs = inputs_of[(id(recorded), id(laid))] = [
+                    TensorArg(-1, s, "", 0, math.prod(s), st) for s, st in zip(sized, strided)
+                ]
             node.inputs = list(inputs)
             node.producers = [-1] * len(inputs)
         if scalars is not None and scalars[i] is not None:
@@ -399,7 +405,8 @@ def _graph_from_profiler(prof: Any, table: EventTable | None) -> OpGraph | None:
                 tensor_id = item.id  # profile_memory's id: the key exact links use
                 key = ptr if tensor_id is None else tensor_id
                 sizes = tuple(item.sizes)
-                tensors.append(TensorArg(key, sizes, _dtype_name(item.dtype), item.impl_ptr, math.prod(sizes)))
+                strides = tuple(item.strides)
+                tensors.append(TensorArg(key, sizes, _dtype_name(item.dtype), item.impl_ptr, math.prod(sizes), strides))
                 producers.append(-1)
                 node_ids.append(tensor_id)
         nodes.append(node)

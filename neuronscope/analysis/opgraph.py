@@ -93,13 +93,15 @@ def short_name(name: str) -> str:
 
 class TensorArg(NamedTuple):
     """One tensor input as the profiler saw it. ``key`` is its storage identity (the
-    profiler's tensor id, or the storage pointer); ``impl`` the TensorImpl pointer."""
+    profiler's tensor id, or the storage pointer); ``impl`` the TensorImpl pointer;
+    ``strides`` its memory layout where the profiler recorded it (empty where not)."""
 
     key: int
     sizes: tuple[int, ...]
     dtype: str
     impl: int = 0
     numel: int = 1
+    strides: tuple[int, ...] = ()
 
 
 @dataclass(eq=False, slots=True)

@@ -245,6 +245,9 @@ class EventTable:
     ends: IntColumn = field(default_factory=list)
     device_ns: IntColumn = field(default_factory=list)
     shapes: list[Any] = field(default_factory=list)  # per event, or empty when not recorded
+    #: per event, its inputs' strides laid out as its shapes (a trace's ``Input Strides``),
+    #: or empty where none was recorded: read by the op graph (the layout of attention's key)
+    strides: list[Any] = field(default_factory=list)
     #: per event, its scalar arguments as a live capture's event tree holds them (a tuple:
     #: see :mod:`~neuronscope.events.op_scalars`; None where not recorded), or empty when no
     #: event recorded any. Trace files fill it; a live capture's graph reads its event tree.
@@ -327,6 +330,7 @@ class EventTable:
             ends=[self.ends[i] for i in keep],
             device_ns=[self.device_ns[i] for i in keep],
             shapes=column(self.shapes, None),
+            strides=column(self.strides, None),
             scalars=column(self.scalars, None),
             flags=column(self.flags, 0),
             range_device_ns={new_row[r]: ns for r, ns in self.range_device_ns.items() if r in new_row},

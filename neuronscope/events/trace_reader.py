@@ -35,7 +35,7 @@ from neuronscope.events.table import (
 )
 from neuronscope.events.trace_link import RuntimeCalls, link_file
 from neuronscope.events.trace_meta import trace_metadata
-from neuronscope.events.trace_records import EventArgs, RawDimsArgs, TraceEvent, dims_value
+from neuronscope.events.trace_records import EventArgs, RawDimsArgs, TraceEvent, dims_value, strides_value
 
 _UNSET = object()
 _SYNC = 7  # a category of host intervals blocked in a synchronisation (read, not a row)
@@ -62,6 +62,7 @@ class _Reader:
         self.others = _columns_table()
         self.exts: list[Any] = []  # "External id" per row (ops only), for the fallback link
         self.shapes: list[Any] = []
+        self.strides: list[Any] = []  # per row: its inputs' strides, where torch wrote them
         self.scalars: list[Any] = []  # per row: its scalar arguments (op_scalars), or None
         self.locations: list[str | None] | None = None
         self.thread_ids: dict[tuple[Any, Any], int] = {}
@@ -114,7 +115,7 @@ class _Reader:
 
     def _truncate(self, n: int, n_others: int) -> None:
         t, o = self.table, self.others
-        for lst in (t.names, t.kinds, t.tids, t.starts, t.ends, t.device_ns, self.exts, self.shapes, self.scalars):
+        for lst in (t.names, t.kinds, t.tids, t.starts, t.ends, t.device_ns, self.exts, self.shapes, self.strides, self.scalars):
             del lst[n:]
         for lst in (o.names, o.kinds, o.tids, o.starts, o.ends, o.device_ns):
             del lst[n_others:]
@@ -327,6 +328,7 @@ class _Reader:
                             else:
                                 last_dims[ev_name] = dims
                         shapes_append(dims)
+                        self.strides.append(strides_value(args.input_strides, dims_cache))
                         got = last_scalars.get(ev_name)  # as the op's last call's: most often
                         if got is not None and got[0] == args.concrete_inputs and got[1] == args.input_types:
                             scalars_append(got[2])
@@ -335,6 +337,7 @@ class _Reader:
                     else:
                         exts_append(None)
                         shapes_append(None)
+                        self.strides.append(None)
                         scalars_append(None)
                 else:  # runtime call or Python frame: a child in the nesting, not an op
                     if code == _DISPATCH:  # a link to device work (flows.py), not an op
@@ -438,18 +441,17 @@ class _Reader:
         """Order rows by start (parents first), as a live capture has them; fill shapes."""
         table = self.table
         n = len(table)
-        table.shapes = self.shapes if self.shapes.count(None) != n else []
-        table.scalars = self.scalars if self.scalars.count(None) != n else []
+        for col in ("shapes", "strides", "scalars"):  # per row, or empty where no row has one
+            setattr(table, col, getattr(self, col) if getattr(self, col).count(None) != n else [])
         if self.locations is not None:
             self.locations.extend([None] * (n - len(self.locations)))
         moved = start_order(table.starts, table.ends)
         if moved is not None:
             for attr in ("names", "kinds", "tids", "starts", "ends", "device_ns"):
                 setattr(table, attr, reordered(getattr(table, attr), moved))
-            if table.shapes:
-                table.shapes = reordered(table.shapes, moved)
-            if table.scalars:
-                table.scalars = reordered(table.scalars, moved)
+            for col in ("shapes", "strides", "scalars"):
+                if getattr(table, col):
+                    setattr(table, col, reordered(getattr(table, col), moved))
             if self.locations is not None:
                 self.locations = reordered(self.locations, moved)
             if table.range_device_ns:
@@ -457,9 +459,7 @@ class _Reader:
                 new_row[moved] = np.arange(n)
                 table.range_device_ns = {int(new_row[r]): v for r, v in table.range_device_ns.items()}
         table.device = self.device if len(self.device) else None
-        self.exts = []
-        self.shapes = []
-        self.scalars = []
+        self.exts, self.shapes, self.strides, self.scalars = [], [], [], []
         table.others = self.others if len(self.others) else None
         return table
 

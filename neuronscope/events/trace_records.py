@@ -23,6 +23,8 @@ class EventArgs(msgspec.Struct, gc=False):
     #: :mod:`neuronscope.events.op_scalars`)
     input_types: Any = msgspec.field(default=None, name="Input type")
     concrete_inputs: Any = msgspec.field(default=None, name="Concrete Inputs")
+    #: each input's strides, laid out as ``Input Dims`` (where torch wrote them)
+    input_strides: Any = msgspec.field(default=None, name="Input Strides")
     stream: Any = msgspec.UNSET
     device: Any = None
 
@@ -56,6 +58,7 @@ class RawDimsArgs(EventArgs, gc=False):
     input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b"null"), name="Input Dims")
     input_types: msgspec.Raw = msgspec.field(default=msgspec.Raw(b"null"), name="Input type")
     concrete_inputs: msgspec.Raw = msgspec.field(default=msgspec.Raw(b"null"), name="Concrete Inputs")
+    input_strides: msgspec.Raw = msgspec.field(default=msgspec.Raw(b"null"), name="Input Strides")
 
 
 class FastTraceEvent(TraceEvent, gc=False):
@@ -72,4 +75,14 @@ def dims_value(text: bytes) -> list[Any] | None:
         value = msgspec.json.decode(text)
     except ValueError:
         value = json.loads(text)
+    return value if value.__class__ is list else None
+
+
+def strides_value(value: Any, cache: dict[bytes, Any]) -> list[Any] | None:
+    """``Input Strides`` as read (a list, or its text: decoded once per distinct text into
+    ``cache``, the reader's cache of ``Input Dims``), or None where it is no list."""
+    if value.__class__ is msgspec.Raw:
+        text = bytes(value)
+        got = cache.get(text)
+        return got if got is not None or text in cache else cache.setdefault(text, dims_value(text))
     return value if value.__class__ is list else None

@@ -585,13 +585,6 @@ class KeyLaidOutForScores(nn.Module):
         return F.softmax(torch.matmul(q, k) / math.sqrt(C // HEADS), dim=-1) @ v
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attention: the scores' matmul takes SqueezeBERT's k already laid out [..., d, W] "
-    "(no transpose op before it); the hint still says scaled_dot_product_attention(q, k, v) "
-    "with no word of k's layout (as it says for an einsum's), so k passed as the code names it "
-    "is k^T to sdpa: a shape error where W != d, wrong scores where they are equal",
-)
 def test_key_already_laid_out_for_the_scores_named_so() -> None:
     m = KeyLaidOutForScores().eval()
     fwd = no_grad(m)

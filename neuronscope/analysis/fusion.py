@@ -179,7 +179,7 @@ def find_sequence_matches(g: OpGraph) -> list[Match]:
         for k, record, i0, seq in looking_back:  # read from the match back, not by skipping the ops after it
             m, before = out[k], map(seq.__getitem__, range(i0 - 1, -1, -1))
             assert record.params_before is not None  # only such records look back
-            out[k] = replace(m, params={**m.params, **record.params_before(m.nodes, before, claimed)})
+            out[k] = replace(m, params={**m.params, **record.params_before(m.nodes, before, claimed, g)})
     return out
 
 

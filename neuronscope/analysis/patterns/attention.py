@@ -15,6 +15,7 @@ from typing import Any
 
 from neuronscope.analysis.opgraph import OpGraph, OpNode
 from neuronscope.analysis.patterns.base import BUILT_UNSEEN, MATMULS, SOFTMAXES, Match, Pattern, softmax_on_last_dim
+from neuronscope.analysis.patterns.key_layout import key_laid_out_for_scores
 from neuronscope.analysis.patterns.matcher import graph_matcher, read_elsewhere
 from neuronscope.analysis.patterns.spelling import Spelling, elementwise_slot, named
 from neuronscope.capture.frames import modules_of
@@ -158,6 +159,7 @@ def match_attention(g: OpGraph, n: OpNode) -> Match | None:
         # code's scaled q with sdpa's default scale would apply it twice.
         params["scale_on_inputs"] = True
     params.update(_layout(mm1, head))
+    params.update(_key_layout(g, mm1))
     if any(_is_floor(x) for x in m.nodes if mm1.index < x.index < mm2.index):
         params["floor"] = True
     nodes = {x.index: x for x in [*m.nodes, *scales.values()]}
@@ -165,6 +167,19 @@ def match_attention(g: OpGraph, n: OpNode) -> Match | None:
 
 
 match_attention.derived_from = SPELLINGS  # type: ignore[attr-defined]  # its templates are kept
+
+
+#: The param of a key the code lays out ``[..., E, S]`` for its scores (no transpose there).
+KEY_LAID_OUT = "key_laid_out"
+
+
+def _key_layout(g: OpGraph, mm1: OpNode) -> dict[str, Any]:
+    """``{KEY_LAID_OUT: True}`` where the scores' matmul ``mm1`` takes a key laid out for it
+    (:func:`~.key_layout.key_laid_out_for_scores`, from the ops of its thread before it, views
+    included), else nothing: read alike from a live graph and a trace's."""
+    earlier = (g.nodes[i] for i in range(mm1.index - 1, -1, -1) if g.nodes[i].tid == mm1.tid)
+    laid_out = key_laid_out_for_scores(mm1, earlier, g.producer(mm1, 2 if mm1.op == "baddbmm" else 1))
+    return {KEY_LAID_OUT: True} if laid_out else {}
 
 
 def _is_floor(n: OpNode) -> bool:
@@ -338,8 +353,12 @@ def _suggest(m: Match, backend: str) -> str:
     layout = m.params.get("layout")
     if layout == "heads_after_queries":
         args[:3] = [f"{a}.transpose(-3, -2)" for a in args[:3]]
+    if m.params.get(KEY_LAID_OUT):
+        args[1] = "k.transpose(-2, -1)"
     call = f"torch.nn.functional.scaled_dot_product_attention({', '.join(args)})"
     notes = [mask_note] if mask_note else []
+    if m.params.get(KEY_LAID_OUT):
+        notes.append("your code's k is laid out [..., E, S] for the scores; sdpa takes [..., S, E]")
     if layout == "heads_after_queries":
         call += ".transpose(-3, -2)"
         notes.append(
@@ -419,7 +438,7 @@ def _sequence_params(members: list[OpNode]) -> dict[str, Any]:
 _QKV_PROJECTIONS = MATMULS | {"linear", "addmm"}
 
 
-def _scaled_before(members: list[OpNode], before: Iterable[OpNode], claimed: AbstractSet[int]) -> dict[str, Any]:
+def _scaled_before(members: list[OpNode], before: Iterable[OpNode], claimed: AbstractSet[int], g: OpGraph) -> dict[str, Any]:
     """Whether q or k may have been scaled before a trace's attention match: a multiply or
     divide by a number after the three projections before the scores (q, k and v: Whisper
     scales q, then projects k and v), whatever the match scales itself by (Whisper's
@@ -429,14 +448,15 @@ def _scaled_before(members: list[OpNode], before: Iterable[OpNode], claimed: Abs
     known and q and k are read before it."""
     mm = next((n for n in members if n.op in MATMULS), None)
     sizes = {t.numel for t in mm.inputs if t.sizes} if mm is not None else set()
+    found = _key_layout(g, mm) if mm is not None else {}  # as the graph matcher reads it
     projections = 0
     for n in before:
         if n.op in ("mul", "div") and n.index not in claimed and (not n.inputs or (_is_scaling(n) and n.inputs[n.big_inputs()[0]].numel in sizes)):
-            return {"scale": UNKNOWN_SCALE, "inputs_maybe_scaled": True}
+            return {"scale": UNKNOWN_SCALE, "inputs_maybe_scaled": True, **found}
         projections += n.op in _QKV_PROJECTIONS
         if projections == 3:
             break
-    return {}
+    return found
 
 
 ATTENTION = Pattern(

@@ -120,11 +120,12 @@ class Pattern:
     exact_only: bool = False
     spellings: tuple[Spelling, ...] = ()
     #: What a trace's op order before a match adds to what it says: ``(members, before,
-    #: claimed)``, the match's ops, the ops of its thread before them, latest first, as an
-    #: iterator read as far as needed, and the indices of the ops every idiom of the thread took
-    #: (attention: whether q or k may have been scaled a few ops before its scores, which no op
-    #: order of the idiom holds: Whisper projects k and v in between).
-    params_before: Callable[[list[OpNode], Iterable[OpNode], AbstractSet[int]], dict[str, Any]] | None = None
+    #: claimed, graph)``, the match's ops, the ops of its thread before them, latest first, as
+    #: an iterator read as far as needed, the indices of the ops every idiom of the thread took,
+    #: and the whole graph, views included (attention: whether q or k may have been scaled a
+    #: few ops before its scores, which no op order of the idiom holds: Whisper projects k and
+    #: v in between; the view that made its key).
+    params_before: Callable[[list[OpNode], Iterable[OpNode], AbstractSet[int], OpGraph], dict[str, Any]] | None = None
     #: Ops of a match left out of its cost (attention's matmuls: fusion keeps their work).
     cost_excludes: frozenset[str] = frozenset()
     #: Reported whatever its estimated saving (a named idiom's time is worth knowing); False:

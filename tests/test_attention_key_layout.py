@@ -48,13 +48,15 @@ class Scores(nn.Module):
         B, S, _ = x.shape
         q, k, v = self.c(x).split(D, dim=2)
         heads = lambda t: t.view(B, S, HEADS, D // HEADS)
-        q, v = heads(q).permute(0, 2, 1, 3), heads(v).permute(0, 2, 1, 3)
-        if self.spelling == "permute(0, 2, 3, 1)":  # the original GPT-2 port's split_heads(k=True)
+        # q, k, v split into heads in that order, as the original GPT-2 port's split_heads
+        q = heads(q).permute(0, 2, 1, 3)
+        if self.spelling == "permute(0, 2, 3, 1)":  # its split_heads(k=True)
             k = heads(k).permute(0, 2, 3, 1)
         elif self.spelling == "bmm, laid out":
             k = heads(k).permute(0, 2, 3, 1).reshape(B * HEADS, D // HEADS, S)
         else:
             k = heads(k).permute(0, 2, 1, 3)
+        v = heads(v).permute(0, 2, 1, 3)
         if self.spelling.startswith("bmm"):
             q, v = (t.reshape(B * HEADS, S, D // HEADS) for t in (q, v))
             if self.spelling == "bmm":

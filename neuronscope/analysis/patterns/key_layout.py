@@ -41,20 +41,26 @@ def _same_tensor(a: TensorArg, b: TensorArg) -> bool:
     return a.key == b.key or a.key == -1 or b.key == -1
 
 
-def _swap_last_two(sizes: tuple[int, ...]) -> tuple[int, ...]:
-    return (*sizes[:-2], sizes[-1], sizes[-2])
+def _dims(t: TensorArg) -> tuple[tuple[int, int], ...]:
+    """``t``'s dims as (size, stride) pairs: what a view reorders."""
+    return tuple(zip(t.sizes, t.strides))
 
 
-def _view_swaps_last_two(k: TensorArg, before: list[OpNode]) -> bool:
-    """Whether the view that made the transposed view ``k`` (the latest reordering view of a
-    tensor of ``k``'s dims, in any order) swapped only its last two dims (the code's
-    ``k.transpose(-2, -1)``); not one found: so read, today's reading."""
+def _made_by_reordering(k: TensorArg, before: list[OpNode]) -> bool:
+    """Whether the transposed view ``k`` was made from another order of its dims than by a
+    swap of its last two (the code's ``k.transpose(-2, -1)``, ``k.mT``): by a reordering view
+    of a tensor with ``k``'s dims (sizes and strides: one made by ``permute(0, 2, 3, 1)``),
+    none of them ``k`` with its last two dims swapped. None such: today's reading, a swap."""
+    dims = _dims(k)
+    swapped = (*dims[:-2], dims[-1], dims[-2])
+    reordered = False
     for n in before:
-        if n.op in _REORDERING_VIEWS and n.inputs:
-            src = n.inputs[0]
-            if len(src.sizes) == len(k.sizes) >= 2 and sorted(src.sizes) == sorted(k.sizes) and _same_tensor(src, k):
-                return _swap_last_two(src.sizes) == tuple(k.sizes)
-    return True
+        if n.op in _REORDERING_VIEWS and n.inputs and _same_tensor(n.inputs[0], k):
+            src = _dims(n.inputs[0])
+            if src == swapped:
+                return False
+            reordered = reordered or sorted(src) == sorted(dims)
+    return reordered
 
 
 def key_laid_out_for_scores(mm: OpNode, before: Iterable[OpNode], producer: OpNode | None = None) -> bool | None:
@@ -72,12 +78,12 @@ def key_laid_out_for_scores(mm: OpNode, before: Iterable[OpNode], producer: OpNo
     if transposed is None:
         return None
     if transposed:
-        return not _view_swaps_last_two(k, ops)
+        return _made_by_reordering(k, ops)
     # Contiguous [..., E, S]: a copy of a transposed view is that view's layout made
     # contiguous (``k.transpose(2, 3).contiguous()``); anything else was laid out so.
     if producer is None or producer.op not in _COPIES:
         producer = next((n for n in ops if n.op in _COPIES and n.writes and n.inputs and n.inputs[0].sizes == k.sizes), None)
     src = producer.inputs[0] if producer is not None and producer.op in _COPIES and producer.inputs else None
     if src is not None and _transposed(src):
-        return not _view_swaps_last_two(src, ops[ops.index(producer) + 1 :] if producer in ops else ops)
+        return _made_by_reordering(src, ops[ops.index(producer) + 1 :] if producer in ops else ops)
     return True

@@ -126,18 +126,26 @@ def test_the_suggested_call_holds_for_the_key_as_the_code_names_it(spelling: str
         assert bool(h.details.get("key_laid_out")) is laid_out, source
 
 
-def test_a_trace_without_strides_keeps_the_plain_reading(tmp_path: Path) -> None:
-    """A trace torch wrote no ``Input Strides`` in (older torch): the layout is not known, so
-    the hint says what it said before, and nothing of the key's layout."""
+@pytest.mark.parametrize("strides", ["removed", "no list", [[1, "x"]], [[1]], [[]]])
+def test_a_trace_without_strides_keeps_the_plain_reading(strides: Any, tmp_path: Path) -> None:
+    """A trace torch wrote no ``Input Strides`` in (older torch), or wrote them unlike its
+    ``Input Dims``: the layout is not known, so the hint says what it said before, and
+    nothing of the key's layout."""
     _, _, got = run("permute(0, 2, 3, 1)", tmp_path / "run")
     (trace,) = glob.glob(str(tmp_path / "run" / "**" / "trace.json*"), recursive=True)
     opened: Any = gzip.open if trace.endswith(".gz") else open
     with opened(trace, "rt") as f:
         doc = json.load(f)
-    stripped = 0
+    changed = 0
     for e in doc["traceEvents"]:
-        stripped += e.get("args", {}).pop("Input Strides", None) is not None
-    assert stripped
+        args = e.get("args") or {}
+        if "Input Strides" in args:
+            changed += 1
+            if strides == "removed":
+                del args["Input Strides"]
+            else:
+                args["Input Strides"] = strides
+    assert changed
     old = tmp_path / "old_trace.json"
     old.write_text(json.dumps(doc))
     (h,) = of(neuronscope.from_trace(str(old)).hints, "attention")

@@ -189,7 +189,7 @@ class _Reader:
         others = self.others
         o_names, o_kinds, o_tids = others.names.append, others.kinds.append, others.tids.append
         o_starts, o_ends = o_starts_l.append, o_ends_l.append
-        shapes_append, scalars_append = self.shapes.append, self.scalars.append
+        shapes_append, scalars_append, strides_append = self.shapes.append, self.scalars.append, self.strides.append
         codes, thread_ids = self.cat_codes, self.thread_ids
         rt_corr, rt_thread = self.runtime.corr.append, self.runtime.thread.append
         rt_start, rt_end = rt_start_l.append, rt_end_l.append
@@ -328,7 +328,7 @@ class _Reader:
                             else:
                                 last_dims[ev_name] = dims
                         shapes_append(dims)
-                        self.strides.append(strides_value(args.input_strides, dims_cache))
+                        strides_append(strides_value(args.input_strides, dims_cache))
                         got = last_scalars.get(ev_name)  # as the op's last call's: most often
                         if got is not None and got[0] == args.concrete_inputs and got[1] == args.input_types:
                             scalars_append(got[2])
@@ -337,7 +337,7 @@ class _Reader:
                     else:
                         exts_append(None)
                         shapes_append(None)
-                        self.strides.append(None)
+                        strides_append(None)
                         scalars_append(None)
                 else:  # runtime call or Python frame: a child in the nesting, not an op
                     if code == _DISPATCH:  # a link to device work (flows.py), not an op

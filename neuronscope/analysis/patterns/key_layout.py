@@ -81,6 +81,8 @@ def key_laid_out_for_scores(mm: OpNode, before: Iterable[OpNode], producer: OpNo
         return _made_by_reordering(k, ops)
     # Contiguous [..., E, S]: a copy of a transposed view is that view's layout made
     # contiguous (``k.transpose(2, 3).contiguous()``); anything else was laid out so.
+    # Op order finds the copy where links do not (a trace's graph), and is asked alike where
+    # they name another writer, so that a trace and a live capture read the same.
     if producer is None or producer.op not in _COPIES:
         producer = next((n for n in ops if n.op in _COPIES and n.writes and n.inputs and n.inputs[0].sizes == k.sizes), None)
     src = producer.inputs[0] if producer is not None and producer.op in _COPIES and producer.inputs else None

@@ -112,7 +112,7 @@ def test_the_attention_look_back_reads_back_from_each_match(monkeypatch: pytest.
     g = attention_blocks(50)
     firsts: list[int | None] = []
 
-    def reading(members: list[Any], before: Any, claimed: Any) -> dict[str, Any]:
+    def reading(members: list[Any], before: Any, claimed: Any, graph: Any) -> dict[str, Any]:
         first = next(iter(before), None)
         firsts.append(None if first is None else first.index)
         return {}

@@ -12,15 +12,15 @@ from collections.abc import Iterable
 
 from neuronscope.analysis.opgraph import MAYBE_ALIAS_OPS, OpNode, TensorArg
 
-__all__ = ["key_laid_out_for_scores"]
+__all__ = ["KEY_LOOK_BACK", "key_laid_out_for_scores"]
 
 #: Views that reorder dims: the one that made the scores' key tells how the code wrote it.
 _REORDERING_VIEWS = frozenset({"transpose", "t", "mT", "permute", "swapaxes", "swapdims", "movedim", "moveaxis", "adjoint", "numpy_T"})
 #: Ops that copy a tensor into contiguous memory (where they copied at all: the graph keeps
 #: a ``contiguous`` / ``reshape`` only where it did).
 _COPIES = MAYBE_ALIAS_OPS | {"clone", "_to_copy"}
-#: How many ops before the scores the view or copy that made the key is looked for.
-_WINDOW = 64
+#: How many ops of its thread before the scores the view or copy that made the key is looked for.
+KEY_LOOK_BACK = 64
 
 
 def _transposed(t: TensorArg) -> bool | None:
@@ -73,10 +73,10 @@ def key_laid_out_for_scores(mm: OpNode, before: Iterable[OpNode], producer: OpNo
     if at is None or at >= len(mm.inputs):
         return None
     k = mm.inputs[at]
-    ops = [n for n, _ in zip(before, range(_WINDOW))]
     transposed = _transposed(k)
     if transposed is None:
         return None
+    ops = [n for n, _ in zip(before, range(KEY_LOOK_BACK))]
     if transposed:
         return _made_by_reordering(k, ops)
     # Contiguous [..., E, S]: a copy of a transposed view is that view's layout made

@@ -43,6 +43,7 @@ def test_a_users_compile_in_another_thread_during_verify_stays_registered() -> N
 # ---- log_softmax's index loss: rows picked by something other than arange(N) ----------------
 
 import pytest
+from user_rounds import live_and_traced
 
 from neuronscope import from_trace, profile_on_neuron
 
@@ -112,19 +113,6 @@ def _einsum_attention(eq1: str, eq2: str):  # type: ignore[no-untyped-def]
     return attention
 
 
-def _attention_hints(fn, args, tmp_path):  # type: ignore[no-untyped-def]
-    f = profile_on_neuron(fn, backend="cpu", export=False)
-    f(*args)
-    f(*args)
-    with torch.profiler.profile(record_shapes=True) as prof:
-        fn(*args)
-    path = tmp_path / "trace.json"
-    prof.export_chrome_trace(str(path))
-    live = [h for h in f.last_result.hints if h.pattern == "attention"]
-    traced = [h for h in from_trace(path).hints if h.pattern == "attention"]
-    return live, traced
-
-
 @pytest.mark.parametrize(
     ("eq1", "eq2", "shape"),
     [
@@ -141,7 +129,7 @@ def test_an_einsum_layout_its_shapes_cannot_tell_is_not_claimed(eq1: str, eq2: s
     q, k, v = (torch.randn(*shape, generator=g) for _ in range(3))
     fn = _einsum_attention(eq1, eq2)
     assert not torch.allclose(F.scaled_dot_product_attention(q, k, v), fn(q, k, v), atol=1e-4)
-    live, traced = _attention_hints(fn, (q, k, v), tmp_path)
+    live, traced = live_and_traced(fn, (q, k, v), tmp_path, "attention")
     assert live and traced
     for h in (*live, *traced):
         assert h.details.get("layout") == "unknown" and "do not tell its layout" in h.suggestion, h.suggestion
@@ -153,7 +141,7 @@ def test_a_trace_reads_the_einsum_layout_as_the_live_capture(tmp_path) -> None: 
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 8, 4, 16, generator=g) for _ in range(3))
     fn = _einsum_attention("bqhd,bkhd->bhqk", "bhqk,bkhd->bqhd")
-    live, traced = _attention_hints(fn, (q, k, v), tmp_path)
+    live, traced = live_and_traced(fn, (q, k, v), tmp_path, "attention")
     assert [h.details.get("layout") for h in live] == [h.details.get("layout") for h in traced] == ["heads_after_queries"]
 
 

@@ -8,16 +8,12 @@ found in the trace as live.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
 import torch.nn.functional as F
-
-from neuronscope import from_trace, profile_on_neuron
-from neuronscope.result.hint import Hint
+from user_rounds import live_and_traced
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -27,23 +23,11 @@ Q, K, V = torch.randn(2, 4, 6, 16, generator=_G), torch.randn(2, 4, 10, 16, gene
 MASK = torch.randn(2, 1, 1, 10, generator=_G)
 
 
-def _attention(fn: Callable[..., Any], args: tuple[torch.Tensor, ...], tmp_path: Path) -> tuple[list[Hint], list[Hint]]:
-    """The attention hints on ``fn(*args)`` live (decorated) and from its profiler's trace."""
-    f = profile_on_neuron(fn, export=False, backend="cpu", print_summary=False)
-    f(*args)
-    f(*args)
-    with torch.profiler.profile(record_shapes=True) as prof:
-        fn(*args)
-    path = tmp_path / "trace.json"
-    prof.export_chrome_trace(str(path))
-    return [h for h in f.last_result.hints if h.pattern == "attention"], [h for h in from_trace(path).hints if h.pattern == "attention"]
-
-
 def test_cross_attention_of_other_dims_is_found_in_the_trace_as_live(tmp_path: Path) -> None:
     def cross(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         return F.softmax(q @ k.transpose(-2, -1) * 0.25 + MASK, dim=-1) @ v
 
-    live, traced = _attention(cross, (Q, K, V), tmp_path)
+    live, traced = live_and_traced(cross, (Q, K, V), tmp_path, "attention")
     assert [h.ops for h in live] == [h.ops for h in traced] and len(live) == 1
 
 
@@ -56,7 +40,7 @@ def test_a_softmax_of_another_tensor_between_the_products_is_no_attention(tmp_pa
         s = q @ k.transpose(-2, -1)
         return F.softmax(other, dim=-1) @ v.transpose(-2, -1)[..., :12, :], s
 
-    live, traced = _attention(unrelated, (Q, K, V), tmp_path)
+    live, traced = live_and_traced(unrelated, (Q, K, V), tmp_path, "attention")
     assert live == [] and traced == [], [h.suggestion for h in traced]
 
 
@@ -69,5 +53,5 @@ def test_weights_as_the_second_operand_are_no_sdpa_by_op_order(tmp_path: Path) -
         w = F.softmax(torch.bmm(q3, k3.transpose(1, 2)), dim=-1)
         return torch.bmm(v3.transpose(1, 2), w.transpose(1, 2))
 
-    live, traced = _attention(transposed, (Q, K, V), tmp_path)
+    live, traced = live_and_traced(transposed, (Q, K, V), tmp_path, "attention")
     assert live == [] and traced == [], [h.suggestion for h in traced]

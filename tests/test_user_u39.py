@@ -10,9 +10,7 @@ the code computes; hints from a run's exported trace are compared with the live 
 
 from __future__ import annotations
 
-import glob
 import math
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,11 +19,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-from user_rounds import COMMON, apply, call_in, eager, of
+from user_rounds import COMMON, apply, built, call_in, captured, eager, fusion_keys, of
 
-import neuronscope
 from neuronscope import from_profiler, profile_on_neuron
-from neuronscope.result.hint import Hint
 
 transformers = pytest.importorskip("transformers")
 
@@ -33,23 +29,6 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread", "no_compiled_code_yet")
 
 
 # ---- helpers --------------------------------------------------------------------------------
-
-
-def captured(fn: Callable[..., Any], *args: Any, tmp: Path, **kw: Any) -> tuple[list[Hint], list[Hint]]:
-    """The hints of a decorated ``fn`` (one warm-up call, one captured), and those
-    ``neuronscope.from_trace`` reads from the trace file of its run."""
-    f = profile_on_neuron(fn, backend="cpu", export=True, output_dir=str(tmp), print_summary=False, **kw)
-    f(*args)
-    f(*args)
-    r = f.last_result
-    (trace,) = glob.glob(os.path.join(str(r.run_dir), "trace.json*"))
-    return r.hints, neuronscope.from_trace(trace).hints
-
-
-def fusion_keys(hints: list[Hint]) -> list[tuple[str, int, int]]:
-    """What op order can show of the fusion hints: pattern, calls, op count (no
-    ``elementwise_chain``, which needs data flow)."""
-    return sorted((h.pattern, h.calls, len(h.ops)) for h in hints if h.kind == "fusion" and h.pattern != "elementwise_chain")
 
 
 IDS = torch.randint(0, 100, (2, 8), generator=torch.Generator().manual_seed(0))
@@ -122,14 +101,7 @@ def build(name: str) -> tuple[nn.Module, Callable[[torch.Tensor], torch.Tensor],
             IMG,
         ),
     }
-    make, run, x = table[name]
-    m = make().eval()
-
-    def forward(x: torch.Tensor) -> torch.Tensor:
-        with torch.no_grad():
-            return run(m, x)
-
-    return m, forward, x
+    return built(table[name])
 
 
 # ---- a Llama written from scratch, as the blogs write it -----------------------------------

@@ -11,9 +11,7 @@ compared with the live ones; a training step's hints are the same in ten capture
 
 from __future__ import annotations
 
-import glob
 import math
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -23,9 +21,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-from user_rounds import COMMON, apply, call_in, eager, of
+from user_rounds import COMMON, apply, built, call_in, captured, eager, fusion_keys, of
 
-import neuronscope
 from neuronscope import from_profiler, profile_on_neuron
 from neuronscope.result.hint import Hint
 
@@ -35,23 +32,6 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread", "no_compiled_code_yet")
 
 
 # ---- helpers --------------------------------------------------------------------------------
-
-
-def captured(fn: Callable[..., Any], *args: Any, tmp: Path) -> tuple[list[Hint], list[Hint]]:
-    """The hints of a decorated ``fn`` (one warm-up call, one captured), and those
-    ``neuronscope.from_trace`` reads from the trace file of its run."""
-    f = profile_on_neuron(fn, backend="cpu", export=True, output_dir=str(tmp), print_summary=False)
-    f(*args)
-    f(*args)
-    r = f.last_result
-    (trace,) = glob.glob(os.path.join(str(r.run_dir), "trace.json*"))
-    return r.hints, neuronscope.from_trace(trace).hints
-
-
-def fusion_keys(hints: list[Hint]) -> list[tuple[str, int, int]]:
-    """What op order can show of the fusion hints: pattern, calls, op count (no
-    ``elementwise_chain``, which needs data flow)."""
-    return sorted((h.pattern, h.calls, len(h.ops)) for h in hints if h.kind == "fusion" and h.pattern != "elementwise_chain")
 
 
 def patterns(hints: list[Hint]) -> set[str]:
@@ -184,14 +164,7 @@ def build(name: str) -> tuple[nn.Module, Callable[[torch.Tensor], torch.Tensor],
         ),
         "xlnet": (lambda: tf.XLNetModel(tf.XLNetConfig(d_model=64, n_layer=1, n_head=4, d_inner=128, vocab_size=128)), enc, IDS),
     }
-    make, run, x = table[name]
-    m = make().eval()
-
-    def forward(x: torch.Tensor) -> torch.Tensor:
-        with torch.no_grad():
-            return run(m, x)
-
-    return m, forward, x
+    return built(table[name])
 
 
 # ---- a nanoGPT written by hand, trained with its own cross-entropy and AdamW -----------------

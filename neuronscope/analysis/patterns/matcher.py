@@ -367,7 +367,7 @@ def read_elsewhere(g: OpGraph, nodes: list[OpNode], out: OpNode) -> bool:
 
 
 def graph_matcher(
-    pattern: str, spellings: tuple[Spelling, ...], params: Callable[[Mapping[str, Any], list[OpNode]], dict[str, Any]]
+    pattern: str, spellings: tuple[Spelling, ...], params: Callable[[Mapping[str, Any], list[OpNode]], dict[str, Any] | None]
 ) -> Callable[[OpGraph, OpNode], Match | None]:
     """The ``match(graph, node)`` of an idiom: its largest spelling template anchored at
     ``node``, as a :class:`~.base.Match` of ``pattern`` whose ``x`` is the capture's tensor for
@@ -407,8 +407,11 @@ def graph_matcher(
             dim = walk.shaped(declared.any_dim)
             if dim is not None and walk.vectors_outside(declared):
                 nodes = sorted([*walk.assign.values(), *walk.chained], key=lambda m: m.index)
+                said = params(template.choice, nodes)
+                if said is None:  # its recorded numbers say another computation
+                    continue
                 x: TensorArg | None = walk.bound["x"][2] if "x" in walk.bound else None
-                return Match(pattern, nodes, x, {**walk.named(), **params(template.choice, nodes), **walk.over(declared, dim)})
+                return Match(pattern, nodes, x, {**walk.named(), **said, **walk.over(declared, dim)})
         return None
 
     match.derived_from = spellings  # type: ignore[attr-defined]  # what keeping its templates runs

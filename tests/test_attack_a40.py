@@ -95,3 +95,61 @@ def _env() -> dict[str, str]:
     import os
 
     return {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+
+
+# ---- attention: the weights transposed before the product are no attention ----------------------
+
+
+def _weights_transposed(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """softmax over the keys, then summed over the queries: ``w^T @ q`` is [S, E], no sdpa."""
+    w = torch.softmax(q @ k.transpose(-2, -1), -1)
+    return w.transpose(-2, -1) @ q
+
+
+def test_weights_transposed_before_their_product_are_no_attention(tmp_path: Path) -> None:
+    """The graph matcher read the product's operands through their views without their dims:
+    ``softmax(q @ k^T).mT @ q`` ([S, L] @ [L, E]) was suggested as sdpa(q, k, v) live and from
+    the user's profiler (op order already bound L and S to one size each). Now the graph
+    matcher binds them too."""
+    q, k = torch.randn(2, 4, 12, 16), torch.randn(2, 4, 20, 16)
+    for where, hints in _hints(_weights_transposed, (q, k), tmp_path).items():
+        claimed = [h.suggestion for h in hints if "scaled_dot_product" in h.suggestion]
+        assert not claimed, (where, claimed)
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2, 1], ids=["mha", "gqa", "mqa"])
+def test_cross_attention_and_grouped_heads_stay_found(kv_heads: int, tmp_path: Path) -> None:
+    """L != S, k and v repeated to q's heads (repeat_kv) or broadcast from one head."""
+    q, k, v = torch.randn(2, 4, 12, 16), torch.randn(2, kv_heads, 20, 16), torch.randn(2, kv_heads, 20, 24)
+
+    def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        if 1 < kv_heads < 4:
+            k, v = (t.repeat_interleave(4 // kv_heads, dim=1) for t in (k, v))
+        return torch.softmax(q @ k.transpose(-2, -1) * 16**-0.5, -1) @ v
+
+    for where, hints in _hints(attention, (q, k, v), tmp_path).items():
+        assert [h for h in hints if "scaled_dot_product" in h.suggestion], where
+
+
+# ---- fd 2's filter and the user's own redirect meanwhile -----------------------------------------
+
+
+def test_the_users_own_redirect_during_the_filter_stays_theirs() -> None:
+    """Another thread's filter ends after the user pointed fd 2 at their log (``os.dup2``): the
+    filter put fd 2 back on the terminal, undoing theirs, and their next lines missed the log."""
+    script = (
+        "import os, tempfile, threading\n"
+        "from neuronscope.capture.stderr import quiet_native_stderr\n"
+        "inside, done = threading.Event(), threading.Event()\n"
+        "def capture():\n"
+        "    with quiet_native_stderr():\n"
+        "        inside.set(); done.wait()\n"
+        "t = threading.Thread(target=capture); t.start(); inside.wait()\n"
+        "log = tempfile.TemporaryFile()\n"
+        "os.dup2(log.fileno(), 2)\n"
+        "done.set(); t.join()\n"
+        "os.write(2, b'to my log\\n')\n"
+        "log.seek(0); print(log.read())\n"
+    )
+    run = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=60, env=_env())
+    assert "to my log" in run.stdout and "to my log" not in run.stderr, (run.stdout, run.stderr)

@@ -134,7 +134,8 @@ def test_a_scale_the_observation_could_not_read_is_not_taken_for_the_default() -
     q = TensorArg(1, (2, 4, 8, 16), "float32", 1, 1024)
     s = TensorArg(2, (2, 4, 8, 8), "float32", 2, 512)
     nodes = [
-        OpNode(0, "aten::matmul", "matmul", 1, 0, 1, [q, q], [-1, -1]),
+        # q @ q^T: the product's operands as recorded, [.., L, E] @ [.., E, S] (a view of q)
+        OpNode(0, "aten::matmul", "matmul", 1, 0, 1, [q, TensorArg(1, (2, 4, 16, 8), "float32", 1, 1024)], [-1, -1]),
         OpNode(1, "aten::mul", "mul", 1, 1, 2, [s, TensorArg(3, (), "float32", 3, 1)], [0, -1]),
         OpNode(2, "aten::softmax", "softmax", 1, 2, 3, [s], [1]),
         OpNode(3, "aten::matmul", "matmul", 1, 3, 4, [s, q], [2, -1]),

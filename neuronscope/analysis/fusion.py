@@ -157,15 +157,15 @@ def find_sequence_matches(g: OpGraph) -> list[Match]:
                 # The ends may have moved apart (yielding_head, yielding_tail): the choice of the
                 # spellings that run the order where its shapes no longer say which.
                 choice = _sequence_choice(record.name, seq[i0:end]) or rx.unshaped(tuple(ops.tokens[i0:end]))
-                if "dim" not in choice and not softmax_on_last_dim(members):
+                params = record.params(choice, members) if record.params else {}
+                if params is None or ("dim" not in choice and not softmax_on_last_dim(members)):
                     # a softmax over another dim, where the idiom's spellings normalise over the
-                    # last (attention's, over the keys): not the idiom
+                    # last (attention's, over the keys), or numbers that say another: not the idiom
                     i = i0 + 1
                     continue
                 i = end
                 claimed.update(m.index for m in members)
                 x = members[0].inputs[0] if members[0].inputs else None
-                params: dict[str, Any] = record.params(choice, members) if record.params else {}
                 if choice.get(VECTOR_SHAPES):  # a weight broadcast over x's dims: applied after the fused call
                     params[VECTOR_SHAPES] = choice[VECTOR_SHAPES]
                 if rx.any_dim and "dim" in choice:  # over another dim than x's last, as the shapes said

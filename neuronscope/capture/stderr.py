@@ -79,6 +79,7 @@ def quiet_native_stderr(drop: tuple[bytes, ...] = (USDT_MARKER, KINETO_THREAD_NO
             saved = os.dup(2)
             held.callback(os.close, saved)
             scratch = held.enter_context(tempfile.TemporaryFile())
+            on_scratch = os.fstat(scratch.fileno())
         except OSError:  # fd 2 closed by the user, or no usable temporary directory
             scratch = None
         if scratch is None:  # the body runs unfiltered: nothing to filter, nothing to lose
@@ -94,10 +95,20 @@ def quiet_native_stderr(drop: tuple[bytes, ...] = (USDT_MARKER, KINETO_THREAD_NO
                 os.dup2(scratch.fileno(), 2)
             yield
         finally:
-            try:  # first, and no Python-level call before it that an interrupt could stop
-                os.dup2(saved, 2)
+            # First, and no interrupt can skip it: fd 2 back on the user's stderr, unless they
+            # pointed it elsewhere meanwhile (their own log, from another thread; or closed it):
+            # putting it back undid theirs, and what they wrote next missed their log.
+            moved = False
+            try:
+                moved = not os.path.samestat(os.fstat(2), on_scratch)
             except OSError:
-                pass
+                moved = True
+            finally:
+                if not moved:
+                    try:
+                        os.dup2(saved, 2)
+                    except OSError:
+                        pass
             _redirect.held = before
             _write_back(scratch, drop)
 

@@ -97,7 +97,9 @@ class Pattern:
       ``x`` and the choice of the spelling that ran them; none: not from a trace.
     - ``params(choice, nodes)``: what a match by op order says (a norm's weight, a
       softmax's dim), from the choice of the spelling it fits (a value not known: None) and
-      its ops; the graph matcher of a declared idiom says it from the same function.
+      its ops; the graph matcher of a declared idiom says it from the same function. None:
+      no match after all, the ops' recorded numbers say another computation (a loss's
+      softmax over a dim its index does not pick classes from).
     - ``fused_passes``: passes over its input the fused form makes (the cost model's input).
     - ``suggest(match, backend)``: the replacement, as a call equivalent to the code in hand.
     - ``verify(hint, x, device)``: the chain and its replacement rebuilt for ``hint.verify()``;
@@ -114,7 +116,7 @@ class Pattern:
     suggest: Callable[[Match, str], str]
     match: Callable[[OpGraph, OpNode], Match | None] | None = None
     find: Callable[[OpGraph, set[int]], Iterable[Match]] | None = None
-    params: Callable[[Mapping[str, Any], list[OpNode]], dict[str, Any]] | None = None
+    params: Callable[[Mapping[str, Any], list[OpNode]], dict[str, Any] | None] | None = None
     fused_passes: int = 1
     verify: Callable[[Evidence, Any, Any], Builders] | None = None
     exact_only: bool = False

@@ -22,6 +22,7 @@ from neuronscope.analysis.patterns.shapes import (
     dim_last,
     dims_to_try,
     is_plain_vector,
+    named_dims,
     shape_fits,
 )
 from neuronscope.analysis.patterns.spelling import OWN, SIDE, TAKES_BUILT, OrderShapes, TemplateOp, merged_choice
@@ -335,16 +336,11 @@ def _readings(op: str, relations: tuple[str, ...], got: list[TensorArg], x: tupl
     return [
         [
             *((r.partition("@")[2], t.key) for r, t in zip(relations, args) if "@" in r and t.key != -1),
-            *((f"#{name}", size) for r, t in zip(relations, args) for name, size in zip(_named_dims(r), t.sizes[-2:])),
+            *((f"#{name}", size) for r, t in zip(relations, args) for name, size in zip(named_dims(r), t.sizes[-2:])),
         ]
         for args in orders
-        if all(shape_fits(r, t.sizes, x) and len(t.sizes) >= len(_named_dims(r)) for r, t in zip(relations, args))
+        if all(shape_fits(r, t.sizes, x) and len(t.sizes) >= len(named_dims(r)) for r, t in zip(relations, args))
     ]
-
-
-def _named_dims(relation: str) -> str:
-    """The last two dims a relation names (``.LS``: ``LS``), or none."""
-    return relation.partition("@")[0][1:] if relation.startswith(".") else ""
 
 
 def _vector_shapes(sig: ShapeSig, inputs: list[list[TensorArg]], x: tuple[int, ...], dim: int) -> dict[str, list[int]]:

@@ -77,8 +77,11 @@ SPELLINGS = (
 _LOSS_OPS = frozenset({"gather", "nll_loss_nd", "index"})
 
 
-def _params(choice: Mapping[str, Any], nodes: list[OpNode]) -> dict[str, Any]:
-    """The dim (a loss reads rows: the last), and the op of the loss where there is one."""
+def _params(choice: Mapping[str, Any], nodes: list[OpNode]) -> dict[str, Any] | None:
+    """The dim (a loss reads rows: the last), and the op of the loss where there is one; None
+    for a loss whose fused softmax was recorded over a dim no cross_entropy reads classes from."""
+    if choice["loss"] and not all(_classes_dim(n) for n in nodes if n.op in SOFTMAXES):
+        return None
     if choice["loss"]:
         # Over the last dim only where the shapes said so, and a fused softmax's own dim (a
         # number, where recorded) is its input's last: op order alone also fits a log-softmax
@@ -89,6 +92,16 @@ def _params(choice: Mapping[str, Any], nodes: list[OpNode]) -> dict[str, Any]:
     # A fused softmax's recorded dim says which dim (its shapes do not); else the shapes'.
     recorded = softmax_dim(nodes)
     return {"dim": choice["dim"] if recorded is None else recorded}
+
+
+def _classes_dim(n: OpNode) -> bool:
+    """May the fused softmax ``n`` normalise over a loss's classes: its last dim (the rows'
+    classes), or dim 1 (cross_entropy's own, of ``[N, C, H, W]``), or a dim or rank not
+    recorded? Over dim 0 of ``[N, C]`` it normalises each class over the batch: the loss then
+    picks from that is no cross-entropy of ``x``."""
+    dim = softmax_dim([n])
+    rank = len(n.inputs[0].sizes) if n.inputs and n.inputs[0].sizes else 0
+    return dim is None or not rank or dim in (-1, 1 - rank)
 
 
 def _suggest(m: Match, backend: str) -> str:

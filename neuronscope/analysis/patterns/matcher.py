@@ -42,7 +42,7 @@ from typing import Any, NamedTuple
 from neuronscope.analysis.opgraph import VIEW_OPS, OpGraph, OpNode, TensorArg
 from neuronscope.analysis.patterns.base import Match, root_value
 from neuronscope.analysis.patterns.kept import COMMUTATIVE, kept_templates
-from neuronscope.analysis.patterns.shapes import VECTOR_SHAPES, dim_last, dims_to_try, is_plain_vector, shape_fits
+from neuronscope.analysis.patterns.shapes import VECTOR_SHAPES, dim_last, dims_to_try, is_plain_vector, named_dims, shape_fits
 from neuronscope.analysis.patterns.spelling import READ_PARAMETERS, SLOT, Spelling, TemplateOp, relation_of, templates
 
 __all__ = ["MAX_SLOT_OPS", "graph_matcher", "read_elsewhere"]
@@ -204,7 +204,8 @@ class _Walk:
 
     def arg(self, ref: tuple[str, Any, bool], node: OpNode, k: int, relation: str) -> bool:
         kind, name, direct = ref
-        self.shapes.append((relation, node.inputs[k].sizes))
+        # an einsum's equation, the code's, not its operands' places, says which dim is which
+        self.shapes.append(("." if node.op == "einsum" else relation, node.inputs[k].sizes))
         if kind == "op" and self.template.takes[name] is not None:
             return self.slot(name, node, k)
         if kind == "op":
@@ -270,6 +271,10 @@ class _Walk:
         ``x`` relates so to the capture's, that dim moved last (:func:`~.shapes.dim_last`):
         the last, or, ``any_dim``, another the code chose; -1 where ``x`` is not bound (no
         shape to check); None: over none."""
+        named: dict[str, int] = {}  # q @ k^T's S is the weights' and v's: one size each
+        for rel, cs in self.shapes:
+            if any(named.setdefault(name, size) != size for name, size in zip(named_dims(rel), cs[-2:])):
+                return None
         x = self.bound.get("x")
         if x is None:
             return -1
@@ -367,7 +372,7 @@ def read_elsewhere(g: OpGraph, nodes: list[OpNode], out: OpNode) -> bool:
 
 
 def graph_matcher(
-    pattern: str, spellings: tuple[Spelling, ...], params: Callable[[Mapping[str, Any], list[OpNode]], dict[str, Any]]
+    pattern: str, spellings: tuple[Spelling, ...], params: Callable[[Mapping[str, Any], list[OpNode]], dict[str, Any] | None]
 ) -> Callable[[OpGraph, OpNode], Match | None]:
     """The ``match(graph, node)`` of an idiom: its largest spelling template anchored at
     ``node``, as a :class:`~.base.Match` of ``pattern`` whose ``x`` is the capture's tensor for
@@ -407,8 +412,11 @@ def graph_matcher(
             dim = walk.shaped(declared.any_dim)
             if dim is not None and walk.vectors_outside(declared):
                 nodes = sorted([*walk.assign.values(), *walk.chained], key=lambda m: m.index)
+                said = params(template.choice, nodes)
+                if said is None:  # its recorded numbers say another computation
+                    continue
                 x: TensorArg | None = walk.bound["x"][2] if "x" in walk.bound else None
-                return Match(pattern, nodes, x, {**walk.named(), **params(template.choice, nodes), **walk.over(declared, dim)})
+                return Match(pattern, nodes, x, {**walk.named(), **said, **walk.over(declared, dim)})
         return None
 
     match.derived_from = spellings  # type: ignore[attr-defined]  # what keeping its templates runs

@@ -21,6 +21,7 @@ __all__ = [
     "is_plain_vector",
     "is_vector",
     "last_dim",
+    "named_dims",
     "shape_fits",
     "shape_relation",
     "vector_shape",
@@ -60,6 +61,11 @@ def shape_relation(shape: tuple[int, ...]) -> str:
     if len(shape) == len(_EXAMPLE_X) and "." not in dims:
         return "".join(dims)
     return "." + "".join(_DIM_NAMES[t] for t in shape[-2:]) if len(shape) >= 2 and all(t in _DIM_NAMES for t in shape[-2:]) else "."
+
+
+def named_dims(relation: str) -> str:
+    """The last two dims a relation names (``.LS``: ``LS``; see :data:`MATRIX_DIMS`), or none."""
+    return relation.partition("@")[0][1:] if relation.startswith(".") else ""
 
 
 def is_vector(capture: tuple[int, ...], x: tuple[int, ...]) -> bool:

@@ -67,6 +67,8 @@ class Scores(nn.Module):
             scores = torch.bmm(q, k.transpose(-1, -2))
         elif self.spelling == "bmm, laid out":
             scores = torch.bmm(q, k)
+        elif self.spelling == "bmm, transposed then folded":  # a copy that also changes the shape
+            scores = torch.bmm(q, k.transpose(-2, -1).reshape(B * HEADS, D // HEADS, S))
         elif self.spelling == "transpose(-2, -1)":
             scores = torch.matmul(q, k.transpose(-2, -1))
         elif self.spelling == "mT":
@@ -124,6 +126,17 @@ def test_the_suggested_call_holds_for_the_key_as_the_code_names_it(spelling: str
         (h,) = hints
         assert (LAID_OUT in h.suggestion) is laid_out, (source, h.suggestion)
         assert bool(h.details.get("key_laid_out")) is laid_out, source
+
+
+def test_a_key_transposed_then_folded_by_a_copy_reads_alike_everywhere(tmp_path: Path) -> None:
+    """``bmm(q, k.transpose(-2, -1).reshape(B * H, E, S))``: the copy that folds the heads into
+    the batch changes the shape, and the key it copies is still the code's transposed one, live,
+    from the trace and from the user's profiler (a trace once found no copy of the key's shape
+    and read it as laid out)."""
+    _, _, got = run("bmm, transposed then folded", tmp_path)
+    for source, hints in got.items():
+        (h,) = hints
+        assert not h.details.get("key_laid_out") and LAID_OUT not in h.suggestion, (source, h.suggestion)
 
 
 @pytest.mark.parametrize("strides", ["removed", "no list", [[1, "x"]], [[1]], [[]]])

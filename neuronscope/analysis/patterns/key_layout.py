@@ -63,6 +63,11 @@ def _made_by_reordering(k: TensorArg, before: list[OpNode]) -> bool:
     return reordered
 
 
+def _copied_as(src: TensorArg, k: TensorArg) -> bool:
+    """Could a copy of ``src`` be ``k``: its elements, its last two dims?"""
+    return src.numel == k.numel and src.sizes[-2:] == k.sizes[-2:]
+
+
 def key_laid_out_for_scores(mm: OpNode, before: Iterable[OpNode], producer: OpNode | None = None) -> bool | None:
     """Whether the scores' matmul ``mm`` (``matmul``, ``bmm``, ``baddbmm``; an einsum's
     equation names its dims) takes a key the code laid out ``[..., E, S]`` for it: True; one it
@@ -82,9 +87,10 @@ def key_laid_out_for_scores(mm: OpNode, before: Iterable[OpNode], producer: OpNo
     # Contiguous [..., E, S]: a copy of a transposed view is that view's layout made
     # contiguous (``k.transpose(2, 3).contiguous()``); anything else was laid out so.
     # Op order finds the copy where links do not (a trace's graph), and is asked alike where
-    # they name another writer, so that a trace and a live capture read the same.
+    # they name another writer, so that a trace and a live capture read the same: a copy of
+    # k's elements and last two dims (one that folds heads into the batch changes the rest).
     if producer is None or producer.op not in _COPIES:
-        producer = next((n for n in ops if n.op in _COPIES and n.writes and n.inputs and n.inputs[0].sizes == k.sizes), None)
+        producer = next((n for n in ops if n.op in _COPIES and n.writes and n.inputs and _copied_as(n.inputs[0], k)), None)
     src = producer.inputs[0] if producer is not None and producer.op in _COPIES and producer.inputs else None
     if src is not None and _transposed(src):
         return _made_by_reordering(src, ops[ops.index(producer) + 1 :] if producer in ops else ops)

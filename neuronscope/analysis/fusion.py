@@ -170,7 +170,7 @@ def find_sequence_matches(g: OpGraph) -> list[Match]:
                     params[VECTOR_SHAPES] = choice[VECTOR_SHAPES]
                 if rx.any_dim and "dim" in choice:  # over another dim than x's last, as the shapes said
                     params["dim"] = choice["dim"]
-                if not all(m.inputs for m in members) and (made := [n.op for k in ops.run_at if i0 < k < end for n in ops.runs[k]]):
+                if not any(m.inputs for m in members) and (made := [n.op for k in ops.run_at if i0 < k < end for n in ops.runs[k]]):
                     params[BUILT_UNSEEN] = made  # no shapes: op order alone reads them as building a side tensor
                 out.append(Match(record.name, members, x, params))
                 if record.params_before is not None:

@@ -354,12 +354,11 @@ def _suggest(m: Match, backend: str) -> str:
     layout = m.params.get("layout")
     if layout == "heads_after_queries":
         args[:3] = [f"{a}.transpose(-3, -2)" for a in args[:3]]
-    if m.params.get(KEY_LAID_OUT):
-        args[1] = "k.transpose(-2, -1)"
-    call = f"torch.nn.functional.scaled_dot_product_attention({', '.join(args)})"
     notes = [mask_note] if mask_note else []
     if m.params.get(KEY_LAID_OUT):
+        args[1] += ".transpose(-2, -1)"
         notes.append("your code's k is laid out [..., E, S] for the scores; sdpa takes [..., S, E]")
+    call = f"torch.nn.functional.scaled_dot_product_attention({', '.join(args)})"
     if layout == "heads_after_queries":
         call += ".transpose(-3, -2)"
         notes.append(
@@ -439,25 +438,31 @@ def _sequence_params(members: list[OpNode]) -> dict[str, Any]:
 _QKV_PROJECTIONS = MATMULS | {"linear", "addmm"}
 
 
-def _scaled_before(members: list[OpNode], before: Iterable[OpNode], claimed: AbstractSet[int], g: OpGraph) -> dict[str, Any]:
+def _scaled_before(mm: OpNode | None, before: Iterable[OpNode], claimed: AbstractSet[int]) -> dict[str, Any]:
     """Whether q or k may have been scaled before a trace's attention match: a multiply or
     divide by a number after the three projections before the scores (q, k and v: Whisper
     scales q, then projects k and v), whatever the match scales itself by (Whisper's
     ``* 1.0`` on its scores). Not one that another idiom took (a GELU's ``0.5 * x``), nor,
     where shapes were recorded, one of another size than the scores' q and k (T5's position
     buckets, a rotary table). Op order does not show which tensor it scaled: the scale is not
-    known and q and k are read before it."""
-    mm = next((n for n in members if n.op in MATMULS), None)
+    known and q and k are read before it. ``mm``: the match's scores' product."""
     sizes = {t.numel for t in mm.inputs if t.sizes} if mm is not None else set()
-    found = _key_layout(g, mm) if mm is not None else {}  # as the graph matcher reads it
     projections = 0
     for n in before:
         if n.op in ("mul", "div") and n.index not in claimed and (not n.inputs or (_is_scaling(n) and n.inputs[n.big_inputs()[0]].numel in sizes)):
-            return {"scale": UNKNOWN_SCALE, "inputs_maybe_scaled": True, **found}
+            return {"scale": UNKNOWN_SCALE, "inputs_maybe_scaled": True}
         projections += n.op in _QKV_PROJECTIONS
         if projections == 3:
             break
-    return found
+    return {}
+
+
+def _read_before(members: list[OpNode], before: Iterable[OpNode], claimed: AbstractSet[int], g: OpGraph) -> dict[str, Any]:
+    """What a trace says of an attention match from the ops before it: whether q or k may have
+    been scaled there (:func:`_scaled_before`), and how the code laid out its key
+    (:func:`_key_layout`, read as the graph matcher reads it)."""
+    mm = next((n for n in members if n.op in MATMULS), None)
+    return {**_scaled_before(mm, before, claimed), **(_key_layout(g, mm) if mm is not None else {})}
 
 
 ATTENTION = Pattern(
@@ -467,5 +472,5 @@ ATTENTION = Pattern(
     suggest=_suggest,
     cost_excludes=MATMULS,
     params=lambda choice, members: _sequence_params(members),  # its own reading of op order, not its choice
-    params_before=_scaled_before,
+    params_before=_read_before,
 )

@@ -72,8 +72,11 @@ if hasattr(os, "register_at_fork"):
 @contextlib.contextmanager
 def quiet_native_stderr(drop: tuple[bytes, ...] = (USDT_MARKER, KINETO_THREAD_NOTE)) -> Iterator[None]:
     """For the ``with`` body, lines written to fd 2 that contain any of ``drop`` vanish; every
-    other line is written to stderr when the body ends. Where fd 2 is closed or no scratch
-    file can be made, the body runs unfiltered."""
+    other line is written to stderr when the body ends (where the user pointed fd 2 elsewhere
+    meanwhile, to their new target). Where fd 2 is closed or no scratch file can be made, the
+    body runs unfiltered."""
+    # Lock order: callers hold torch_private.session_gate first, then this lock; never the
+    # reverse, or a capture and a filtered moment could wait on each other.
     with _redirect.lock, contextlib.ExitStack() as held:
         try:
             saved = os.dup(2)

@@ -28,7 +28,11 @@ def _hints(fn, args, tmp_path: Path, shapes: bool = True) -> dict[str, list]:  #
         fn(*args)
     path = tmp_path / "trace.json"
     prof.export_chrome_trace(str(path))
-    return {"live": f.last_result.fusion_hints, "profiler": from_profiler(prof).fusion_hints, "trace": from_trace(path).fusion_hints}
+    return {
+        "live": f.last_result.fusion_hints,
+        "profiler": from_profiler(prof).fusion_hints,
+        "trace": from_trace(path).fusion_hints,
+    }
 
 
 # ---- a loss's softmax over the batch: no cross-entropy ----------------------------------------
@@ -74,17 +78,24 @@ _INHERITED = (
 )
 
 
+#: A script's lines that leave it with another thread inside a filtered moment until it sets
+#: ``done`` (that thread: ``t``).
+_INSIDE_A_FILTER = (
+    "from neuronscope.capture.stderr import quiet_native_stderr\n"
+    "inside, done = threading.Event(), threading.Event()\n"
+    "def capture():\n"
+    "    with quiet_native_stderr():\n"
+    "        inside.set(); done.wait()\n"
+    "t = threading.Thread(target=capture); t.start(); inside.wait()\n"
+)
+
+
 @pytest.mark.xfail(strict=True, reason=_INHERITED)
 def test_a_subprocess_started_during_the_filter_keeps_its_stderr() -> None:
     script = (
         "import subprocess, sys, threading\n"
-        "from neuronscope.capture.stderr import quiet_native_stderr\n"
-        "inside, done = threading.Event(), threading.Event()\n"
-        "def capture():\n"
-        "    with quiet_native_stderr():\n"
-        "        inside.set(); done.wait()\n"
-        "t = threading.Thread(target=capture); t.start(); inside.wait()\n"
-        "child = subprocess.Popen([sys.executable, '-c', 'import sys, time; time.sleep(0.3); sys.stderr.write(\"late line\\\\n\")'])\n"
+        + _INSIDE_A_FILTER
+        + "child = subprocess.Popen([sys.executable, '-c', 'import sys, time; time.sleep(0.3); sys.stderr.write(\"late line\\\\n\")'])\n"
         "done.set(); t.join(); child.wait()\n"
     )
     run = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=60, env=_env())
@@ -138,14 +149,7 @@ def test_the_users_own_redirect_during_the_filter_stays_theirs() -> None:
     """Another thread's filter ends after the user pointed fd 2 at their log (``os.dup2``): the
     filter put fd 2 back on the terminal, undoing theirs, and their next lines missed the log."""
     script = (
-        "import os, tempfile, threading\n"
-        "from neuronscope.capture.stderr import quiet_native_stderr\n"
-        "inside, done = threading.Event(), threading.Event()\n"
-        "def capture():\n"
-        "    with quiet_native_stderr():\n"
-        "        inside.set(); done.wait()\n"
-        "t = threading.Thread(target=capture); t.start(); inside.wait()\n"
-        "log = tempfile.TemporaryFile()\n"
+        "import os, tempfile, threading\n" + _INSIDE_A_FILTER + "log = tempfile.TemporaryFile()\n"
         "os.dup2(log.fileno(), 2)\n"
         "done.set(); t.join()\n"
         "os.write(2, b'to my log\\n')\n"

@@ -21,7 +21,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-from user_rounds import COMMON, apply, call_in, eager, of
+from user_rounds import COMMON, apply, call_in, eager, enc, lm, of
 
 import neuronscope
 from neuronscope import from_profiler, profile_on_neuron
@@ -75,9 +75,7 @@ def build(name: str) -> tuple[nn.Module, Callable[[nn.Module, torch.Tensor], tor
     """A 1-layer model of the family, eager attention, and how to run it."""
     tf = transformers
     torch.manual_seed(0)
-    lm = lambda m, x: m(input_ids=x).logits
     s2s = lambda m, x: m(input_ids=x, decoder_input_ids=x)[0]
-    enc = lambda m, x: m(x)[0]
     img = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(1))
     vit = {
         "hidden_size": 64,

@@ -19,7 +19,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-from user_rounds import COMMON, apply, built, call_in, captured, eager, fusion_keys, of
+from user_rounds import COMMON, apply, built, call_in, captured, eager, enc, fusion_keys, lm, of
 
 from neuronscope import from_profiler, profile_on_neuron
 
@@ -39,8 +39,6 @@ def build(name: str) -> tuple[nn.Module, Callable[[torch.Tensor], torch.Tensor],
     """A 1-layer model of the family, eager attention, its forward under no_grad, its input."""
     tf = transformers
     torch.manual_seed(0)
-    lm = lambda m, x: m(input_ids=x).logits
-    enc = lambda m, x: m(x)[0]
     table: dict[str, tuple[Callable[[], nn.Module], Any, torch.Tensor]] = {
         "phi3": (lambda: tf.Phi3ForCausalLM(eager(tf.Phi3Config(**COMMON, pad_token_id=0))), lm, IDS),
         "cohere": (lambda: tf.CohereForCausalLM(eager(tf.CohereConfig(**COMMON, pad_token_id=0))), lm, IDS),

@@ -21,7 +21,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-from user_rounds import COMMON, apply, built, call_in, captured, eager, fusion_keys, of
+from user_rounds import COMMON, apply, built, call_in, captured, eager, enc, fusion_keys, lm, of
 
 from neuronscope import from_profiler, profile_on_neuron
 from neuronscope.result.hint import Hint
@@ -49,8 +49,6 @@ def build(name: str) -> tuple[nn.Module, Callable[[torch.Tensor], torch.Tensor],
     """A 1-layer model of the family, eager attention, its forward under no_grad, its input."""
     tf = transformers
     torch.manual_seed(0)
-    lm = lambda m, x: m(input_ids=x).logits
-    enc = lambda m, x: m(x)[0]
     table: dict[str, tuple[Callable[[], nn.Module], Any, torch.Tensor]] = {
         "qwen2": (lambda: tf.Qwen2ForCausalLM(eager(tf.Qwen2Config(**COMMON))), lm, IDS),
         "qwen3_moe": (

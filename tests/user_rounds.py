@@ -88,3 +88,13 @@ def fusion_keys(hints: list[Hint]) -> list[tuple[str, int, int]]:
     """What op order can show of the fusion hints: pattern, calls, op count (no
     ``elementwise_chain``, which needs data flow)."""
     return sorted((h.pattern, h.calls, len(h.ops)) for h in hints if h.kind == "fusion" and h.pattern != "elementwise_chain")
+
+
+def lm(m: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """A causal LM's logits for token ids ``x``: how a model table runs one."""
+    return m(input_ids=x).logits
+
+
+def enc(m: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """An encoder's first output for ``x``: how a model table runs one."""
+    return m(x)[0]

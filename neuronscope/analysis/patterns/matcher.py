@@ -69,7 +69,7 @@ def _template(ops: tuple[TemplateOp, ...], choice: Mapping[str, Any], declared: 
     return _Template(
         ops,
         choice,
-        tuple(tuple(relation_of(declared, ref, shape) for ref, shape in zip(op.args, op.shapes)) for op in ops),
+        tuple(tuple(relation_of(declared, op.op, ref, shape) for ref, shape in zip(op.args, op.shapes)) for op in ops),
         takes,
         sum(op.own and t is None for op, t in zip(ops, takes)),
     )
@@ -204,8 +204,7 @@ class _Walk:
 
     def arg(self, ref: tuple[str, Any, bool], node: OpNode, k: int, relation: str) -> bool:
         kind, name, direct = ref
-        # an einsum's equation, the code's, not its operands' places, says which dim is which
-        self.shapes.append(("." if node.op == "einsum" else relation, node.inputs[k].sizes))
+        self.shapes.append((relation, node.inputs[k].sizes))
         if kind == "op" and self.template.takes[name] is not None:
             return self.slot(name, node, k)
         if kind == "op":

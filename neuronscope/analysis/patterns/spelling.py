@@ -430,10 +430,12 @@ def _slotted(ops: tuple[TemplateOp, ...], slots: tuple[Any, ...], names: list[st
     return tuple(out)
 
 
-def relation_of(spelling: Spelling, ref: tuple[str, Any, bool], shape: tuple[int, ...]) -> str:
-    """How an argument of a spelling's op relates to ``x``, for the tensor ``ref`` names (see
-    :class:`TemplateOp`): ``V`` for a declared vector, ``.`` for a declared broadcast tensor
-    and a side one of no x-relative form (a mask: code broadcasts it as it likes)."""
+def relation_of(spelling: Spelling, op: str, ref: tuple[str, Any, bool], shape: tuple[int, ...]) -> str:
+    """How an argument of a spelling's op ``op`` relates to ``x``, for the tensor ``ref`` names
+    (:class:`TemplateOp`): ``V`` a declared vector; ``.`` a declared broadcast tensor, a side one
+    of no x-relative form (code broadcasts a mask as it likes), an einsum's (its equation names dims)."""
+    if op == "einsum":
+        return "."
     if ref[0] == "in" and ref[1] in spelling.vectors:
         return "V"
     if ref[0] == "in" and ref[1] in spelling.per_row and len(shape) == 1:
@@ -466,8 +468,7 @@ def order_shapes(spellings: tuple[Spelling, ...]) -> OrderShapes:
     def arg(op: str, ref: tuple[str, Any, bool], shape: tuple[int, ...], spelling: Spelling, several: frozenset[int]) -> str:
         # An input by its name, an op's output by ``%`` and its place (not one of several: var_mean's
         # var and mean are two storages): two ops reading one tensor read one storage (kept.Orders.choice).
-        # An einsum's equation, the code's, not its operands' places, says which dim is which.
-        relation = "." if op == "einsum" else relation_of(spelling, ref, shape)
+        relation = relation_of(spelling, op, ref, shape)
         if ref[0] == "in":
             return f"{relation}@{ref[1]}"
         return f"{relation}@%{ref[1]}" if ref[0] == "op" and ref[1] not in several else relation

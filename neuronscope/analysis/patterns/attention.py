@@ -15,7 +15,7 @@ from typing import Any
 
 from neuronscope.analysis.opgraph import OpGraph, OpNode
 from neuronscope.analysis.patterns.base import BUILT_UNSEEN, MATMULS, SOFTMAXES, Match, Pattern, softmax_on_last_dim
-from neuronscope.analysis.patterns.key_layout import KEY_LOOK_BACK, key_laid_out_for_scores
+from neuronscope.analysis.patterns.key_layout import key_laid_out_for_scores
 from neuronscope.analysis.patterns.matcher import graph_matcher, read_elsewhere
 from neuronscope.analysis.patterns.spelling import Spelling, elementwise_slot, named
 from neuronscope.capture.frames import modules_of
@@ -175,12 +175,8 @@ KEY_LAID_OUT = "key_laid_out"
 
 def _key_layout(g: OpGraph, mm1: OpNode) -> dict[str, Any]:
     """``{KEY_LAID_OUT: True}`` where the scores' matmul ``mm1`` takes a key laid out for it
-    (:func:`~.key_layout.key_laid_out_for_scores`, from the ops of its thread before it, views
-    included), else nothing: read alike from a live graph and a trace's."""
-    lo = max(mm1.index - 16 * KEY_LOOK_BACK, 0)  # a bounded look-back, however many threads interleave
-    earlier = (g.nodes[i] for i in range(mm1.index - 1, lo - 1, -1) if g.nodes[i].tid == mm1.tid)
-    laid_out = key_laid_out_for_scores(mm1, earlier, g.producer(mm1, 2 if mm1.op == "baddbmm" else 1))
-    return {KEY_LAID_OUT: True} if laid_out else {}
+    (:func:`~.key_layout.key_laid_out_for_scores`), else nothing."""
+    return {KEY_LAID_OUT: True} if key_laid_out_for_scores(g, mm1) else {}
 
 
 def _is_floor(n: OpNode) -> bool:

@@ -8,11 +8,9 @@ the view that made it; the op graph's links skip views (a view links to its base
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from neuronscope.analysis.opgraph import MAYBE_ALIAS_OPS, OpGraph, OpNode, TensorArg
 
-from neuronscope.analysis.opgraph import MAYBE_ALIAS_OPS, OpNode, TensorArg
-
-__all__ = ["KEY_LOOK_BACK", "key_laid_out_for_scores"]
+__all__ = ["key_laid_out_for_scores"]
 
 #: Views that reorder dims: the one that made the scores' key tells how the code wrote it.
 _REORDERING_VIEWS = frozenset({"transpose", "t", "mT", "permute", "swapaxes", "swapdims", "movedim", "moveaxis", "adjoint", "numpy_T"})
@@ -21,6 +19,9 @@ _REORDERING_VIEWS = frozenset({"transpose", "t", "mT", "permute", "swapaxes", "s
 _COPIES = MAYBE_ALIAS_OPS | {"clone", "_to_copy"}
 #: How many ops of its thread before the scores the view or copy that made the key is looked for.
 KEY_LOOK_BACK = 64
+#: How many ops of the whole graph those are looked for among: other threads' ops interleave
+#: with the scores' thread's, and the look-back stays bounded however many there are.
+_GRAPH_LOOK_BACK = 16 * KEY_LOOK_BACK
 
 
 def _transposed(t: TensorArg) -> bool | None:
@@ -68,12 +69,13 @@ def _copied_as(src: TensorArg, k: TensorArg) -> bool:
     return src.numel == k.numel and src.sizes[-2:] == k.sizes[-2:]
 
 
-def key_laid_out_for_scores(mm: OpNode, before: Iterable[OpNode], producer: OpNode | None = None) -> bool | None:
+def key_laid_out_for_scores(g: OpGraph, mm: OpNode) -> bool | None:
     """Whether the scores' matmul ``mm`` (``matmul``, ``bmm``, ``baddbmm``; an einsum's
     equation names its dims) takes a key the code laid out ``[..., E, S]`` for it: True; one it
     transposed there from ``[..., S, E]``: False; None where the strides were not recorded
-    (older traces) or do not tell. ``before``: the ops before ``mm``, latest first (on its
-    thread); ``producer``: the op that wrote the key, where links are known."""
+    (older traces) or do not tell. Read from the ops of ``mm``'s thread before it, views
+    included, and the op that wrote the key where links name it: alike from a live graph and
+    a trace's."""
     at = 2 if mm.op == "baddbmm" else 1 if mm.op in ("matmul", "bmm", "mm") else None
     if at is None or at >= len(mm.inputs):
         return None
@@ -81,7 +83,10 @@ def key_laid_out_for_scores(mm: OpNode, before: Iterable[OpNode], producer: OpNo
     transposed = _transposed(k)
     if transposed is None:
         return None
+    lo = max(mm.index - _GRAPH_LOOK_BACK, 0)
+    before = (g.nodes[i] for i in range(mm.index - 1, lo - 1, -1) if g.nodes[i].tid == mm.tid)
     ops = [n for n, _ in zip(before, range(KEY_LOOK_BACK))]
+    producer = g.producer(mm, at)
     if transposed:
         return _made_by_reordering(k, ops)
     # Contiguous [..., E, S]: a copy of a transposed view is that view's layout made

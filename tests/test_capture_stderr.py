@@ -13,6 +13,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 _PRELUDE = """
@@ -21,10 +23,11 @@ from neuronscope.capture.stderr import quiet_native_stderr
 """
 
 
-def _run(body: str) -> subprocess.CompletedProcess[str]:
-    """``body`` in a fresh process (it must exit 0 within a minute): its stdout and stderr."""
+def _run(body: str, **env_vars: str) -> subprocess.CompletedProcess[str]:
+    """``body`` in a fresh process (it must exit 0 within a minute), with ``env_vars`` set: its
+    stdout and stderr."""
     code = textwrap.dedent(_PRELUDE) + textwrap.dedent(body)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **env_vars}
     run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, check=False)
     assert run.returncode == 0, f"rc={run.returncode}\n{run.stdout[-2000:]}\n{run.stderr[-2000:]}"
     return run
@@ -128,3 +131,27 @@ def test_an_odd_or_closed_stderr_never_fails_the_moment() -> None:
         """
     )
     assert "done" in run.stdout and run.stderr == "ODD-KEPT\nAFTER-MARK\n"
+
+
+def test_a_full_temporary_directory_loses_no_line(tmp_path: Path) -> None:
+    """The temporary directory on a filesystem with 16 KiB (a full disk, really): lines written
+    during the moment, 100 KiB of them, all reach stderr, and the user's own write to fd 2 does
+    not fail with ENOSPC (it did, after 335 lines, with the scratch file there)."""
+    full = tmp_path / "full"
+    full.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(full)], capture_output=True, check=False)
+    if mounted.returncode != 0:
+        pytest.skip("needs a small tmpfs to fill (mount, as root)")
+    try:
+        run = _run(
+            """
+            with quiet_native_stderr():
+                for i in range(2000):
+                    os.write(2, b"USER LINE %05d during the moment..............................\\n" % i)
+            print("wrote")
+            """,
+            TMPDIR=str(full),
+        )
+    finally:
+        subprocess.run(["umount", str(full)], capture_output=True, check=False)
+    assert "wrote" in run.stdout and run.stderr.count("USER LINE") == 2000, run.stderr[-500:]

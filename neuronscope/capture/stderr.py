@@ -81,7 +81,7 @@ def quiet_native_stderr(drop: tuple[bytes, ...] = (USDT_MARKER, KINETO_THREAD_NO
         try:
             saved = os.dup(2)
             held.callback(os.close, saved)
-            scratch = held.enter_context(tempfile.TemporaryFile())
+            scratch = held.enter_context(_scratch_file())
             on_scratch = os.fstat(scratch.fileno())
         except OSError:  # fd 2 closed by the user, or no usable temporary directory
             scratch = None
@@ -114,6 +114,16 @@ def quiet_native_stderr(drop: tuple[bytes, ...] = (USDT_MARKER, KINETO_THREAD_NO
                         pass
             _redirect.held = before
             _write_back(scratch, drop)
+
+
+def _scratch_file() -> IO[bytes]:
+    """Where fd 2 points for the moment: a file in memory where the OS makes one (Linux's
+    ``memfd_create``), else a temporary file. A full disk under the temporary directory made
+    the user's own writes to stderr fail there (ENOSPC) and lost their lines."""
+    if hasattr(os, "memfd_create"):
+        with contextlib.suppress(OSError):
+            return os.fdopen(os.memfd_create("neuronscope-stderr", os.MFD_CLOEXEC), "w+b")
+    return tempfile.TemporaryFile()
 
 
 def _write_back(scratch: IO[bytes], drop: tuple[bytes, ...]) -> None:
